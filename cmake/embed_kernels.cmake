@@ -1,0 +1,16 @@
+# Embeds kernels/*.cl into a generated C++ source so the binary carries its
+# kernel sources (no files to find at run time). The generated table maps a
+# program name (file name without .cl) to its source text.
+function(nanscope_embed_kernels out_var)
+  file(GLOB cl_files CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/kernels/*.cl)
+  list(SORT cl_files)
+  set(out_cpp ${CMAKE_CURRENT_BINARY_DIR}/embedded_kernels.cpp)
+  add_custom_command(
+    OUTPUT ${out_cpp}
+    COMMAND ${CMAKE_COMMAND} -DOUT=${out_cpp} -DFILES="${cl_files}"
+            -P ${PROJECT_SOURCE_DIR}/cmake/embed_kernels_script.cmake
+    DEPENDS ${cl_files} ${PROJECT_SOURCE_DIR}/cmake/embed_kernels_script.cmake
+    COMMENT "Embedding OpenCL kernels"
+    VERBATIM)
+  set(${out_var} ${out_cpp} PARENT_SCOPE)
+endfunction()

@@ -1,0 +1,49 @@
+#pragma once
+// The backend interface. Two implementations: `reference` (plain C++, f64
+// accumulation; ground truth and fallback) and `opencl` (any ICD device).
+// Backends receive checked arguments from engine/ops and never see Qt.
+
+#include <string>
+#include <string_view>
+
+#include "backend/device.hpp"
+#include "backend/op_args.hpp"
+#include "core/tensor.hpp"
+
+namespace nanscope {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual const DeviceInfo& device() const = 0;
+
+  // Allocation and transfer. Throws DeviceError naming the size and device when
+  // the device cannot hold the buffer.
+  virtual Tensor empty(const Shape& shape, DType dtype) = 0;
+  virtual Tensor upload(const HostTensor& host) = 0;
+  virtual HostTensor download(const Tensor& t) = 0;
+  // Waits for queued work (no-op on the reference backend).
+  virtual void synchronize() {}
+
+  virtual void matmul(const MatmulArgs& args) = 0;
+  virtual void conv2d(const Conv2dArgs& args) = 0;
+  virtual void group_norm(const GroupNormArgs& args) = 0;
+  virtual void layer_norm(const LayerNormArgs& args) = 0;
+  virtual void unary(const UnaryArgs& args) = 0;
+  virtual void geglu(const GegluArgs& args) = 0;
+  virtual void softmax(const SoftmaxArgs& args) = 0;
+  virtual void upsample_nearest2x(const UpsampleArgs& args) = 0;
+  virtual void binary(const BinaryArgs& args) = 0;
+  virtual void concat(const ConcatArgs& args) = 0;
+  virtual void slice(const SliceArgs& args) = 0;
+  virtual void permute(const PermuteArgs& args) = 0;
+  virtual void cast(const CastArgs& args) = 0;
+  virtual void timestep_embedding(const TimestepEmbeddingArgs& args) = 0;
+  virtual void attention(const AttentionArgs& args) = 0;
+
+  // True when the tensor's buffer belongs to this backend instance.
+  bool owns(const Tensor& t) const { return t.storage() && t.storage()->owner() == this; }
+};
+
+}  // namespace nanscope

@@ -1,0 +1,69 @@
+#pragma once
+// Devices: every OpenCL device found through the ICD loader plus the built-in
+// `reference` device (plain C++, f64 accumulation). The user may pin one;
+// a pinned device that is missing is an error listing what exists (report R3).
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace nanscope {
+
+enum class DeviceKind : std::uint8_t { gpu, accelerator, cpu, other, reference };
+std::string_view device_kind_name(DeviceKind k);
+
+struct DeviceInfo {
+  int index = 0;            // position in the device list (what --device INDEX means)
+  std::string id;           // "reference" or "opencl:<platform>:<device>"
+  std::string name;
+  std::string vendor;
+  std::string driver_version;
+  std::string device_version;    // CL_DEVICE_VERSION
+  std::string opencl_c_version;  // CL_DEVICE_OPENCL_C_VERSION
+  std::string platform_name;
+  std::string platform_version;
+  DeviceKind kind = DeviceKind::other;
+  bool fp16 = false;  // cl_khr_fp16: native half arithmetic
+  bool fp64 = false;  // cl_khr_fp64
+  std::uint64_t global_mem_bytes = 0;
+  std::uint64_t local_mem_bytes = 0;
+  std::uint64_t max_alloc_bytes = 0;
+  std::uint32_t compute_units = 0;
+  std::size_t max_work_group_size = 0;
+  std::vector<std::string> extensions;
+  bool is_default = false;
+  std::string reason;  // one line: why it is or is not the default
+  // OpenCL handles as opaque pointers (cl_platform_id, cl_device_id); null for reference.
+  void* cl_platform = nullptr;
+  void* cl_device = nullptr;
+};
+
+struct DeviceList {
+  std::vector<DeviceInfo> devices;
+  std::vector<std::string> notes;  // plain-English notes, e.g. why no OpenCL device was found
+};
+
+// Enumerates all devices (OpenCL first in platform/device order, then reference),
+// marks the default (GPU > accelerator > CPU OpenCL > reference) and fills reasons.
+// Never throws for a missing ICD or platform: that becomes a note.
+DeviceList enumerate_devices();
+
+// Resolves a pin: empty -> the default device; otherwise an index, an id, an
+// exact name, or a unique case-insensitive substring of a name. Throws
+// DeviceError listing every device when nothing (or more than one) matches.
+const DeviceInfo& select_device(const DeviceList& list, std::string_view pin);
+
+// The pin from the environment variable NANSCOPE_DEVICE ("" when unset).
+std::string device_pin_from_env();
+
+class Backend;
+struct BackendOptions {
+  std::string kernel_cache_dir;  // empty: $NANSCOPE_KERNEL_CACHE, else $XDG_CACHE_HOME/nanscope/kernels, else ~/.cache/...
+  bool use_kernel_cache = true;
+};
+// Creates the backend for a device (reference or OpenCL).
+std::unique_ptr<Backend> make_backend(const DeviceInfo& device, const BackendOptions& options = {});
+
+}  // namespace nanscope

@@ -1,0 +1,9 @@
+// PENDING: being written (helper H4). Replaced by the real host code.
+#include "backend/opencl/opencl_backend.hpp"
+#include "core/error.hpp"
+
+namespace nanscope::opencl {
+
+void OpenClBackend::matmul(const MatmulArgs& args) { throw OpError("OpenCL matmul: pending"); }
+
+}  // namespace nanscope::opencl

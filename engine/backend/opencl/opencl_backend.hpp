@@ -1,0 +1,82 @@
+#pragma once
+// The OpenCL backend. Shared machinery (buffers, kernel lookup, the precision
+// -D set, the single launch path) lives here; each op's host side lives in
+// engine/backend/opencl/<op>.cpp as a member of OpenClBackend.
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+
+#include "backend/backend.hpp"
+#include "backend/opencl/cl_check.hpp"
+#include "backend/opencl/program_cache.hpp"
+
+namespace nanscope::opencl {
+
+class OpenClBackend final : public Backend {
+ public:
+  OpenClBackend(const DeviceInfo& device, const BackendOptions& options);
+  ~OpenClBackend() override;
+
+  const DeviceInfo& device() const override { return info_; }
+  Tensor empty(const Shape& shape, DType dtype) override;
+  Tensor upload(const HostTensor& host) override;
+  HostTensor download(const Tensor& t) override;
+  void synchronize() override;
+
+  void matmul(const MatmulArgs& args) override;
+  void conv2d(const Conv2dArgs& args) override;
+  void group_norm(const GroupNormArgs& args) override;
+  void layer_norm(const LayerNormArgs& args) override;
+  void unary(const UnaryArgs& args) override;
+  void geglu(const GegluArgs& args) override;
+  void softmax(const SoftmaxArgs& args) override;
+  void upsample_nearest2x(const UpsampleArgs& args) override;
+  void binary(const BinaryArgs& args) override;
+  void concat(const ConcatArgs& args) override;
+  void slice(const SliceArgs& args) override;
+  void permute(const PermuteArgs& args) override;
+  void cast(const CastArgs& args) override;
+  void timestep_embedding(const TimestepEmbeddingArgs& args) override;
+  void attention(const AttentionArgs& args) override;
+
+  // --- machinery for the op files ---
+  // The -D set for a precision: -DSTORE_F16 / -DSTORE_BF16 / -DSTORE_F32,
+  // -DACC_NATIVE, -DSOFTMAX_NATIVE, -DHAS_FP16 (when cl_khr_fp16 is present).
+  std::string precision_options(const Precision& p) const;
+  // A kernel from a program built with the given options (cached per key).
+  cl_kernel kernel(std::string_view program, std::string_view name, const std::string& options);
+  // The one launch path: enqueues, records the op name for profiling, checks errors
+  // (the thrown ClError names the op). local may be null.
+  void launch(cl_kernel k, std::string_view op, cl_uint dims, const size_t* global, const size_t* local);
+  // The cl_mem of a tensor owned by this backend (throws OpError otherwise).
+  cl_mem buffer(const Tensor& t) const;
+  cl_context context() const { return context_; }
+  cl_command_queue queue() const { return queue_; }
+  ProgramCache& programs() { return *programs_; }
+
+  // Builds every program in every precision variant the ops use; returns the records.
+  std::vector<BuildRecord> precompile();
+
+  template <typename... Args>
+  static void set_args(cl_kernel k, const Args&... args) {
+    cl_uint i = 0;
+    (set_arg(k, i++, args), ...);
+  }
+
+ private:
+  static void set_arg(cl_kernel k, cl_uint i, const cl_mem& m);
+  template <typename T>
+  static void set_arg(cl_kernel k, cl_uint i, const T& v) {
+    NS_CL_CHECK(clSetKernelArg(k, i, sizeof(T), &v));
+  }
+
+  DeviceInfo info_;
+  cl_context context_ = nullptr;
+  cl_command_queue queue_ = nullptr;
+  std::unique_ptr<ProgramCache> programs_;
+  std::unordered_map<std::string, cl_kernel> kernels_;
+};
+
+}  // namespace nanscope::opencl

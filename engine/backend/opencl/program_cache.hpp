@@ -1,0 +1,58 @@
+#pragma once
+// Program builds and the on-disk program-binary cache (report R4).
+//
+// Key: sha256(cache format version, program source incl. common.cl, build
+// options, device name, driver version, platform name+version). Entries live
+// under <dir>/<key>.bin with a header (magic, format version, key, payload
+// size, payload sha256) so a corrupt, truncated or foreign entry is detected
+// and rebuilt, never trusted. Writes go to a temp file that is renamed.
+// Every build and hit is timed, logged and recorded.
+
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "backend/device.hpp"
+#include "backend/opencl/cl_check.hpp"
+
+namespace nanscope::opencl {
+
+struct BuildRecord {
+  std::string program;  // kernel file name, e.g. "group_norm"
+  std::string options;  // build options
+  bool cache_hit = false;
+  double ms = 0.0;      // wall time of the build or the load
+  std::string note;     // e.g. "cache entry corrupt (checksum mismatch); rebuilt"
+};
+
+class ProgramCache {
+ public:
+  // dir empty: caching disabled (always builds).
+  ProgramCache(cl_context context, cl_device_id device, const DeviceInfo& info, std::string dir);
+  ~ProgramCache();
+  ProgramCache(const ProgramCache&) = delete;
+  ProgramCache& operator=(const ProgramCache&) = delete;
+
+  // The built program for a kernel file and options (memoised in memory).
+  // Throws ClError with the build log when the build fails.
+  cl_program get(const std::string& program, const std::string& options);
+
+  const std::string& dir() const { return dir_; }
+  std::vector<BuildRecord> records() const;
+
+  // The default directory: $NANSCOPE_KERNEL_CACHE, else $XDG_CACHE_HOME/nanscope/kernels,
+  // else $HOME/.cache/nanscope/kernels.
+  static std::string default_dir();
+
+ private:
+  struct Entry;
+  cl_context context_;
+  cl_device_id device_;
+  DeviceInfo info_;
+  std::string dir_;
+  mutable std::mutex mutex_;
+  std::vector<Entry*> entries_;
+  std::vector<BuildRecord> records_;
+};
+
+}  // namespace nanscope::opencl

@@ -1,0 +1,140 @@
+#include "core/dtype.hpp"
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <algorithm>
+#include <limits>
+
+namespace nanscope {
+
+std::size_t dtype_size(DType t) { return t == DType::f32 ? 4 : 2; }
+
+std::string_view dtype_name(DType t) {
+  switch (t) {
+    case DType::f32: return "f32";
+    case DType::f16: return "f16";
+    case DType::bf16: return "bf16";
+  }
+  return "?";
+}
+
+std::optional<DType> parse_dtype(std::string_view s) {
+  if (s == "f32" || s == "float32" || s == "fp32") return DType::f32;
+  if (s == "f16" || s == "float16" || s == "fp16" || s == "half") return DType::f16;
+  if (s == "bf16" || s == "bfloat16") return DType::bf16;
+  return std::nullopt;
+}
+
+float dtype_max(DType t) {
+  switch (t) {
+    case DType::f32: return std::numeric_limits<float>::max();
+    case DType::f16: return 65504.0f;
+    case DType::bf16: return bf16_bits_to_f32(0x7f7f);
+  }
+  return 0.0f;
+}
+
+std::uint16_t f32_to_f16_bits(float f) {
+  const std::uint32_t x = std::bit_cast<std::uint32_t>(f);
+  const std::uint32_t sign = (x >> 16) & 0x8000u;
+  const std::uint32_t abs = x & 0x7fffffffu;
+  if (abs > 0x7f800000u) {  // NaN: keep the top mantissa bits, force quiet.
+    return static_cast<std::uint16_t>(sign | 0x7e00u | ((abs >> 13) & 0x3ffu));
+  }
+  if (abs >= 0x477ff000u) {  // >= 65520 (halfway to 2^16) rounds to Inf; Inf stays Inf.
+    return static_cast<std::uint16_t>(sign | 0x7c00u);
+  }
+  if (abs < 0x38800000u) {  // below 2^-14: subnormal half (or zero).
+    // Value = abs_float; half subnormal unit is 2^-24. Round m * 2^(e) / 2^-24 to nearest even.
+    const int exp = static_cast<int>(abs >> 23);  // biased f32 exponent
+    if (exp < 102) return static_cast<std::uint16_t>(sign);  // < 2^-25: rounds to zero (2^-25 exactly ties to 0)
+    const std::uint32_t mant = (abs & 0x7fffffu) | 0x800000u;
+    // f = mant * 2^(exp-127-23); in units of 2^-24: mant * 2^(exp-126)... shift right by (126-exp).
+    const int shift = 126 - exp;  // 14..24 for exp in 102..112
+    const std::uint32_t q = mant >> shift;
+    const std::uint32_t rem = mant & ((1u << shift) - 1u);
+    const std::uint32_t half = 1u << (shift - 1);
+    std::uint32_t r = q;
+    if (rem > half || (rem == half && (q & 1u))) ++r;
+    return static_cast<std::uint16_t>(sign | r);
+  }
+  // Normal: rebias exponent and round the 13 dropped mantissa bits to nearest even.
+  std::uint32_t h = ((abs - 0x38000000u) >> 13);
+  const std::uint32_t rem = abs & 0x1fffu;
+  if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) ++h;  // may carry into exponent (and to Inf): correct.
+  return static_cast<std::uint16_t>(sign | h);
+}
+
+float f16_bits_to_f32(std::uint16_t h) {
+  const std::uint32_t sign = (static_cast<std::uint32_t>(h) & 0x8000u) << 16;
+  const std::uint32_t exp = (h >> 10) & 0x1fu;
+  const std::uint32_t mant = h & 0x3ffu;
+  std::uint32_t out;
+  if (exp == 0x1f) {
+    out = sign | 0x7f800000u | (mant << 13);
+  } else if (exp == 0) {
+    if (mant == 0) {
+      out = sign;
+    } else {  // subnormal: value = mant * 2^-24, exact in f32.
+      const float v = static_cast<float>(mant) * 0x1p-24f;
+      out = sign | std::bit_cast<std::uint32_t>(v);
+    }
+  } else {
+    out = sign | ((exp + 112u) << 23) | (mant << 13);
+  }
+  return std::bit_cast<float>(out);
+}
+
+std::uint16_t f32_to_bf16_bits(float f) {
+  const std::uint32_t x = std::bit_cast<std::uint32_t>(f);
+  if ((x & 0x7fffffffu) > 0x7f800000u) {
+    return static_cast<std::uint16_t>((x >> 16) | 0x0040u);  // quiet NaN, sign kept
+  }
+  const std::uint32_t lsb = (x >> 16) & 1u;
+  const std::uint32_t rounded = x + 0x7fffu + lsb;  // RNE; overflow carries into Inf correctly
+  return static_cast<std::uint16_t>(rounded >> 16);
+}
+
+float bf16_bits_to_f32(std::uint16_t b) {
+  return std::bit_cast<float>(static_cast<std::uint32_t>(b) << 16);
+}
+
+float round_to(DType t, float f) {
+  switch (t) {
+    case DType::f32: return f;
+    case DType::f16: return f16_bits_to_f32(f32_to_f16_bits(f));
+    case DType::bf16: return bf16_bits_to_f32(f32_to_bf16_bits(f));
+  }
+  return f;
+}
+
+float round_to_from_double(DType t, double d) {
+  const float f = static_cast<float>(d);
+  if (t == DType::f32 || !std::isfinite(f) || static_cast<double>(f) == d) return round_to(t, f);
+  // Rounding double -> f32 -> narrow type double-rounds only when the f32
+  // value lands exactly on a halfway point of the narrow type. In that case
+  // break the tie by the side on which d really lies.
+  const auto to_bits = [t](float v) { return t == DType::f16 ? f32_to_f16_bits(v) : f32_to_bf16_bits(v); };
+  const auto to_value = [t](std::uint32_t b) -> double {
+    if (t == DType::f16 && (b & 0x7fffu) == 0x7c00u) return 65536.0;  // the tie point past 65504 is 65520
+    if (t == DType::bf16 && (b & 0x7fffu) == 0x7f80u) return 0x1p128;
+    return t == DType::f16 ? f16_bits_to_f32(static_cast<std::uint16_t>(b))
+                           : bf16_bits_to_f32(static_cast<std::uint16_t>(b));
+  };
+  const double a = std::fabs(static_cast<double>(f));
+  const std::uint32_t rb = to_bits(static_cast<float>(a)) & 0x7fffu;
+  const double rv = to_value(rb);
+  if (rv == a) return round_to(t, f);
+  const std::uint32_t ob = a > rv ? rb + 1 : rb - 1;
+  const double ov = to_value(ob);
+  if (a - rv != ov - a) return round_to(t, f);  // not a tie: the single rounding is right
+  const double ad = std::fabs(d);
+  const std::uint32_t lo = std::min(rb, ob), hi = std::max(rb, ob);
+  const std::uint32_t pick = ad > a ? hi : lo;
+  const std::uint32_t sign = std::signbit(d) ? 0x8000u : 0u;
+  return t == DType::f16 ? f16_bits_to_f32(static_cast<std::uint16_t>(sign | pick))
+                         : bf16_bits_to_f32(static_cast<std::uint16_t>(sign | pick));
+}
+
+}  // namespace nanscope

@@ -1,0 +1,43 @@
+#pragma once
+// What every op call carries: the backend it runs on, the diffusers module
+// path of the caller (for traces and errors), the resolved precision and the
+// attention settings, and an optional tracer (the inspector's layer trace).
+
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "backend/backend.hpp"
+#include "core/precision.hpp"
+
+namespace nanscope {
+
+class OpTracer;
+
+struct OpContext {
+  Backend* backend = nullptr;
+  std::string path;  // e.g. "up_blocks.1.attentions.0.transformer_blocks.0.attn1"
+  Precision precision;
+  AttentionConfig attention;
+  OpTracer* tracer = nullptr;
+
+  // The same context for a child module: path + "." + name.
+  OpContext child(std::string_view name) const;
+  Backend& be() const;  // throws OpError when no backend is set
+};
+
+// Receives every op's output (after the op ran) when set in the context.
+class OpTracer {
+ public:
+  virtual ~OpTracer() = default;
+  virtual void on_op(const OpContext& ctx, std::string_view op, std::span<const Tensor* const> inputs,
+                     const Tensor& output) = 0;
+};
+
+// Builds the standard op error message:
+// `GROUP_NORM up_blocks.1.resnets.0.norm1 x[2,640,32,32] f16 on "pthread-cpu": <what>`.
+std::string op_message(const OpContext& ctx, std::string_view op,
+                       std::initializer_list<std::pair<std::string_view, const Tensor*>> tensors,
+                       std::string_view what);
+
+}  // namespace nanscope

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Installs everything NaNscope needs on Debian 12, idempotently:
+#   - build and runtime packages from apt (Qt5, OpenCL ICD + PoCL, spdlog, ...)
+#   - a Python venv at .venv over Debian's PyTorch, with pinned diffusers and
+#     transformers, used only by the test oracles and the model trainer.
+# Usage: tools/setup.sh [--no-python]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+want_python=1
+[ "${1:-}" = "--no-python" ] && want_python=0
+
+apt_packages=(
+  build-essential cmake ninja-build pkg-config git
+  qtbase5-dev libqt5charts5-dev libqt5svg5-dev
+  ocl-icd-opencl-dev opencl-headers opencl-clhpp-headers pocl-opencl-icd clinfo
+  libspdlog-dev nlohmann-json3-dev libpng-dev libcli11-dev libssl-dev
+  libutf8proc-dev libgtest-dev libgmock-dev libbenchmark-dev
+  xvfb xauth
+)
+if [ "$want_python" = 1 ]; then
+  apt_packages+=(python3-venv python3-torch python3-numpy libopenblas0-pthread)
+fi
+
+missing=()
+for p in "${apt_packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  sudo_cmd=""
+  [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+  $sudo_cmd apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+if [ "$want_python" = 1 ]; then
+  py=/usr/bin/python3
+  if [ ! -x .venv/bin/python ]; then
+    echo "setup: creating .venv over Debian's PyTorch"
+    "$py" -m venv --system-site-packages .venv
+  fi
+  pins=(diffusers==0.31.0 transformers==4.47.1 tokenizers==0.21.0 safetensors==0.4.5 huggingface_hub==0.26.5)
+  if ! .venv/bin/python - "${pins[@]}" <<'PY' 2>/dev/null
+import sys
+from importlib.metadata import version
+for pin in sys.argv[1:]:
+    name, want = pin.split("==")
+    if version(name) != want:
+        sys.exit(1)
+PY
+  then
+    echo "setup: installing pinned Python packages into .venv"
+    # torch comes from Debian (python3-torch); never let pip replace it.
+    .venv/bin/pip install -q --disable-pip-version-check "${pins[@]}" "numpy<2" pillow regex requests filelock importlib_metadata
+  fi
+  torch_path=$(.venv/bin/python -c 'import torch; print(torch.__file__)')
+  case "$torch_path" in
+    /usr/lib/python3/dist-packages/*) ;;
+    *) echo "setup: error: .venv uses a torch from $torch_path; expected Debian's python3-torch. Remove .venv and run again." >&2; exit 1 ;;
+  esac
+fi
+echo "setup: ok"
