@@ -4,10 +4,12 @@
 function(nanscope_embed_kernels out_var)
   file(GLOB cl_files CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/kernels/*.cl)
   list(SORT cl_files)
+  # A ';'-list would be split into separate command arguments: pass it '|'-joined.
+  string(REPLACE ";" "|" files_arg "${cl_files}")
   set(out_cpp ${CMAKE_CURRENT_BINARY_DIR}/embedded_kernels.cpp)
   add_custom_command(
     OUTPUT ${out_cpp}
-    COMMAND ${CMAKE_COMMAND} -DOUT=${out_cpp} -DFILES="${cl_files}"
+    COMMAND ${CMAKE_COMMAND} -DOUT=${out_cpp} -DFILES=${files_arg}
             -P ${PROJECT_SOURCE_DIR}/cmake/embed_kernels_script.cmake
     DEPENDS ${cl_files} ${PROJECT_SOURCE_DIR}/cmake/embed_kernels_script.cmake
     COMMENT "Embedding OpenCL kernels"

@@ -1,5 +1,6 @@
 # Script mode: writes OUT from the list FILES (see embed_kernels.cmake).
 string(REPLACE "\"" "" FILES "${FILES}")
+string(REPLACE "|" ";" FILES "${FILES}")
 set(body "// Generated from kernels/*.cl by cmake/embed_kernels_script.cmake. Do not edit.\n")
 string(APPEND body "#include \"backend/opencl/kernel_sources.hpp\"\n\nnamespace nanscope::opencl {\n\n")
 string(APPEND body "const std::vector<KernelSource>& kernel_sources() {\n  static const std::vector<KernelSource> sources = {\n")

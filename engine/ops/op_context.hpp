@@ -14,12 +14,21 @@ namespace nanscope {
 
 class OpTracer;
 
+// Resolves the precision and attention settings of a module from its path
+// (per-module overrides, most specific pattern wins). Applied by child().
+class PrecisionPolicy {
+ public:
+  virtual ~PrecisionPolicy() = default;
+  virtual void resolve(std::string_view module_path, Precision& precision, AttentionConfig& attention) const = 0;
+};
+
 struct OpContext {
   Backend* backend = nullptr;
   std::string path;  // e.g. "up_blocks.1.attentions.0.transformer_blocks.0.attn1"
   Precision precision;
   AttentionConfig attention;
   OpTracer* tracer = nullptr;
+  const PrecisionPolicy* policy = nullptr;  // when set, child() re-resolves precision for the child's path
 
   // The same context for a child module: path + "." + name.
   OpContext child(std::string_view name) const;

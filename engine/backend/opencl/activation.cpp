@@ -1,11 +1,36 @@
-// PENDING: being written (helper H4). Replaced by the real host code.
+// SILU / GELU / QUICK_GELU / SCALE and GEGLU host side (kernels/activation.cl):
+// one work-item per 16 elements.
+#include "backend/opencl/launch_util.hpp"
 #include "backend/opencl/opencl_backend.hpp"
-#include "core/error.hpp"
 
 namespace nanscope::opencl {
 
-void OpenClBackend::unary(const UnaryArgs& args) { throw OpError("OpenCL unary: pending"); }
+using detail::ceil_div;
 
-void OpenClBackend::geglu(const GegluArgs& args) { throw OpError("OpenCL geglu: pending"); }
+void OpenClBackend::unary(const UnaryArgs& args) {
+  const std::int64_t n = args.x.numel();
+  if (n == 0) return;
+  const char* name = "unary_silu";
+  const char* op = "SILU";
+  switch (args.op) {
+    case UnaryOp::silu: break;
+    case UnaryOp::gelu_erf: name = "unary_gelu_erf", op = "GELU"; break;
+    case UnaryOp::gelu_tanh: name = "unary_gelu_tanh", op = "GELU"; break;
+    case UnaryOp::quick_gelu: name = "unary_quick_gelu", op = "QUICK_GELU"; break;
+    case UnaryOp::scale: name = "unary_scale", op = "SCALE"; break;
+  }
+  cl_kernel k = kernel("activation", name, precision_options(detail::storage_only(args.out.dtype())));
+  set_args(k, buffer(args.x), buffer(args.out), cl_ulong(n), args.param);
+  const size_t global[1] = {ceil_div(n, 16)};
+  launch(k, op, 1, global, nullptr);
+}
+
+void OpenClBackend::geglu(const GegluArgs& args) {
+  if (args.rows * args.d == 0) return;
+  cl_kernel k = kernel("activation", "geglu", precision_options(detail::storage_only(args.out.dtype())));
+  set_args(k, buffer(args.x), buffer(args.out), detail::to_uint(args.d, "GEGLU", "d"));
+  const size_t global[2] = {ceil_div(args.d, 16), static_cast<size_t>(args.rows)};
+  launch(k, "GEGLU", 2, global, nullptr);
+}
 
 }  // namespace nanscope::opencl

@@ -1,9 +1,162 @@
-// PENDING: being written (helper H4). Replaced by the real host code.
+// ATTENTION host side. fused: kernels/attention.cl (online softmax, no score
+// matrix). bmm and sliced: per group of (batch, head) pairs, scores = scale *
+// Q.K^T on the GEMM panels, softmax rows (kernels/softmax.cl) into the
+// probabilities P in the storage dtype, then out = P.V on the GEMM. sliced
+// takes slice_size pairs at a time; both split further (whole pairs, else query
+// rows) to keep the scratch within budget, which cannot change a result: every
+// query row is computed the same way in any split.
+#include <algorithm>
+#include <mutex>
+
+#include "backend/opencl/gemm.hpp"
 #include "backend/opencl/opencl_backend.hpp"
-#include "core/error.hpp"
+#include "core/log.hpp"
 
 namespace nanscope::opencl {
 
-void OpenClBackend::attention(const AttentionArgs& args) { throw OpError("OpenCL attention: pending"); }
+using detail::ceil_div;
+using detail::to_uint;
+
+namespace {
+
+constexpr std::int64_t kFusedQueryRows = 4;    // ATTN_QB in attention.cl
+constexpr std::int64_t kFusedMaxHead = 512;    // ATTN_MAX_D in attention.cl
+
+std::string attention_options(OpenClBackend& be, const Precision& p) {
+  return be.precision_options(p) + detail::exact_math_options(be.device());
+}
+std::string softmax_options(OpenClBackend& be, const Precision& p) {
+  return be.precision_options(Precision{p.dtype, Accumulate::f32, p.softmax}) +
+         detail::exact_math_options(be.device());
+}
+
+[[maybe_unused]] const bool kRegistered = (register_program_options("attention", attention_options), true);
+
+void fused(OpenClBackend& be, const AttentionArgs& a) {
+  const char* op = "ATTENTION";
+  cl_kernel k = be.kernel("attention", "attention_fused", attention_options(be, a.precision));
+  OpenClBackend::set_args(k, be.buffer(a.q), be.buffer(a.k), be.buffer(a.v), be.buffer(a.out),
+                          to_uint(a.sq, op, "sq"), to_uint(a.sk, op, "sk"), to_uint(a.heads, op, "heads"),
+                          to_uint(a.d, op, "d"), to_uint(a.dv, op, "dv"), a.scale, cl_int(a.causal ? 1 : 0));
+  const size_t global[3] = {ceil_div(a.sq, kFusedQueryRows), static_cast<size_t>(a.heads),
+                            static_cast<size_t>(a.batch)};
+  be.launch(k, op, 3, global, nullptr);
+}
+
+// The materialised path for query rows [i0, i0 + rows) of the pairs [bh0, bh0 + count).
+struct Unit {
+  std::int64_t bh0, count, i0, rows;
+};
+
+void materialised_unit(OpenClBackend& be, const AttentionArgs& a, const Unit& u, cl_mem scores, cl_mem probs) {
+  const char* op = "ATTENTION";
+  const DType t = a.out.dtype();
+  const Precision& p = a.precision;
+  const gemm::Tuning& tune = gemm::tuning(be.device());
+  const std::string pack_opts = gemm::options(be, detail::storage_only(t));
+  // Scores: rounded to the dtype by the native GEMM, or f32 (stored in the dtype when softmax=native).
+  const bool scores_f32 = !p.native_accumulation() && !p.native_softmax();
+  const Precision score_prec = p.native_accumulation() ? Precision{t, Accumulate::native, SoftmaxPrecision::f32}
+                                                       : Precision{scores_f32 ? DType::f32 : t};
+  const std::int64_t qs = a.heads * a.d, vs = a.heads * a.dv, ss = u.rows * a.sk;
+
+  const std::int64_t qa = gemm::a_panel_floats(tune, u.rows, a.d), kb = gemm::b_panel_floats(tune, a.sk, a.d);
+  detail::ScratchBuffer q_panels(be, static_cast<std::size_t>(qa * u.count) * sizeof(float), "ATTENTION Q panels");
+  detail::ScratchBuffer k_panels(be, static_cast<std::size_t>(kb * u.count) * sizeof(float), "ATTENTION K panels");
+
+  // Each run of pairs within one batch item has uniform strides: one launch per run.
+  for (std::int64_t bh = u.bh0; bh < u.bh0 + u.count;) {
+    const std::int64_t b = bh / a.heads, h0 = bh % a.heads;
+    const std::int64_t nh = std::min(a.heads - h0, u.bh0 + u.count - bh);
+    const std::int64_t slot = bh - u.bh0;  // index of the first pair of the run within the unit
+    const gemm::Operand q{be.buffer(a.q), (b * a.sq + u.i0) * qs + h0 * a.d, a.d, qs, 1};
+    const gemm::Operand kt{be.buffer(a.k), b * a.sk * qs + h0 * a.d, a.d, 1, qs};  // element (c, j) of K^T
+    gemm::pack_a(be, pack_opts, q, nh, u.rows, a.d, q_panels.mem(), qa, op);
+    gemm::pack_b(be, pack_opts, kt, nh, a.d, a.sk, k_panels.mem(), kb, op);
+    gemm::Problem sp;
+    sp.b_panels = k_panels.mem();  // this run's panels start at 0
+    sp.b_panels_bs = kb;
+    sp.c = scores;
+    sp.c_off = slot * ss;
+    sp.c_bs = ss;
+    sp.ldc = a.sk;
+    sp.batch = nh;
+    sp.m = u.rows;
+    sp.n = a.sk;
+    sp.k = a.d;
+    sp.alpha = a.scale;
+    gemm::compute_panels(be, score_prec, q_panels.mem(), 0, qa, sp, op);
+    bh += nh;
+  }
+
+  cl_kernel sm = be.kernel("softmax", scores_f32 ? "softmax_rows_f32in" : "softmax_rows", softmax_options(be, p));
+  const size_t local = detail::reduction_group_size(be.device());
+  OpenClBackend::set_args(sm, scores, cl_ulong(0), probs, cl_ulong(0), to_uint(a.sk, op, "sk"),
+                          cl_uint(a.causal ? a.sq : 0), to_uint(u.i0, op, "row"),
+                          LocalMem{std::max<size_t>(local, 2) * sizeof(float)});
+  const size_t global[1] = {local * static_cast<size_t>(u.count * u.rows)};
+  const size_t local_size[1] = {local};
+  be.launch(sm, op, 1, global, local_size);
+
+  for (std::int64_t bh = u.bh0; bh < u.bh0 + u.count;) {
+    const std::int64_t b = bh / a.heads, h0 = bh % a.heads;
+    const std::int64_t nh = std::min(a.heads - h0, u.bh0 + u.count - bh);
+    gemm::Problem pv;
+    pv.a = {probs, (bh - u.bh0) * ss, ss, a.sk, 1};
+    pv.b = {be.buffer(a.v), b * a.sk * vs + h0 * a.dv, a.dv, vs, 1};
+    pv.c = be.buffer(a.out);
+    pv.c_off = (b * a.sq + u.i0) * vs + h0 * a.dv;
+    pv.c_bs = a.dv;
+    pv.ldc = vs;
+    pv.batch = nh;
+    pv.m = u.rows;
+    pv.n = a.dv;
+    pv.k = a.sk;
+    gemm::run(be, Precision{t, p.accumulate, SoftmaxPrecision::f32}, pv, op);
+    bh += nh;
+  }
+}
+
+void materialised(OpenClBackend& be, const AttentionArgs& a) {
+  const DType t = a.out.dtype();
+  const std::int64_t pairs = a.batch * a.heads;
+  const bool scores_f32 = !a.precision.native_accumulation() && !a.precision.native_softmax();
+  const std::int64_t es = static_cast<std::int64_t>(dtype_size(t));
+  // Scratch per query row of one pair: its scores, probabilities, and (in the GEMM) packed probabilities.
+  const std::int64_t row_bytes = a.sk * ((scores_f32 ? 4 : es) + es + 4) + 4 * a.d;
+  const auto budget = static_cast<std::int64_t>(gemm::scratch_budget(be.device()));
+  std::int64_t per_unit = a.config.impl == AttentionImpl::sliced ? std::max(1, a.config.slice_size) : pairs;
+  per_unit = std::min(per_unit, std::max<std::int64_t>(1, budget / std::max<std::int64_t>(1, row_bytes * a.sq)));
+  std::int64_t rows = a.sq;
+  if (row_bytes * a.sq > budget) rows = std::clamp<std::int64_t>(budget / row_bytes, 1, a.sq);
+
+  const std::int64_t cap = per_unit * rows * a.sk;
+  detail::ScratchBuffer scores(be, static_cast<std::size_t>(cap * (scores_f32 ? 4 : es)), "ATTENTION scores");
+  detail::ScratchBuffer probs(be, static_cast<std::size_t>(cap * es), "ATTENTION probabilities");
+  for (std::int64_t bh0 = 0; bh0 < pairs; bh0 += per_unit) {
+    const std::int64_t count = std::min(per_unit, pairs - bh0);
+    for (std::int64_t i0 = 0; i0 < a.sq; i0 += rows) {
+      materialised_unit(be, a, Unit{bh0, count, i0, std::min(rows, a.sq - i0)}, scores.mem(), probs.mem());
+    }
+  }
+}
+
+}  // namespace
+
+void OpenClBackend::attention(const AttentionArgs& args) {
+  if (args.batch * args.sq * args.heads * args.dv == 0) return;
+  if (args.config.impl == AttentionImpl::fused) {
+    if (args.d <= kFusedMaxHead && args.dv <= kFusedMaxHead) {
+      fused(*this, args);
+      return;
+    }
+    static std::once_flag warned;
+    std::call_once(warned, [&] {
+      log::warn("fused attention supports head sizes up to {}; d={} dv={} runs the bmm implementation instead",
+                kFusedMaxHead, args.d, args.dv);
+    });
+  }
+  materialised(*this, args);
+}
 
 }  // namespace nanscope::opencl

@@ -1,9 +1,97 @@
-// PENDING: being written (helper H4). Replaced by the real host code.
+// CONV2D host side: convolution as GEMM with the weights as A [O][C*KH*KW]
+// and the im2col matrix as B [C*KH*KW][OH*OW] per image (kernels/conv2d.cl,
+// kernels/matmul.cl). A 1x1 stride-1 unpadded convolution is a plain GEMM on
+// the input. Otherwise the columns are built in chunks of output positions so
+// the scratch stays bounded (a 512x512 VAE layer would need >1 GiB at once).
+#include <algorithm>
+#include <optional>
+
+#include "backend/opencl/gemm.hpp"
 #include "backend/opencl/opencl_backend.hpp"
-#include "core/error.hpp"
 
 namespace nanscope::opencl {
 
-void OpenClBackend::conv2d(const Conv2dArgs& args) { throw OpError("OpenCL conv2d: pending"); }
+using detail::ceil_div;
+using detail::to_uint;
+
+void OpenClBackend::conv2d(const Conv2dArgs& a) {
+  const char* op = "CONV2D";
+  const std::int64_t k = a.c * a.kh * a.kw;
+  const std::int64_t p = a.oh * a.ow;
+  if (a.n * a.o * p == 0) return;
+
+  gemm::Problem pr;
+  pr.a = {buffer(a.w), 0, 0, k, 1};  // weights shared by every image
+  pr.c = buffer(a.out);
+  pr.c_bs = a.o * p;
+  pr.ldc = p;
+  if (a.bias) {
+    pr.bias = buffer(*a.bias);
+    pr.bias_mode = gemm::kBiasRow;
+  }
+  pr.m = a.o;
+  pr.k = k;
+
+  if (a.kh == 1 && a.kw == 1 && a.stride == 1 && a.padding == 0) {
+    pr.b = {buffer(a.x), 0, a.c * a.h * a.w_in, a.h * a.w_in, 1};
+    pr.batch = a.n;
+    pr.n = p;
+    gemm::run(*this, a.precision, pr, op);
+    return;
+  }
+
+  const gemm::Tuning& t = gemm::tuning(device());
+  const bool panels = gemm::uses_panels(*this, a.precision);
+  const std::string opts = gemm::options(*this, a.precision);
+  const std::size_t es = panels ? sizeof(float) : dtype_size(a.x.dtype());
+  // Columns per chunk (whole panels) and images per launch within the scratch budget.
+  const auto budget = static_cast<std::int64_t>(gemm::scratch_budget(device()) / es);
+  std::int64_t pc = p;
+  std::int64_t images = a.n;
+  const std::int64_t per_image = (panels ? gemm::b_panel_floats(t, p, k) : k * p);
+  if (per_image * images > budget) {
+    images = std::max<std::int64_t>(1, budget / per_image);
+    if (per_image > budget) {
+      images = 1;
+      pc = std::max<std::int64_t>(1, budget / (k * t.nr())) * t.nr();
+    }
+  }
+  const std::int64_t chunk_elems = panels ? gemm::b_panel_floats(t, pc, k) : k * pc;
+  detail::ScratchBuffer cols(*this, static_cast<std::size_t>(chunk_elems * images) * es, "CONV2D im2col columns");
+  std::optional<detail::ScratchBuffer> a_panels;
+  if (panels) {
+    a_panels.emplace(*this, static_cast<std::size_t>(gemm::a_panel_floats(t, a.o, k)) * sizeof(float),
+                     "CONV2D weight panels");
+    gemm::pack_a(*this, opts, pr.a, 1, a.o, k, a_panels->mem(), 0, op);
+  }
+
+  cl_kernel im2col = kernel("conv2d", panels ? "conv_im2col_panels" : "conv_im2col", opts);
+  for (std::int64_t b0 = 0; b0 < a.n; b0 += images) {
+    const std::int64_t nb = std::min(images, a.n - b0);
+    for (std::int64_t p0 = 0; p0 < p; p0 += pc) {
+      const std::int64_t len = std::min(pc, p - p0);
+      set_args(im2col, buffer(a.x), cl_ulong(b0 * a.c * a.h * a.w_in), cl_ulong(a.c * a.h * a.w_in), cols.mem(), cl_ulong(chunk_elems),
+               to_uint(a.c, op, "c"), to_uint(a.h, op, "h"), to_uint(a.w_in, op, "w"), to_uint(a.kh, op, "kh"),
+               to_uint(a.kw, op, "kw"), cl_uint(a.stride), cl_uint(a.padding), to_uint(a.ow, op, "ow"),
+               to_uint(p0, op, "position"), to_uint(len, op, "positions"));
+      const size_t global[3] = {panels ? static_cast<size_t>(k) : static_cast<size_t>(len),
+                                panels ? ceil_div(len, t.nr()) : static_cast<size_t>(k), static_cast<size_t>(nb)};
+      launch(im2col, op, 3, global, nullptr);
+
+      gemm::Problem chunk = pr;
+      chunk.batch = nb;
+      chunk.n = len;
+      chunk.c_off = b0 * pr.c_bs + p0;
+      if (panels) {
+        chunk.b_panels = cols.mem();
+        chunk.b_panels_bs = chunk_elems;
+        gemm::compute_panels(*this, a.precision, a_panels->mem(), 0, 0, chunk, op);
+      } else {
+        chunk.b = {cols.mem(), 0, chunk_elems, len, 1};  // [k][len] per image
+        gemm::run(*this, a.precision, chunk, op);
+      }
+    }
+  }
+}
 
 }  // namespace nanscope::opencl

@@ -1,9 +1,31 @@
-// PENDING: being written (helper H4). Replaced by the real host code.
+// MATMUL / LINEAR host side: describes the operands to the GEMM engine
+// (gemm.hpp), which picks panel or tiled kernels for the device and precision.
+#include "backend/opencl/gemm.hpp"
 #include "backend/opencl/opencl_backend.hpp"
-#include "core/error.hpp"
 
 namespace nanscope::opencl {
 
-void OpenClBackend::matmul(const MatmulArgs& args) { throw OpError("OpenCL matmul: pending"); }
+void OpenClBackend::matmul(const MatmulArgs& args) {
+  gemm::Problem pr;
+  // A [batch, m, k] row-major.
+  pr.a = {buffer(args.a), 0, args.m * args.k, args.k, 1};
+  // B [k, n] (row stride n), or [n, k] when trans_b (element (k, n) at n*k + k).
+  const std::int64_t b_bs = args.b_broadcast ? 0 : args.k * args.n;
+  pr.b = args.trans_b ? gemm::Operand{buffer(args.b), 0, b_bs, 1, args.k}
+                      : gemm::Operand{buffer(args.b), 0, b_bs, args.n, 1};
+  pr.c = buffer(args.out);
+  pr.c_bs = args.m * args.n;
+  pr.ldc = args.n;
+  if (args.bias) {
+    pr.bias = buffer(*args.bias);
+    pr.bias_mode = gemm::kBiasCol;
+  }
+  pr.batch = args.batch;
+  pr.m = args.m;
+  pr.n = args.n;
+  pr.k = args.k;
+  pr.alpha = args.alpha;
+  gemm::run(*this, args.precision, pr, "MATMUL");
+}
 
 }  // namespace nanscope::opencl

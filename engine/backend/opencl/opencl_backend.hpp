@@ -3,16 +3,40 @@
 // -D set, the single launch path) lives here; each op's host side lives in
 // engine/backend/opencl/<op>.cpp as a member of OpenClBackend.
 
+#include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include "backend/backend.hpp"
 #include "backend/opencl/cl_check.hpp"
 #include "backend/opencl/program_cache.hpp"
 
 namespace nanscope::opencl {
+
+// A __local kernel argument of `bytes` bytes (set_args(k, LocalMem{n * sizeof(float)}, ...)).
+struct LocalMem {
+  size_t bytes;
+};
+
+// Kernel time per op name, from profiling events (NANSCOPE_PROFILE=1).
+struct OpTiming {
+  std::string op;
+  std::uint64_t launches = 0;
+  double ms = 0.0;
+};
+
+class OpenClBackend;
+// Build options of a program at a precision, where an op builds with more than
+// precision_options() (tuning table, exact-math flags). Register once per
+// program so precompile() builds exactly the variants runs will ask for.
+// matmul and conv2d (gemm::options) are registered by opencl_backend.cpp.
+using ProgramOptionsFn = std::string (*)(OpenClBackend& be, const Precision& p);
+void register_program_options(const std::string& program, ProgramOptionsFn fn);
 
 class OpenClBackend final : public Backend {
  public:
@@ -56,8 +80,16 @@ class OpenClBackend final : public Backend {
   cl_command_queue queue() const { return queue_; }
   ProgramCache& programs() { return *programs_; }
 
-  // Builds every program in every precision variant the ops use; returns the records.
+  // Builds every program in every precision variant the ops use; returns one record per
+  // program variant built or loaded here (failed builds included, with failed = true).
   std::vector<BuildRecord> precompile();
+  // The option strings precompile() builds for a program (one per distinct precision variant).
+  std::vector<std::string> precompile_variants(const std::string& program);
+
+  // True when NANSCOPE_PROFILE=1 was set at construction: launch() then keeps an event per launch.
+  bool profiling() const { return profile_; }
+  // Kernel time per op so far, sorted by time (waits for queued work). Empty unless profiling().
+  std::vector<OpTiming> profile();
 
   template <typename... Args>
   static void set_args(cl_kernel k, const Args&... args) {
@@ -67,6 +99,7 @@ class OpenClBackend final : public Backend {
 
  private:
   static void set_arg(cl_kernel k, cl_uint i, const cl_mem& m);
+  static void set_arg(cl_kernel k, cl_uint i, const LocalMem& m);
   template <typename T>
   static void set_arg(cl_kernel k, cl_uint i, const T& v) {
     NS_CL_CHECK(clSetKernelArg(k, i, sizeof(T), &v));
@@ -77,6 +110,11 @@ class OpenClBackend final : public Backend {
   cl_command_queue queue_ = nullptr;
   std::unique_ptr<ProgramCache> programs_;
   std::unordered_map<std::string, cl_kernel> kernels_;
+  std::string cl_std_;  // "-cl-std=CL1.2" (or CL1.1 on devices that only speak OpenCL C 1.1)
+  bool profile_ = false;
+  std::vector<std::pair<std::string, cl_event>> pending_events_;  // (op, event) not yet read
+  std::map<std::string, OpTiming> timings_;
+  void collect_profile();
 };
 
 }  // namespace nanscope::opencl

@@ -8,6 +8,7 @@
 // and rebuilt, never trusted. Writes go to a temp file that is renamed.
 // Every build and hit is timed, logged and recorded.
 
+#include <cstdint>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -23,6 +24,8 @@ struct BuildRecord {
   bool cache_hit = false;
   double ms = 0.0;      // wall time of the build or the load
   std::string note;     // e.g. "cache entry corrupt (checksum mismatch); rebuilt"
+  bool failed = false;  // precompile(): the build failed; `error` holds the message with the build log
+  std::string error;
 };
 
 class ProgramCache {
@@ -36,6 +39,17 @@ class ProgramCache {
   // The built program for a kernel file and options (memoised in memory).
   // Throws ClError with the build log when the build fails.
   cl_program get(const std::string& program, const std::string& options);
+  // The same for a source given directly (tests, tools); `program` names it in logs and records.
+  cl_program get_source(const std::string& program, const std::string& source, const std::string& options);
+
+  // The text a kernel file is built from: common.cl + "\n" + <program>.cl (throws Error when
+  // the program is not embedded).
+  static std::string full_source(const std::string& program);
+  // The cache key (64 hex digits) of a full source and options on this device, and its entry file.
+  std::string cache_key(const std::string& source, const std::string& options) const;
+  std::string entry_path(const std::string& key) const;
+
+  static constexpr std::uint32_t kFormatVersion = 1;
 
   const std::string& dir() const { return dir_; }
   std::vector<BuildRecord> records() const;

@@ -1,0 +1,47 @@
+#pragma once
+// Shared pieces of nanscope-cli: global options, device resolution, and one
+// registration function per subcommand (one file each, so new commands such as
+// generate or inspect slot in beside them).
+
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "backend/backend.hpp"
+#include "backend/device.hpp"
+
+namespace nanscope::cli {
+
+struct GlobalOptions {
+  bool verbose = false;
+  std::string log_level;     // empty: keep NANSCOPE_LOG / info
+  std::string device;        // --device; empty: NANSCOPE_DEVICE, else the default device
+  std::string kernel_cache;  // --kernel-cache; empty: NANSCOPE_KERNEL_CACHE, else the XDG cache dir
+};
+
+// What the chosen subcommand runs after parsing and after the global options took effect.
+using Action = std::function<int()>;
+
+// The device pin in effect: an explicit override, else --device, else NANSCOPE_DEVICE.
+std::string device_pin(const GlobalOptions& g, const std::string& override_pin = {});
+BackendOptions backend_options(const GlobalOptions& g);
+
+// Enumerates devices and resolves the pin (throws DeviceError listing devices when it matches nothing).
+struct SelectedDevice {
+  DeviceList list;
+  DeviceInfo info;
+};
+SelectedDevice select(const GlobalOptions& g, const std::string& override_pin = {});
+
+std::string format_mib(std::uint64_t bytes);
+std::string format_kib(std::uint64_t bytes);
+
+void add_devices_command(CLI::App& app, const GlobalOptions& g, Action& action);
+void add_precompile_command(CLI::App& app, const GlobalOptions& g, Action& action);
+void add_demo_command(CLI::App& app, const GlobalOptions& g, Action& action);
+void add_generate_command(CLI::App& app, const GlobalOptions& g, Action& action);  // generate + info (cmd_generate.cpp)
+
+}  // namespace nanscope::cli

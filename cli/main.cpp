@@ -1,0 +1,69 @@
+// nanscope-cli: device listing, kernel precompilation and an engine demo
+// (more commands, e.g. generate and inspect, register themselves beside these).
+#include <cstdio>
+#include <exception>
+
+#include "common.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
+
+namespace nanscope::cli {
+
+std::string device_pin(const GlobalOptions& g, const std::string& override_pin) {
+  if (!override_pin.empty()) return override_pin;
+  if (!g.device.empty()) return g.device;
+  return device_pin_from_env();
+}
+
+BackendOptions backend_options(const GlobalOptions& g) {
+  BackendOptions o;
+  o.kernel_cache_dir = g.kernel_cache;  // empty: ProgramCache::default_dir() reads NANSCOPE_KERNEL_CACHE
+  return o;
+}
+
+SelectedDevice select(const GlobalOptions& g, const std::string& override_pin) {
+  SelectedDevice s;
+  s.list = enumerate_devices();
+  s.info = select_device(s.list, device_pin(g, override_pin));
+  return s;
+}
+
+std::string format_mib(std::uint64_t bytes) { return std::to_string(bytes >> 20) + " MiB"; }
+std::string format_kib(std::uint64_t bytes) { return std::to_string(bytes >> 10) + " KiB"; }
+
+}  // namespace nanscope::cli
+
+int main(int argc, char** argv) {
+  using namespace nanscope;
+  CLI::App app{"NaNscope: the numerics workbench for diffusion image generation (command line)"};
+  app.require_subcommand(1);
+  cli::GlobalOptions g;
+  app.add_flag("-v,--verbose", g.verbose, "Debug logs (device discovery, builds, cache)");
+  app.add_option("--log", g.log_level, "Log level: trace, debug, info, warn, error, off");
+  app.add_option("--device", g.device, "Device to run on: index, id, name or part of a name (also NANSCOPE_DEVICE)");
+  app.add_option("--kernel-cache", g.kernel_cache,
+                 "Kernel binary cache directory (also NANSCOPE_KERNEL_CACHE; default $XDG_CACHE_HOME/nanscope/kernels)");
+
+  cli::Action action;
+  cli::add_devices_command(app, g, action);
+  cli::add_precompile_command(app, g, action);
+  cli::add_demo_command(app, g, action);
+  cli::add_generate_command(app, g, action);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    if (g.verbose) log::set_level("debug");
+    if (!g.log_level.empty()) log::set_level(g.log_level);
+    return action ? action() : 0;
+  } catch (const Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: unexpected failure: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,299 @@
+// Device enumeration, the default rule and pinning (report R3): every device
+// found or skipped is logged with its reason, and a pin that matches nothing
+// is an error listing what exists, never a silent switch.
+#include "backend/device.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <sstream>
+
+#include "backend/opencl/cl_check.hpp"
+#include "backend/opencl/opencl_backend.hpp"
+#include "backend/reference/reference_backend.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
+
+namespace nanscope {
+
+std::string_view device_kind_name(DeviceKind k) {
+  switch (k) {
+    case DeviceKind::gpu: return "gpu";
+    case DeviceKind::accelerator: return "accelerator";
+    case DeviceKind::cpu: return "cpu";
+    case DeviceKind::other: return "other";
+    case DeviceKind::reference: return "reference";
+  }
+  return "?";
+}
+
+namespace {
+
+constexpr cl_int kPlatformNotFoundKhr = -1001;  // CL_PLATFORM_NOT_FOUND_KHR (cl_ext.h)
+
+std::string trim(std::string s) {
+  while (!s.empty() && (s.back() == '\0' || std::isspace(static_cast<unsigned char>(s.back())))) s.pop_back();
+  std::size_t i = 0;
+  while (i < s.size() && std::isspace(static_cast<unsigned char>(s[i]))) ++i;
+  return s.substr(i);
+}
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  for (auto& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+std::string platform_string(cl_platform_id p, cl_platform_info what) {
+  size_t size = 0;
+  if (clGetPlatformInfo(p, what, 0, nullptr, &size) != CL_SUCCESS || size == 0) return {};
+  std::string s(size, '\0');
+  if (clGetPlatformInfo(p, what, size, s.data(), nullptr) != CL_SUCCESS) return {};
+  return trim(s);
+}
+
+std::string device_string(cl_device_id d, cl_device_info what) {
+  size_t size = 0;
+  if (clGetDeviceInfo(d, what, 0, nullptr, &size) != CL_SUCCESS || size == 0) return {};
+  std::string s(size, '\0');
+  if (clGetDeviceInfo(d, what, size, s.data(), nullptr) != CL_SUCCESS) return {};
+  return trim(s);
+}
+
+template <typename T>
+T device_value(cl_device_id d, cl_device_info what) {
+  T v{};
+  if (clGetDeviceInfo(d, what, sizeof(T), &v, nullptr) != CL_SUCCESS) return T{};
+  return v;
+}
+
+std::vector<std::string> split_words(const std::string& s) {
+  std::vector<std::string> out;
+  std::istringstream in(s);
+  for (std::string w; in >> w;) out.push_back(w);
+  return out;
+}
+
+DeviceKind kind_of(cl_device_type t) {
+  if (t & CL_DEVICE_TYPE_GPU) return DeviceKind::gpu;
+  if (t & CL_DEVICE_TYPE_ACCELERATOR) return DeviceKind::accelerator;
+  if (t & CL_DEVICE_TYPE_CPU) return DeviceKind::cpu;
+  return DeviceKind::other;
+}
+
+std::string no_platform_note() {
+  const char* vendors = std::getenv("OCL_ICD_VENDORS");
+  std::string where = vendors && *vendors ? std::string("$OCL_ICD_VENDORS=") + vendors : "/etc/OpenCL/vendors";
+  return "No OpenCL platform found through the ICD loader (looked in " + where +
+         "); install pocl-opencl-icd or your GPU's OpenCL driver. Using the built-in reference device.";
+}
+
+// Appends every usable device of one platform; skipped devices become notes.
+void add_platform_devices(cl_platform_id platform, cl_uint pi, DeviceList& list) {
+  const std::string pname = platform_string(platform, CL_PLATFORM_NAME);
+  const std::string pversion = platform_string(platform, CL_PLATFORM_VERSION);
+  cl_uint count = 0;
+  cl_int err = clGetDeviceIDs(platform, CL_DEVICE_TYPE_ALL, 0, nullptr, &count);
+  if (err == CL_DEVICE_NOT_FOUND || (err == CL_SUCCESS && count == 0)) {
+    log::debug("OpenCL platform {} \"{}\" ({}): no devices", pi, pname, pversion);
+    list.notes.push_back("OpenCL platform \"" + pname + "\" reports no devices.");
+    return;
+  }
+  if (err != CL_SUCCESS) {
+    log::debug("OpenCL platform {} \"{}\": clGetDeviceIDs failed with {}", pi, pname, opencl::cl_status_name(err));
+    list.notes.push_back("OpenCL platform \"" + pname + "\" could not list its devices (" +
+                         opencl::cl_status_name(err) + "); skipped.");
+    return;
+  }
+  std::vector<cl_device_id> ids(count);
+  if (clGetDeviceIDs(platform, CL_DEVICE_TYPE_ALL, count, ids.data(), nullptr) != CL_SUCCESS) return;
+  log::debug("OpenCL platform {} \"{}\" ({}): {} device(s)", pi, pname, pversion, count);
+
+  for (cl_uint di = 0; di < count; ++di) {
+    cl_device_id d = ids[di];
+    DeviceInfo info;
+    info.id = "opencl:" + std::to_string(pi) + ":" + std::to_string(di);
+    info.name = device_string(d, CL_DEVICE_NAME);
+    info.vendor = device_string(d, CL_DEVICE_VENDOR);
+    info.driver_version = device_string(d, CL_DRIVER_VERSION);
+    info.device_version = device_string(d, CL_DEVICE_VERSION);
+    info.opencl_c_version = device_string(d, CL_DEVICE_OPENCL_C_VERSION);
+    info.platform_name = pname;
+    info.platform_version = pversion;
+    info.kind = kind_of(device_value<cl_device_type>(d, CL_DEVICE_TYPE));
+    info.extensions = split_words(device_string(d, CL_DEVICE_EXTENSIONS));
+    auto has_ext = [&](std::string_view e) {
+      return std::find(info.extensions.begin(), info.extensions.end(), e) != info.extensions.end();
+    };
+    info.fp16 = has_ext("cl_khr_fp16");
+    info.fp64 = has_ext("cl_khr_fp64");
+    info.global_mem_bytes = device_value<cl_ulong>(d, CL_DEVICE_GLOBAL_MEM_SIZE);
+    info.local_mem_bytes = device_value<cl_ulong>(d, CL_DEVICE_LOCAL_MEM_SIZE);
+    info.max_alloc_bytes = device_value<cl_ulong>(d, CL_DEVICE_MAX_MEM_ALLOC_SIZE);
+    info.compute_units = device_value<cl_uint>(d, CL_DEVICE_MAX_COMPUTE_UNITS);
+    info.max_work_group_size = device_value<size_t>(d, CL_DEVICE_MAX_WORK_GROUP_SIZE);
+    info.cl_platform = platform;
+    info.cl_device = d;
+
+    const std::string label = info.id + " \"" + info.name + "\" (" + std::string(device_kind_name(info.kind)) + ")";
+    if (!device_value<cl_bool>(d, CL_DEVICE_AVAILABLE)) {
+      log::debug("skipped {}: the driver reports it unavailable", label);
+      list.notes.push_back("Skipped " + label + ": the driver reports it unavailable.");
+      continue;
+    }
+    if (!device_value<cl_bool>(d, CL_DEVICE_COMPILER_AVAILABLE)) {
+      log::debug("skipped {}: no OpenCL C compiler (kernels cannot be built)", label);
+      list.notes.push_back("Skipped " + label + ": its driver has no OpenCL C compiler, so kernels cannot be built.");
+      continue;
+    }
+    log::debug("found {}: vendor {}, driver {}, {}, fp16 {}, {} compute units, {} MiB", label, info.vendor,
+               info.driver_version, info.opencl_c_version, info.fp16 ? "yes" : "no", info.compute_units,
+               info.global_mem_bytes >> 20);
+    list.devices.push_back(std::move(info));
+  }
+}
+
+// Marks the default (GPU > accelerator > CPU OpenCL > reference) and writes every reason.
+void choose_default(DeviceList& list) {
+  auto first_of = [&](DeviceKind k) -> DeviceInfo* {
+    for (auto& d : list.devices) {
+      if (d.kind == k) return &d;
+    }
+    return nullptr;
+  };
+  DeviceInfo* gpu = first_of(DeviceKind::gpu);
+  DeviceInfo* acc = first_of(DeviceKind::accelerator);
+  DeviceInfo* cpu = first_of(DeviceKind::cpu);
+  DeviceInfo* ref = first_of(DeviceKind::reference);
+  DeviceInfo* chosen = gpu ? gpu : acc ? acc : cpu ? cpu : ref;
+
+  for (auto& d : list.devices) {
+    d.is_default = &d == chosen;
+    const std::string by = chosen ? " (" + chosen->name + ")" : "";
+    switch (d.kind) {
+      case DeviceKind::gpu:
+        d.reason = d.is_default ? "default: first GPU" : "not default: another GPU comes first" + by;
+        break;
+      case DeviceKind::accelerator:
+        d.reason = d.is_default ? "default: no GPU found; first accelerator"
+                   : gpu        ? "not default: a GPU was found" + by
+                                : "not default: another accelerator comes first" + by;
+        break;
+      case DeviceKind::cpu:
+        d.reason = d.is_default ? "default: no GPU or accelerator found; first CPU OpenCL device"
+                   : gpu        ? "not default: a GPU was found" + by
+                   : acc        ? "not default: an accelerator was found" + by
+                                : "not default: another CPU OpenCL device comes first" + by;
+        break;
+      case DeviceKind::other:
+        d.reason = "not default: device type is not GPU, accelerator or CPU; pin it with --device to use it";
+        break;
+      case DeviceKind::reference:
+        d.reason = d.is_default
+                       ? "default: no usable OpenCL device; the reference device is the fallback (slow, exact)"
+                       : "not default: an OpenCL device was found" + by + "; reference is only the fallback";
+        break;
+    }
+    log::debug("device {} {} \"{}\": {}", d.index, d.id, d.name, d.reason);
+  }
+}
+
+std::string device_table(const DeviceList& list) {
+  std::string s;
+  for (const auto& d : list.devices) {
+    s += "  " + std::to_string(d.index) + "  " + d.id + "  \"" + d.name + "\" (" +
+         std::string(device_kind_name(d.kind)) + (d.is_default ? ", default" : "") + ")\n";
+  }
+  for (const auto& n : list.notes) s += "  note: " + n + "\n";
+  return s;
+}
+
+[[noreturn]] void pin_error(const DeviceList& list, std::string_view pin, const std::string& problem) {
+  throw DeviceError("device \"" + std::string(pin) + "\" " + problem + ". Devices:\n" + device_table(list) +
+                    "Pin one with --device INDEX|ID|NAME (or NANSCOPE_DEVICE), e.g. --device 0 or --device " +
+                    (list.devices.empty() ? std::string("reference") : list.devices.front().id) +
+                    "; nanscope-cli devices lists them.");
+}
+
+}  // namespace
+
+DeviceList enumerate_devices() {
+  DeviceList list;
+  cl_uint nplat = 0;
+  const cl_int err = clGetPlatformIDs(0, nullptr, &nplat);
+  if (err == kPlatformNotFoundKhr || (err == CL_SUCCESS && nplat == 0)) {
+    list.notes.push_back(no_platform_note());
+    log::debug("{}", list.notes.back());
+  } else if (err != CL_SUCCESS) {
+    list.notes.push_back(std::string("The OpenCL ICD loader failed to list platforms (") +
+                         opencl::cl_status_name(err) + "). Using the built-in reference device.");
+    log::debug("{}", list.notes.back());
+  } else {
+    std::vector<cl_platform_id> platforms(nplat);
+    if (clGetPlatformIDs(nplat, platforms.data(), nullptr) == CL_SUCCESS) {
+      for (cl_uint pi = 0; pi < nplat; ++pi) add_platform_devices(platforms[pi], pi, list);
+    }
+    if (list.devices.empty()) {
+      list.notes.push_back("OpenCL platforms exist but none has a usable device. Using the built-in reference device.");
+    }
+  }
+
+  // The reference device describes itself; copying its info keeps both views identical.
+  DeviceInfo ref = reference::ReferenceBackend().device();
+  list.devices.push_back(std::move(ref));
+  for (std::size_t i = 0; i < list.devices.size(); ++i) list.devices[i].index = static_cast<int>(i);
+  choose_default(list);
+  return list;
+}
+
+const DeviceInfo& select_device(const DeviceList& list, std::string_view pin_in) {
+  const std::string pin = trim(std::string(pin_in));
+  auto chosen = [&](const DeviceInfo& d, const std::string& why) -> const DeviceInfo& {
+    log::info("device: {} \"{}\" ({}): {}", d.index, d.name, d.id, why);
+    return d;
+  };
+  if (pin.empty()) {
+    for (const auto& d : list.devices) {
+      if (d.is_default) return chosen(d, d.reason + " (not pinned; pin with --device or NANSCOPE_DEVICE)");
+    }
+    pin_error(list, "(default)", "cannot be chosen: the list has no default");
+  }
+  if (std::all_of(pin.begin(), pin.end(), [](unsigned char c) { return std::isdigit(c); })) {
+    const long idx = pin.size() > 6 ? -1 : std::stol(pin);
+    if (idx >= 0 && idx < static_cast<long>(list.devices.size())) {
+      return chosen(list.devices[static_cast<std::size_t>(idx)], "pinned by index " + pin);
+    }
+    pin_error(list, pin, "is not a device index (valid: 0.." + std::to_string(list.devices.size() - 1) + ")");
+  }
+  for (const auto& d : list.devices) {
+    if (d.id == pin) return chosen(d, "pinned by id");
+  }
+  std::vector<const DeviceInfo*> exact;
+  for (const auto& d : list.devices) {
+    if (d.name == pin) exact.push_back(&d);
+  }
+  if (exact.size() == 1) return chosen(*exact.front(), "pinned by name");
+  if (exact.size() > 1) pin_error(list, pin, "names " + std::to_string(exact.size()) + " devices; pin by index or id");
+  std::vector<const DeviceInfo*> partial;
+  const std::string needle = lower(pin);
+  for (const auto& d : list.devices) {
+    if (lower(d.name).find(needle) != std::string::npos) partial.push_back(&d);
+  }
+  if (partial.size() == 1) return chosen(*partial.front(), "pinned by name match \"" + pin + "\"");
+  if (partial.size() > 1) {
+    pin_error(list, pin, "matches " + std::to_string(partial.size()) + " devices; pin by index, id or a longer name");
+  }
+  pin_error(list, pin, "matches no device (not an index, id, name or part of a name)");
+}
+
+std::string device_pin_from_env() {
+  const char* v = std::getenv("NANSCOPE_DEVICE");
+  return v ? trim(v) : std::string();
+}
+
+std::unique_ptr<Backend> make_backend(const DeviceInfo& device, const BackendOptions& options) {
+  if (device.kind == DeviceKind::reference) return std::make_unique<reference::ReferenceBackend>();
+  return std::make_unique<opencl::OpenClBackend>(device, options);
+}
+
+}  // namespace nanscope

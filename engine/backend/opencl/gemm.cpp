@@ -1,0 +1,247 @@
+#include "backend/opencl/gemm.hpp"
+
+#include <algorithm>
+#include <mutex>
+#include <optional>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "core/error.hpp"
+#include "core/log.hpp"
+
+namespace nanscope::opencl::gemm {
+
+using detail::ceil_div;
+using detail::to_uint;
+
+namespace {
+
+// The tuning table. CPU entries: rows x columns of the per-work-item block,
+// sized to the vector register file (AVX2: 16 ymm -> 6 x 16 floats in 12
+// accumulators; AVX-512: 32 zmm -> 8 x 32 in 16). GPU entries: tile sizes per
+// vendor; 256 work-items per group unless the device allows fewer.
+struct Entry {
+  std::string_view vendor;  // substring of the vendor name, "" = any
+  DeviceKind kind;
+  int native_float_width;  // CPU entries: minimum CL_DEVICE_NATIVE_VECTOR_WIDTH_FLOAT; 0 = any
+  Tuning t;
+};
+
+const Entry kTable[] = {
+    {"", DeviceKind::cpu, 16, {8, 2, 64, 64, 16, 4, 4, "cpu, 16-wide float vectors"}},
+    {"", DeviceKind::cpu, 0, {6, 1, 64, 64, 16, 4, 4, "cpu, default"}},
+    {"NVIDIA", DeviceKind::gpu, 0, {6, 1, 64, 64, 16, 4, 4, "gpu, NVIDIA"}},
+    {"Advanced Micro Devices", DeviceKind::gpu, 0, {6, 1, 64, 64, 16, 4, 4, "gpu, AMD"}},
+    {"Intel", DeviceKind::gpu, 0, {6, 1, 32, 64, 16, 2, 4, "gpu, Intel"}},
+    {"", DeviceKind::gpu, 0, {6, 1, 32, 32, 16, 2, 2, "gpu, default"}},
+};
+const Tuning kSmallGroups{6, 1, 32, 32, 8, 4, 4, "small work-groups (64)"};
+const Tuning kDefaults{};  // kernels/matmul.cl's defaults: no -D needed
+
+bool vendor_matches(std::string_view vendor, std::string_view needle) {
+  return needle.empty() || vendor.find(needle) != std::string_view::npos;
+}
+
+Tuning lookup(const DeviceInfo& device) {
+  const DeviceKind kind = device.kind == DeviceKind::accelerator ? DeviceKind::gpu
+                          : device.kind == DeviceKind::gpu       ? DeviceKind::gpu
+                                                                 : DeviceKind::cpu;
+  cl_uint width = 0;
+  if (device.cl_device) {
+    clGetDeviceInfo(static_cast<cl_device_id>(device.cl_device), CL_DEVICE_NATIVE_VECTOR_WIDTH_FLOAT, sizeof(width),
+                    &width, nullptr);
+  }
+  Tuning t = kDefaults;
+  for (const Entry& e : kTable) {
+    if (e.kind != kind || !vendor_matches(device.vendor, e.vendor)) continue;
+    if (e.native_float_width && static_cast<int>(width) < e.native_float_width) continue;
+    t = e.t;
+    break;
+  }
+  const std::size_t group = static_cast<std::size_t>(t.ts_m / t.wpt_m) * static_cast<std::size_t>(t.ts_n / t.wpt_n);
+  if (device.max_work_group_size && device.max_work_group_size < group) {
+    const int mr = t.mr, nv = t.nv;
+    t = kSmallGroups;
+    t.mr = mr, t.nv = nv;
+  }
+  return t;
+}
+
+}  // namespace
+
+const Tuning& tuning(const DeviceInfo& device) {
+  // One lookup per device for the process (the table is static).
+  static std::mutex mutex;
+  static std::vector<std::pair<std::string, Tuning>> cache;
+  std::lock_guard lock(mutex);
+  const std::string key = device.id + "|" + device.name + "|" + device.driver_version;
+  for (const auto& [k, t] : cache) {
+    if (k == key) return t;
+  }
+  cache.emplace_back(key, lookup(device));
+  const Tuning& t = cache.back().second;
+  log::debug("GEMM tuning for \"{}\": {} (panels {}x{}, tiles {}x{}x{} / {}x{})", device.name, t.source, t.mr,
+             t.nr(), t.ts_m, t.ts_n, t.ts_k, t.wpt_m, t.wpt_n);
+  return t;
+}
+
+std::string tuning_options(const Tuning& t) {
+  std::string o;
+  if (t.mr != kDefaults.mr || t.nv != kDefaults.nv) {
+    o += " -DGEMM_MR=" + std::to_string(t.mr) + " -DGEMM_NV=" + std::to_string(t.nv);
+  }
+  if (t.ts_m != kDefaults.ts_m || t.ts_n != kDefaults.ts_n || t.ts_k != kDefaults.ts_k ||
+      t.wpt_m != kDefaults.wpt_m || t.wpt_n != kDefaults.wpt_n) {
+    o += " -DTS_M=" + std::to_string(t.ts_m) + " -DTS_N=" + std::to_string(t.ts_n) + " -DTS_K=" +
+         std::to_string(t.ts_k) + " -DWPT_M=" + std::to_string(t.wpt_m) + " -DWPT_N=" + std::to_string(t.wpt_n);
+  }
+  return o;
+}
+
+std::int64_t a_panel_floats(const Tuning& t, std::int64_t m, std::int64_t k) {
+  return static_cast<std::int64_t>(ceil_div(m, t.mr)) * t.mr * k;
+}
+std::int64_t b_panel_floats(const Tuning& t, std::int64_t n, std::int64_t k) {
+  return static_cast<std::int64_t>(ceil_div(n, t.nr())) * t.nr() * k;
+}
+
+std::string options(OpenClBackend& be, const Precision& p) {
+  return be.precision_options(p) + tuning_options(tuning(be.device()));
+}
+
+bool uses_panels(const OpenClBackend& be, const Precision& p) {
+  return p.native_accumulation() || detail::kernel_style(be.device()) == detail::KernelStyle::cpu;
+}
+
+std::size_t scratch_budget(const DeviceInfo& device) {
+  std::size_t budget = std::size_t{256} << 20;
+  if (device.max_alloc_bytes) budget = std::min<std::size_t>(budget, device.max_alloc_bytes / 2);
+  return std::max<std::size_t>(budget, std::size_t{16} << 20);
+}
+
+void pack_a(OpenClBackend& be, const std::string& options, const Operand& a, std::int64_t batch, std::int64_t m,
+            std::int64_t k, cl_mem dst, std::int64_t dst_bs, const char* op) {
+  const Tuning& t = tuning(be.device());
+  cl_kernel kern = be.kernel("matmul", "gemm_pack_a", options);
+  OpenClBackend::set_args(kern, a.mem, cl_ulong(a.off), cl_ulong(a.bs), cl_ulong(a.rs), cl_ulong(a.cs), dst,
+                          cl_ulong(dst_bs), to_uint(m, op, "m"), to_uint(k, op, "k"));
+  const size_t global[3] = {ceil_div(k, 16), ceil_div(m, t.mr), static_cast<size_t>(batch)};
+  be.launch(kern, op, 3, global, nullptr);
+}
+
+void pack_b(OpenClBackend& be, const std::string& options, const Operand& b, std::int64_t batch, std::int64_t k,
+            std::int64_t n, cl_mem dst, std::int64_t dst_bs, const char* op) {
+  const Tuning& t = tuning(be.device());
+  cl_kernel kern = be.kernel("matmul", "gemm_pack_b", options);
+  OpenClBackend::set_args(kern, b.mem, cl_ulong(b.off), cl_ulong(b.bs), cl_ulong(b.rs), cl_ulong(b.cs), dst,
+                          cl_ulong(dst_bs), to_uint(n, op, "n"), to_uint(k, op, "k"));
+  const size_t global[3] = {ceil_div(k, 16), ceil_div(n, t.nr()), static_cast<size_t>(batch)};
+  be.launch(kern, op, 3, global, nullptr);
+}
+
+void compute_panels(OpenClBackend& be, const Precision& p, cl_mem a_panels, std::int64_t a_panels_off,
+                    std::int64_t a_panels_bs, const Problem& pr, const char* op) {
+  const Tuning& t = tuning(be.device());
+  cl_kernel kern = be.kernel("matmul", p.native_accumulation() ? "gemm_native" : "gemm_cpu", options(be, p));
+  OpenClBackend::set_args(kern, a_panels, cl_ulong(a_panels_off), cl_ulong(a_panels_bs), pr.b_panels,
+                          cl_ulong(pr.b_panels_off), cl_ulong(pr.b_panels_bs), pr.bias, cl_ulong(pr.bias_off),
+                          cl_int(pr.bias_mode), pr.c, cl_ulong(pr.c_off), cl_ulong(pr.c_bs), cl_ulong(pr.ldc),
+                          to_uint(pr.m, op, "m"), to_uint(pr.n, op, "n"), to_uint(pr.k, op, "k"), pr.alpha);
+  const size_t global[3] = {ceil_div(pr.n, t.nr()), ceil_div(pr.m, t.mr), static_cast<size_t>(pr.batch)};
+  be.launch(kern, op, 3, global, nullptr);
+}
+
+namespace {
+
+void run_tiled(OpenClBackend& be, const Precision& p, const Problem& pr, const char* op) {
+  const Tuning& t = tuning(be.device());
+  if (pr.a.cs != 1) throw OpError(std::string(op) + ": the tiled GEMM needs A with unit column stride");
+  cl_kernel kern = be.kernel("matmul", "gemm_tiled", options(be, p));
+  OpenClBackend::set_args(kern, pr.a.mem, cl_ulong(pr.a.off), cl_ulong(pr.a.bs), cl_ulong(pr.a.rs), pr.b.mem,
+                          cl_ulong(pr.b.off), cl_ulong(pr.b.bs), cl_ulong(pr.b.rs), cl_ulong(pr.b.cs), pr.bias,
+                          cl_ulong(pr.bias_off), cl_int(pr.bias_mode), pr.c, cl_ulong(pr.c_off), cl_ulong(pr.c_bs), cl_ulong(pr.ldc),
+                          to_uint(pr.m, op, "m"), to_uint(pr.n, op, "n"), to_uint(pr.k, op, "k"), pr.alpha);
+  const size_t lx = static_cast<size_t>(t.ts_n / t.wpt_n), ly = static_cast<size_t>(t.ts_m / t.wpt_m);
+  const size_t global[3] = {ceil_div(pr.n, t.ts_n) * lx, ceil_div(pr.m, t.ts_m) * ly, static_cast<size_t>(pr.batch)};
+  const size_t local[3] = {lx, ly, 1};
+  be.launch(kern, op, 3, global, local);
+}
+
+}  // namespace
+
+void run(OpenClBackend& be, const Precision& p, const Problem& pr, const char* op) {
+  if (pr.batch * pr.m * pr.n == 0) return;
+  if (!uses_panels(be, p) && !pr.b_panels) {
+    run_tiled(be, p, pr, op);
+    return;
+  }
+  const Tuning& t = tuning(be.device());
+  const std::string opts = options(be, p);
+  const std::int64_t budget = static_cast<std::int64_t>(scratch_budget(be.device()) / sizeof(float));
+  const bool a_shared = pr.a.bs == 0;
+  const bool b_given = pr.b_panels != nullptr;
+  const bool b_shared = b_given ? pr.b_panels_bs == 0 : pr.b.bs == 0;
+  const std::int64_t a_f = a_panel_floats(t, pr.m, pr.k), b_f = b_panel_floats(t, pr.n, pr.k);
+
+  // Chunking: whole batches while the panels fit the budget; otherwise one batch
+  // at a time with rows (A) and columns (B) split into panel-aligned chunks.
+  std::int64_t bg = pr.batch, mc = pr.m, nc = pr.n;
+  const std::int64_t fixed = (a_shared ? a_f : 0) + (!b_given && b_shared ? b_f : 0);
+  const std::int64_t per_batch = (a_shared ? 0 : a_f) + (!b_given && !b_shared ? b_f : 0);
+  if (fixed + per_batch * pr.batch > budget) {
+    bg = per_batch > 0 ? std::max<std::int64_t>(1, (budget - fixed) / per_batch) : pr.batch;
+    if (fixed + per_batch * bg > budget) {
+      bg = 1;
+      const std::int64_t half = budget / 2;
+      if (a_f > half) mc = std::max<std::int64_t>(1, half / (pr.k * t.mr)) * t.mr;
+      if (!b_given && b_f > half) nc = std::max<std::int64_t>(1, half / (pr.k * t.nr())) * t.nr();
+    }
+  }
+  if (b_given) nc = pr.n;  // given panels are used whole
+  const std::int64_t a_batches = a_shared ? 1 : bg, b_batches = b_shared ? 1 : bg;
+  detail::ScratchBuffer a_buf(be, static_cast<std::size_t>(a_panel_floats(t, mc, pr.k) * a_batches) * sizeof(float),
+                              std::string(op) + " A panels");
+  std::optional<detail::ScratchBuffer> b_buf;
+  if (!b_given) {
+    b_buf.emplace(be, static_cast<std::size_t>(b_panel_floats(t, nc, pr.k) * b_batches) * sizeof(float),
+                  std::string(op) + " B panels");
+  }
+  const std::int64_t a_cbs = a_shared ? 0 : a_panel_floats(t, mc, pr.k);
+  const std::int64_t b_cbs = b_given ? pr.b_panels_bs : (b_shared ? 0 : b_panel_floats(t, nc, pr.k));
+  bool a_packed = false, b_packed = false;
+
+  for (std::int64_t b0 = 0; b0 < pr.batch; b0 += bg) {
+    const std::int64_t nb = std::min(bg, pr.batch - b0);
+    for (std::int64_t n0 = 0; n0 < pr.n; n0 += nc) {
+      const std::int64_t nn = std::min(nc, pr.n - n0);
+      if (!b_given && !(b_shared && b_packed && nc == pr.n)) {
+        Operand b = pr.b;
+        b.off += b0 * pr.b.bs + n0 * pr.b.cs;
+        pack_b(be, opts, b, b_shared ? 1 : nb, pr.k, nn, b_buf->mem(), b_cbs, op);
+        b_packed = true;
+      }
+      for (std::int64_t m0 = 0; m0 < pr.m; m0 += mc) {
+        const std::int64_t mm = std::min(mc, pr.m - m0);
+        if (!(a_shared && a_packed && mc == pr.m)) {
+          Operand a = pr.a;
+          a.off += b0 * pr.a.bs + m0 * pr.a.rs;
+          pack_a(be, opts, a, a_shared ? 1 : nb, mm, pr.k, a_buf.mem(), a_cbs, op);
+          a_packed = true;
+        }
+        Problem chunk = pr;
+        chunk.batch = nb;
+        chunk.m = mm;
+        chunk.n = nn;
+        chunk.b_panels = b_given ? pr.b_panels : b_buf->mem();
+        chunk.b_panels_off = b_given ? pr.b_panels_off + b0 * pr.b_panels_bs : 0;
+        chunk.b_panels_bs = b_cbs;
+        chunk.c_off = pr.c_off + b0 * pr.c_bs + m0 * pr.ldc + n0;
+        chunk.bias_off = pr.bias_off + (pr.bias_mode == kBiasCol ? n0 : pr.bias_mode == kBiasRow ? m0 : 0);
+        compute_panels(be, p, a_buf.mem(), 0, a_cbs, chunk, op);
+      }
+    }
+  }
+}
+
+}  // namespace nanscope::opencl::gemm

@@ -1,0 +1,87 @@
+#pragma once
+// The GEMM engine behind matmul, conv2d and attention (kernels/matmul.cl):
+// C[b] (M x N) = alpha * A[b] (M x K) . B[b] (K x N) + bias, in the storage
+// dtype of the precision, with f32 or native accumulation (op_args.hpp).
+//
+// Kernel families (launch_util.hpp KernelStyle):
+// - cpu: A and B packed into f32 panels, then one register-blocked kernel
+//   (gemm_cpu, or gemm_native for native accumulation);
+// - gpu: local-memory tiles (gemm_tiled) reading the stored dtype directly;
+//   native accumulation uses the panel kernel on every device (it is an
+//   emulation whose result must not depend on the device).
+// Block sizes come from a small tuning table per device (tuning()).
+//
+// Hook for pre-packed weights: a caller that keeps B (or A) in panel form
+// (pack_b / pack_a into a buffer of b_panel_floats / a_panel_floats floats,
+// same tuning) passes it as Problem::b_panels and packing is skipped.
+// Internal to engine/backend/opencl/.
+
+#include <cstdint>
+#include <string>
+
+#include "backend/opencl/launch_util.hpp"
+#include "backend/opencl/opencl_backend.hpp"
+
+namespace nanscope::opencl::gemm {
+
+// Block sizes: panel kernels (MR rows x 16*NV columns per work-item) and
+// GPU tiles (TS_M x TS_N per work-group, TS_K deep, WPT_M x WPT_N per work-item).
+struct Tuning {
+  int mr = 6, nv = 1;
+  int ts_m = 64, ts_n = 64, ts_k = 16, wpt_m = 4, wpt_n = 4;
+  std::string source;  // which table entry, for logs
+  int nr() const { return 16 * nv; }
+};
+const Tuning& tuning(const DeviceInfo& device);
+// The -D set of a tuning (empty for the kernel file's defaults).
+std::string tuning_options(const Tuning& t);
+
+// Element (row, col) of batch b at mem[off + b*bs + row*rs + col*cs] (elements of the storage dtype).
+struct Operand {
+  cl_mem mem = nullptr;
+  std::int64_t off = 0, bs = 0, rs = 0, cs = 0;
+};
+
+enum BiasMode : int { kBiasNone = 0, kBiasCol = 1, kBiasRow = 2 };
+
+struct Problem {
+  Operand a, b;
+  cl_mem b_panels = nullptr;      // B already packed (pre-packed weights or im2col): b is then unused
+  std::int64_t b_panels_off = 0;  // floats to the first batch's panel set
+  std::int64_t b_panels_bs = 0;   // floats between the panel sets of consecutive batches (0: shared)
+  cl_mem c = nullptr;
+  std::int64_t c_off = 0, c_bs = 0, ldc = 0;
+  cl_mem bias = nullptr;
+  std::int64_t bias_off = 0;
+  BiasMode bias_mode = kBiasNone;
+  std::int64_t batch = 1, m = 0, n = 0, k = 0;
+  float alpha = 1.0f;
+};
+
+// Floats of one batch's panel set.
+std::int64_t a_panel_floats(const Tuning& t, std::int64_t m, std::int64_t k);
+std::int64_t b_panel_floats(const Tuning& t, std::int64_t n, std::int64_t k);
+
+// Packs `batch` matrices into panels at dst (dst_bs floats apart).
+void pack_a(OpenClBackend& be, const std::string& options, const Operand& a, std::int64_t batch, std::int64_t m,
+            std::int64_t k, cl_mem dst, std::int64_t dst_bs, const char* op);
+void pack_b(OpenClBackend& be, const std::string& options, const Operand& b, std::int64_t batch, std::int64_t k,
+            std::int64_t n, cl_mem dst, std::int64_t dst_bs, const char* op);
+
+// Program options for the GEMM kernels at a precision (precision -D set + tuning).
+std::string options(OpenClBackend& be, const Precision& p);
+
+// True when this precision runs the panel (cpu-style) kernels on this device.
+bool uses_panels(const OpenClBackend& be, const Precision& p);
+
+// Runs the problem (packing as needed, in chunks that bound the scratch memory).
+void run(OpenClBackend& be, const Precision& p, const Problem& pr, const char* op);
+
+// Only the compute step on panels already packed (a_panels and pr.b_panels both set).
+void compute_panels(OpenClBackend& be, const Precision& p, cl_mem a_panels, std::int64_t a_panels_off,
+                    std::int64_t a_panels_bs, const Problem& pr, const char* op);
+
+// Upper bound of scratch bytes a single GEMM step may use (panels, im2col columns).
+std::size_t scratch_budget(const DeviceInfo& device);
+
+}  // namespace nanscope::opencl::gemm

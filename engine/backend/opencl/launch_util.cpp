@@ -1,0 +1,73 @@
+#include "backend/opencl/launch_util.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+
+#include "core/error.hpp"
+#include "core/log.hpp"
+
+namespace nanscope::opencl::detail {
+
+cl_uint to_uint(std::int64_t v, std::string_view op, std::string_view what) {
+  if (v < 0 || v > static_cast<std::int64_t>(std::numeric_limits<cl_uint>::max())) {
+    throw OpError(std::string(op) + ": " + std::string(what) + " = " + std::to_string(v) +
+                  " does not fit the 32-bit kernel argument; split the work (smaller batch or resolution)");
+  }
+  return static_cast<cl_uint>(v);
+}
+
+KernelStyle kernel_style(const DeviceInfo& device) {
+  if (const char* env = std::getenv("NANSCOPE_KERNEL_STYLE"); env && *env) {
+    const std::string s(env);
+    if (s == "cpu") return KernelStyle::cpu;
+    if (s == "gpu") return KernelStyle::gpu;
+    static bool warned = false;
+    if (!warned) {
+      warned = true;
+      log::warn("NANSCOPE_KERNEL_STYLE={} is neither cpu nor gpu; choosing by device kind", s);
+    }
+  }
+  return device.kind == DeviceKind::gpu || device.kind == DeviceKind::accelerator ? KernelStyle::gpu
+                                                                                  : KernelStyle::cpu;
+}
+
+std::string_view kernel_style_name(KernelStyle s) { return s == KernelStyle::gpu ? "gpu" : "cpu"; }
+
+size_t reduction_group_size(const DeviceInfo& device) {
+  if (kernel_style(device) == KernelStyle::cpu) return 1;
+  const size_t max = device.max_work_group_size ? device.max_work_group_size : 64;
+  return std::min<size_t>(256, max);
+}
+
+std::string exact_math_options(const DeviceInfo& device) {
+  std::string o;
+  // The option is only valid where the device supports it.
+  cl_device_fp_config fp = 0;
+  if (device.cl_device && clGetDeviceInfo(static_cast<cl_device_id>(device.cl_device), CL_DEVICE_SINGLE_FP_CONFIG,
+                                          sizeof(fp), &fp, nullptr) == CL_SUCCESS &&
+      (fp & CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT)) {
+    o += " -cl-fp32-correctly-rounded-divide-sqrt";
+  }
+  if (device.fp64) o += " -DHAS_FP64";
+  return o;
+}
+
+ScratchBuffer::ScratchBuffer(OpenClBackend& be, std::size_t bytes, std::string_view what) : bytes_(bytes) {
+  cl_int err = CL_SUCCESS;
+  mem_ = clCreateBuffer(be.context(), CL_MEM_READ_WRITE, std::max<std::size_t>(bytes, 1), nullptr, &err);
+  if (err != CL_SUCCESS) {
+    char mib[32];
+    std::snprintf(mib, sizeof(mib), "%.1f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
+    throw_cl_error(err, "clCreateBuffer",
+                   "scratch buffer for " + std::string(what) + " (" + mib + ") on \"" + be.device().name +
+                       "\"; use a smaller resolution or batch, or attention slicing");
+  }
+}
+
+ScratchBuffer::~ScratchBuffer() {
+  if (mem_) NS_CL_CHECK_NOTHROW(clReleaseMemObject(mem_));
+}
+
+}  // namespace nanscope::opencl::detail

@@ -1,0 +1,61 @@
+#pragma once
+// Small helpers shared by the OpenCL op files: grid arithmetic, range checks
+// for 32-bit kernel arguments, the storage-only precision of data-movement
+// ops, and the kernel style (CPU-style register blocking vs GPU-style local
+// memory tiles). Internal to engine/backend/opencl/.
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "backend/opencl/opencl_backend.hpp"
+#include "core/precision.hpp"
+
+namespace nanscope::opencl::detail {
+
+inline size_t ceil_div(std::int64_t a, std::int64_t b) { return static_cast<size_t>((a + b - 1) / b); }
+
+// A size passed to a kernel as uint; throws OpError naming the op when it does not fit.
+cl_uint to_uint(std::int64_t v, std::string_view op, std::string_view what);
+
+// Ops whose arithmetic does not depend on accumulation or softmax precision
+// (data movement, elementwise, activations) share one program per dtype.
+inline Precision storage_only(DType t) { return Precision{t, Accumulate::f32, SoftmaxPrecision::f32}; }
+
+// Kernel families: `cpu` (each work-item owns a register block, no barriers:
+// what PoCL and other CPU drivers run well) or `gpu` (work-groups sharing local
+// memory tiles). Chosen by device kind; NANSCOPE_KERNEL_STYLE=cpu|gpu forces one
+// (used to test the GPU kernels on a CPU device).
+enum class KernelStyle { cpu, gpu };
+KernelStyle kernel_style(const DeviceInfo& device);
+std::string_view kernel_style_name(KernelStyle s);
+
+// Work-items per work-group for row/group reductions (norms, softmax): 1 on
+// CPU-style devices (one work-item walks its row with vector loads, no
+// barriers to pay), up to 256 on GPUs.
+size_t reduction_group_size(const DeviceInfo& device);
+
+// Device options added to the precision -D set for programs whose exactness
+// needs them: correctly rounded f32 division and square root (the default
+// allows 2.5-3 ulp), and -DHAS_FP64 where the device has doubles (native
+// softmax takes exp in double so its rounding to f16/bf16 matches the reference).
+std::string exact_math_options(const DeviceInfo& device);
+
+// A short-lived device buffer for intermediate results (packed GEMM panels,
+// im2col columns, attention scores). Released when it goes out of scope; the
+// OpenCL runtime keeps it alive until the kernels already queued on it finish.
+class ScratchBuffer {
+ public:
+  ScratchBuffer(OpenClBackend& be, std::size_t bytes, std::string_view what);
+  ~ScratchBuffer();
+  ScratchBuffer(const ScratchBuffer&) = delete;
+  ScratchBuffer& operator=(const ScratchBuffer&) = delete;
+  cl_mem mem() const { return mem_; }
+  std::size_t bytes() const { return bytes_; }
+
+ private:
+  cl_mem mem_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
+}  // namespace nanscope::opencl::detail

@@ -1,0 +1,362 @@
+// The OpenCL backend's shared machinery: context and queue on the chosen
+// device only, buffers, the precision -D set, kernel lookup, the single launch
+// path (with optional profiling), and precompile. Each op's host code lives in
+// its own file beside this one.
+#include "backend/opencl/opencl_backend.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "backend/opencl/gemm.hpp"
+#include "backend/opencl/kernel_sources.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
+
+namespace nanscope::opencl {
+
+namespace {
+
+class ClStorage final : public Storage {
+ public:
+  ClStorage(cl_mem mem, std::size_t bytes, const Backend* owner) : mem_(mem), bytes_(bytes), owner_(owner) {}
+  ~ClStorage() override { NS_CL_CHECK_NOTHROW(clReleaseMemObject(mem_)); }
+  ClStorage(const ClStorage&) = delete;
+  ClStorage& operator=(const ClStorage&) = delete;
+
+  std::size_t bytes() const override { return bytes_; }
+  const void* owner() const override { return owner_; }
+  cl_mem mem() const { return mem_; }
+
+ private:
+  cl_mem mem_;
+  std::size_t bytes_;
+  const Backend* owner_;
+};
+
+std::string mib(std::uint64_t bytes) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.1f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
+  return buf;
+}
+
+std::string sizes_str(cl_uint dims, const size_t* v) {
+  if (!v) return "auto";
+  std::string s = "[";
+  for (cl_uint i = 0; i < dims; ++i) s += (i ? "," : "") + std::to_string(v[i]);
+  return s + "]";
+}
+
+std::string kernel_name(cl_kernel k) {
+  char name[256] = {0};
+  if (clGetKernelInfo(k, CL_KERNEL_FUNCTION_NAME, sizeof(name) - 1, name, nullptr) != CL_SUCCESS) return "?";
+  return name;
+}
+
+// "OpenCL C 1.2 pocl" -> 1.2; 0 when unparsable.
+double opencl_c_version(const std::string& s) {
+  const auto pos = s.find_first_of("0123456789");
+  return pos == std::string::npos ? 0.0 : std::atof(s.c_str() + pos);
+}
+
+struct OptionsRegistry {
+  std::mutex mutex;
+  std::map<std::string, ProgramOptionsFn> fns;
+};
+
+OptionsRegistry& options_registry() {
+  static OptionsRegistry r{{}, [] {
+    std::map<std::string, ProgramOptionsFn> init;
+    // The GEMM programs add their tuning -D set (gemm.hpp); conv2d builds with the same options.
+    init["matmul"] = [](OpenClBackend& be, const Precision& p) { return gemm::options(be, p); };
+    init["conv2d"] = [](OpenClBackend& be, const Precision& p) { return gemm::options(be, p); };
+    // Data movement, elementwise and activations: one program per storage dtype (launch_util.hpp).
+    for (const char* name : {"activation", "elementwise", "shape_ops", "timestep_embedding"}) {
+      init[name] = [](OpenClBackend& be, const Precision& p) {
+        return be.precision_options(detail::storage_only(p.dtype));
+      };
+    }
+    return init;
+  }()};
+  return r;
+}
+
+}  // namespace
+
+void register_program_options(const std::string& program, ProgramOptionsFn fn) {
+  auto& r = options_registry();
+  std::lock_guard lock(r.mutex);
+  r.fns[program] = fn;
+}
+
+OpenClBackend::OpenClBackend(const DeviceInfo& device, const BackendOptions& options) : info_(device) {
+  if (info_.kind == DeviceKind::reference || !info_.cl_device) {
+    throw DeviceError("OpenClBackend: device \"" + info_.name + "\" (" + info_.id + ") is not an OpenCL device");
+  }
+  auto dev = static_cast<cl_device_id>(info_.cl_device);
+  const cl_context_properties props[] = {CL_CONTEXT_PLATFORM,
+                                         reinterpret_cast<cl_context_properties>(info_.cl_platform), 0};
+  const std::string where = "creating an OpenCL context on \"" + info_.name + "\" (" + info_.id + ")";
+  cl_int err = CL_SUCCESS;
+  // The context holds the chosen device only: work can never land on another one.
+  context_ = clCreateContext(props, 1, &dev, nullptr, nullptr, &err);
+  if (err != CL_SUCCESS) throw_cl_error(err, "clCreateContext", where);
+  // In-order queue; profiling on so launch() can time kernels when asked.
+  queue_ = clCreateCommandQueue(context_, dev, CL_QUEUE_PROFILING_ENABLE, &err);
+  if (err != CL_SUCCESS) {
+    NS_CL_CHECK_NOTHROW(clReleaseContext(context_));
+    throw_cl_error(err, "clCreateCommandQueue", where);
+  }
+
+  std::string dir;
+  if (options.use_kernel_cache) dir = options.kernel_cache_dir.empty() ? ProgramCache::default_dir() : options.kernel_cache_dir;
+  programs_ = std::make_unique<ProgramCache>(context_, dev, info_, dir);
+
+  cl_std_ = opencl_c_version(info_.opencl_c_version) >= 1.2 || info_.opencl_c_version.empty() ? "-cl-std=CL1.2"
+                                                                                               : "-cl-std=CL1.1";
+  if (const char* p = std::getenv("NANSCOPE_PROFILE"); p && std::string(p) == "1") profile_ = true;
+  log::debug("OpenCL backend ready on \"{}\" ({}), kernel cache {}{}", info_.name, info_.id,
+             dir.empty() ? "off" : dir, profile_ ? ", profiling on" : "");
+}
+
+OpenClBackend::~OpenClBackend() {
+  if (queue_) NS_CL_CHECK_NOTHROW(clFinish(queue_));
+  if (profile_) {
+    try {
+      for (const auto& t : profile()) {
+        log::info("profile {:<24} {:>6} launches {:>10.2f} ms", t.op, t.launches, t.ms);
+      }
+    } catch (const std::exception& e) {
+      log::warn("profile summary unavailable: {}", e.what());
+    }
+  }
+  for (auto& [op, ev] : pending_events_) NS_CL_CHECK_NOTHROW(clReleaseEvent(ev));
+  for (auto& [key, k] : kernels_) NS_CL_CHECK_NOTHROW(clReleaseKernel(k));
+  kernels_.clear();
+  programs_.reset();  // releases programs before the context
+  if (queue_) NS_CL_CHECK_NOTHROW(clReleaseCommandQueue(queue_));
+  if (context_) NS_CL_CHECK_NOTHROW(clReleaseContext(context_));
+}
+
+Tensor OpenClBackend::empty(const Shape& shape, DType dtype) {
+  const std::size_t bytes = static_cast<std::size_t>(shape_numel(shape)) * dtype_size(dtype);
+  const std::string what = shape_str(shape) + " " + std::string(dtype_name(dtype)) + " (" + mib(bytes) + ")";
+  if (info_.max_alloc_bytes && bytes > info_.max_alloc_bytes) {
+    throw DeviceError("cannot allocate " + what + " on \"" + info_.name + "\": larger than the device's largest " +
+                      "single buffer (CL_DEVICE_MAX_MEM_ALLOC_SIZE = " + mib(info_.max_alloc_bytes) +
+                      "); use a smaller resolution, attention slicing (attention.impl=sliced), or another device");
+  }
+  cl_int err = CL_SUCCESS;
+  // Zero-sized buffers are invalid in OpenCL; a 1-byte buffer stands in for empty tensors.
+  cl_mem mem = clCreateBuffer(context_, CL_MEM_READ_WRITE, std::max<std::size_t>(bytes, 1), nullptr, &err);
+  if (err != CL_SUCCESS) {
+    throw ClError("cannot allocate " + what + " on \"" + info_.name + "\" (global memory " +
+                      mib(info_.global_mem_bytes) + "): " + cl_status_name(err) +
+                      " in clCreateBuffer; free memory by using a smaller resolution or batch, or pick another device",
+                  err);
+  }
+  return Tensor(shape, dtype, std::make_shared<ClStorage>(mem, bytes, this));
+}
+
+Tensor OpenClBackend::upload(const HostTensor& host) {
+  Tensor t = empty(host.shape, host.dtype);
+  if (host.data.size() != t.bytes()) {
+    throw OpError("upload: host tensor " + host.describe() + " holds " + std::to_string(host.data.size()) +
+                  " bytes, expected " + std::to_string(t.bytes()));
+  }
+  if (!host.data.empty()) {
+    const cl_int err =
+        clEnqueueWriteBuffer(queue_, buffer(t), CL_TRUE, 0, host.data.size(), host.data.data(), 0, nullptr, nullptr);
+    if (err != CL_SUCCESS) throw_cl_error(err, "clEnqueueWriteBuffer", "upload " + host.describe() + " to \"" + info_.name + "\"");
+  }
+  return t;
+}
+
+HostTensor OpenClBackend::download(const Tensor& t) {
+  HostTensor host(t.shape(), t.dtype());
+  if (!host.data.empty()) {
+    // Blocking read: also where an earlier kernel's failure surfaces on most drivers.
+    const cl_int err =
+        clEnqueueReadBuffer(queue_, buffer(t), CL_TRUE, 0, host.data.size(), host.data.data(), 0, nullptr, nullptr);
+    if (err != CL_SUCCESS) {
+      throw_cl_error(err, "clEnqueueReadBuffer",
+                     "download " + t.describe() + " from \"" + info_.name + "\" (or an earlier kernel failed)");
+    }
+  }
+  return host;
+}
+
+void OpenClBackend::synchronize() {
+  const cl_int err = clFinish(queue_);
+  if (err != CL_SUCCESS) throw_cl_error(err, "clFinish", "waiting for queued kernels on \"" + info_.name + "\"");
+}
+
+std::string OpenClBackend::precision_options(const Precision& p) const {
+  std::string o = cl_std_;
+  switch (p.dtype) {
+    case DType::f32: o += " -DSTORE_F32"; break;
+    case DType::f16: o += " -DSTORE_F16"; break;
+    case DType::bf16: o += " -DSTORE_BF16"; break;
+  }
+  // Only when it changes the arithmetic: f32 storage with native accumulation is plain f32.
+  if (p.native_accumulation()) o += " -DACC_NATIVE";
+  if (p.native_softmax()) o += " -DSOFTMAX_NATIVE";
+  // Probed, never assumed from the name. No -cl-fast-relaxed-math / -cl-mad-enable: IEEE behaviour is the point.
+  if (info_.fp16) o += " -DHAS_FP16";
+  return o;
+}
+
+cl_kernel OpenClBackend::kernel(std::string_view program, std::string_view name, const std::string& options) {
+  std::string key;
+  key.reserve(program.size() + name.size() + options.size() + 2);
+  key.append(program).append("|").append(name).append("|").append(options);
+  if (auto it = kernels_.find(key); it != kernels_.end()) return it->second;
+
+  cl_program prog = programs_->get(std::string(program), options);
+  cl_int err = CL_SUCCESS;
+  const std::string kname(name);
+  cl_kernel k = clCreateKernel(prog, kname.c_str(), &err);
+  if (err != CL_SUCCESS) {
+    throw_cl_error(err, "clCreateKernel",
+                   "kernel " + kname + " of program " + std::string(program) + " [" + options + "] on \"" + info_.name + "\"");
+  }
+  kernels_.emplace(std::move(key), k);
+  return k;
+}
+
+void OpenClBackend::launch(cl_kernel k, std::string_view op, cl_uint dims, const size_t* global, const size_t* local) {
+  cl_event ev = nullptr;
+  const cl_int err = clEnqueueNDRangeKernel(queue_, k, dims, nullptr, global, local, 0, nullptr, profile_ ? &ev : nullptr);
+  if (err != CL_SUCCESS) {
+    throw_cl_error(err, "clEnqueueNDRangeKernel",
+                   std::string(op) + " kernel " + kernel_name(k) + " global " + sizes_str(dims, global) + " local " +
+                       sizes_str(dims, local) + " on \"" + info_.name + "\"");
+  }
+  if (ev) {
+    pending_events_.emplace_back(std::string(op), ev);
+    // Bound the number of live events in long runs.
+    if (pending_events_.size() >= 4096) collect_profile();
+  }
+}
+
+void OpenClBackend::collect_profile() {
+  if (pending_events_.empty()) return;
+  synchronize();
+  for (auto& [op, ev] : pending_events_) {
+    cl_ulong start = 0, end = 0;
+    if (clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_START, sizeof(start), &start, nullptr) == CL_SUCCESS &&
+        clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_END, sizeof(end), &end, nullptr) == CL_SUCCESS) {
+      auto& t = timings_[op];
+      t.op = op;
+      t.launches += 1;
+      t.ms += static_cast<double>(end - start) * 1e-6;
+    }
+    NS_CL_CHECK_NOTHROW(clReleaseEvent(ev));
+  }
+  pending_events_.clear();
+}
+
+std::vector<OpTiming> OpenClBackend::profile() {
+  collect_profile();
+  std::vector<OpTiming> out;
+  for (const auto& [op, t] : timings_) out.push_back(t);
+  std::sort(out.begin(), out.end(), [](const OpTiming& a, const OpTiming& b) { return a.ms > b.ms; });
+  return out;
+}
+
+cl_mem OpenClBackend::buffer(const Tensor& t) const {
+  if (!t.defined()) throw OpError("OpenCL backend on \"" + info_.name + "\": tensor has no buffer");
+  if (!owns(t)) {
+    throw OpError("tensor " + t.describe() + " does not live on \"" + info_.name + "\" (" + info_.id +
+                  "); tensors never move between devices implicitly: upload it to this device first");
+  }
+  return static_cast<const ClStorage*>(t.storage())->mem();
+}
+
+void OpenClBackend::set_arg(cl_kernel k, cl_uint i, const cl_mem& m) {
+  const cl_int err = clSetKernelArg(k, i, sizeof(cl_mem), &m);
+  if (err != CL_SUCCESS) throw_cl_error(err, "clSetKernelArg", "buffer argument " + std::to_string(i) + " of kernel " + kernel_name(k));
+}
+
+void OpenClBackend::set_arg(cl_kernel k, cl_uint i, const LocalMem& m) {
+  const cl_int err = clSetKernelArg(k, i, m.bytes, nullptr);
+  if (err != CL_SUCCESS) {
+    throw_cl_error(err, "clSetKernelArg",
+                   "__local argument " + std::to_string(i) + " (" + std::to_string(m.bytes) + " bytes) of kernel " +
+                       kernel_name(k));
+  }
+}
+
+std::vector<std::string> OpenClBackend::precompile_variants(const std::string& program) {
+  // Every storage dtype x accumulation x softmax precision, through the same
+  // option function the op uses at run time; identical option strings collapse
+  // (f32 storage, and programs whose options ignore accumulation or softmax).
+  ProgramOptionsFn fn = nullptr;
+  {
+    auto& r = options_registry();
+    std::lock_guard lock(r.mutex);
+    if (auto it = r.fns.find(program); it != r.fns.end()) fn = it->second;
+  }
+  std::set<std::string> seen;
+  std::vector<std::string> out;
+  for (DType dt : {DType::f32, DType::f16, DType::bf16}) {
+    for (Accumulate acc : {Accumulate::f32, Accumulate::native}) {
+      for (SoftmaxPrecision sm : {SoftmaxPrecision::f32, SoftmaxPrecision::native}) {
+        const Precision p{dt, acc, sm};
+        std::string o = fn ? fn(*this, p) : precision_options(p);
+        if (seen.insert(o).second) out.push_back(std::move(o));
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<BuildRecord> OpenClBackend::precompile() {
+  std::vector<std::pair<std::string, std::string>> jobs;
+  for (const auto& k : kernel_sources()) {
+    if (k.name == "common") continue;
+    for (auto& o : precompile_variants(k.name)) jobs.emplace_back(k.name, std::move(o));
+  }
+  const std::size_t before = programs_->records().size();
+
+  // Builds run on a few threads: OpenCL compilers are thread-safe and a cold
+  // build is seconds of single-threaded compiler work. A failed build does not
+  // stop the others; it comes back as a failed record.
+  const unsigned workers = std::clamp(std::thread::hardware_concurrency(), 1u, 4u);
+  std::atomic<std::size_t> next{0};
+  std::mutex failed_mutex;
+  std::vector<BuildRecord> failed;
+  auto work = [&] {
+    for (std::size_t i = next++; i < jobs.size(); i = next++) {
+      const auto t0 = std::chrono::steady_clock::now();
+      try {
+        programs_->get(jobs[i].first, jobs[i].second);
+      } catch (const Error& e) {
+        BuildRecord r{jobs[i].first, jobs[i].second, false, 0.0, "build failed", true, e.what()};
+        r.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        std::lock_guard lock(failed_mutex);
+        failed.push_back(std::move(r));
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  for (unsigned t = 1; t < workers; ++t) threads.emplace_back(work);
+  work();
+  for (auto& t : threads) t.join();
+
+  auto all = programs_->records();
+  std::vector<BuildRecord> out(all.begin() + static_cast<std::ptrdiff_t>(std::min(before, all.size())), all.end());
+  for (auto& r : failed) out.push_back(std::move(r));
+  std::sort(out.begin(), out.end(), [](const BuildRecord& a, const BuildRecord& b) {
+    return a.program != b.program ? a.program < b.program : a.options < b.options;
+  });
+  return out;
+}
+
+}  // namespace nanscope::opencl

@@ -1,0 +1,163 @@
+#pragma once
+// RunConfig: the whole description of one run (or one batch) as a value type.
+// The GUI edits it, the CLI builds it from a preset plus `--set key=value`,
+// PNGs carry it, presets store it (config/preset.hpp).
+//
+// Keys for set() (the CLI's --set) — the grammar:
+//
+//   key        := top | precision | inspect
+//   top        := model | vae | prompt | negative_prompt | steps | cfg_scale | seed | seeds
+//               | batch_size | width | height | sampler | noise | device | clip_skip | nan_policy
+//   precision  := component [ "." pattern-tail ] "." field
+//   component  := text_encoder | unet | vae
+//   pattern-tail := segment ( "." segment )*    segment := [A-Za-z0-9_]+ | "*"
+//   field      := dtype | accumulate | attention.softmax | attention.impl | attention.slice_size
+//   inspect    := "inspect." name ( "." name )*
+//
+//   `vae` alone is the VAE override path; `vae.<field>` is the VAE's precision.
+//   Without a pattern tail the key sets the component's default
+//   (`unet.dtype=f16`); with one it sets that field of the override whose
+//   pattern is component.pattern-tail (`unet.up_blocks.3.*.attn1.accumulate=f32`,
+//   see module_pattern.hpp for matching and specificity), creating it or, if it
+//   exists, updating it and moving it last (so it wins ties). An empty value
+//   removes the field from the override (and the override once it has none).
+//   `inspect.*` values are stored as JSON when they parse as JSON, else as a string.
+//
+// Values: steps 1..10000; cfg_scale a finite number 0..100; seed 0..2^64-1;
+// seeds a comma-separated list (sets batch_size to its length; clears when
+// empty); batch_size 1..64; width/height 0 (the model's default size) or a
+// multiple of 8 from 8 to 16384; sampler euler, euler_a, ddim, dpmpp_2m,
+// dpmpp_2m_karras; noise nanscope, torch-cpu; clip_skip 0..24 (layers skipped
+// from the end of the text encoder, as diffusers' clip_skip: 0 = last layer;
+// A1111's "Clip skip: N" is N-1 here); nan_policy report, stop, retry-vae-f32,
+// retry-vae:PATH; dtype f32, f16, bf16; accumulate f32, native;
+// attention.softmax f32, native; attention.impl fused, bmm, sliced;
+// attention.slice_size 1..65536. Errors are ConfigError naming the key and
+// the allowed values.
+
+#include <array>
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/precision.hpp"
+
+namespace nanscope {
+
+enum class Component : std::uint8_t { text_encoder, unet, vae };
+inline constexpr std::array<Component, 3> kComponents = {Component::text_encoder, Component::unet, Component::vae};
+std::string_view component_name(Component c);
+std::optional<Component> parse_component(std::string_view s);
+
+enum class SamplerId : std::uint8_t { euler, euler_a, ddim, dpmpp_2m, dpmpp_2m_karras };
+std::string_view sampler_name(SamplerId s);        // "euler_a"
+std::string_view sampler_a1111_name(SamplerId s);  // "Euler a"
+std::optional<SamplerId> parse_sampler(std::string_view s);
+
+enum class NoiseKind : std::uint8_t { nanscope, torch_cpu };
+std::string_view noise_name(NoiseKind n);  // "nanscope", "torch-cpu"
+std::optional<NoiseKind> parse_noise(std::string_view s);
+
+// What to do when the decoded image (or a step) holds non-finite values.
+struct NanPolicy {
+  enum class Kind : std::uint8_t { report, stop, retry_vae_f32, retry_vae };
+  Kind kind = Kind::report;
+  std::string vae_path;  // retry_vae only: the VAE to decode with on the retry
+
+  std::string to_string() const;  // "report", "retry-vae:/models/vae-fp16-fix"
+  static std::optional<NanPolicy> parse(std::string_view s);
+  friend bool operator==(const NanPolicy&, const NanPolicy&) = default;
+};
+
+// A component's default precision: storage, accumulation, softmax
+// (attention.softmax) and the attention algorithm.
+struct ComponentPrecision {
+  Precision precision;
+  AttentionConfig attention;
+  friend bool operator==(const ComponentPrecision&, const ComponentPrecision&) = default;
+};
+
+// Some fields for the modules a pattern matches; unset fields fall through.
+struct PrecisionOverride {
+  std::string pattern;  // e.g. "unet.up_blocks.*.attentions.*.attn1"
+  std::optional<DType> dtype;
+  std::optional<Accumulate> accumulate;
+  std::optional<SoftmaxPrecision> softmax;
+  std::optional<AttentionImpl> impl;
+  std::optional<int> slice_size;
+
+  bool empty() const { return !dtype && !accumulate && !softmax && !impl && !slice_size; }
+  friend bool operator==(const PrecisionOverride&, const PrecisionOverride&) = default;
+};
+
+struct RunConfig {
+  std::string model;  // diffusers folder or single-file checkpoint; "" = the embedded model
+  std::string vae;    // VAE folder or file replacing the model's; "" = the model's own
+  std::string prompt;
+  std::string negative_prompt;
+  int steps = 20;
+  double cfg_scale = 7.0;
+  std::uint64_t seed = 1;
+  std::vector<std::uint64_t> seeds;  // explicit per-image seeds; empty: seed, seed+1, ... (batch_size of them)
+  int batch_size = 1;
+  int width = 0;  // 0: the model's default size
+  int height = 0;
+  SamplerId sampler = SamplerId::euler;
+  NoiseKind noise = NoiseKind::nanscope;
+  std::string device;  // device pin; "" = the default device
+  int clip_skip = 0;
+  NanPolicy nan_policy;
+  std::array<ComponentPrecision, 3> precision{};  // indexed by Component
+  std::vector<PrecisionOverride> overrides;
+  nlohmann::json inspect = nlohmann::json::object();  // inspector settings, kept as given
+
+  ComponentPrecision& component(Component c) { return precision[static_cast<std::size_t>(c)]; }
+  const ComponentPrecision& component(Component c) const { return precision[static_cast<std::size_t>(c)]; }
+
+  // The effective precision / attention of the module at `module_path`
+  // (diffusers name inside the component, e.g. "up_blocks.1.attentions.0.
+  // transformer_blocks.0.attn1"; "" for the component itself).
+  Precision resolve(Component c, std::string_view module_path) const;
+  AttentionConfig resolve_attention(Component c, std::string_view module_path) const;
+
+  // One key of the grammar above. Throws ConfigError naming the key and the allowed values.
+  void set(std::string_view key, std::string_view value);
+  // "key=value" as the CLI passes it.
+  void set(std::string_view assignment);
+
+  // The seed of every image of the batch.
+  std::vector<std::uint64_t> image_seeds() const;
+  // The config of image `index` alone (its seed, batch of one): what its PNG records.
+  RunConfig image_config(std::size_t index) const;
+
+  // Checks every value and the relations between them (seeds vs batch_size,
+  // override patterns). Throws ConfigError naming the key.
+  void validate() const;
+
+  friend bool operator==(const RunConfig&, const RunConfig&) = default;
+};
+
+// Allowed-value lists for messages and GUI pickers ("f32, f16, bf16").
+std::string allowed_values(std::string_view field);
+
+namespace config_detail {
+// Shared by set() and the JSON reader: parse one value or throw ConfigError
+// naming `key` and the allowed values.
+DType dtype_value(std::string_view key, std::string_view v);
+Accumulate accumulate_value(std::string_view key, std::string_view v);
+SoftmaxPrecision softmax_value(std::string_view key, std::string_view v);
+AttentionImpl impl_value(std::string_view key, std::string_view v);
+SamplerId sampler_value(std::string_view key, std::string_view v);
+NoiseKind noise_value(std::string_view key, std::string_view v);
+NanPolicy nan_policy_value(std::string_view key, std::string_view v);
+// Range checks: throw ConfigError "key: expected ... found ...".
+void check_int(std::string_view key, long long v, long long lo, long long hi);
+void check_size(std::string_view key, long long v);
+void check_cfg(std::string_view key, double v);
+[[noreturn]] void fail(std::string_view key, const std::string& what);
+}  // namespace config_detail
+
+}  // namespace nanscope

@@ -1,0 +1,85 @@
+#include "ops/op_util.hpp"
+
+#include <new>
+
+namespace nanscope::ops::detail {
+
+void OpCall::fail(std::string_view what) const {
+  throw OpError(format_op_message(ctx_, op_, tensors_, what));
+}
+
+Backend& OpCall::be() const {
+  if (ctx_.backend == nullptr) fail("no backend in the op context: set OpContext::backend (make_backend)");
+  return *ctx_.backend;
+}
+
+void OpCall::check_tensor(std::string_view name, const Tensor& t, bool check_dtype) const {
+  const std::string n(name);
+  require(t.defined(), "input " + n + " is an undefined tensor (never allocated or uploaded)");
+  require(be().owns(t), "input " + n + " lives on another device; upload it to \"" + be().device().name +
+                            "\" first (work never moves between devices silently)");
+  for (auto d : t.shape()) {
+    require(d > 0,
+            "input " + n + " " + shape_str(t.shape()) + " has a zero-size dimension; ops need non-empty tensors");
+  }
+  if (check_dtype) {
+    const DType want = ctx_.precision.dtype;
+    require(t.dtype() == want, "input " + n + " is " + std::string(dtype_name(t.dtype())) + " but the precision is " +
+                                   std::string(dtype_name(want)) + "; cast it first (ops::cast)");
+  }
+}
+
+void OpCall::check_rank(std::string_view name, const Tensor& t, int min_rank, int max_rank) const {
+  if (t.rank() >= min_rank && t.rank() <= max_rank) return;
+  std::string want = min_rank == max_rank ? std::to_string(min_rank)
+                     : max_rank > 64      ? "at least " + std::to_string(min_rank)
+                                          : std::to_string(min_rank) + " to " + std::to_string(max_rank);
+  fail("input " + std::string(name) + " " + shape_str(t.shape()) + " has rank " + std::to_string(t.rank()) +
+       ", expected rank " + want);
+}
+
+void OpCall::check_vector(std::string_view name, const Tensor* t, std::int64_t n) const {
+  if (t == nullptr) return;
+  check_tensor(name, *t);
+  require(t->rank() == 1 && t->dim(0) == n, std::string(name) + " must have shape [" + std::to_string(n) +
+                                                "], got " + shape_str(t->shape()));
+}
+
+Tensor OpCall::allocate(const Shape& shape, DType dtype) const {
+  Backend& backend = be();
+  try {
+    return backend.empty(shape, dtype);
+  } catch (const DeviceError& e) {
+    throw DeviceError(format_op_message(ctx_, op_, tensors_,
+                                        "cannot allocate the output " + shape_str(shape) + " " +
+                                            std::string(dtype_name(dtype)) + ": " + e.what()));
+  } catch (const std::bad_alloc&) {
+    throw DeviceError(format_op_message(ctx_, op_, tensors_,
+                                        "cannot allocate the output " + shape_str(shape) + " " +
+                                            std::string(dtype_name(dtype)) + ": out of host memory"));
+  }
+}
+
+void OpCall::trace(std::initializer_list<const Tensor*> inputs, const Tensor& out) const {
+  if (ctx_.tracer == nullptr) return;
+  std::vector<const Tensor*> present;
+  for (const Tensor* t : inputs) {
+    if (t != nullptr) present.push_back(t);
+  }
+  ctx_.tracer->on_op(ctx_, op_, present, out);
+}
+
+std::int64_t dims_product(const Shape& s, int begin, int end) {
+  std::int64_t p = 1;
+  for (int i = begin; i < end; ++i) p *= s[static_cast<std::size_t>(i)];
+  return p;
+}
+
+int normalize_dim(const OpCall& call, int dim, int rank) {
+  const int d = dim < 0 ? dim + rank : dim;
+  call.require(d >= 0 && d < rank, "dimension " + std::to_string(dim) + " is out of range for rank " +
+                                       std::to_string(rank));
+  return d;
+}
+
+}  // namespace nanscope::ops::detail

@@ -1,0 +1,78 @@
+#pragma once
+// What a run tells its observer: value types only, so a front end can copy
+// them across threads (the GUI's queued signals).
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "config/run_config.hpp"
+#include "core/tensor.hpp"
+#include "io/png.hpp"
+
+namespace nanscope::pipeline {
+
+struct TensorSummary {
+  double min = 0, max = 0, mean = 0, std = 0, max_abs = 0;
+  std::int64_t count = 0, nan = 0, pos_inf = 0, neg_inf = 0;
+  std::int64_t nonfinite() const { return nan + pos_inf + neg_inf; }
+};
+// Statistics over the finite values, plus counts of the non-finite ones.
+TensorSummary summarize(std::span<const float> values);
+
+struct StepReport {
+  int image = 0;   // index in the batch
+  int index = 0;   // step index, 0-based
+  int steps = 0;   // steps in the run
+  float timestep = 0, sigma = 0;
+  TensorSummary latent;       // after the step
+  TensorSummary noise_cond;   // UNet output, conditional branch
+  TensorSummary noise_uncond; // UNet output, unconditional branch (count 0 without CFG)
+  Shape latent_shape;
+  std::vector<float> latent_values;  // the latent after the step (f32, NCHW)
+  double seconds = 0;
+};
+
+struct DecodeAttempt {
+  std::string vae;     // folder
+  DType dtype = DType::f32;
+  std::int64_t nonfinite = 0;
+  double seconds = 0;
+};
+
+struct RunReport {
+  std::string device;
+  std::string model;
+  std::string family;
+  int image = 0;
+  double load_seconds = 0, text_seconds = 0, sampling_seconds = 0, decode_seconds = 0;
+  int first_nonfinite_step = -1;  // first step whose latent held NaN/Inf
+  std::vector<DecodeAttempt> decodes;
+  std::string outcome;  // plain English: "clean", "decode gave 3145728 non-finite values; retried in f32: clean"
+  bool stopped = false;   // nan_policy=stop ended the run early
+  bool cancelled = false;
+};
+
+struct GeneratedImage {
+  io::RgbImage image;
+  RunConfig config;             // the config of this image alone (its seed)
+  Shape latent_shape;
+  std::vector<float> latent;    // the sampled latent, kept so a decode can be retried
+  std::int64_t nonfinite_pixels = 0;
+};
+
+class RunObserver {
+ public:
+  virtual ~RunObserver() = default;
+  virtual void on_status(std::string_view message) {}
+  virtual void on_text_embeddings(const HostTensor& embeddings) {}
+  virtual void on_initial_noise(int image, const Shape& shape, std::span<const float> values) {}
+  virtual void on_step(const StepReport& step) {}
+  virtual void on_image(const GeneratedImage& image, const RunReport& report) {}
+  // Checked between steps and between components; true stops the run.
+  virtual bool cancelled() const { return false; }
+};
+
+}  // namespace nanscope::pipeline

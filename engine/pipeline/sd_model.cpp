@@ -1,0 +1,138 @@
+#include "pipeline/sd_model.hpp"
+
+#include <chrono>
+#include <fstream>
+#include <vector>
+
+#include <unistd.h>
+
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "io/safetensors.hpp"
+
+namespace nanscope::pipeline {
+
+namespace fs = std::filesystem;
+
+std::string_view family_name(ModelFamily f) {
+  switch (f) {
+    case ModelFamily::sd1: return "SD 1.x";
+    case ModelFamily::sd2: return "SD 2.x";
+    case ModelFamily::sdxl: return "SDXL";
+  }
+  return "?";
+}
+
+namespace {
+
+nlohmann::json read_json(const fs::path& p) {
+  std::ifstream in(p);
+  if (!in) throw FileError("cannot open " + p.string() + "; the model folder is incomplete");
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw FileError(p.string() + " is not valid JSON: " + e.what());
+  }
+}
+
+void require_dir(const fs::path& folder, const std::string& what) {
+  if (!fs::is_directory(folder)) {
+    throw FileError("the model has no " + what + " folder (" + folder.string() +
+                    "); a diffusers model folder holds text_encoder/, tokenizer/, unet/, vae/ and scheduler/");
+  }
+}
+
+}  // namespace
+
+int SdModel::default_size() const {
+  return static_cast<int>(unet->config().sample_size * vae->config().downscale());
+}
+
+std::unique_ptr<SdModel> SdModel::load(const fs::path& folder, const fs::path& vae_override, Backend& backend,
+                                       const ComponentDTypes& dtypes) {
+  if (fs::is_regular_file(folder)) {
+    const std::string ext = folder.extension().string();
+    if (ext == ".ckpt" || ext == ".pt" || ext == ".bin" || ext == ".pth") io::refuse_pickle(folder);
+    throw FileError(folder.string() +
+                    " is a single file; single-file checkpoints are not loaded yet: use a diffusers folder "
+                    "(model_index.json with text_encoder/, tokenizer/, unet/, vae/, scheduler/)");
+  }
+  if (!fs::is_directory(folder)) throw FileError("model folder " + folder.string() + " does not exist");
+  const fs::path index_path = folder / "model_index.json";
+  if (!fs::exists(index_path)) {
+    throw FileError(folder.string() + " has no model_index.json; it is not a diffusers pipeline folder");
+  }
+  const nlohmann::json index = read_json(index_path);
+  std::unique_ptr<SdModel> m(new SdModel());
+  m->folder_ = folder;
+  m->dtypes_ = dtypes;
+  const std::string cls = index.value("_class_name", "StableDiffusionPipeline");
+  // A component is present when its entry names a library and class (["transformers", "CLIPTextModel"]).
+  const auto present = [&](const char* key) {
+    return index.contains(key) && index[key].is_array() && !index[key].empty() && !index[key][0].is_null();
+  };
+  const bool xl = present("text_encoder_2");
+  m->force_zeros_for_empty_prompt_ = index.value("force_zeros_for_empty_prompt", xl);
+
+  require_dir(folder / "tokenizer", "tokenizer/");
+  m->tokenizer = ClipTokenizer::load(folder / "tokenizer");
+  require_dir(folder / "text_encoder", "text_encoder/");
+  const auto t0 = std::chrono::steady_clock::now();
+  m->text_encoder = models::ClipTextModel::load(folder / "text_encoder", backend, dtypes.text_encoder);
+  if (xl) {
+    require_dir(folder / "tokenizer_2", "tokenizer_2/");
+    require_dir(folder / "text_encoder_2", "text_encoder_2/");
+    m->tokenizer_2 = ClipTokenizer::load(folder / "tokenizer_2");
+    m->text_encoder_2 = models::ClipTextModel::load(folder / "text_encoder_2", backend, dtypes.text_encoder);
+  }
+  require_dir(folder / "unet", "unet/");
+  m->unet = models::UNet::load(folder / "unet", backend, dtypes.unet);
+  m->vae_folder_ = vae_override.empty() ? folder / "vae" : vae_override;
+  require_dir(m->vae_folder_, "vae/");
+  m->vae = models::Vae::load(m->vae_folder_, backend, dtypes.vae);
+  require_dir(folder / "scheduler", "scheduler/");
+  m->scheduler_config_ = read_json(folder / "scheduler" / "scheduler_config.json");
+
+  if (xl) {
+    m->family_ = ModelFamily::sdxl;
+  } else if (m->unet->config().use_linear_projection || m->text_encoder->config().hidden_size == 1024) {
+    m->family_ = ModelFamily::sd2;
+  } else {
+    m->family_ = ModelFamily::sd1;
+  }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  log::info("loaded {} ({}, {}) on \"{}\" in {:.2f} s: text encoder {}, UNet {}, VAE {} from {}",
+            folder.filename().string(), cls, family_name(m->family_), backend.device().name, secs,
+            dtype_name(dtypes.text_encoder), dtype_name(dtypes.unet), dtype_name(dtypes.vae),
+            m->vae_folder_.string());
+  if (m->vae->config().force_upcast && dtypes.vae != DType::f32) {
+    log::warn("this VAE ({}) says force_upcast: it is known to overflow in {}; decoding may give NaN "
+              "(use vae.dtype=f32, the retry-vae-f32 NaN policy, or an fp16-fix VAE)",
+              m->vae_folder_.string(), dtype_name(dtypes.vae));
+  }
+  return m;
+}
+
+fs::path embedded_model_dir() {
+  std::vector<fs::path> tried;
+  if (const char* env = std::getenv("NANSCOPE_MODEL_DIR"); env && *env) {
+    if (fs::is_directory(env)) return env;
+    tried.emplace_back(env);
+  }
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    const fs::path installed = exe.parent_path().parent_path() / "share" / "nanscope" / "models" / "nanscope-tiny";
+    if (fs::is_directory(installed)) return installed;
+    tried.push_back(installed);
+  }
+  const fs::path source = fs::path(NANSCOPE_SOURCE_DIR) / "resources" / "models" / "nanscope-tiny";
+  if (fs::is_directory(source)) return source;
+  tried.push_back(source);
+  std::string where;
+  for (const auto& t : tried) where += "\n  " + t.string();
+  throw FileError("the embedded default model was not found; looked in:" + where +
+                  "\nSet NANSCOPE_MODEL_DIR or pass --model PATH to a diffusers folder.");
+}
+
+}  // namespace nanscope::pipeline

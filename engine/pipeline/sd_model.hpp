@@ -1,0 +1,66 @@
+#pragma once
+// A Stable Diffusion model loaded from a diffusers folder: tokenizer(s), text
+// encoder(s), UNet, VAE and scheduler config, each component in its own dtype
+// on one backend. The family (SD 1.x, SD 2.x, SDXL) is read from the folder.
+
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "models/clip_text.hpp"
+#include "models/unet.hpp"
+#include "models/vae.hpp"
+#include "text/clip_tokenizer.hpp"
+
+namespace nanscope::pipeline {
+
+enum class ModelFamily { sd1, sd2, sdxl };
+std::string_view family_name(ModelFamily f);
+
+struct ComponentDTypes {
+  DType text_encoder = DType::f32, unet = DType::f32, vae = DType::f32;
+  friend bool operator==(const ComponentDTypes&, const ComponentDTypes&) = default;
+};
+
+class SdModel {
+ public:
+  // folder: a diffusers pipeline folder (model_index.json). vae: an optional
+  // VAE folder replacing the model's own ("" = vae/).
+  static std::unique_ptr<SdModel> load(const std::filesystem::path& folder, const std::filesystem::path& vae,
+                                       Backend& backend, const ComponentDTypes& dtypes);
+
+  ModelFamily family() const { return family_; }
+  const std::filesystem::path& folder() const { return folder_; }
+  const std::filesystem::path& vae_folder() const { return vae_folder_; }
+  const ComponentDTypes& dtypes() const { return dtypes_; }
+  // The image size the UNet was trained at (sample_size x VAE downscale).
+  int default_size() const;
+  const nlohmann::json& scheduler_config() const { return scheduler_config_; }
+  bool force_zeros_for_empty_prompt() const { return force_zeros_for_empty_prompt_; }
+
+  ClipTokenizer tokenizer;
+  std::optional<ClipTokenizer> tokenizer_2;
+  std::optional<models::ClipTextModel> text_encoder;
+  std::optional<models::ClipTextModel> text_encoder_2;
+  std::optional<models::UNet> unet;
+  std::optional<models::Vae> vae;
+
+ private:
+  SdModel() = default;
+  ModelFamily family_ = ModelFamily::sd1;
+  std::filesystem::path folder_, vae_folder_;
+  ComponentDTypes dtypes_;
+  nlohmann::json scheduler_config_;
+  bool force_zeros_for_empty_prompt_ = false;
+};
+
+// Where the embedded default model lives: $NANSCOPE_MODEL_DIR, else next to
+// the executable (../share/nanscope/models/nanscope-tiny when installed), else
+// the source tree's resources/models/nanscope-tiny. Throws FileError listing
+// the places looked at when none exists.
+std::filesystem::path embedded_model_dir();
+
+}  // namespace nanscope::pipeline

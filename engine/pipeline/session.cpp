@@ -1,0 +1,55 @@
+#include "pipeline/session.hpp"
+
+#include "core/error.hpp"
+#include "core/log.hpp"
+
+namespace nanscope::pipeline {
+
+namespace fs = std::filesystem;
+
+Session::Session(BackendOptions options) : options_(std::move(options)), devices_(enumerate_devices()) {
+  for (const auto& note : devices_.notes) log::info("{}", note);
+}
+
+Session::~Session() = default;
+
+Backend& Session::backend(const std::string& pin) {
+  const std::string env = device_pin_from_env();
+  const std::string effective = pin.empty() ? env : pin;
+  const DeviceInfo& dev = select_device(devices_, effective);
+  auto it = backends_.find(dev.id);
+  if (it != backends_.end()) return *it->second;
+  if (!pin.empty()) {
+    log::info("using device {} \"{}\": pinned by the run configuration", dev.index, dev.name);
+  } else if (!env.empty()) {
+    log::info("using device {} \"{}\": pinned by NANSCOPE_DEVICE={}", dev.index, dev.name, env);
+  } else {
+    log::info("using device {} \"{}\": {}", dev.index, dev.name, dev.reason);
+  }
+  auto [pos, _] = backends_.emplace(dev.id, make_backend(dev, options_));
+  return *pos->second;
+}
+
+SdModel& Session::model(const RunConfig& config) {
+  Backend& be = backend(config.device);
+  const fs::path folder = config.model.empty() ? embedded_model_dir() : fs::path(config.model);
+  ModelKey key{be.device().id, folder.string(), config.vae,
+               {config.component(Component::text_encoder).precision.dtype,
+                config.component(Component::unet).precision.dtype, config.component(Component::vae).precision.dtype}};
+  if (model_ && model_key_ && *model_key_ == key) return *model_;
+  model_.reset();  // free the old weights before loading new ones
+  model_ = SdModel::load(folder, config.vae, be, key.dtypes);
+  model_key_ = key;
+  return *model_;
+}
+
+models::Vae& Session::vae_for(Backend& be, const fs::path& folder, DType dtype) {
+  const std::string key = be.device().id + "|" + folder.string() + "|" + std::string(dtype_name(dtype));
+  auto it = extra_vaes_.find(key);
+  if (it != extra_vaes_.end()) return *it->second;
+  auto vae = std::make_unique<models::Vae>(models::Vae::load(folder, be, dtype));
+  auto [pos, _] = extra_vaes_.emplace(key, std::move(vae));
+  return *pos->second;
+}
+
+}  // namespace nanscope::pipeline

@@ -1,0 +1,57 @@
+#pragma once
+// The engine API a front end talks to: a Session resolves the device a run
+// asks for (never another one), loads or reuses the model, and runs txt2img,
+// reporting through a RunObserver. One Session belongs to one thread.
+
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "backend/backend.hpp"
+#include "config/run_config.hpp"
+#include "pipeline/run_report.hpp"
+#include "pipeline/sd_model.hpp"
+
+namespace nanscope::pipeline {
+
+class Session {
+ public:
+  explicit Session(BackendOptions options = {});
+  ~Session();
+
+  const DeviceList& devices() const { return devices_; }
+  // The backend for a pin ("" = NANSCOPE_DEVICE, else the default device).
+  // Throws DeviceError listing the devices when the pin matches none.
+  Backend& backend(const std::string& pin);
+  // The model a config asks for on its device (reused while the key is unchanged).
+  SdModel& model(const RunConfig& config);
+
+  // Runs every image of the config's batch. Returns the images (also given to
+  // the observer as they finish).
+  std::vector<GeneratedImage> generate(const RunConfig& config, RunObserver* observer = nullptr);
+
+  // Decodes a kept latent again with another VAE folder and/or dtype: the
+  // recovery path for a failed decode, without re-sampling.
+  GeneratedImage redecode(const RunConfig& config, const GeneratedImage& image, const std::filesystem::path& vae,
+                          DType dtype, DecodeAttempt* attempt = nullptr);
+
+ private:
+  struct ModelKey {
+    std::string device, folder, vae;
+    ComponentDTypes dtypes;
+    bool operator==(const ModelKey&) const = default;
+  };
+  models::Vae& vae_for(Backend& backend, const std::filesystem::path& folder, DType dtype);
+
+  BackendOptions options_;
+  DeviceList devices_;
+  std::map<std::string, std::unique_ptr<Backend>> backends_;
+  std::optional<ModelKey> model_key_;
+  std::unique_ptr<SdModel> model_;
+  std::map<std::string, std::unique_ptr<models::Vae>> extra_vaes_;  // key: device|folder|dtype
+};
+
+}  // namespace nanscope::pipeline

@@ -1,0 +1,391 @@
+// txt2img: tokenize, encode (uncond + cond in one batch), sample with CFG,
+// decode, check the image, apply the NaN policy. The latent lives on the host
+// between steps (a few KB..MB), so it is never lost: a failed decode can be
+// retried with another VAE or precision without re-sampling.
+
+#include <algorithm>
+#include <chrono>
+#include <limits>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <string_view>
+#include <memory>
+
+#include "config/a1111.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "pipeline/noise.hpp"
+#include "pipeline/scheduler.hpp"
+#include "pipeline/session.hpp"
+
+namespace nanscope::pipeline {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// Per-module overrides of accumulation, softmax and attention within one
+// component (the component's storage dtype is fixed: its weights are stored in it).
+class ComponentPolicy final : public PrecisionPolicy {
+ public:
+  ComponentPolicy(const RunConfig& config, Component c) : config_(config), component_(c) {}
+  void resolve(std::string_view path, Precision& p, AttentionConfig& a) const override {
+    const DType dtype = p.dtype;
+    p = config_.resolve(component_, path);
+    p.dtype = dtype;
+    a = config_.resolve_attention(component_, path);
+  }
+
+ private:
+  const RunConfig& config_;
+  Component component_;
+};
+
+struct ComponentContexts {
+  std::unique_ptr<ComponentPolicy> te_policy, unet_policy, vae_policy;
+  OpContext te, unet, vae;
+};
+
+OpContext make_context(Backend& be, const RunConfig& config, Component c, const ComponentPolicy* policy) {
+  OpContext ctx;
+  ctx.backend = &be;
+  ctx.precision = config.component(c).precision;
+  ctx.attention = config.component(c).attention;
+  if (!config.overrides.empty()) ctx.policy = policy;
+  return ctx;
+}
+
+void check_overrides(const RunConfig& config) {
+  for (const auto& o : config.overrides) {
+    if (o.dtype) {
+      throw ConfigError("override '" + o.pattern + "' sets dtype: storage precision is set per component (" +
+                        "text_encoder.dtype, unet.dtype, vae.dtype); per-module overrides may set accumulate, " +
+                        "attention.softmax, attention.impl and attention.slice_size");
+    }
+  }
+}
+
+std::unique_ptr<NoiseSource> make_noise(NoiseKind kind, std::uint64_t seed) {
+  if (kind == NoiseKind::torch_cpu) {
+    // torch 1.13 (Debian's build) transforms normals with its AVX2 kernel on
+    // any CPU with AVX2 and FMA, and with the scalar libm path otherwise or when
+    // ATEN_CPU_CAPABILITY=default forces it; the two differ in the last bits.
+    const char* cap = std::getenv("ATEN_CPU_CAPABILITY");
+    const bool forced_default = cap && std::string_view(cap) == "default";
+    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    return std::make_unique<TorchCpuNoise>(seed, avx2 && !forced_default ? TorchCpuNoise::Kernel::kAvx2
+                                                                         : TorchCpuNoise::Kernel::kDefault);
+  }
+  return std::make_unique<NanscopeNoise>(seed);
+}
+
+SamplerKind sampler_kind(SamplerId id) {
+  switch (id) {
+    case SamplerId::euler: return SamplerKind::kEuler;
+    case SamplerId::euler_a: return SamplerKind::kEulerAncestral;
+    case SamplerId::ddim: return SamplerKind::kDdim;
+    case SamplerId::dpmpp_2m:
+    case SamplerId::dpmpp_2m_karras: return SamplerKind::kDpmPp2m;
+  }
+  return SamplerKind::kEuler;
+}
+
+// diffusers' postprocess: (x / 2 + 0.5).clamp(0, 1) * 255, rounded to nearest
+// even (numpy). Non-finite pixels become 0 and are counted.
+io::RgbImage to_rgb8(const HostTensor& img, std::int64_t& nonfinite) {
+  const int h = static_cast<int>(img.shape[2]), w = static_cast<int>(img.shape[3]);
+  io::RgbImage out;
+  out.width = w;
+  out.height = h;
+  out.pixels.resize(static_cast<std::size_t>(w) * h * 3);
+  nonfinite = 0;
+  const std::int64_t plane = static_cast<std::int64_t>(w) * h;
+  for (int c = 0; c < 3; ++c) {
+    for (std::int64_t i = 0; i < plane; ++i) {
+      const float v = img.get(c * plane + i);
+      std::uint8_t byte = 0;
+      if (std::isfinite(v)) {
+        const float x = std::clamp(v / 2.0f + 0.5f, 0.0f, 1.0f) * 255.0f;
+        byte = static_cast<std::uint8_t>(std::nearbyint(x));
+      } else {
+        ++nonfinite;
+      }
+      out.pixels[static_cast<std::size_t>(i) * 3 + static_cast<std::size_t>(c)] = byte;
+    }
+  }
+  return out;
+}
+
+Tensor upload_as(Backend& be, const Shape& shape, std::span<const float> values, DType dtype) {
+  return be.upload(HostTensor::from_f32(shape, std::vector<float>(values.begin(), values.end()), dtype));
+}
+
+std::vector<float> download_f32(Backend& be, const Tensor& t) { return be.download(t).to_f32(); }
+
+}  // namespace
+
+TensorSummary summarize(std::span<const float> values) {
+  TensorSummary s;
+  s.count = static_cast<std::int64_t>(values.size());
+  double sum = 0, sq = 0;
+  std::int64_t n = 0;
+  s.min = std::numeric_limits<double>::infinity();
+  s.max = -std::numeric_limits<double>::infinity();
+  for (float v : values) {
+    if (std::isnan(v)) {
+      ++s.nan;
+    } else if (std::isinf(v)) {
+      ++(v > 0 ? s.pos_inf : s.neg_inf);
+    } else {
+      sum += v;
+      sq += static_cast<double>(v) * v;
+      s.min = std::min<double>(s.min, v);
+      s.max = std::max<double>(s.max, v);
+      ++n;
+    }
+  }
+  if (n == 0) {
+    s.min = s.max = 0;
+    return s;
+  }
+  s.mean = sum / static_cast<double>(n);
+  s.std = std::sqrt(std::max(0.0, sq / static_cast<double>(n) - s.mean * s.mean));
+  s.max_abs = std::max(std::fabs(s.min), std::fabs(s.max));
+  return s;
+}
+
+std::vector<GeneratedImage> Session::generate(const RunConfig& config, RunObserver* observer) {
+  config.validate();
+  check_overrides(config);
+  RunObserver fallback;
+  RunObserver& obs = observer ? *observer : fallback;
+  const auto t_load = Clock::now();
+  obs.on_status("loading model");
+  SdModel& m = model(config);
+  Backend& be = backend(config.device);
+  const double load_seconds = since(t_load);
+
+  ComponentContexts cc;
+  cc.te_policy = std::make_unique<ComponentPolicy>(config, Component::text_encoder);
+  cc.unet_policy = std::make_unique<ComponentPolicy>(config, Component::unet);
+  cc.vae_policy = std::make_unique<ComponentPolicy>(config, Component::vae);
+  cc.te = make_context(be, config, Component::text_encoder, cc.te_policy.get());
+  cc.unet = make_context(be, config, Component::unet, cc.unet_policy.get());
+  cc.vae = make_context(be, config, Component::vae, cc.vae_policy.get());
+
+  const int size = m.default_size();
+  const int width = config.width > 0 ? config.width : size;
+  const int height = config.height > 0 ? config.height : size;
+  const std::int64_t f = m.vae->config().downscale();
+  if (width % f != 0 || height % f != 0) {
+    throw ConfigError("size " + std::to_string(width) + "x" + std::to_string(height) + " is not a multiple of " +
+                      std::to_string(f) + " (the VAE's downscale factor)");
+  }
+  const std::int64_t lat_c = m.unet->config().in_channels;
+  const Shape latent_shape{1, lat_c, height / f, width / f};
+  const std::int64_t latent_n = shape_numel(latent_shape);
+  const bool cfg = config.cfg_scale > 1.0;
+  const DType unet_dtype = config.component(Component::unet).precision.dtype;
+  const DType vae_dtype = config.component(Component::vae).precision.dtype;
+
+  // Text: [uncond, cond] in one batch when guidance is on (diffusers' order).
+  obs.on_status("encoding the prompt");
+  const auto t_text = Clock::now();
+  std::vector<std::vector<int>> ids, ids2;
+  if (cfg) ids.push_back(m.tokenizer.encode(config.negative_prompt).ids);
+  ids.push_back(m.tokenizer.encode(config.prompt).ids);
+  Tensor context;
+  models::AddedConditions added;
+  bool sdxl = m.family() == ModelFamily::sdxl;
+  if (!sdxl) {
+    context = m.text_encoder->forward(cc.te, ids, config.clip_skip).prompt_embeds;
+  } else {
+    if (config.clip_skip != 0) throw ConfigError("clip_skip: SDXL already conditions on the penultimate layer");
+    if (cfg) ids2.push_back(m.tokenizer_2->encode(config.negative_prompt).ids);
+    ids2.push_back(m.tokenizer_2->encode(config.prompt).ids);
+    const auto o1 = m.text_encoder->forward(cc.te, ids);
+    const auto o2 = m.text_encoder_2->forward(cc.te, ids2);
+    const Tensor parts[] = {o1.penultimate, o2.penultimate};
+    context = ops::concat(cc.te, parts, 2);
+    added.text_embeds = o2.pooled;
+    if (cfg && config.negative_prompt.empty() && m.force_zeros_for_empty_prompt()) {
+      // SDXL: an empty negative prompt means zero embeddings, not the encoded "".
+      HostTensor ctx_h = be.download(context), pooled_h = be.download(added.text_embeds);
+      std::memset(ctx_h.data.data(), 0, ctx_h.data.size() / 2);
+      std::memset(pooled_h.data.data(), 0, pooled_h.data.size() / 2);
+      context = be.upload(ctx_h);
+      added.text_embeds = be.upload(pooled_h);
+    }
+    const int rows = cfg ? 2 : 1;
+    for (int r = 0; r < rows; ++r) {
+      const float ids6[] = {static_cast<float>(height), static_cast<float>(width), 0, 0,
+                            static_cast<float>(height), static_cast<float>(width)};
+      added.time_ids.insert(added.time_ids.end(), std::begin(ids6), std::end(ids6));
+    }
+  }
+  if (context.dtype() != unet_dtype) context = ops::cast(cc.te.child("to_unet"), context, unet_dtype);
+  if (sdxl && added.text_embeds.dtype() != unet_dtype)
+    added.text_embeds = ops::cast(cc.te.child("to_unet"), added.text_embeds, unet_dtype);
+  obs.on_text_embeddings(be.download(context));
+  const double text_seconds = since(t_text);
+
+  std::vector<GeneratedImage> images;
+  const auto seeds = config.image_seeds();
+  for (std::size_t img = 0; img < seeds.size(); ++img) {
+    if (obs.cancelled()) break;
+    RunReport report;
+    report.device = be.device().name;
+    report.model = m.folder().string();
+    report.family = std::string(family_name(m.family()));
+    report.image = static_cast<int>(img);
+    report.load_seconds = load_seconds;
+    report.text_seconds = text_seconds;
+    GeneratedImage out;
+    out.config = config.image_config(img);
+    out.latent_shape = latent_shape;
+
+    auto noise = make_noise(config.noise, seeds[img]);
+    SchedulerConfig sc = SchedulerConfig::from_json(m.scheduler_config(), sampler_kind(config.sampler),
+                                                    (m.folder() / "scheduler" / "scheduler_config.json").string());
+    if (config.sampler == SamplerId::dpmpp_2m_karras) sc.use_karras_sigmas = true;
+    auto sampler = make_sampler(sc);
+    sampler->set_timesteps(config.steps);
+
+    std::vector<float> latent(static_cast<std::size_t>(latent_n));
+    noise->randn(latent);
+    obs.on_initial_noise(static_cast<int>(img), latent_shape, latent);
+    for (auto& v : latent) v *= sampler->init_noise_sigma();
+
+    const auto t_sample = Clock::now();
+    const int rows = cfg ? 2 : 1;
+    const int steps = sampler->num_steps();
+    for (int i = 0; i < steps; ++i) {
+      if (obs.cancelled()) {
+        report.cancelled = true;
+        break;
+      }
+      const auto t_step = Clock::now();
+      std::vector<float> model_in(latent);
+      sampler->scale_model_input(model_in, i);
+      std::vector<float> batch_in;
+      for (int r = 0; r < rows; ++r) batch_in.insert(batch_in.end(), model_in.begin(), model_in.end());
+      Shape in_shape = latent_shape;
+      in_shape[0] = rows;
+      const float t = sampler->timesteps()[static_cast<std::size_t>(i)];
+      const std::vector<float> ts(static_cast<std::size_t>(rows), t);
+      const Tensor pred = m.unet->forward(cc.unet, upload_as(be, in_shape, batch_in, unet_dtype), ts, context,
+                                          sdxl ? &added : nullptr);
+      const std::vector<float> pred_h = download_f32(be, pred);
+      std::vector<float> guided(static_cast<std::size_t>(latent_n));
+      const float* cond = pred_h.data() + (cfg ? latent_n : 0);
+      const float* uncond = pred_h.data();
+      const auto g = static_cast<float>(config.cfg_scale);
+      for (std::int64_t k = 0; k < latent_n; ++k) guided[k] = cfg ? uncond[k] + g * (cond[k] - uncond[k]) : cond[k];
+      sampler->step(guided, latent, i, noise.get());
+
+      StepReport sr;
+      sr.image = static_cast<int>(img);
+      sr.index = i;
+      sr.steps = steps;
+      sr.timestep = t;
+      sr.sigma = sampler->sigmas()[static_cast<std::size_t>(i)];
+      sr.latent = summarize(latent);
+      sr.noise_cond = summarize({cond, static_cast<std::size_t>(latent_n)});
+      if (cfg) sr.noise_uncond = summarize({uncond, static_cast<std::size_t>(latent_n)});
+      sr.latent_shape = latent_shape;
+      sr.latent_values = latent;
+      sr.seconds = since(t_step);
+      obs.on_step(sr);
+      if (sr.latent.nonfinite() > 0 && report.first_nonfinite_step < 0) {
+        report.first_nonfinite_step = i;
+        log::warn("step {}: the latent holds {} non-finite values (NaN {}, +Inf {}, -Inf {})", i + 1,
+                  sr.latent.nonfinite(), sr.latent.nan, sr.latent.pos_inf, sr.latent.neg_inf);
+        if (config.nan_policy.kind == NanPolicy::Kind::stop) {
+          report.stopped = true;
+          report.outcome = "stopped at step " + std::to_string(i + 1) + ": the latent went non-finite";
+          break;
+        }
+      }
+    }
+    report.sampling_seconds = since(t_sample);
+    out.latent = latent;
+    if (report.cancelled || report.stopped) {
+      if (report.cancelled) report.outcome = "cancelled";
+      obs.on_image(out, report);
+      images.push_back(std::move(out));
+      if (report.cancelled) break;
+      continue;
+    }
+
+    obs.on_status("decoding");
+    const auto t_dec = Clock::now();
+    DecodeAttempt first;
+    GeneratedImage decoded = redecode(config, out, m.vae_folder(), vae_dtype, &first);
+    report.decodes.push_back(first);
+    out.image = std::move(decoded.image);
+    out.nonfinite_pixels = decoded.nonfinite_pixels;
+    if (first.nonfinite == 0) {
+      report.outcome = report.first_nonfinite_step >= 0 ? "the latent went non-finite during sampling" : "clean";
+    } else {
+      report.outcome = "decode gave " + std::to_string(first.nonfinite) + " non-finite values (VAE " +
+                       std::string(dtype_name(vae_dtype)) + ")";
+      log::warn("decode: image {}x{} has {} non-finite values with the VAE in {} ({})", width, height,
+                first.nonfinite, dtype_name(vae_dtype), m.vae_folder().string());
+      const NanPolicy& policy = config.nan_policy;
+      std::optional<std::pair<fs::path, DType>> retry;
+      if (policy.kind == NanPolicy::Kind::retry_vae_f32 && vae_dtype != DType::f32) {
+        retry.emplace(m.vae_folder(), DType::f32);
+      } else if (policy.kind == NanPolicy::Kind::retry_vae) {
+        retry.emplace(policy.vae_path, vae_dtype);
+      }
+      if (retry) {
+        obs.on_status("decoding again");
+        DecodeAttempt second;
+        GeneratedImage again = redecode(config, out, retry->first, retry->second, &second);
+        report.decodes.push_back(second);
+        report.outcome += "; decoded the kept latent again with " + retry->first.filename().string() + " in " +
+                          std::string(dtype_name(retry->second)) + ": " +
+                          (second.nonfinite == 0 ? "clean" : std::to_string(second.nonfinite) + " non-finite");
+        log::info("{}", report.outcome);
+        out.image = std::move(again.image);
+        out.nonfinite_pixels = again.nonfinite_pixels;
+      }
+    }
+    report.decode_seconds = since(t_dec);
+    obs.on_image(out, report);
+    images.push_back(std::move(out));
+  }
+  return images;
+}
+
+GeneratedImage Session::redecode(const RunConfig& config, const GeneratedImage& image, const fs::path& vae_folder,
+                                 DType dtype, DecodeAttempt* attempt) {
+  SdModel& m = model(config);
+  Backend& be = backend(config.device);
+  const bool own = vae_folder == m.vae_folder() && dtype == m.dtypes().vae;
+  models::Vae& vae = own ? *m.vae : vae_for(be, vae_folder, dtype);
+  ComponentPolicy policy(config, Component::vae);
+  OpContext ctx = make_context(be, config, Component::vae, &policy);
+  ctx.precision.dtype = dtype;
+  const auto t0 = Clock::now();
+  const Tensor img = vae.decode(ctx, upload_as(be, image.latent_shape, image.latent, dtype));
+  HostTensor host = be.download(img).converted(DType::f32);
+  GeneratedImage out;
+  out.config = image.config;
+  out.latent_shape = image.latent_shape;
+  out.latent = image.latent;
+  out.image = to_rgb8(host, out.nonfinite_pixels);
+  if (attempt) {
+    attempt->vae = vae_folder.string();
+    attempt->dtype = dtype;
+    attempt->nonfinite = out.nonfinite_pixels;
+    attempt->seconds = since(t0);
+  }
+  return out;
+}
+
+}  // namespace nanscope::pipeline

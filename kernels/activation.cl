@@ -1,0 +1,51 @@
+// activation.cl: unary activations and GEGLU. Computed in f32 from the stored
+// input and rounded once at the store (the reference computes in double; the
+// difference is the f32 library functions' few-ulp error).
+//
+// Each work-item handles 16 consecutive elements (vector math), the tail one by one.
+
+inline float16 silu16(float16 x) { return x / (1.0f + exp(-x)); }
+inline float silu1(float x) { return x / (1.0f + exp(-x)); }
+inline float16 gelu_erf16(float16 x) { return 0.5f * x * (1.0f + erf(x * M_SQRT1_2_F)); }
+inline float gelu_erf1(float x) { return 0.5f * x * (1.0f + erf(x * M_SQRT1_2_F)); }
+// torch's approximate='tanh': 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+#define NS_GELU_K 0.7978845608028654f
+inline float16 gelu_tanh16(float16 x) { return 0.5f * x * (1.0f + tanh(NS_GELU_K * (x + 0.044715f * x * x * x))); }
+inline float gelu_tanh1(float x) { return 0.5f * x * (1.0f + tanh(NS_GELU_K * (x + 0.044715f * x * x * x))); }
+// CLIP's quick_gelu: x * sigmoid(1.702 x).
+inline float16 quick_gelu16(float16 x) { return x / (1.0f + exp(-1.702f * x)); }
+inline float quick_gelu1(float x) { return x / (1.0f + exp(-1.702f * x)); }
+
+#define NS_UNARY_KERNEL(NAME, F16, F1)                                                        \
+  __kernel void NAME(__global const store_t* x, __global store_t* out, ulong n, float param) { \
+    const ulong i0 = (ulong)get_global_id(0) * 16u;                                           \
+    if (i0 + 16u <= n) {                                                                      \
+      const float16 v = ld16(x, i0);                                                          \
+      st16(out, i0, F16);                                                                     \
+    } else {                                                                                  \
+      for (ulong i = i0; i < n; ++i) {                                                        \
+        const float v = ld(x, i);                                                             \
+        st(out, i, F1);                                                                       \
+      }                                                                                       \
+    }                                                                                         \
+  }
+
+NS_UNARY_KERNEL(unary_silu, silu16(v), silu1(v))
+NS_UNARY_KERNEL(unary_gelu_erf, gelu_erf16(v), gelu_erf1(v))
+NS_UNARY_KERNEL(unary_gelu_tanh, gelu_tanh16(v), gelu_tanh1(v))
+NS_UNARY_KERNEL(unary_quick_gelu, quick_gelu16(v), quick_gelu1(v))
+// x * param rounded once from the exact product (f32 x f16 needs up to 35 bits).
+NS_UNARY_KERNEL(unary_scale, round_affine16((float16)(param), v, (float16)(-0.0f)), round_affine(param, v, -0.0f))
+
+// out[r, j] = x[r, j] * gelu_erf(x[r, d + j]). Grid: (chunks of 16 along d, rows).
+__kernel void geglu(__global const store_t* x, __global store_t* out, uint d) {
+  const uint j0 = (uint)get_global_id(0) * 16u;
+  const ulong r = get_global_id(1);
+  if (j0 >= d) return;
+  const ulong in = r * 2u * d, o = r * d;
+  if (j0 + 16u <= d) {
+    st16(out, o + j0, ld16(x, in + j0) * gelu_erf16(ld16(x, in + d + j0)));
+  } else {
+    for (uint j = j0; j < d; ++j) st(out, o + j, ld(x, in + j) * gelu_erf1(ld(x, in + d + j)));
+  }
+}

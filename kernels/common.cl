@@ -1,0 +1,393 @@
+// common.cl: prepended to every program. Storage access and rounding for the
+// three storage dtypes, selected by one of -DSTORE_F32 / -DSTORE_F16 /
+// -DSTORE_BF16, plus -DACC_NATIVE, -DSOFTMAX_NATIVE and -DHAS_FP16.
+//
+// Values are always computed in f32 registers. Storage:
+//   f32  float
+//   f16  half, read and written only through vload_half*/vstore_half*_rte
+//        (core OpenCL: works without cl_khr_fp16)
+//   bf16 ushort words: the upper half of an f32, rounded to nearest even.
+//
+// Native accumulation (op_args.hpp) rounds every partial sum to the storage
+// dtype. It is emulated here with integer bit operations on f32 values even
+// when the device has cl_khr_fp16: a device's half adder may flush subnormals
+// or differ in other details, and the point of native mode is a result that
+// is the same on every device (and bit-equal to the reference backend).
+
+#ifdef HAS_FP16
+#pragma OPENCL EXTENSION cl_khr_fp16 : enable
+#endif
+#ifdef HAS_FP64
+#pragma OPENCL EXTENSION cl_khr_fp64 : enable
+#endif
+
+// clang (PoCL and others) warns at every float16 helper that passing 512-bit
+// vectors without AVX-512 changes the ABI: irrelevant for inlined helpers.
+#ifdef __clang__
+#pragma clang diagnostic ignored "-Wpsabi"
+#endif
+
+// The emulation below relies on every f32 operation being rounded on its own.
+#pragma OPENCL FP_CONTRACT OFF
+
+#if defined(STORE_F16)
+typedef half store_t;
+#elif defined(STORE_BF16)
+typedef ushort store_t;
+#else
+#ifndef STORE_F32
+#define STORE_F32
+#endif
+typedef float store_t;
+#endif
+
+// ---------------------------------------------------------------------------
+// Rounding an f32 value to the nearest storage value (returned as f32).
+// Written for scalars and vectors at once: F is the float type, U the uint type
+// of the same width. select() picks its second argument where the condition's
+// top bit is set (vectors) or where it is non-zero (scalars), so comparisons of
+// either kind work as conditions.
+
+// f16: round-to-nearest-even at 11 significant bits; values at or past 65520
+// become +-Inf; below 2^-14 the grid is 2^-24 (subnormals); NaN stays NaN.
+#define NS_DEFINE_ROUND_F16(NAME, F, U, AS_F, AS_U)                            \
+  inline F NAME(F x) {                                                         \
+    const U u = AS_U(x);                                                       \
+    const U a = u & (U)(0x7fffffffu);                                          \
+    const U sign = u & (U)(0x80000000u);                                       \
+    U r = (a + (U)(0xfffu) + ((a >> 13) & (U)(1u))) & (U)(0xffffe000u);        \
+    r = select(r, (U)(0x7f800000u), r >= (U)(0x47800000u));                    \
+    const F sub = rint(AS_F(a) * (F)(0x1p24f)) * (F)(0x1p-24f);                \
+    r = select(r, AS_U(sub), a < (U)(0x38800000u));                            \
+    r = select(r, a | (U)(0x00400000u), a > (U)(0x7f800000u));                 \
+    return AS_F(r | sign);                                                     \
+  }
+
+// bf16: round-to-nearest-even at 8 significant bits; NaN stays (quiet) NaN.
+#define NS_DEFINE_ROUND_BF16(NAME, F, U, AS_F, AS_U)                           \
+  inline F NAME(F x) {                                                         \
+    const U u = AS_U(x);                                                       \
+    U r = (u + (U)(0x7fffu) + ((u >> 16) & (U)(1u))) & (U)(0xffff0000u);       \
+    r = select(r, u | (U)(0x00400000u), (u & (U)(0x7fffffffu)) > (U)(0x7f800000u)); \
+    return AS_F(r);                                                            \
+  }
+
+NS_DEFINE_ROUND_F16(ns_round_f16, float, uint, as_float, as_uint)
+NS_DEFINE_ROUND_F16(ns_round_f16_4, float4, uint4, as_float4, as_uint4)
+NS_DEFINE_ROUND_F16(ns_round_f16_8, float8, uint8, as_float8, as_uint8)
+NS_DEFINE_ROUND_F16(ns_round_f16_16, float16, uint16, as_float16, as_uint16)
+NS_DEFINE_ROUND_BF16(ns_round_bf16, float, uint, as_float, as_uint)
+NS_DEFINE_ROUND_BF16(ns_round_bf16_4, float4, uint4, as_float4, as_uint4)
+NS_DEFINE_ROUND_BF16(ns_round_bf16_8, float8, uint8, as_float8, as_uint8)
+NS_DEFINE_ROUND_BF16(ns_round_bf16_16, float16, uint16, as_float16, as_uint16)
+
+// round_store*: to the storage dtype (identity for f32).
+#if defined(STORE_F16)
+#define round_store(x) ns_round_f16(x)
+#define round_store4(x) ns_round_f16_4(x)
+#define round_store8(x) ns_round_f16_8(x)
+#define round_store16(x) ns_round_f16_16(x)
+#elif defined(STORE_BF16)
+#define round_store(x) ns_round_bf16(x)
+#define round_store4(x) ns_round_bf16_4(x)
+#define round_store8(x) ns_round_bf16_8(x)
+#define round_store16(x) ns_round_bf16_16(x)
+#else
+#define round_store(x) (x)
+#define round_store4(x) (x)
+#define round_store8(x) (x)
+#define round_store16(x) (x)
+#endif
+
+// ---------------------------------------------------------------------------
+// Exactly rounded sums for native accumulation: round_dtype(s + e) where s is
+// an f32 value and e a small remainder (|e| <= half an f32 ulp of s), i.e. the
+// pair (s, e) holds a value more precisely than f32 can. Rounding s alone is
+// right except when s lies exactly halfway between two storage values and
+// e != 0: then the exact value is on e's side of the tie, so s is first
+// nudged one f32 ulp towards it. (A nudge of one f32 ulp never crosses another
+// storage-grid midpoint: those are f32 values themselves.)
+//
+// tie: s is a midpoint of the storage grid; toward: e points towards zero.
+#define NS_DEFINE_ROUND_EXACT(NAME, ROUND, F, U, AS_F, AS_U, TIE)              \
+  inline F NAME(F s, F e) {                                                    \
+    const U u = AS_U(s);                                                       \
+    const U a = u & (U)(0x7fffffffu);                                          \
+    const U tie = TIE;                                                         \
+    const U nz = AS_U((AS_U(e) & (U)(0x7fffffffu)) != (U)(0u));                \
+    const U toward = (AS_U(e) ^ u) & (U)(0x80000000u);                         \
+    const U fix = select((U)(1u), (U)(0xffffffffu), toward);                   \
+    const U apply = tie & nz & AS_U(a < (U)(0x7f800000u));                     \
+    return ROUND(AS_F(u + select((U)(0u), fix, apply)));                       \
+  }
+
+// f16 ties: normal range (|s| >= 2^-14), the 13 dropped bits are exactly 0x1000;
+// subnormal range, s * 2^24 has fraction one half. (Conditions are 0 / non-zero.)
+#define NS_TIE_F16(F, U, AS_U)                                                 \
+  select(AS_U((a & (U)(0x1fffu)) == (U)(0x1000u)),                             \
+         AS_U(fabs(s) * (F)(0x1p24f) - floor(fabs(s) * (F)(0x1p24f)) == (F)(0.5f)), \
+         AS_U(a < (U)(0x38800000u)))
+#define NS_TIE_BF16(F, U, AS_U) AS_U((a & (U)(0xffffu)) == (U)(0x8000u))
+
+NS_DEFINE_ROUND_EXACT(ns_round_exact_f16, ns_round_f16, float, uint, as_float, as_uint, NS_TIE_F16(float, uint, as_uint))
+NS_DEFINE_ROUND_EXACT(ns_round_exact_f16_16, ns_round_f16_16, float16, uint16, as_float16, as_uint16,
+                      NS_TIE_F16(float16, uint16, as_uint16))
+NS_DEFINE_ROUND_EXACT(ns_round_exact_bf16, ns_round_bf16, float, uint, as_float, as_uint, NS_TIE_BF16(float, uint, as_uint))
+NS_DEFINE_ROUND_EXACT(ns_round_exact_bf16_16, ns_round_bf16_16, float16, uint16, as_float16, as_uint16,
+                      NS_TIE_BF16(float16, uint16, as_uint16))
+
+#if defined(STORE_F16)
+#define round_exact(s, e) ns_round_exact_f16(s, e)
+#define round_exact16(s, e) ns_round_exact_f16_16(s, e)
+#elif defined(STORE_BF16)
+#define round_exact(s, e) ns_round_exact_bf16(s, e)
+#define round_exact16(s, e) ns_round_exact_bf16_16(s, e)
+#else
+#define round_exact(s, e) (s)
+#define round_exact16(s, e) (s)
+#endif
+
+// round_dtype(a + b) of the exact sum (two-sum gives the remainder). A
+// non-finite sum needs no remainder: round_exact ignores e there.
+inline float round_sum(float a, float b) {
+  const float s = a + b;
+  const float bb = s - a;
+  const float e = (a - (s - bb)) + (b - bb);
+  return round_exact(s, e);
+}
+inline float16 round_sum16(float16 a, float16 b) {
+  const float16 s = a + b;
+  const float16 bb = s - a;
+  const float16 e = (a - (s - bb)) + (b - bb);
+  return round_exact16(s, e);
+}
+
+// round_dtype(alpha * acc + bias) with one rounding: alpha * acc is split
+// exactly into p + ep with fma, the sum with bias into s + es; the remainder
+// (ep + es) is renormalised against s so that round_exact can break ties.
+inline float round_affine(float alpha, float acc, float bias) {
+  const float p = alpha * acc;
+  const float ep = fma(alpha, acc, -p);
+  const float s = p + bias;
+  const float bb = s - p;
+  const float es = (p - (s - bb)) + (bias - bb);
+  const float e = ep + es;
+  const float s2 = s + e;
+  const float e2 = e - (s2 - s);
+  return isfinite(s2) ? round_exact(s2, e2) : round_store(s);
+}
+
+inline float16 round_affine16(float16 alpha, float16 acc, float16 bias) {
+  const float16 p = alpha * acc;
+  const float16 ep = fma(alpha, acc, -p);
+  const float16 s = p + bias;
+  const float16 bb = s - p;
+  const float16 es = (p - (s - bb)) + (bias - bb);
+  const float16 e = ep + es;
+  const float16 s2 = s + e;
+  const float16 e2 = e - (s2 - s);
+  return select(round_store16(s), round_exact16(s2, e2), isfinite(s2));
+}
+
+// round_acc: after every partial sum in native mode; identity otherwise.
+#ifdef ACC_NATIVE
+#define round_acc(x) round_store(x)
+#define round_acc16(x) round_store16(x)
+#else
+#define round_acc(x) (x)
+#define round_acc16(x) (x)
+#endif
+
+// round_sm: values of the softmax / attention-probability path in
+// SOFTMAX_NATIVE mode (kept in the storage dtype); identity otherwise.
+#ifdef SOFTMAX_NATIVE
+#define round_sm(x) round_store(x)
+#else
+#define round_sm(x) (x)
+#endif
+
+// ---------------------------------------------------------------------------
+// Loads and stores. Offsets are in elements. Vector forms read/write n
+// consecutive elements starting at element i (no alignment beyond the
+// element's own is required).
+
+inline float bf16_to_f32(ushort b) { return as_float((uint)b << 16); }
+inline ushort f32_to_bf16(float f) { return (ushort)(as_uint(ns_round_bf16(f)) >> 16); }
+
+// Scalar f16 conversions in integer arithmetic: PoCL's scalar vload_half /
+// vstore_half are slow library routines, while the vector forms map to the
+// CPU's conversion instructions. Both are exact (RNE, Inf, NaN, subnormals).
+inline float f16_to_f32(ushort h) {
+  const uint em = (uint)h & 0x7fffu;
+  const uint sign = ((uint)h & 0x8000u) << 16;
+  uint bits = (em << 13) + 0x38000000u;                              // normal: rebias 15 -> 127
+  bits = em >= 0x7c00u ? (em << 13) | 0x7f800000u : bits;             // Inf / NaN
+  bits = em < 0x0400u ? as_uint((float)em * 0x1p-24f) : bits;         // zero / subnormal
+  return as_float(bits | sign);
+}
+inline ushort f32_to_f16(float f) {
+  const uint u = as_uint(ns_round_f16(f));  // now exactly representable (or Inf / NaN)
+  const uint a = u & 0x7fffffffu;
+  const uint sign = (u >> 16) & 0x8000u;
+  uint h = (a - 0x38000000u) >> 13;                                   // normal
+  h = a >= 0x7f800000u ? 0x7c00u | ((a >> 13) & 0x3ffu) : h;          // Inf / NaN (quiet bit kept)
+  h = a < 0x38800000u ? (uint)(as_float(a) * 0x1p24f) : h;            // zero / subnormal (exact)
+  return (ushort)(h | sign);
+}
+
+#if defined(STORE_F16)
+#define ld(p, i) f16_to_f32(((__global const ushort*)(p))[(i)])
+#define ld4(p, i) vload_half4(0, (p) + (i))
+#define ld8(p, i) vload_half8(0, (p) + (i))
+#define ld16(p, i) vload_half16(0, (p) + (i))
+#define st(p, i, v) (((__global ushort*)(p))[(i)] = f32_to_f16(v))
+#define st4(p, i, v) vstore_half4_rte((v), 0, (p) + (i))
+#define st8(p, i, v) vstore_half8_rte((v), 0, (p) + (i))
+#define st16(p, i, v) vstore_half16_rte((v), 0, (p) + (i))
+#elif defined(STORE_BF16)
+#define ld(p, i) bf16_to_f32((p)[(i)])
+#define ld4(p, i) as_float4(convert_uint4(vload4(0, (p) + (i))) << 16)
+#define ld8(p, i) as_float8(convert_uint8(vload8(0, (p) + (i))) << 16)
+#define ld16(p, i) as_float16(convert_uint16(vload16(0, (p) + (i))) << 16)
+#define st(p, i, v) ((p)[(i)] = f32_to_bf16(v))
+#define st4(p, i, v) vstore4(convert_ushort4(as_uint4(ns_round_bf16_4(v)) >> 16), 0, (p) + (i))
+#define st8(p, i, v) vstore8(convert_ushort8(as_uint8(ns_round_bf16_8(v)) >> 16), 0, (p) + (i))
+#define st16(p, i, v) vstore16(convert_ushort16(as_uint16(ns_round_bf16_16(v)) >> 16), 0, (p) + (i))
+#else
+#define ld(p, i) ((p)[(i)])
+#define ld4(p, i) vload4(0, (p) + (i))
+#define ld8(p, i) vload8(0, (p) + (i))
+#define ld16(p, i) vload16(0, (p) + (i))
+#define st(p, i, v) ((p)[(i)] = (v))
+#define st4(p, i, v) vstore4((v), 0, (p) + (i))
+#define st8(p, i, v) vstore8((v), 0, (p) + (i))
+#define st16(p, i, v) vstore16((v), 0, (p) + (i))
+#endif
+
+// Bit copies (shape ops): the storage word of one element.
+#if defined(STORE_F32)
+typedef uint word_t;
+#else
+typedef ushort word_t;
+#endif
+
+// ---------------------------------------------------------------------------
+// Softmax helpers.
+
+// NaN-propagating maximum (fmax would drop a NaN), as the reference's nan_max.
+inline float nan_max(float a, float b) { return isnan(a) ? a : ((isnan(b) || b > a) ? b : a); }
+
+// round_dtype(exp(x)) for native softmax. With doubles (-DHAS_FP64), exp is
+// taken in double and rounded once through round_exact, so the result matches
+// the reference's correctly rounded value; otherwise the device's f32 exp
+// (a few ulp) is rounded, which can differ from it by one unit near ties.
+inline float exp_round(float x) {
+#ifdef HAS_FP64
+  const double e = exp((double)x);
+  const float hi = (float)e;
+  return isfinite(hi) ? round_exact(hi, (float)(e - (double)hi)) : round_store(hi);
+#else
+  return round_store(exp(x));
+#endif
+}
+
+// Work-group reductions through a __local scratch of get_local_size(0) floats.
+// Every work-item of the group must call them.
+inline float wg_sum(float v, __local float* scratch) {
+  const uint lid = (uint)get_local_id(0), n = (uint)get_local_size(0);
+  scratch[lid] = v;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  if (lid == 0) {
+    float s = 0.0f;
+    for (uint i = 0; i < n; ++i) s += scratch[i];
+    scratch[0] = s;
+  }
+  barrier(CLK_LOCAL_MEM_FENCE);
+  const float r = scratch[0];
+  barrier(CLK_LOCAL_MEM_FENCE);
+  return r;
+}
+inline float wg_max(float v, __local float* scratch) {
+  const uint lid = (uint)get_local_id(0), n = (uint)get_local_size(0);
+  scratch[lid] = v;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  if (lid == 0) {
+    float m = -INFINITY;
+    for (uint i = 0; i < n; ++i) m = nan_max(m, scratch[i]);
+    scratch[0] = m;
+  }
+  barrier(CLK_LOCAL_MEM_FENCE);
+  const float r = scratch[0];
+  barrier(CLK_LOCAL_MEM_FENCE);
+  return r;
+}
+
+// ---------------------------------------------------------------------------
+// Norm statistics of x[base, base + count), computed by the whole work-group;
+// returns (mean, rstd). f32 accumulation: two passes (mean, then centred
+// squares) with f32 partial sums. Native: one work-item sums x and x*x in
+// memory order, every partial sum rounded to the dtype (op_args.hpp), then
+// mean = sum / n, var = max(sumsq / n - mean^2, 0) in f32 as the reference.
+// scratch: max(2, local size) floats.
+inline float2 norm_stats(__global const store_t* x, ulong base, ulong count, float eps, __local float* scratch) {
+  const uint lid = (uint)get_local_id(0), nl = (uint)get_local_size(0);
+#ifdef ACC_NATIVE
+  if (lid == 0) {
+    float sum = 0.0f, sumsq = 0.0f;
+    ulong i = 0;
+    for (; i + 16u <= count; i += 16u) {
+      float v[16];
+      vstore16(ld16(x, base + i), 0, v);
+      for (uint j = 0; j < 16u; ++j) {
+        sum = round_sum(sum, v[j]);
+        sumsq = round_sum(sumsq, v[j] * v[j]);
+      }
+    }
+    for (; i < count; ++i) {
+      const float v = ld(x, base + i);
+      sum = round_sum(sum, v);
+      sumsq = round_sum(sumsq, v * v);
+    }
+    const float n = (float)count;
+    const float mean = sum / n;
+    float var = sumsq / n - mean * mean;
+    if (var < 0.0f) var = 0.0f;  // cancellation; a NaN variance stays NaN
+    scratch[0] = mean;
+    scratch[1] = 1.0f / sqrt(var + eps);
+  }
+  barrier(CLK_LOCAL_MEM_FENCE);
+  const float2 r = (float2)(scratch[0], scratch[1]);
+  barrier(CLK_LOCAL_MEM_FENCE);
+  return r;
+#else
+  float16 acc = 0.0f;
+  float tail = 0.0f;
+  for (ulong i = (ulong)lid * 16u; i < count; i += (ulong)nl * 16u) {
+    if (i + 16u <= count) {
+      acc += ld16(x, base + i);
+    } else {
+      for (ulong j = i; j < count; ++j) tail += ld(x, base + j);
+    }
+  }
+  const float8 a8 = acc.lo + acc.hi;
+  const float4 a4 = a8.lo + a8.hi;
+  const float mean = wg_sum(a4.x + a4.y + a4.z + a4.w + tail, scratch) / (float)count;
+  acc = 0.0f;
+  tail = 0.0f;
+  for (ulong i = (ulong)lid * 16u; i < count; i += (ulong)nl * 16u) {
+    if (i + 16u <= count) {
+      const float16 d = ld16(x, base + i) - mean;
+      acc = fma(d, d, acc);
+    } else {
+      for (ulong j = i; j < count; ++j) {
+        const float d = ld(x, base + j) - mean;
+        tail = fma(d, d, tail);
+      }
+    }
+  }
+  const float8 b8 = acc.lo + acc.hi;
+  const float4 b4 = b8.lo + b8.hi;
+  const float var = wg_sum(b4.x + b4.y + b4.z + b4.w + tail, scratch) / (float)count;
+  return (float2)(mean, 1.0f / sqrt(var + eps));
+#endif
+}

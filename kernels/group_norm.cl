@@ -1,0 +1,27 @@
+// group_norm.cl: statistics per (sample, group of c/groups channels) over all
+// their positions (norm_stats in common.cl), then a per-channel affine:
+// out = ((x - mean) * rstd) * gamma + beta in f32, rounded once.
+// One work-group per (sample, group); grid = local size * n * groups.
+__kernel void group_norm(__global const store_t* x, __global const store_t* gamma, __global const store_t* beta,
+                         __global store_t* out, uint c, ulong s, uint groups, float eps, int has_gamma, int has_beta,
+                         __local float* scratch) {
+  const uint job = (uint)get_group_id(0);
+  const uint lid = (uint)get_local_id(0), nl = (uint)get_local_size(0);
+  const uint cg = c / groups;
+  const ulong base = (ulong)job * cg * s;  // a group is one contiguous run of [cg, s]
+  const float2 st = norm_stats(x, base, (ulong)cg * s, eps, scratch);
+  const float mean = st.x, rstd = st.y;
+  const uint c0 = (job % groups) * cg;
+  for (uint ci = 0; ci < cg; ++ci) {
+    const float g = has_gamma ? ld(gamma, c0 + ci) : 1.0f;
+    const float b = has_beta ? ld(beta, c0 + ci) : 0.0f;
+    const ulong row = base + (ulong)ci * s;
+    for (ulong j = (ulong)lid * 16u; j < s; j += (ulong)nl * 16u) {
+      if (j + 16u <= s) {
+        st16(out, row + j, ((ld16(x, row + j) - mean) * rstd) * g + b);
+      } else {
+        for (ulong i = j; i < s; ++i) st(out, row + i, ((ld(x, row + i) - mean) * rstd) * g + b);
+      }
+    }
+  }
+}

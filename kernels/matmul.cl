@@ -1,0 +1,307 @@
+// matmul.cl: C = alpha * A.B + bias for every storage dtype, in three families.
+//
+// CPU style (gemm_pack_a, gemm_pack_b, gemm_cpu, gemm_native): A and B are
+// first packed into f32 panels, A as [M/MR][K][MR] and B as [N/NR][K][NR]
+// (zero-padded at the edges), so the compute kernel reads both contiguously
+// and never converts dtypes in its inner loop. Each work-item owns an MR x NR
+// block of C in float16 registers and walks k with fma(), broadcasting one A
+// value against a row of B: no local memory, no barriers (on PoCL, GPU-style
+// tiles with barriers run ~5x slower). Packing B once per weight is the hook
+// for pre-packed weights (engine/backend/opencl/gemm.hpp).
+//
+// Native accumulation (gemm_native): same panels; every partial sum is
+// rounded exactly to the storage dtype, k ascending, alpha and bias last with
+// one rounding (op_args.hpp).
+//
+// GPU style (gemm_tiled): local-memory tiles of TS_M x TS_K and TS_K x TS_N,
+// each work-item WPT_M x WPT_N outputs, reading the stored dtype directly.
+//
+// Block sizes come from the host's tuning table as -D constants; the defaults
+// here are the table's CPU (AVX2) entry.
+
+#ifndef GEMM_MR
+#define GEMM_MR 6
+#endif
+#ifndef GEMM_NV
+#define GEMM_NV 1
+#endif
+#define GEMM_NR (16 * GEMM_NV)
+
+#if GEMM_MR == 4
+#define GEMM_ROWS(X) X(0) X(1) X(2) X(3)
+#elif GEMM_MR == 6
+#define GEMM_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5)
+#elif GEMM_MR == 8
+#define GEMM_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
+#else
+#error "GEMM_MR must be 4, 6 or 8"
+#endif
+#if GEMM_NV != 1 && GEMM_NV != 2
+#error "GEMM_NV must be 1 or 2"
+#endif
+
+// Bias modes: none, one value per column of C (matmul), one per row (conv).
+#define BIAS_NONE 0
+#define BIAS_COL 1
+#define BIAS_ROW 2
+
+// Up to 16 elements src[base + i * step] for i < count, zeros after.
+inline float16 ld16_masked(__global const store_t* src, ulong base, ulong step, uint count) {
+  float v[16];
+  for (uint i = 0; i < 16u; ++i) v[i] = i < count ? ld(src, base + i * step) : 0.0f;
+  return vload16(0, v);
+}
+
+// ---------------------------------------------------------------------------
+// Packing.
+
+// A panels: dst[b][mb][k][MR] = element (m = mb*MR + r, k) at src[src_off + b*sbs + m*rs + k*cs];
+// rows past M are zero. Grid: (ceil(K/16), ceil(M/MR), batch).
+__kernel void gemm_pack_a(__global const store_t* src, ulong src_off, ulong sbs, ulong rs, ulong cs,
+                          __global float* dst, ulong dbs, uint M, uint K) {
+  const uint k0 = (uint)get_global_id(0) * 16u;
+  const uint mb = (uint)get_global_id(1);
+  const ulong b = get_global_id(2);
+  if (k0 >= K) return;
+  const uint kn = min(16u, K - k0);
+  src += src_off + b * sbs;
+  __global float* d = dst + b * dbs + ((ulong)mb * K + k0) * GEMM_MR;
+  for (uint r = 0; r < GEMM_MR; ++r) {
+    const uint m = mb * GEMM_MR + r;
+    float v[16];
+    if (m < M && kn == 16u && cs == 1u) {
+      vstore16(ld16(src, m * rs + k0), 0, v);
+    } else {
+      vstore16(ld16_masked(src, m * rs + k0 * cs, cs, m < M ? kn : 0u), 0, v);
+    }
+    for (uint kk = 0; kk < kn; ++kk) d[kk * GEMM_MR + r] = v[kk];
+  }
+}
+
+// B panels: dst[b][nb][k][NR] = element (k, n = nb*NR + j) at src[src_off + b*sbs + k*ks + n*ns];
+// columns past N are zero. Grid: (ceil(K/16), ceil(N/NR), batch).
+__kernel void gemm_pack_b(__global const store_t* src, ulong src_off, ulong sbs, ulong ks, ulong ns,
+                          __global float* dst, ulong dbs, uint N, uint K) {
+  const uint k0 = (uint)get_global_id(0) * 16u;
+  const uint nb = (uint)get_global_id(1);
+  const ulong b = get_global_id(2);
+  if (k0 >= K) return;
+  const uint kn = min(16u, K - k0);
+  const uint n0 = nb * GEMM_NR;
+  src += src_off + b * sbs;
+  __global float* d = dst + b * dbs + ((ulong)nb * K + k0) * GEMM_NR;
+  if (ns == 1u) {
+    // Rows of B are contiguous: copy 16 columns at a time.
+    for (uint kk = 0; kk < kn; ++kk) {
+      const ulong row = (ulong)(k0 + kk) * ks;
+      for (uint v = 0; v < GEMM_NV; ++v) {
+        const uint n = n0 + 16u * v;
+        const float16 x = n + 16u <= N ? ld16(src, row + n) : ld16_masked(src, row + n, 1, n < N ? N - n : 0u);
+        vstore16(x, 0, d + kk * GEMM_NR + 16u * v);
+      }
+    }
+  } else {
+    // Columns of B (rows of a [N, K] matrix, trans_b) are contiguous along k.
+    for (uint j = 0; j < GEMM_NR; ++j) {
+      const uint n = n0 + j;
+      float v[16];
+      if (n < N && kn == 16u && ks == 1u) {
+        vstore16(ld16(src, n * ns + k0), 0, v);
+      } else {
+        vstore16(ld16_masked(src, n * ns + k0 * ks, ks, n < N ? kn : 0u), 0, v);
+      }
+      for (uint kk = 0; kk < kn; ++kk) d[kk * GEMM_NR + j] = v[kk];
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Epilogue shared by the panel kernels: row m of the block, columns n0.. of
+// one 16-wide vector, value already final (f32 mode) or exactly rounded.
+
+inline void gemm_store16(__global store_t* c, ulong off, uint n0, uint N, float16 v) {
+  if (n0 + 16u <= N) {
+    st16(c, off + n0, v);
+  } else if (n0 < N) {
+    float t[16];
+    vstore16(v, 0, t);
+    for (uint j = 0; j < N - n0; ++j) st(c, off + n0 + j, t[j]);
+  }
+}
+
+inline float16 gemm_bias16(__global const store_t* bias, int mode, uint m, uint n0, uint N) {
+  if (mode == BIAS_COL) return n0 + 16u <= N ? ld16(bias, n0) : ld16_masked(bias, n0, 1, n0 < N ? N - n0 : 0u);
+  if (mode == BIAS_ROW) return (float16)(ld(bias, m));
+  return (float16)(-0.0f);  // -0 is the exact identity of addition (keeps -0 results)
+}
+
+// ---------------------------------------------------------------------------
+// f32 accumulation. Grid: (ceil(N/NR), ceil(M/MR), batch). C element (m, n) of
+// batch b is c[c_off + b*c_bs + m*ldc + n]; the A/B panel sets of batch b start
+// at a_poff + b*a_bs / b_poff + b*b_bs floats (strides 0 when shared); bias
+// starts at bias_off.
+
+#if GEMM_NV == 1
+#define GEMM_DECL(r) float16 acc##r##_0 = 0.0f;
+#define GEMM_FMA(r)                                      \
+  {                                                      \
+    const float16 av = (float16)(a[k * GEMM_MR + r]);    \
+    acc##r##_0 = fma(av, b0, acc##r##_0);                \
+  }
+#else
+#define GEMM_DECL(r) float16 acc##r##_0 = 0.0f, acc##r##_1 = 0.0f;
+#define GEMM_FMA(r)                                      \
+  {                                                      \
+    const float16 av = (float16)(a[k * GEMM_MR + r]);    \
+    acc##r##_0 = fma(av, b0, acc##r##_0);                \
+    acc##r##_1 = fma(av, b1, acc##r##_1);                \
+  }
+#endif
+
+#define GEMM_STORE_V(r, v)                                                                                \
+  if (m0 + r < M) {                                                                                       \
+    const ulong off = cbase + (ulong)(m0 + r) * ldc;                                                      \
+    gemm_store16(c, off, n0 + 16u * v, N, fma((float16)(alpha), acc##r##_##v,                             \
+                                              gemm_bias16(bias, bias_mode, m0 + r, n0 + 16u * v, N)));    \
+  }
+#if GEMM_NV == 1
+#define GEMM_STORE(r) GEMM_STORE_V(r, 0)
+#else
+#define GEMM_STORE(r) GEMM_STORE_V(r, 0) GEMM_STORE_V(r, 1)
+#endif
+
+__kernel void gemm_cpu(__global const float* ap, ulong a_poff, ulong a_bs, __global const float* bp, ulong b_poff,
+                       ulong b_bs, __global const store_t* bias, ulong bias_off, int bias_mode, __global store_t* c,
+                       ulong c_off, ulong c_bs, ulong ldc, uint M, uint N, uint K, float alpha) {
+  const uint nb = (uint)get_global_id(0);
+  const uint mb = (uint)get_global_id(1);
+  const ulong bt = get_global_id(2);
+  const __global float* a = ap + a_poff + bt * a_bs + (ulong)mb * K * GEMM_MR;
+  const __global float* bq = bp + b_poff + bt * b_bs + (ulong)nb * K * GEMM_NR;
+  bias += bias_off;
+  GEMM_ROWS(GEMM_DECL)
+  for (uint k = 0; k < K; ++k) {
+    const float16 b0 = vload16(0, bq + k * GEMM_NR);
+#if GEMM_NV == 2
+    const float16 b1 = vload16(0, bq + k * GEMM_NR + 16);
+#endif
+    GEMM_ROWS(GEMM_FMA)
+  }
+  const uint m0 = mb * GEMM_MR, n0 = nb * GEMM_NR;
+  const ulong cbase = c_off + bt * c_bs;
+  GEMM_ROWS(GEMM_STORE)
+}
+
+// ---------------------------------------------------------------------------
+// Native accumulation: acc = round(acc + a*b) for k ascending (the product of
+// two stored values is exact in f32), then round(alpha * acc + bias) once.
+// One row of the block at a time keeps the register footprint small: the
+// rounding emulation, not memory, bounds this kernel.
+
+__kernel void gemm_native(__global const float* ap, ulong a_poff, ulong a_bs, __global const float* bp, ulong b_poff,
+                          ulong b_bs, __global const store_t* bias, ulong bias_off, int bias_mode, __global store_t* c,
+                          ulong c_off, ulong c_bs, ulong ldc, uint M, uint N, uint K, float alpha) {
+  const uint nb = (uint)get_global_id(0);
+  const uint mb = (uint)get_global_id(1);
+  const ulong bt = get_global_id(2);
+  const __global float* a = ap + a_poff + bt * a_bs + (ulong)mb * K * GEMM_MR;
+  const __global float* bq = bp + b_poff + bt * b_bs + (ulong)nb * K * GEMM_NR;
+  bias += bias_off;
+  const uint m0 = mb * GEMM_MR, n0 = nb * GEMM_NR;
+  const ulong cbase = c_off + bt * c_bs;
+  const bool plain = bias_mode == BIAS_NONE && alpha == 1.0f;
+  for (uint r = 0; r < GEMM_MR && m0 + r < M; ++r) {
+    for (uint v = 0; v < GEMM_NV; ++v) {
+      if (n0 + 16u * v >= N) break;
+      float16 acc = 0.0f;
+      for (uint k = 0; k < K; ++k) {
+        acc = round_sum16(acc, (float16)(a[k * GEMM_MR + r]) * vload16(0, bq + k * GEMM_NR + 16u * v));
+      }
+      if (!plain) acc = round_affine16((float16)(alpha), acc, gemm_bias16(bias, bias_mode, m0 + r, n0 + 16u * v, N));
+      gemm_store16(c, cbase + (ulong)(m0 + r) * ldc, n0 + 16u * v, N, acc);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// GPU style: f32 accumulation from the stored dtype through local tiles.
+// A element (m, k): a[a_off + b*a_bs + m*lda + k]; B element (k, n):
+// bm[b_off + b*b_bs + k*ldbk + n*ldbn]. Local size (TS_N/WPT_N, TS_M/WPT_M),
+// grid (ceil(N/TS_N) * TS_N/WPT_N, ceil(M/TS_M) * TS_M/WPT_M, batch).
+
+#ifndef TS_M
+#define TS_M 64
+#endif
+#ifndef TS_N
+#define TS_N 64
+#endif
+#ifndef TS_K
+#define TS_K 16
+#endif
+#ifndef WPT_M
+#define WPT_M 4
+#endif
+#ifndef WPT_N
+#define WPT_N 4
+#endif
+#define RTS_M (TS_M / WPT_M)
+#define RTS_N (TS_N / WPT_N)
+
+__kernel __attribute__((reqd_work_group_size(RTS_N, RTS_M, 1))) void gemm_tiled(
+    __global const store_t* a, ulong a_off, ulong a_bs, ulong lda, __global const store_t* bm, ulong b_off,
+    ulong b_bs, ulong ldbk, ulong ldbn, __global const store_t* bias, ulong bias_off, int bias_mode,
+    __global store_t* c, ulong c_off, ulong c_bs, ulong ldc, uint M, uint N, uint K, float alpha) {
+  __local float as[TS_K][TS_M];
+  __local float bs[TS_K][TS_N];
+  const uint tn = (uint)get_local_id(0), tm = (uint)get_local_id(1);
+  const uint tid = tm * RTS_N + tn;
+  const uint n0 = (uint)get_group_id(0) * TS_N, m0 = (uint)get_group_id(1) * TS_M;
+  const ulong bt = get_global_id(2);
+  a += a_off + bt * a_bs;
+  bm += b_off + bt * b_bs;
+  bias += bias_off;
+  float acc[WPT_M][WPT_N];
+  for (uint i = 0; i < WPT_M; ++i)
+    for (uint j = 0; j < WPT_N; ++j) acc[i][j] = 0.0f;
+
+  for (uint k0 = 0; k0 < K; k0 += TS_K) {
+    // Consecutive work-items read consecutive addresses where the layout allows.
+    for (uint i = tid; i < TS_M * TS_K; i += RTS_M * RTS_N) {
+      const uint kk = i % TS_K, mm = i / TS_K;
+      const uint m = m0 + mm, k = k0 + kk;
+      as[kk][mm] = (m < M && k < K) ? ld(a, m * lda + k) : 0.0f;
+    }
+    for (uint i = tid; i < TS_N * TS_K; i += RTS_M * RTS_N) {
+      uint kk, nn;
+      if (ldbn == 1u) {
+        nn = i % TS_N, kk = i / TS_N;
+      } else {
+        kk = i % TS_K, nn = i / TS_K;
+      }
+      const uint n = n0 + nn, k = k0 + kk;
+      bs[kk][nn] = (n < N && k < K) ? ld(bm, k * ldbk + n * ldbn) : 0.0f;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (uint kk = 0; kk < TS_K; ++kk) {
+      float bv[WPT_N];
+      for (uint j = 0; j < WPT_N; ++j) bv[j] = bs[kk][tn + j * RTS_N];
+      for (uint i = 0; i < WPT_M; ++i) {
+        const float av = as[kk][tm + i * RTS_M];
+        for (uint j = 0; j < WPT_N; ++j) acc[i][j] = fma(av, bv[j], acc[i][j]);
+      }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }
+
+  const ulong cbase = c_off + bt * c_bs;
+  for (uint i = 0; i < WPT_M; ++i) {
+    const uint m = m0 + tm + i * RTS_M;
+    if (m >= M) continue;
+    for (uint j = 0; j < WPT_N; ++j) {
+      const uint n = n0 + tn + j * RTS_N;
+      if (n >= N) continue;
+      const float bv = bias_mode == BIAS_COL ? ld(bias, n) : bias_mode == BIAS_ROW ? ld(bias, m) : -0.0f;
+      st(c, cbase + (ulong)m * ldc + n, fma(alpha, acc[i][j], bv));
+    }
+  }
+}

@@ -1,0 +1,102 @@
+// CONV2D: the precision matrix on odd shapes (5x7 spatial, 13 channels, strides,
+// 1x1) and SD shapes (conv_in, the mid block at 8x8, and one 64x64 320->320
+// conv in f32 only, since the reference takes seconds on it), the f16 native
+// overflow, and bad inputs.
+
+#include <cmath>
+
+#include "support/backends.hpp"
+#include "support/op_case.hpp"
+
+namespace nanscope::test {
+namespace {
+
+OpCase conv_case(const Shape& x, std::int64_t out_ch, std::int64_t ksize, int stride, int padding, bool bias) {
+  const std::int64_t c_in = x[1];
+  const Shape w{out_ch, c_in, ksize, ksize};
+  const std::int64_t oh = (x[2] + 2 * padding - ksize) / stride + 1, ow = (x[3] + 2 * padding - ksize) / stride + 1;
+  OpCase c;
+  c.op = "conv2d";
+  c.family = "conv2d";
+  c.desc = "x" + shape_tag(x) + "_o" + std::to_string(out_ch) + "_k" + std::to_string(ksize) + "_s" +
+           std::to_string(stride) + "_p" + std::to_string(padding) + (bias ? "_bias" : "");
+  c.oracle = {{"op", "conv2d"}, {"stride", stride}, {"padding", padding}, {"bias", bias}};
+  c.flops = 2.0 * double(x[0] * out_ch * oh * ow) * double(c_in * ksize * ksize);
+  const double w_std = 1.0 / std::sqrt(double(c_in * ksize * ksize));
+  c.build = [=](Rng& rng, const Precision& p) {
+    std::vector<HostTensor> in{random_normal(rng, x, p.dtype), random_normal(rng, w, p.dtype, 0.0, w_std)};
+    if (bias) in.push_back(random_normal(rng, {out_ch}, p.dtype, 0.0, 0.1));
+    return in;
+  };
+  c.run = [=](const OpContext& ctx, const std::vector<Tensor>& in) {
+    return ops::conv2d(ctx, in[0], in[1], bias ? &in[2] : nullptr, stride, padding);
+  };
+  return c;
+}
+
+std::vector<OpCasePtr> cases() {
+  std::vector<OpCasePtr> all;
+  const auto add = [&](const OpCase& c, const std::vector<Precision>& ps) {
+    for (auto& p : expand(c, ps)) all.push_back(std::move(p));
+  };
+  const auto matrix = precision_matrix();
+  add(conv_case({1, 13, 5, 7}, 8, 3, 1, 1, true), matrix);   // odd spatial, 13 channels
+  add(conv_case({2, 4, 7, 5}, 5, 3, 2, 1, true), matrix);    // stride 2 (downsample), odd output
+  add(conv_case({1, 13, 5, 7}, 3, 1, 1, 0, false), matrix);  // 1x1 (resnet shortcut)
+  add(conv_case({1, 3, 9, 11}, 6, 3, 1, 0, true), matrix);   // no padding
+  add(conv_case({1, 4, 64, 64}, 320, 3, 1, 1, true), matrix);  // SD conv_in
+  add(conv_case({2, 1280, 8, 8}, 64, 3, 1, 1, true), matrix);  // SD mid block input, reduced output channels
+  add(conv_case({1, 320, 64, 64}, 320, 3, 1, 1, true), {Precision{DType::f32}});  // SD down_blocks.0 resnet conv
+  return all;
+}
+
+NANSCOPE_OP_TESTS(Conv2d, cases());
+
+// A 1x1 conv over 600 channels is a dot product: channel-major partial sums of
+// +256 then -256 reach 76800 before returning to 0. Native f16 accumulation
+// stops at +Inf in that output position; f32 accumulation gives 0.
+TEST(Conv2dFailureModes, F16NativeSumOverflowsToInfInPlace) {
+  constexpr std::int64_t c_in = 600, hw = 3;
+  std::vector<float> x(c_in * hw * hw, 0.25f), w(2 * c_in);
+  for (std::int64_t ci = 0; ci < c_in; ++ci) {
+    x[ci * hw * hw + 4] = 16.0f;  // the centre pixel [1,1]
+    w[ci] = ci < 300 ? 16.0f : -16.0f;
+    w[c_in + ci] = 0.01f;
+  }
+  for (Backend* be : all_backends()) {
+    SCOPED_TRACE("device \"" + be->device().name + "\"");
+    const Tensor tx = be->upload(HostTensor::from_f32({1, c_in, hw, hw}, x, DType::f16));
+    const Tensor tw = be->upload(HostTensor::from_f32({2, c_in, 1, 1}, w, DType::f16));
+    const auto native =
+        be->download(ops::conv2d(make_context(*be, {DType::f16, Accumulate::native}), tx, tw, nullptr, 1, 0));
+    const auto exact = be->download(ops::conv2d(make_context(*be, {DType::f16, Accumulate::f32}), tx, tw, nullptr, 1, 0));
+    EXPECT_EQ(native.get(4), INFINITY) << "output [0,0,1,1]";
+    EXPECT_EQ(count_nonfinite(native), 1);
+    EXPECT_EQ(count_nonfinite(exact), 0);
+    EXPECT_EQ(exact.get(4), 0.0f);
+    EXPECT_EQ(exact.get(0), 0.0f);  // +-0.25*16 terms cancel
+    EXPECT_NEAR(exact.get(hw * hw + 4), 0.01f * 16.0f * c_in, 0.05);
+  }
+}
+
+TEST(Conv2dBadInput, ShapesDtypesAndEmptyTensors) {
+  for (Backend* be : all_backends()) {
+    SCOPED_TRACE("device \"" + be->device().name + "\"");
+    const OpContext ctx = make_context(*be, {DType::f16});
+    const Tensor x = be->upload(HostTensor({1, 13, 5, 7}, DType::f16));
+    const Tensor w = be->upload(HostTensor({8, 12, 3, 3}, DType::f16));
+    expect_op_error([&] { ops::conv2d(ctx, x, w, nullptr, 1, 1); }, {"CONV2D", "[1,13,5,7]", "[8,12,3,3]"});
+    const Tensor w32 = be->upload(HostTensor({8, 13, 3, 3}, DType::f32));
+    expect_op_error([&] { ops::conv2d(ctx, x, w32, nullptr, 1, 1); }, {"CONV2D", "f32", "f16"});
+    const Tensor big_w = be->upload(HostTensor({8, 13, 9, 9}, DType::f16));
+    expect_op_error([&] { ops::conv2d(ctx, x, big_w, nullptr, 1, 0); }, {"CONV2D", "[8,13,9,9]"});
+    const Tensor empty = be->upload(HostTensor({1, 13, 0, 7}, DType::f16));
+    const Tensor good_w = be->upload(HostTensor({8, 13, 3, 3}, DType::f16));
+    expect_op_error([&] { ops::conv2d(ctx, empty, good_w, nullptr, 1, 1); }, {"CONV2D", "[1,13,0,7]"});
+    const Tensor x3 = be->upload(HostTensor({13, 5, 7}, DType::f16));
+    expect_op_error([&] { ops::conv2d(ctx, x3, good_w, nullptr, 1, 1); }, {"CONV2D", "[13,5,7]", "rank"});
+  }
+}
+
+}  // namespace
+}  // namespace nanscope::test

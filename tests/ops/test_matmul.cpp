@@ -1,0 +1,131 @@
+// MATMUL and LINEAR: the precision matrix on odd and SD shapes, the f16 native
+// overflow that f32 accumulation avoids, and bad inputs.
+
+#include <cmath>
+
+#include "support/backends.hpp"
+#include "support/op_case.hpp"
+
+namespace nanscope::test {
+namespace {
+
+OpCase matmul_case(const Shape& a, const Shape& b, bool trans_b, float alpha, bool bias) {
+  const std::int64_t n = trans_b ? b[b.size() - 2] : b.back();
+  OpCase c;
+  c.op = "matmul";
+  c.family = "matmul";
+  c.desc = "a" + shape_tag(a) + "_b" + shape_tag(b) + (trans_b ? "_tb" : "") + (alpha != 1.0f ? "_alpha" : "") +
+           (bias ? "_bias" : "");
+  c.oracle = {{"op", "matmul"}, {"trans_b", trans_b}, {"alpha", alpha}, {"bias", bias}};
+  c.flops = 2.0 * static_cast<double>(shape_numel(a)) * static_cast<double>(n);
+  c.build = [=](Rng& rng, const Precision& p) {
+    std::vector<HostTensor> in{random_normal(rng, a, p.dtype), random_normal(rng, b, p.dtype)};
+    if (bias) in.push_back(random_normal(rng, {n}, p.dtype));
+    return in;
+  };
+  c.run = [=](const OpContext& ctx, const std::vector<Tensor>& in) {
+    return ops::matmul(ctx, in[0], in[1], trans_b, alpha, bias ? &in[2] : nullptr);
+  };
+  return c;
+}
+
+OpCase linear_case(const Shape& x, std::int64_t out_features, bool bias) {
+  const std::int64_t k = x.back();
+  OpCase c;
+  c.op = "linear";
+  c.family = "matmul";
+  c.desc = "x" + shape_tag(x) + "_out" + std::to_string(out_features) + (bias ? "_bias" : "");
+  c.oracle = {{"op", "linear"}, {"bias", bias}};
+  c.flops = 2.0 * static_cast<double>(shape_numel(x)) * static_cast<double>(out_features);
+  c.build = [=](Rng& rng, const Precision& p) {
+    // Weights at the scale of a trained layer (std 1/sqrt(k)) keep outputs O(1).
+    std::vector<HostTensor> in{random_normal(rng, x, p.dtype),
+                               random_normal(rng, {out_features, k}, p.dtype, 0.0, 1.0 / std::sqrt(double(k)))};
+    if (bias) in.push_back(random_normal(rng, {out_features}, p.dtype, 0.0, 0.1));
+    return in;
+  };
+  c.run = [=](const OpContext& ctx, const std::vector<Tensor>& in) {
+    return ops::linear(ctx, in[0], in[1], bias ? &in[2] : nullptr);
+  };
+  return c;
+}
+
+std::vector<OpCasePtr> cases() {
+  std::vector<OpCasePtr> all;
+  const auto add = [&](const OpCase& c) {
+    for (auto& p : expand(c, precision_matrix())) all.push_back(std::move(p));
+  };
+  add(matmul_case({1, 77}, {77, 13}, false, 1.0f, true));              // M=1, K=77, shared weights
+  add(matmul_case({3, 5, 77}, {3, 77, 13}, false, 0.125f, false));     // batched, alpha
+  add(matmul_case({2, 7, 40}, {2, 9, 40}, true, 1.0f, false));         // q.k^T layout
+  add(matmul_case({2, 3, 5, 13}, {13, 7}, false, 1.0f, true));         // rank 4 a, shared b
+  add(linear_case({5, 13}, 7, false));
+  add(linear_case({2, 77, 768}, 320, true));                           // SD cross-attention to_k on CLIP output
+  add(linear_case({1, 1024, 320}, 320, true));                         // SD attention projection, 32x32 latent
+  return all;
+}
+
+NANSCOPE_OP_TESTS(Matmul, cases());
+
+// Row 0 of a is 16 everywhere; column 1 of b is +16 for the first 300 k and -16
+// for the last 300. The exact result there is 0, but its partial sums reach
+// 76800: with native f16 accumulation they pass 65504 and stay +Inf.
+TEST(MatmulFailureModes, F16NativeSumOverflowsToInfInPlace) {
+  constexpr std::int64_t m = 3, k = 600, n = 4;
+  Rng rng(seed_from("matmul overflow"));
+  SCOPED_TRACE("seed " + std::to_string(rng.seed()));
+  std::vector<float> a(m * k), b(k * n);
+  for (std::int64_t i = 0; i < m; ++i) {
+    for (std::int64_t j = 0; j < k; ++j) a[i * k + j] = i == 0 ? 16.0f : static_cast<float>(0.1 * rng.normal());
+  }
+  for (std::int64_t j = 0; j < k; ++j) {
+    b[j * n + 0] = 0.5f;
+    b[j * n + 1] = j < 300 ? 16.0f : -16.0f;
+    b[j * n + 2] = j % 2 ? 1.0f : -1.0f;
+    b[j * n + 3] = static_cast<float>(0.1 * rng.normal());
+  }
+  for (Backend* be : all_backends()) {
+    SCOPED_TRACE("device \"" + be->device().name + "\"");
+    const Tensor ta = be->upload(HostTensor::from_f32({m, k}, a, DType::f16));
+    const Tensor tb = be->upload(HostTensor::from_f32({k, n}, b, DType::f16));
+
+    const auto native = be->download(ops::matmul(make_context(*be, {DType::f16, Accumulate::native}), ta, tb));
+    const auto exact = be->download(ops::matmul(make_context(*be, {DType::f16, Accumulate::f32}), ta, tb));
+    for (std::int64_t i = 0; i < m * n; ++i) {
+      SCOPED_TRACE("index " + multi_index({m, n}, i));
+      EXPECT_TRUE(std::isfinite(exact.get(i)));
+      if (i == 1) {
+        EXPECT_EQ(native.get(i), INFINITY);
+        EXPECT_EQ(exact.get(i), 0.0f);
+      } else {
+        EXPECT_TRUE(std::isfinite(native.get(i)));
+      }
+    }
+    EXPECT_EQ(exact.get(0), 16.0f * 0.5f * k);  // 4800, exact in f16
+    EXPECT_EQ(count_nonfinite(native), 1);
+  }
+}
+
+TEST(MatmulBadInput, ShapesDtypesAndEmptyTensors) {
+  for (Backend* be : all_backends()) {
+    SCOPED_TRACE("device \"" + be->device().name + "\"");
+    const OpContext ctx = make_context(*be, {DType::f32});
+    const Tensor a = be->upload(HostTensor({2, 5, 13}, DType::f32));
+    const Tensor b = be->upload(HostTensor({12, 7}, DType::f32));
+    expect_op_error([&] { ops::matmul(ctx, a, b); }, {"MATMUL", "[2,5,13]", "[12,7]", "k=13"});
+    const Tensor w = be->upload(HostTensor({7, 12}, DType::f32));
+    expect_op_error([&] { ops::linear(ctx, a, w, nullptr); }, {"LINEAR", "[2,5,13]", "[7,12]"});
+    const Tensor b_batch = be->upload(HostTensor({3, 13, 7}, DType::f32));
+    expect_op_error([&] { ops::matmul(ctx, a, b_batch); }, {"MATMUL", "batch"});
+    const Tensor half = be->upload(HostTensor({13, 7}, DType::f16));
+    expect_op_error([&] { ops::matmul(ctx, a, half); }, {"MATMUL", "f16", "f32"});
+    const Tensor bias = be->upload(HostTensor({6}, DType::f32));
+    const Tensor good_b = be->upload(HostTensor({13, 7}, DType::f32));
+    expect_op_error([&] { ops::matmul(ctx, a, good_b, false, 1.0f, &bias); }, {"MATMUL", "bias", "[7]"});
+    const Tensor empty = be->upload(HostTensor({0, 13}, DType::f32));
+    expect_op_error([&] { ops::matmul(ctx, empty, good_b); }, {"MATMUL", "[0,13]", "zero-size"});
+  }
+}
+
+}  // namespace
+}  // namespace nanscope::test

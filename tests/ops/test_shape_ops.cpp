@@ -1,0 +1,115 @@
+// CONCAT, SLICE, PERMUTE, UPSAMPLE_NEAREST2X and CAST: data movement and one
+// rounding, so every backend must match the reference and PyTorch bit for bit.
+
+#include <cmath>
+
+#include "support/backends.hpp"
+#include "support/op_case.hpp"
+
+namespace nanscope::test {
+namespace {
+
+OpCase shape_case(const std::string& op, const std::string& desc, std::vector<Shape> inputs, nlohmann::json oracle,
+                  std::function<Tensor(const OpContext&, const std::vector<Tensor>&)> run) {
+  OpCase c;
+  c.op = op;
+  c.family = "exact";
+  c.desc = desc;
+  oracle["op"] = op;
+  c.oracle = std::move(oracle);
+  c.build = [inputs](Rng& rng, const Precision& p) {
+    std::vector<HostTensor> in;
+    for (const auto& s : inputs) in.push_back(random_normal(rng, s, p.dtype));
+    return in;
+  };
+  c.run = std::move(run);
+  return c;
+}
+
+OpCase concat_case(std::vector<Shape> parts, int dim) {
+  std::string desc;
+  for (const auto& s : parts) desc += shape_tag(s) + "_";
+  return shape_case("concat", desc + "d" + std::to_string(dim + 4), parts, {{"dim", dim}},
+                    [dim](const OpContext& ctx, const std::vector<Tensor>& in) { return ops::concat(ctx, in, dim); });
+}
+
+OpCase slice_case(const Shape& x, int dim, std::int64_t begin, std::int64_t end) {
+  return shape_case("slice",
+                    shape_tag(x) + "_d" + std::to_string(dim + 4) + "_" + std::to_string(begin) + "_" + std::to_string(end),
+                    {x}, {{"dim", dim}, {"begin", begin}, {"end", end}},
+                    [=](const OpContext& ctx, const std::vector<Tensor>& in) { return ops::slice(ctx, in[0], dim, begin, end); });
+}
+
+OpCase permute_case(const Shape& x, std::vector<int> perm) {
+  std::string p;
+  for (int d : perm) p += std::to_string(d);
+  return shape_case("permute", shape_tag(x) + "_p" + p, {x}, {{"perm", perm}},
+                    [perm](const OpContext& ctx, const std::vector<Tensor>& in) { return ops::permute(ctx, in[0], perm); });
+}
+
+OpCase upsample_case(const Shape& x) {
+  return shape_case("upsample_nearest2x", shape_tag(x), {x}, nlohmann::json::object(),
+                    [](const OpContext& ctx, const std::vector<Tensor>& in) { return ops::upsample_nearest2x(ctx, in[0]); });
+}
+
+// Cast from the case's storage dtype to `to`. Values up to ~1e5 overflow f16.
+OpCase cast_case(const Shape& x, DType to) {
+  OpCase c = shape_case("cast", shape_tag(x) + "_to_" + std::string(dtype_name(to)), {x},
+                        {{"out_dtype", std::string(dtype_name(to))}},
+                        [to](const OpContext& ctx, const std::vector<Tensor>& in) { return ops::cast(ctx, in[0], to); });
+  // Values past 65504 are Inf once stored as (or cast to) f16: the non-finite
+  // pattern must then match exactly, and the finite rest bit for bit.
+  c.expect_nonfinite = true;
+  c.build = [x](Rng& rng, const Precision& p) {
+    std::vector<float> v = normal_values(rng, shape_numel(x), 0.0, 1.0);
+    // Spread over magnitudes 2^-30..2^17: subnormals, ties and overflow of the narrow types.
+    for (auto& f : v) f = std::ldexp(f, static_cast<int>(rng.next_u64() % 48) - 30);
+    return std::vector<HostTensor>{HostTensor::from_f32(x, v, p.dtype)};
+  };
+  return c;
+}
+
+std::vector<OpCasePtr> cases() {
+  std::vector<OpCasePtr> all;
+  const auto add = [&](const OpCase& c) {
+    for (auto& p : expand(c, precision_matrix())) all.push_back(std::move(p));
+  };
+  add(concat_case({{2, 13, 5, 7}, {2, 3, 5, 7}}, 1));
+  add(concat_case({{5, 7}, {5, 1}, {5, 13}}, -1));
+  add(concat_case({{2, 1280, 8, 8}, {2, 640, 8, 8}}, 1));  // SD up block skip connection
+  add(slice_case({2, 13, 5, 7}, 1, 3, 10));
+  add(slice_case({2, 77, 26}, -1, 13, 26));
+  add(slice_case({2, 4096, 2560}, 2, 0, 1280));  // SD GEGLU halves (reduced rows)
+  add(permute_case({2, 77, 8, 40}, {0, 2, 1, 3}));  // heads to the front
+  add(permute_case({13, 5, 7}, {2, 0, 1}));
+  add(permute_case({2, 320, 32, 32}, {0, 2, 3, 1}));  // NCHW -> NHWC before a transformer
+  add(upsample_case({2, 13, 5, 7}));
+  add(upsample_case({1, 1280, 8, 8}));
+  for (const DType to : {DType::f32, DType::f16, DType::bf16}) add(cast_case({3, 1000}, to));
+  return all;
+}
+
+NANSCOPE_OP_TESTS(ShapeOps, cases());
+
+TEST(ShapeOpsBadInput, ShapesRangesAndEmptyTensors) {
+  for (Backend* be : all_backends()) {
+    SCOPED_TRACE("device \"" + be->device().name + "\"");
+    const OpContext ctx = make_context(*be, {DType::f32});
+    const std::vector<Tensor> parts{be->upload(HostTensor({2, 13, 5}, DType::f32)), be->upload(HostTensor({2, 13, 6}, DType::f32))};
+    expect_op_error([&] { ops::concat(ctx, parts, 1); }, {"CONCAT", "[2,13,5]", "[2,13,6]"});
+    expect_op_error([&] { ops::concat(ctx, parts, 3); }, {"CONCAT", "dimension 3"});
+    expect_op_error([&] { ops::slice(ctx, parts[0], 1, 5, 14); }, {"SLICE", "[2,13,5]"});
+    expect_op_error([&] { ops::slice(ctx, parts[0], 1, 5, 5); }, {"SLICE", "[2,13,5]"});
+    const std::vector<int> bad_perm{0, 0, 1};
+    expect_op_error([&] { ops::permute(ctx, parts[0], bad_perm); }, {"PERMUTE", "[2,13,5]", "perm"});
+    const Tensor x3 = be->upload(HostTensor({13, 5, 7}, DType::f32));
+    expect_op_error([&] { ops::upsample_nearest2x(ctx, x3); }, {"UPSAMPLE_NEAREST2X", "[13,5,7]"});
+    const Tensor empty = be->upload(HostTensor({0, 5}, DType::f32));
+    expect_op_error([&] { ops::cast(ctx, empty, DType::f16); }, {"CAST", "[0,5]"});
+    const Tensor h = be->upload(HostTensor({2, 13, 5}, DType::f16));
+    expect_op_error([&] { ops::slice(ctx, h, 0, 0, 1); }, {"SLICE", "f16"});
+  }
+}
+
+}  // namespace
+}  // namespace nanscope::test

@@ -1,0 +1,84 @@
+"""Oracle for tests/test_pipeline.cpp: a tiny random-weight SD 1.x pipeline
+folder made with diffusers' and transformers' own classes, and diffusers'
+StableDiffusionPipeline run on it from a given initial latent.
+
+usage:
+  pipeline_oracle.py make OUT_DIR
+  pipeline_oracle.py run MODEL_DIR IN.safetensors OUT.safetensors PROMPT NEGATIVE STEPS CFG SAMPLER SEED
+    IN holds "noise" (the initial latent before init_noise_sigma); OUT gets "image" (float, [0,1], NCHW),
+    "latent" (the final latent) and "noise_check" (torch.randn from the seed, for the RNG check).
+"""
+import os
+import sys
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import torch  # noqa: E402
+from safetensors.torch import load_file, save_file  # noqa: E402
+
+import models_oracle  # noqa: E402
+import tokenizer_oracle  # noqa: E402
+
+torch.set_num_threads(2)
+
+
+def make(out):
+    from diffusers import AutoencoderKL, EulerDiscreteScheduler, StableDiffusionPipeline, UNet2DConditionModel
+    from transformers import CLIPTextConfig, CLIPTextModel, CLIPTokenizer
+
+    tok_dir = os.path.join(out, "tokenizer")
+    os.makedirs(tok_dir, exist_ok=True)
+    tokenizer_oracle.write_vocab(tok_dir, "sd1")
+    tokenizer = CLIPTokenizer.from_pretrained(tok_dir)
+    torch.manual_seed(4321)
+    text_encoder = CLIPTextModel(CLIPTextConfig(
+        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        max_position_embeddings=77, hidden_act="quick_gelu", bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id))
+    unet = UNet2DConditionModel(**models_oracle.unet_config("unet_sd1"))
+    vae = AutoencoderKL(in_channels=3, out_channels=3, latent_channels=4, block_out_channels=(32, 64),
+                        down_block_types=("DownEncoderBlock2D",) * 2, up_block_types=("UpDecoderBlock2D",) * 2,
+                        layers_per_block=1, norm_num_groups=8, sample_size=16, scaling_factor=0.5)
+    for i, m in enumerate((text_encoder, unet, vae)):
+        models_oracle.perturb(m, 100 + i)
+    scheduler = EulerDiscreteScheduler(beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear",
+                                       steps_offset=1, timestep_spacing="leading")
+    pipe = StableDiffusionPipeline(vae=vae, text_encoder=text_encoder, tokenizer=tokenizer, unet=unet,
+                                   scheduler=scheduler, safety_checker=None, feature_extractor=None,
+                                   requires_safety_checker=False)
+    pipe.save_pretrained(out, safe_serialization=True)
+
+
+def run(model_dir, inp, out, prompt, negative, steps, cfg, sampler, seed):
+    from diffusers import EulerAncestralDiscreteScheduler, EulerDiscreteScheduler, StableDiffusionPipeline
+    from diffusers.models.attention_processor import AttnProcessor
+
+    pipe = StableDiffusionPipeline.from_pretrained(model_dir, safety_checker=None, requires_safety_checker=False)
+    pipe.unet.set_attn_processor(AttnProcessor())
+    pipe.vae.set_attn_processor(AttnProcessor())
+    cls = {"euler": EulerDiscreteScheduler, "euler_a": EulerAncestralDiscreteScheduler}[sampler]
+    pipe.scheduler = cls.from_config(pipe.scheduler.config)
+    pipe.set_progress_bar_config(disable=True)
+    noise = load_file(inp)["noise"]
+    g = torch.Generator().manual_seed(seed)
+    noise_check = torch.randn(noise.shape, generator=g)  # what the engine's torch-cpu source drew first
+    with torch.no_grad():
+        common = dict(prompt=prompt, negative_prompt=negative or None, num_inference_steps=steps,
+                      guidance_scale=cfg, latents=noise.clone(), generator=g)
+        state = g.get_state()
+        latent = pipe(output_type="latent", **common).images
+        g.set_state(state)
+        image = pipe(output_type="pt", **common).images
+    save_file({"image": image.float().contiguous(), "latent": latent.float().contiguous(),
+               "noise_check": noise_check}, out)
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "make":
+        make(sys.argv[2])
+    elif sys.argv[1] == "run":
+        a = sys.argv
+        run(a[2], a[3], a[4], a[5], a[6], int(a[7]), float(a[8]), a[9], int(a[10]))
+    else:
+        raise SystemExit(__doc__)

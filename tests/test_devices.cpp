@@ -1,0 +1,314 @@
+// Device enumeration, the default rule and pinning (report R3), in process and
+// through nanscope-cli (the ICD loader reads OCL_ICD_VENDORS once per process,
+// so "no OpenCL at all" is tested in a child process).
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdlib>
+#include <string>
+
+#include "backend/backend.hpp"
+#include "backend/device.hpp"
+#include "backend/opencl/opencl_backend.hpp"
+#include "core/error.hpp"
+#include "support/oracle.hpp"
+
+namespace nanscope {
+namespace {
+
+using test::ProcessResult;
+using test::run_process;
+using test::TempDir;
+
+ProcessResult run_cli(const std::vector<std::string>& env, const std::vector<std::string>& args) {
+  // `env` sets variables for the child only; the test process keeps its own ICD loader state.
+  std::vector<std::string> argv{"/usr/bin/env"};
+  argv.insert(argv.end(), env.begin(), env.end());
+  argv.push_back(NANSCOPE_CLI_PATH);
+  argv.insert(argv.end(), args.begin(), args.end());
+  return run_process(argv);
+}
+
+const DeviceInfo* first_opencl(const DeviceList& list) {
+  for (const auto& d : list.devices) {
+    if (d.kind != DeviceKind::reference) return &d;
+  }
+  return nullptr;
+}
+
+TEST(Devices, ReferenceIsAlwaysListedLast) {
+  const DeviceList list = enumerate_devices();
+  ASSERT_FALSE(list.devices.empty());
+  const DeviceInfo& ref = list.devices.back();
+  EXPECT_EQ(ref.kind, DeviceKind::reference);
+  EXPECT_EQ(ref.id, "reference");
+  EXPECT_EQ(ref.name, "reference");
+  EXPECT_EQ(ref.cl_device, nullptr);
+  int defaults = 0;
+  for (std::size_t i = 0; i < list.devices.size(); ++i) {
+    const DeviceInfo& d = list.devices[i];
+    EXPECT_EQ(d.index, static_cast<int>(i));
+    EXPECT_FALSE(d.name.empty()) << d.id;
+    // Every device says why it is or is not the default, in one line.
+    EXPECT_EQ(d.reason.rfind(d.is_default ? "default: " : "not default: ", 0), 0u) << d.id << ": " << d.reason;
+    EXPECT_EQ(d.reason.find('\n'), std::string::npos) << d.reason;
+    defaults += d.is_default ? 1 : 0;
+    if (d.kind != DeviceKind::reference) {
+      EXPECT_EQ(d.id.rfind("opencl:", 0), 0u) << d.id;
+      EXPECT_NE(d.cl_device, nullptr) << d.id;
+      EXPECT_FALSE(d.driver_version.empty()) << d.id;
+      EXPECT_FALSE(d.opencl_c_version.empty()) << d.id;
+      EXPECT_GT(d.global_mem_bytes, 0u) << d.id;
+      EXPECT_GT(d.max_alloc_bytes, 0u) << d.id;
+      EXPECT_GT(d.compute_units, 0u) << d.id;
+      const bool has_fp16 = std::find(d.extensions.begin(), d.extensions.end(), "cl_khr_fp16") != d.extensions.end();
+      EXPECT_EQ(d.fp16, has_fp16) << d.id << ": fp16 must be probed from the extension list";
+    }
+  }
+  EXPECT_EQ(defaults, 1);
+}
+
+TEST(Devices, DefaultFollowsGpuAcceleratorCpuReference) {
+  const DeviceList list = enumerate_devices();
+  const DeviceInfo* expected = nullptr;
+  for (DeviceKind k : {DeviceKind::gpu, DeviceKind::accelerator, DeviceKind::cpu, DeviceKind::reference}) {
+    for (const auto& d : list.devices) {
+      if (d.kind == k) {
+        expected = &d;
+        break;
+      }
+    }
+    if (expected) break;
+  }
+  ASSERT_NE(expected, nullptr);
+  EXPECT_TRUE(expected->is_default) << expected->id;
+  EXPECT_EQ(&select_device(list, ""), expected);
+}
+
+TEST(Devices, PinByIndexIdNameAndSubstring) {
+  const DeviceList list = enumerate_devices();
+  for (const auto& d : list.devices) {
+    EXPECT_EQ(select_device(list, std::to_string(d.index)).index, d.index);
+    EXPECT_EQ(select_device(list, d.id).index, d.index);
+    EXPECT_EQ(select_device(list, "  " + d.id + " ").index, d.index) << "surrounding spaces are ignored";
+    int same_name = 0;
+    for (const auto& o : list.devices) same_name += o.name == d.name ? 1 : 0;
+    if (same_name == 1) {
+      EXPECT_EQ(select_device(list, d.name).index, d.index);
+    }
+  }
+  // Case-insensitive substring: "REFEREN" finds the reference device unless another name contains it.
+  int matches = 0;
+  for (const auto& d : list.devices) {
+    std::string lower = d.name;
+    for (auto& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    matches += lower.find("referen") != std::string::npos ? 1 : 0;
+  }
+  if (matches == 1) {
+    EXPECT_EQ(select_device(list, "REFEREN").kind, DeviceKind::reference);
+  }
+}
+
+TEST(Devices, MissingPinIsAnErrorListingEveryDevice) {
+  const DeviceList list = enumerate_devices();
+  for (const std::string pin : {"no-such-device-xyz", "99", "opencl:9:9"}) {
+    try {
+      select_device(list, pin);
+      FAIL() << "pin '" << pin << "' must not resolve";
+    } catch (const DeviceError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("\"" + pin + "\""), std::string::npos) << what;
+      for (const auto& d : list.devices) {
+        EXPECT_NE(what.find(d.id), std::string::npos) << what;
+        EXPECT_NE(what.find(d.name), std::string::npos) << what;
+      }
+      EXPECT_NE(what.find("--device"), std::string::npos) << what;
+      EXPECT_NE(what.find("NANSCOPE_DEVICE"), std::string::npos) << what;
+    }
+  }
+}
+
+TEST(Devices, AmbiguousSubstringAndDuplicateNamesAreErrors) {
+  // A synthetic list: two GPUs of one model, as in a multi-GPU workstation.
+  DeviceList list;
+  for (int i = 0; i < 2; ++i) {
+    DeviceInfo d;
+    d.index = i;
+    d.id = "opencl:0:" + std::to_string(i);
+    d.name = "Example GPU 9000";
+    d.kind = DeviceKind::gpu;
+    d.is_default = i == 0;
+    list.devices.push_back(d);
+  }
+  DeviceInfo ref;
+  ref.index = 2;
+  ref.id = ref.name = "reference";
+  ref.kind = DeviceKind::reference;
+  list.devices.push_back(ref);
+
+  EXPECT_THROW(select_device(list, "example"), DeviceError);
+  EXPECT_THROW(select_device(list, "Example GPU 9000"), DeviceError);
+  try {
+    select_device(list, "gpu");
+  } catch (const DeviceError& e) {
+    EXPECT_NE(std::string(e.what()).find("matches 2 devices"), std::string::npos) << e.what();
+  }
+  // Index and id still tell the twins apart.
+  EXPECT_EQ(select_device(list, "1").id, "opencl:0:1");
+  EXPECT_EQ(select_device(list, "opencl:0:1").index, 1);
+  EXPECT_EQ(select_device(list, "").index, 0);
+}
+
+TEST(Devices, PinFromEnvironment) {
+  ::setenv("NANSCOPE_DEVICE", " reference ", 1);
+  EXPECT_EQ(device_pin_from_env(), "reference");
+  ::unsetenv("NANSCOPE_DEVICE");
+  EXPECT_EQ(device_pin_from_env(), "");
+}
+
+TEST(Devices, ReferenceBackendFromTheList) {
+  const DeviceList list = enumerate_devices();
+  auto be = make_backend(select_device(list, "reference"));
+  EXPECT_EQ(be->device().kind, DeviceKind::reference);
+  const HostTensor h = HostTensor::from_f32({3}, {1.0f, -2.0f, 65504.0f}, DType::f16);
+  EXPECT_EQ(be->download(be->upload(h)).data, h.data);
+}
+
+TEST(Devices, OpenClBackendRoundTripAndAllocationLimit) {
+  const DeviceList list = enumerate_devices();
+  const DeviceInfo* dev = first_opencl(list);
+  if (!dev) GTEST_SKIP() << "no OpenCL device found (install pocl-opencl-icd to run OpenCL tests)";
+  TempDir cache;
+  BackendOptions opts;
+  opts.kernel_cache_dir = cache.path().string();
+  auto be = make_backend(*dev, opts);
+  EXPECT_EQ(be->device().id, dev->id);
+  for (DType t : {DType::f32, DType::f16, DType::bf16}) {
+    const HostTensor h = HostTensor::from_f32({2, 3}, {0.5f, -1.0f, 3.0f, 1e30f, -0.0f, 7.25f}, t);
+    const Tensor d = be->upload(h);
+    EXPECT_TRUE(be->owns(d));
+    EXPECT_EQ(be->download(d).data, h.data) << dtype_name(t);
+  }
+  // An empty tensor is a valid tensor.
+  EXPECT_EQ(be->download(be->empty({0, 4}, DType::f32)).data.size(), 0u);
+
+  // Beyond CL_DEVICE_MAX_MEM_ALLOC_SIZE: a DeviceError naming size, limit and device, before any driver call.
+  const std::int64_t too_many = static_cast<std::int64_t>(dev->max_alloc_bytes / 4 + 1);
+  try {
+    be->empty({too_many}, DType::f32);
+    FAIL() << "allocation above the device limit must fail";
+  } catch (const DeviceError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("CL_DEVICE_MAX_MEM_ALLOC_SIZE"), std::string::npos) << what;
+    EXPECT_NE(what.find(dev->name), std::string::npos) << what;
+    EXPECT_NE(what.find("MiB"), std::string::npos) << what;
+  }
+
+  // Tensors never cross devices silently.
+  auto ref = make_backend(list.devices.back());
+  const Tensor on_ref = ref->upload(HostTensor::from_f32({2}, {1.0f, 2.0f}));
+  EXPECT_THROW(be->download(on_ref), OpError);
+}
+
+TEST(Devices, PrecisionOptionsAreExactAndIeee) {
+  const DeviceList list = enumerate_devices();
+  const DeviceInfo* dev = first_opencl(list);
+  if (!dev) GTEST_SKIP() << "no OpenCL device found (install pocl-opencl-icd to run OpenCL tests)";
+  BackendOptions opts;
+  opts.use_kernel_cache = false;
+  opencl::OpenClBackend be(*dev, opts);
+  const std::string fp16 = dev->fp16 ? " -DHAS_FP16" : "";
+  const std::string std_opt = be.precision_options(Precision{}).substr(0, 13);
+  EXPECT_EQ(std_opt.rfind("-cl-std=CL1.", 0), 0u);
+  EXPECT_EQ(be.precision_options(Precision{DType::f32, Accumulate::native, SoftmaxPrecision::native}),
+            std_opt + " -DSTORE_F32" + fp16);
+  EXPECT_EQ(be.precision_options(Precision{DType::f16, Accumulate::native, SoftmaxPrecision::f32}),
+            std_opt + " -DSTORE_F16 -DACC_NATIVE" + fp16);
+  EXPECT_EQ(be.precision_options(Precision{DType::bf16, Accumulate::f32, SoftmaxPrecision::native}),
+            std_opt + " -DSTORE_BF16 -DSOFTMAX_NATIVE" + fp16);
+  for (DType t : {DType::f32, DType::f16, DType::bf16}) {
+    const std::string o = be.precision_options(Precision{t, Accumulate::native, SoftmaxPrecision::native});
+    EXPECT_EQ(o.find("fast-relaxed"), std::string::npos) << o;
+    EXPECT_EQ(o.find("mad-enable"), std::string::npos) << o;
+  }
+}
+
+// --- through the CLI ---
+
+TEST(DevicesCli, ListsDevicesAndDefault) {
+  const DeviceList list = enumerate_devices();
+  const ProcessResult r = run_cli({"-u", "NANSCOPE_DEVICE"}, {"devices"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const auto& d : list.devices) {
+    EXPECT_NE(r.out.find(d.id), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find(d.reason), std::string::npos) << r.out;
+  }
+
+  const ProcessResult j = run_cli({"-u", "NANSCOPE_DEVICE"}, {"devices", "--json"});
+  ASSERT_EQ(j.exit_code, 0) << j.err;
+  const auto doc = nlohmann::json::parse(j.out);
+  ASSERT_EQ(doc["devices"].size(), list.devices.size());
+  for (std::size_t i = 0; i < list.devices.size(); ++i) {
+    EXPECT_EQ(doc["devices"][i]["id"], list.devices[i].id);
+    EXPECT_EQ(doc["devices"][i]["default"], list.devices[i].is_default);
+    EXPECT_EQ(doc["devices"][i]["fp16"], list.devices[i].fp16);
+  }
+  EXPECT_TRUE(doc["pinned"].is_null());
+}
+
+TEST(DevicesCli, WithoutAnyOpenClPlatformOnlyReferenceAndANote) {
+  TempDir empty_vendors;
+  for (const std::string fmt : {"text", "json"}) {
+    std::vector<std::string> args{"devices"};
+    if (fmt == "json") args.push_back("--json");
+    const ProcessResult r =
+        run_cli({"-u", "NANSCOPE_DEVICE", "OCL_ICD_VENDORS=" + empty_vendors.path().string()}, args);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.out.find("opencl:"), std::string::npos) << r.out;
+    if (fmt == "text") {
+      EXPECT_NE(r.out.find("No OpenCL platform found"), std::string::npos) << r.out;
+      EXPECT_NE(r.out.find("reference"), std::string::npos) << r.out;
+    } else {
+      const auto doc = nlohmann::json::parse(r.out);
+      ASSERT_EQ(doc["devices"].size(), 1u);
+      EXPECT_EQ(doc["devices"][0]["id"], "reference");
+      EXPECT_EQ(doc["devices"][0]["default"], true);
+      ASSERT_FALSE(doc["notes"].empty());
+      EXPECT_NE(doc["notes"][0].get<std::string>().find("pocl-opencl-icd"), std::string::npos);
+    }
+  }
+}
+
+TEST(DevicesCli, MissingPinFailsWithTheListOnStderr) {
+  const DeviceList list = enumerate_devices();
+  for (const bool via_env : {false, true}) {
+    const ProcessResult r =
+        via_env ? run_cli({"NANSCOPE_DEVICE=no-such-device-xyz"}, {"devices"})
+                : run_cli({"-u", "NANSCOPE_DEVICE"}, {"--device", "no-such-device-xyz", "devices"});
+    EXPECT_EQ(r.exit_code, 1) << r.out;
+    EXPECT_EQ(r.err.rfind("error: ", 0), 0u) << r.err;
+    for (const auto& d : list.devices) EXPECT_NE(r.err.find(d.id), std::string::npos) << r.err;
+    EXPECT_EQ(r.out.find("Devices ("), std::string::npos) << "nothing may run on a device that does not exist";
+  }
+}
+
+TEST(DevicesCli, EnvironmentPinIsHonouredAndFlagWins) {
+  const DeviceList list = enumerate_devices();
+  const int ref_index = list.devices.back().index;
+  const ProcessResult r = run_cli({"NANSCOPE_DEVICE=reference"}, {"devices", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["pinned"], ref_index);
+
+  const ProcessResult f = run_cli({"NANSCOPE_DEVICE=no-such-device-xyz"}, {"--device", "0", "devices", "--json"});
+  ASSERT_EQ(f.exit_code, 0) << f.err;
+  EXPECT_EQ(nlohmann::json::parse(f.out)["pinned"], 0);
+}
+
+TEST(DevicesCli, PrecompileOnReferenceHasNothingToDo) {
+  const ProcessResult r = run_cli({}, {"--device", "reference", "precompile"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("nothing to compile"), std::string::npos) << r.out;
+}
+
+}  // namespace
+}  // namespace nanscope

@@ -1,0 +1,316 @@
+// The kernel build cache (report R4): a miss builds and stores, a hit loads
+// and still runs correctly, and a corrupt, truncated or foreign entry is
+// detected, logged and rebuilt, never trusted.
+#include <gtest/gtest.h>
+#include <openssl/evp.h>
+#include <spdlog/sinks/ostream_sink.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "backend/device.hpp"
+#include "backend/opencl/opencl_backend.hpp"
+#include "backend/opencl/program_cache.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "support/oracle.hpp"
+
+namespace nanscope::opencl {
+namespace {
+
+namespace fs = std::filesystem;
+using test::TempDir;
+
+// SCALE comes from the build options, so a program built with other options
+// (or loaded from another key's entry) gives visibly different numbers.
+constexpr const char* kVaddSource = R"CL(
+__kernel void vadd(__global const float* a, __global const float* b, __global float* c, uint n) {
+  const size_t i = get_global_id(0);
+  if (i < n) c[i] = a[i] + SCALE * b[i];
+}
+)CL";
+
+std::vector<char> read_bytes(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+void write_bytes(const fs::path& p, const std::vector<char>& b) {
+  std::ofstream out(p, std::ios::binary | std::ios::trunc);
+  out.write(b.data(), static_cast<std::streamsize>(b.size()));
+}
+
+// Captures the engine's log lines while alive.
+class LogCapture {
+ public:
+  LogCapture() : sink_(std::make_shared<spdlog::sinks::ostream_sink_mt>(stream_)) {
+    log::logger()->sinks().push_back(sink_);
+  }
+  ~LogCapture() {
+    auto& sinks = log::logger()->sinks();
+    sinks.erase(std::remove(sinks.begin(), sinks.end(), sink_), sinks.end());
+  }
+  std::string text() const { return stream_.str(); }
+
+ private:
+  std::ostringstream stream_;
+  std::shared_ptr<spdlog::sinks::ostream_sink_mt> sink_;
+};
+
+class ProgramCacheTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    list_ = enumerate_devices();
+    for (const auto& d : list_.devices) {
+      if (d.kind != DeviceKind::reference) {
+        device_ = d;
+        break;
+      }
+    }
+    if (device_.id.empty()) GTEST_SKIP() << "no OpenCL device found (install pocl-opencl-icd to run OpenCL tests)";
+    BackendOptions opts;
+    opts.use_kernel_cache = false;  // the backend only provides context and queue; caches are made per test
+    be_ = std::make_unique<OpenClBackend>(device_, opts);
+  }
+
+  std::unique_ptr<ProgramCache> cache(const std::string& dir) {
+    return std::make_unique<ProgramCache>(be_->context(), static_cast<cl_device_id>(device_.cl_device), device_, dir);
+  }
+
+  // Runs vadd from `program` on 37 elements and checks c = a + scale * b exactly.
+  void expect_vadd(cl_program program, float scale) {
+    cl_int err = CL_SUCCESS;
+    cl_kernel k = clCreateKernel(program, "vadd", &err);
+    ASSERT_EQ(err, CL_SUCCESS) << cl_status_name(err);
+    const std::int64_t n = 37;
+    std::vector<float> a(n), b(n);
+    for (std::int64_t i = 0; i < n; ++i) {
+      a[i] = 0.25f * static_cast<float>(i);
+      b[i] = 1.0f - static_cast<float>(i);
+    }
+    const Tensor ta = be_->upload(HostTensor::from_f32({n}, a));
+    const Tensor tb = be_->upload(HostTensor::from_f32({n}, b));
+    Tensor tc = be_->empty({n}, DType::f32);
+    OpenClBackend::set_args(k, be_->buffer(ta), be_->buffer(tb), be_->buffer(tc), static_cast<cl_uint>(n));
+    const size_t global = 64;
+    be_->launch(k, "VADD", 1, &global, nullptr);
+    const HostTensor c = be_->download(tc);
+    for (std::int64_t i = 0; i < n; ++i) {
+      ASSERT_EQ(c.get(i), a[i] + scale * b[i]) << "element " << i;
+    }
+    clReleaseKernel(k);
+  }
+
+  // Builds once into dir (a miss) and returns the entry path.
+  fs::path build_entry(const std::string& dir, const std::string& options) {
+    auto c = cache(dir);
+    c->get_source("vadd", kVaddSource, options);
+    const auto recs = c->records();
+    EXPECT_EQ(recs.size(), 1u);
+    EXPECT_FALSE(recs.at(0).cache_hit);
+    const fs::path entry = c->entry_path(c->cache_key(kVaddSource, options));
+    EXPECT_TRUE(fs::exists(entry)) << entry;
+    return entry;
+  }
+
+  // Loads again in a fresh cache: the entry must be rejected with `reason`, rebuilt, and work.
+  void expect_rebuilt(const std::string& dir, const fs::path& entry, const std::string& options, float scale,
+                      const std::string& reason) {
+    LogCapture logs;
+    auto c = cache(dir);
+    cl_program p = c->get_source("vadd", kVaddSource, options);
+    const auto recs = c->records();
+    ASSERT_EQ(recs.size(), 1u);
+    EXPECT_FALSE(recs[0].cache_hit);
+    EXPECT_NE(recs[0].note.find(reason), std::string::npos) << recs[0].note;
+    EXPECT_NE(recs[0].note.find("rebuilt"), std::string::npos) << recs[0].note;
+    const std::string text = logs.text();
+    EXPECT_NE(text.find("warning"), std::string::npos) << text;
+    EXPECT_NE(text.find(entry.string()), std::string::npos) << "the warning names the file:\n" << text;
+    EXPECT_NE(text.find(reason), std::string::npos) << text;
+    expect_vadd(p, scale);
+    // The rewritten entry is valid again: the next process gets a hit.
+    auto again = cache(dir);
+    expect_vadd(again->get_source("vadd", kVaddSource, options), scale);
+    EXPECT_TRUE(again->records().at(0).cache_hit);
+  }
+
+  DeviceList list_;
+  DeviceInfo device_;
+  std::unique_ptr<OpenClBackend> be_;
+};
+
+TEST_F(ProgramCacheTest, MissThenHitAndTheLoadedProgramRuns) {
+  TempDir dir;
+  const std::string opts = "-cl-std=CL1.2 -DSCALE=2.0f";
+  {
+    LogCapture logs;
+    auto c = cache(dir.path().string());
+    cl_program p = c->get_source("vadd", kVaddSource, opts);
+    expect_vadd(p, 2.0f);
+    EXPECT_EQ(c->get_source("vadd", kVaddSource, opts), p) << "memoised in memory";
+    const auto recs = c->records();
+    ASSERT_EQ(recs.size(), 1u) << "a memoised program is not a new build";
+    EXPECT_FALSE(recs[0].cache_hit);
+    EXPECT_EQ(recs[0].program, "vadd");
+    EXPECT_EQ(recs[0].options, opts);
+    EXPECT_GT(recs[0].ms, 0.0);
+    EXPECT_NE(logs.text().find("built vadd [" + opts + "] in"), std::string::npos) << logs.text();
+  }
+  // Only finished entries: no temp files left behind.
+  int files = 0;
+  for (const auto& e : fs::directory_iterator(dir.path())) {
+    EXPECT_EQ(e.path().extension(), ".bin") << e.path();
+    ++files;
+  }
+  EXPECT_EQ(files, 1);
+  {
+    LogCapture logs;
+    auto c = cache(dir.path().string());  // a fresh cache: as in the next process
+    cl_program p = c->get_source("vadd", kVaddSource, opts);
+    const auto recs = c->records();
+    ASSERT_EQ(recs.size(), 1u);
+    EXPECT_TRUE(recs[0].cache_hit);
+    EXPECT_TRUE(recs[0].note.empty()) << recs[0].note;
+    EXPECT_NE(logs.text().find("loaded vadd [" + opts + "] from cache in"), std::string::npos) << logs.text();
+    expect_vadd(p, 2.0f);
+  }
+}
+
+TEST_F(ProgramCacheTest, CorruptEntryIsDetectedAndRebuilt) {
+  TempDir dir;
+  const std::string opts = "-DSCALE=3.0f";
+  const fs::path entry = build_entry(dir.path().string(), opts);
+  auto bytes = read_bytes(entry);
+  ASSERT_GT(bytes.size(), 100u);
+  // Flip bytes in the payload (after the 80-byte header).
+  for (std::size_t i = 80 + (bytes.size() - 80) / 2, j = 0; j < 8 && i < bytes.size(); ++i, ++j) bytes[i] ^= 0x5a;
+  write_bytes(entry, bytes);
+  expect_rebuilt(dir.path().string(), entry, opts, 3.0f, "checksum mismatch");
+}
+
+TEST_F(ProgramCacheTest, TruncatedEntryIsDetectedAndRebuilt) {
+  TempDir dir;
+  const std::string opts = "-DSCALE=0.5f";
+  for (const double keep : {0.6, 0.0}) {  // cut inside the payload, then inside the header
+    const fs::path entry = build_entry(dir.path().string(), opts);
+    auto bytes = read_bytes(entry);
+    bytes.resize(keep > 0 ? static_cast<std::size_t>(static_cast<double>(bytes.size()) * keep) : 30);
+    write_bytes(entry, bytes);
+    expect_rebuilt(dir.path().string(), entry, opts, 0.5f, "truncated");
+    fs::remove(entry);
+  }
+}
+
+TEST_F(ProgramCacheTest, ForeignEntryIsDetectedAndRebuilt) {
+  TempDir dir;
+  const std::string mine = "-DSCALE=2.0f";
+  const std::string other = "-DSCALE=-4.0f";
+  const fs::path mine_entry = build_entry(dir.path().string(), mine);
+  const fs::path other_entry = build_entry(dir.path().string(), other);
+  ASSERT_NE(mine_entry, other_entry);
+  // A complete, self-consistent entry of another program under this key's name.
+  fs::copy_file(other_entry, mine_entry, fs::copy_options::overwrite_existing);
+  expect_rebuilt(dir.path().string(), mine_entry, mine, 2.0f, "foreign");
+}
+
+TEST_F(ProgramCacheTest, BinaryTheDriverRejectsIsRebuilt) {
+  TempDir dir;
+  const std::string opts = "-DSCALE=1.5f";
+  const fs::path entry = build_entry(dir.path().string(), opts);
+  // Keep the header valid (magic, version, key) but replace the payload with
+  // garbage and a matching checksum: only the driver can tell.
+  auto bytes = read_bytes(entry);
+  std::vector<char> garbage(200);
+  for (std::size_t i = 0; i < garbage.size(); ++i) garbage[i] = static_cast<char>(i * 37 + 11);
+  bytes.resize(80);
+  const std::uint64_t len = garbage.size();
+  std::memcpy(bytes.data() + 40, &len, 8);
+  unsigned char sum[32];
+  unsigned int sum_len = 0;
+  ASSERT_EQ(EVP_Digest(garbage.data(), garbage.size(), sum, &sum_len, EVP_sha256(), nullptr), 1);
+  std::memcpy(bytes.data() + 48, sum, 32);
+  bytes.insert(bytes.end(), garbage.begin(), garbage.end());
+  write_bytes(entry, bytes);
+  expect_rebuilt(dir.path().string(), entry, opts, 1.5f, "rejected by the driver");
+}
+
+TEST_F(ProgramCacheTest, BuildFailureCarriesTheBuildLog) {
+  TempDir dir;
+  auto c = cache(dir.path().string());
+  try {
+    c->get_source("broken", "__kernel void broken(__global float* x) { x[0] = undefined_name; }", "-DFOO=1");
+    FAIL() << "a program that does not compile must throw";
+  } catch (const ClError& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(e.status(), CL_BUILD_PROGRAM_FAILURE);
+    EXPECT_NE(what.find("broken"), std::string::npos) << what;
+    EXPECT_NE(what.find("-DFOO=1"), std::string::npos) << what;
+    EXPECT_NE(what.find("build log"), std::string::npos) << what;
+    EXPECT_NE(what.find("undefined_name"), std::string::npos) << "the compiler's message is attached:\n" << what;
+  }
+  EXPECT_TRUE(fs::is_empty(dir.path())) << "a failed build leaves no entry";
+}
+
+TEST_F(ProgramCacheTest, DisabledCacheAlwaysBuilds) {
+  for (int i = 0; i < 2; ++i) {
+    auto c = cache("");
+    expect_vadd(c->get_source("vadd", kVaddSource, "-DSCALE=1.0f"), 1.0f);
+    EXPECT_FALSE(c->records().at(0).cache_hit);
+    EXPECT_EQ(c->entry_path(c->cache_key(kVaddSource, "-DSCALE=1.0f")), "");
+  }
+}
+
+// Keys need no device: a cache without a context only hashes.
+TEST(ProgramCacheKey, CoversSourceOptionsDeviceAndDriver) {
+  DeviceInfo info;
+  info.name = "Example GPU";
+  info.driver_version = "1.0";
+  info.platform_name = "Example platform";
+  info.platform_version = "OpenCL 3.0";
+  ProgramCache a(nullptr, nullptr, info, "");
+  const std::string k = a.cache_key("src", "-DX=1");
+  EXPECT_EQ(k.size(), 64u);
+  EXPECT_EQ(k.find_first_not_of("0123456789abcdef"), std::string::npos) << k;
+  EXPECT_EQ(a.cache_key("src", "-DX=1"), k) << "deterministic";
+  EXPECT_NE(a.cache_key("src", "-DX=2"), k);
+  EXPECT_NE(a.cache_key("src ", "-DX=1"), k);
+  EXPECT_NE(a.cache_key("src-DX=1", ""), k) << "fields are length-prefixed";
+
+  for (int field = 0; field < 4; ++field) {
+    DeviceInfo other = info;
+    if (field == 0) other.name = "Example GPU 2";
+    if (field == 1) other.driver_version = "1.1";
+    if (field == 2) other.platform_name = "Other platform";
+    if (field == 3) other.platform_version = "OpenCL 2.0";
+    ProgramCache b(nullptr, nullptr, other, "");
+    EXPECT_NE(b.cache_key("src", "-DX=1"), k) << "field " << field;
+  }
+}
+
+TEST(ProgramCacheKey, DefaultDirFollowsTheEnvironment) {
+  const char* saved[3] = {std::getenv("NANSCOPE_KERNEL_CACHE"), std::getenv("XDG_CACHE_HOME"), std::getenv("HOME")};
+  const std::string keep[3] = {saved[0] ? saved[0] : "", saved[1] ? saved[1] : "", saved[2] ? saved[2] : ""};
+  ::setenv("NANSCOPE_KERNEL_CACHE", "/tmp/ns-explicit", 1);
+  ::setenv("XDG_CACHE_HOME", "/tmp/xdg", 1);
+  ::setenv("HOME", "/tmp/home", 1);
+  EXPECT_EQ(ProgramCache::default_dir(), "/tmp/ns-explicit");
+  ::unsetenv("NANSCOPE_KERNEL_CACHE");
+  EXPECT_EQ(ProgramCache::default_dir(), "/tmp/xdg/nanscope/kernels");
+  ::unsetenv("XDG_CACHE_HOME");
+  EXPECT_EQ(ProgramCache::default_dir(), "/tmp/home/.cache/nanscope/kernels");
+  const char* names[3] = {"NANSCOPE_KERNEL_CACHE", "XDG_CACHE_HOME", "HOME"};
+  for (int i = 0; i < 3; ++i) {
+    if (saved[i]) {
+      ::setenv(names[i], keep[i].c_str(), 1);
+    } else {
+      ::unsetenv(names[i]);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace nanscope::opencl
