@@ -136,13 +136,28 @@ inline float16 gemm_bias16(__global const store_t* bias, int mode, uint m, uint 
 }
 
 // ---------------------------------------------------------------------------
-// f32 accumulation. Grid: (ceil(N/NR), ceil(M/MR), batch). C element (m, n) of
-// batch b is c[c_off + b*c_bs + m*ldc + n]; the A/B panel sets of batch b start
-// at a_poff + b*a_bs / b_poff + b*b_bs floats (strides 0 when shared); bias
-// starts at bias_off.
+// f32 accumulation. Grid: (ceil(M/MR / mgroup), ceil(N/NR), batch): each
+// work-item computes mgroup consecutive MR x NR blocks of one column panel, so
+// its B sub-panel is loaded from L1 for all but the first; consecutive
+// work-groups share the B panel too.
+// C element (m, n) of batch b is c[c_off + b*c_bs + m*ldc + n]; the A/B panel
+// sets of batch b start at a_poff + b*a_bs / b_poff + b*b_bs floats (strides 0
+// when shared); bias starts at bias_off.
+//
+// K blocking: one launch covers k in [k0, k0 + kc). With a long k the panels of
+// one work-item no longer fit the L1 cache, so the host splits k into passes
+// whose A and B sub-panels do (~6 KiB + 16 KiB); the running sums wait between
+// passes in `part` (f32, [batch][ceil(M/MR)*MR][ceil(N/NR)*NR], part_bs floats
+// per batch). flags: 1 = first pass (start from zero), 2 = last pass (apply
+// alpha and bias, store C). A single pass (flags 3) never touches `part`.
+
+#define GEMM_FIRST 1
+#define GEMM_LAST 2
 
 #if GEMM_NV == 1
 #define GEMM_DECL(r) float16 acc##r##_0 = 0.0f;
+#define GEMM_LOAD(r) acc##r##_0 = vload16(0, pb + (ulong)(m0 + r) * npad);
+#define GEMM_SAVE(r) vstore16(acc##r##_0, 0, pb + (ulong)(m0 + r) * npad);
 #define GEMM_FMA(r)                                      \
   {                                                      \
     const float16 av = (float16)(a[k * GEMM_MR + r]);    \
@@ -150,6 +165,12 @@ inline float16 gemm_bias16(__global const store_t* bias, int mode, uint m, uint 
   }
 #else
 #define GEMM_DECL(r) float16 acc##r##_0 = 0.0f, acc##r##_1 = 0.0f;
+#define GEMM_LOAD(r)                                      \
+  acc##r##_0 = vload16(0, pb + (ulong)(m0 + r) * npad);   \
+  acc##r##_1 = vload16(0, pb + (ulong)(m0 + r) * npad + 16);
+#define GEMM_SAVE(r)                                      \
+  vstore16(acc##r##_0, 0, pb + (ulong)(m0 + r) * npad);   \
+  vstore16(acc##r##_1, 0, pb + (ulong)(m0 + r) * npad + 16);
 #define GEMM_FMA(r)                                      \
   {                                                      \
     const float16 av = (float16)(a[k * GEMM_MR + r]);    \
@@ -171,38 +192,54 @@ inline float16 gemm_bias16(__global const store_t* bias, int mode, uint m, uint 
 #endif
 
 __kernel void gemm_cpu(__global const float* ap, ulong a_poff, ulong a_bs, __global const float* bp, ulong b_poff,
-                       ulong b_bs, __global const store_t* bias, ulong bias_off, int bias_mode, __global store_t* c,
-                       ulong c_off, ulong c_bs, ulong ldc, uint M, uint N, uint K, float alpha) {
-  const uint nb = (uint)get_global_id(0);
-  const uint mb = (uint)get_global_id(1);
+                       ulong b_bs, __global float* part, ulong part_bs, uint k0, uint kc, int flags, uint mgroup,
+                       __global const store_t* bias, ulong bias_off, int bias_mode, __global store_t* c, ulong c_off,
+                       ulong c_bs, ulong ldc, uint M, uint N, uint K, float alpha) {
+  const uint nb = (uint)get_global_id(1);
   const ulong bt = get_global_id(2);
-  const __global float* a = ap + a_poff + bt * a_bs + (ulong)mb * K * GEMM_MR;
-  const __global float* bq = bp + b_poff + bt * b_bs + (ulong)nb * K * GEMM_NR;
-  bias += bias_off;
-  GEMM_ROWS(GEMM_DECL)
-  for (uint k = 0; k < K; ++k) {
-    const float16 b0 = vload16(0, bq + k * GEMM_NR);
-#if GEMM_NV == 2
-    const float16 b1 = vload16(0, bq + k * GEMM_NR + 16);
-#endif
-    GEMM_ROWS(GEMM_FMA)
-  }
-  const uint m0 = mb * GEMM_MR, n0 = nb * GEMM_NR;
+  const uint n0 = nb * GEMM_NR;
+  const uint npad = ((N + GEMM_NR - 1) / GEMM_NR) * GEMM_NR;
+  const uint mblocks = (M + GEMM_MR - 1) / GEMM_MR;
+  const __global float* bq = bp + b_poff + bt * b_bs + ((ulong)nb * K + k0) * GEMM_NR;
+  __global float* pb = part + bt * part_bs + n0;
   const ulong cbase = c_off + bt * c_bs;
-  GEMM_ROWS(GEMM_STORE)
+  bias += bias_off;
+  // mgroup consecutive row blocks per work-item: the B sub-panel stays in L1 across them.
+  const uint mb_end = min(mblocks, ((uint)get_global_id(0) + 1u) * mgroup);
+  for (uint mb = (uint)get_global_id(0) * mgroup; mb < mb_end; ++mb) {
+    const __global float* a = ap + a_poff + bt * a_bs + ((ulong)mb * K + k0) * GEMM_MR;
+    const uint m0 = mb * GEMM_MR;
+    GEMM_ROWS(GEMM_DECL)
+    if (!(flags & GEMM_FIRST)) {
+      GEMM_ROWS(GEMM_LOAD)
+    }
+    for (uint k = 0; k < kc; ++k) {
+      const float16 b0 = vload16(0, bq + k * GEMM_NR);
+#if GEMM_NV == 2
+      const float16 b1 = vload16(0, bq + k * GEMM_NR + 16);
+#endif
+      GEMM_ROWS(GEMM_FMA)
+    }
+    if (!(flags & GEMM_LAST)) {
+      GEMM_ROWS(GEMM_SAVE)
+    } else {
+      GEMM_ROWS(GEMM_STORE)
+    }
+  }
 }
 
 // ---------------------------------------------------------------------------
 // Native accumulation: acc = round(acc + a*b) for k ascending (the product of
 // two stored values is exact in f32), then round(alpha * acc + bias) once.
+// Grid as gemm_cpu; always one pass.
 // One row of the block at a time keeps the register footprint small: the
 // rounding emulation, not memory, bounds this kernel.
 
 __kernel void gemm_native(__global const float* ap, ulong a_poff, ulong a_bs, __global const float* bp, ulong b_poff,
                           ulong b_bs, __global const store_t* bias, ulong bias_off, int bias_mode, __global store_t* c,
                           ulong c_off, ulong c_bs, ulong ldc, uint M, uint N, uint K, float alpha) {
-  const uint nb = (uint)get_global_id(0);
-  const uint mb = (uint)get_global_id(1);
+  const uint mb = (uint)get_global_id(0);
+  const uint nb = (uint)get_global_id(1);
   const ulong bt = get_global_id(2);
   const __global float* a = ap + a_poff + bt * a_bs + (ulong)mb * K * GEMM_MR;
   const __global float* bq = bp + b_poff + bt * b_bs + (ulong)nb * K * GEMM_NR;

@@ -5,6 +5,8 @@
 //
 // Tolerances (normalised MSE / max-abs in units of max|want|), calibrated by
 // running the cases and setting bounds a few times above what was observed:
+// - CLIP runs in float32 in the oracle (transformers' causal mask needs it):
+//   f32 vs f32 differs by summation order only, well inside the same bound.
 // - f32 on any backend vs torch float64: every op rounds its output to f32,
 //   observed nmse <= 1e-12 (reference) and <= 1e-11 (OpenCL): bound 1e-9 / 1e-4.
 // - f16 storage, f32 accumulation on any backend vs torch float64: every
@@ -202,8 +204,9 @@ TEST(Models, ShapeMismatchNamesFileTensorAndShapes) {
   } catch (const FileError& e) {
     const std::string msg = e.what();
     EXPECT_NE(msg.find("diffusion_pytorch_model.safetensors"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("[32"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("[16"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("time_embedding.linear_1.weight"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("[128,32]"), std::string::npos) << msg;  // in the file
+    EXPECT_NE(msg.find("[64,16]"), std::string::npos) << msg;   // implied by the config
   }
 }
 

@@ -97,7 +97,8 @@ def run(kind, model_dir, inp, out):
         else:
             from transformers import CLIPTextModel, CLIPTextModelWithProjection
             cls = CLIPTextModel if kind == "clip" else CLIPTextModelWithProjection
-            m = cls.from_pretrained(model_dir, attn_implementation="eager").double().eval()
+            # float32: transformers' causal mask (finfo.min of float32) cannot be applied in float64.
+            m = cls.from_pretrained(model_dir, attn_implementation="eager").eval()
             ids = x["ids"].long()
             o = m(ids, output_hidden_states=True)
             res["last"] = m.text_model.final_layer_norm(o.hidden_states[-1])

@@ -318,6 +318,7 @@ void check_backends(const OpCase& c) {
     const HostTensor& want = c.on_reference ? reference_output(c) : torch_output(c);
     const HostTensor got = run_case(b, c);
     EXPECT_TRUE(tensors_close(got, want, tol, c.expect_nonfinite, key));
+    if (c.family == "exact") EXPECT_TRUE(bitwise_equal(got, want));
     if (std::getenv("NANSCOPE_OP_PERF")) perf_run(b, c);
   });
 }
@@ -328,11 +329,16 @@ void check_torch(const OpCase& c) {
     GTEST_SKIP() << "too slow for the reference backend: BackendVsReference checks the OpenCL output against PyTorch";
   }
   if (c.oracle.is_null()) GTEST_SKIP() << "no PyTorch equivalent for this case";
+  if (!c.native_close_to_exact && precision_mode(c.precision) == "native") {
+    GTEST_SKIP() << "native accumulation over reductions this long is not expected to approximate the exact "
+                    "result; BackendVsReference checks its semantics and the failure-mode tests its overflow";
+  }
   NANSCOPE_REQUIRE_PYTHON();
   const HostTensor& want = torch_output(c);
   const HostTensor& got = reference_output(c);
   EXPECT_TRUE(tensors_close(got, want, tolerance(c.family, c.precision, Check::torch), c.expect_nonfinite,
                             tolerance_key(c.family, c.precision, Check::torch)));
+  if (c.family == "exact") EXPECT_TRUE(bitwise_equal(got, want));
 }
 
 }  // namespace nanscope::test

@@ -29,14 +29,14 @@ struct Entry {
 };
 
 const Entry kTable[] = {
-    {"", DeviceKind::cpu, 16, {8, 2, 64, 64, 16, 4, 4, "cpu, 16-wide float vectors"}},
-    {"", DeviceKind::cpu, 0, {6, 1, 64, 64, 16, 4, 4, "cpu, default"}},
-    {"NVIDIA", DeviceKind::gpu, 0, {6, 1, 64, 64, 16, 4, 4, "gpu, NVIDIA"}},
-    {"Advanced Micro Devices", DeviceKind::gpu, 0, {6, 1, 64, 64, 16, 4, 4, "gpu, AMD"}},
-    {"Intel", DeviceKind::gpu, 0, {6, 1, 32, 64, 16, 2, 4, "gpu, Intel"}},
-    {"", DeviceKind::gpu, 0, {6, 1, 32, 32, 16, 2, 2, "gpu, default"}},
+    {"", DeviceKind::cpu, 16, {8, 2, 128, 64, 64, 16, 4, 4, "cpu, 16-wide float vectors"}},
+    {"", DeviceKind::cpu, 0, {6, 1, 256, 64, 64, 16, 4, 4, "cpu, default"}},
+    {"NVIDIA", DeviceKind::gpu, 0, {6, 1, 256, 64, 64, 16, 4, 4, "gpu, NVIDIA"}},
+    {"Advanced Micro Devices", DeviceKind::gpu, 0, {6, 1, 256, 64, 64, 16, 4, 4, "gpu, AMD"}},
+    {"Intel", DeviceKind::gpu, 0, {6, 1, 256, 32, 64, 16, 2, 4, "gpu, Intel"}},
+    {"", DeviceKind::gpu, 0, {6, 1, 256, 32, 32, 16, 2, 2, "gpu, default"}},
 };
-const Tuning kSmallGroups{6, 1, 32, 32, 8, 4, 4, "small work-groups (64)"};
+const Tuning kSmallGroups{6, 1, 256, 32, 32, 8, 4, 4, "small work-groups (64)"};
 const Tuning kDefaults{};  // kernels/matmul.cl's defaults: no -D needed
 
 bool vendor_matches(std::string_view vendor, std::string_view needle) {
@@ -61,9 +61,9 @@ Tuning lookup(const DeviceInfo& device) {
   }
   const std::size_t group = static_cast<std::size_t>(t.ts_m / t.wpt_m) * static_cast<std::size_t>(t.ts_n / t.wpt_n);
   if (device.max_work_group_size && device.max_work_group_size < group) {
-    const int mr = t.mr, nv = t.nv;
+    const int mr = t.mr, nv = t.nv, kc = t.kc;
     t = kSmallGroups;
-    t.mr = mr, t.nv = nv;
+    t.mr = mr, t.nv = nv, t.kc = kc;
   }
   return t;
 }
@@ -143,13 +143,51 @@ void pack_b(OpenClBackend& be, const std::string& options, const Operand& b, std
 void compute_panels(OpenClBackend& be, const Precision& p, cl_mem a_panels, std::int64_t a_panels_off,
                     std::int64_t a_panels_bs, const Problem& pr, const char* op) {
   const Tuning& t = tuning(be.device());
-  cl_kernel kern = be.kernel("matmul", p.native_accumulation() ? "gemm_native" : "gemm_cpu", options(be, p));
-  OpenClBackend::set_args(kern, a_panels, cl_ulong(a_panels_off), cl_ulong(a_panels_bs), pr.b_panels,
-                          cl_ulong(pr.b_panels_off), cl_ulong(pr.b_panels_bs), pr.bias, cl_ulong(pr.bias_off),
-                          cl_int(pr.bias_mode), pr.c, cl_ulong(pr.c_off), cl_ulong(pr.c_bs), cl_ulong(pr.ldc),
-                          to_uint(pr.m, op, "m"), to_uint(pr.n, op, "n"), to_uint(pr.k, op, "k"), pr.alpha);
-  const size_t global[3] = {ceil_div(pr.n, t.nr()), ceil_div(pr.m, t.mr), static_cast<size_t>(pr.batch)};
-  be.launch(kern, op, 3, global, nullptr);
+  const size_t grid_m = ceil_div(pr.m, t.mr);
+  if (p.native_accumulation()) {
+    cl_kernel kern = be.kernel("matmul", "gemm_native", options(be, p));
+    OpenClBackend::set_args(kern, a_panels, cl_ulong(a_panels_off), cl_ulong(a_panels_bs), pr.b_panels,
+                            cl_ulong(pr.b_panels_off), cl_ulong(pr.b_panels_bs), pr.bias, cl_ulong(pr.bias_off),
+                            cl_int(pr.bias_mode), pr.c, cl_ulong(pr.c_off), cl_ulong(pr.c_bs), cl_ulong(pr.ldc),
+                            to_uint(pr.m, op, "m"), to_uint(pr.n, op, "n"), to_uint(pr.k, op, "k"), pr.alpha);
+    const size_t global[3] = {grid_m, ceil_div(pr.n, t.nr()), static_cast<size_t>(pr.batch)};
+    be.launch(kern, op, 3, global, nullptr);
+    return;
+  }
+  cl_kernel kern = be.kernel("matmul", "gemm_cpu", options(be, p));
+  // k passes of about t.kc (one pass when k is short); the partial sums of a column range of C live
+  // in `part` between passes, so wide problems go in column ranges that keep `part` within budget.
+  const std::int64_t passes = pr.k <= t.kc + t.kc / 2 ? 1 : static_cast<std::int64_t>(ceil_div(pr.k, t.kc));
+  const std::int64_t kc = static_cast<std::int64_t>(ceil_div(pr.k, passes));
+  const std::int64_t mpad = static_cast<std::int64_t>(grid_m) * t.mr;
+  std::int64_t cols = pr.n;
+  std::optional<detail::ScratchBuffer> part;
+  if (passes > 1) {
+    const auto budget = static_cast<std::int64_t>(scratch_budget(be.device()) / 4 / sizeof(float));
+    const std::int64_t per_panel = pr.batch * mpad * t.nr();
+    cols = std::min<std::int64_t>(pr.n, std::max<std::int64_t>(1, budget / per_panel) * t.nr());
+    part.emplace(be, static_cast<std::size_t>(per_panel * static_cast<std::int64_t>(ceil_div(cols, t.nr()))) *
+                         sizeof(float),
+                 std::string(op) + " partial sums");
+  }
+  for (std::int64_t n0 = 0; n0 < pr.n; n0 += cols) {
+    const std::int64_t nn = std::min(cols, pr.n - n0);
+    const std::int64_t part_bs = mpad * static_cast<std::int64_t>(ceil_div(nn, t.nr())) * t.nr();
+    const std::int64_t panel0 = n0 / t.nr();  // cols is a multiple of the panel width
+    for (std::int64_t pass = 0; pass < passes; ++pass) {
+      const std::int64_t k0 = pass * kc;
+      const int flags = (pass == 0 ? 1 : 0) | (pass == passes - 1 ? 2 : 0);
+      OpenClBackend::set_args(kern, a_panels, cl_ulong(a_panels_off), cl_ulong(a_panels_bs), pr.b_panels,
+                              cl_ulong(pr.b_panels_off + panel0 * pr.k * t.nr()), cl_ulong(pr.b_panels_bs),
+                              part ? part->mem() : cl_mem{nullptr}, cl_ulong(part_bs), to_uint(k0, op, "k0"),
+                              to_uint(std::min(kc, pr.k - k0), op, "kc"), cl_int(flags), pr.bias,
+                              cl_ulong(pr.bias_off + (pr.bias_mode == kBiasCol ? n0 : 0)), cl_int(pr.bias_mode), pr.c,
+                              cl_ulong(pr.c_off + n0), cl_ulong(pr.c_bs), cl_ulong(pr.ldc), to_uint(pr.m, op, "m"),
+                              to_uint(nn, op, "n"), to_uint(pr.k, op, "k"), pr.alpha);
+      const size_t global[3] = {grid_m, ceil_div(nn, t.nr()), static_cast<size_t>(pr.batch)};
+      be.launch(kern, op, 3, global, nullptr);
+    }
+  }
 }
 
 namespace {

@@ -24,10 +24,11 @@
 
 namespace nanscope::opencl::gemm {
 
-// Block sizes: panel kernels (MR rows x 16*NV columns per work-item) and
-// GPU tiles (TS_M x TS_N per work-group, TS_K deep, WPT_M x WPT_N per work-item).
+// Block sizes: panel kernels (MR rows x 16*NV columns per work-item, k in
+// passes of about kc so one work-item's sub-panels stay in L1) and GPU tiles
+// (TS_M x TS_N per work-group, TS_K deep, WPT_M x WPT_N per work-item).
 struct Tuning {
-  int mr = 6, nv = 1;
+  int mr = 6, nv = 1, kc = 256;
   int ts_m = 64, ts_n = 64, ts_k = 16, wpt_m = 4, wpt_n = 4;
   std::string source;  // which table entry, for logs
   int nr() const { return 16 * nv; }
