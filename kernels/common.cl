@@ -129,21 +129,37 @@ NS_DEFINE_ROUND_BF16(ns_round_bf16_16, float16, uint16, as_float16, as_uint16)
          AS_U(a < (U)(0x38800000u)))
 #define NS_TIE_BF16(F, U, AS_U) AS_U((a & (U)(0xffffu)) == (U)(0x8000u))
 
-NS_DEFINE_ROUND_EXACT(ns_round_exact_f16, ns_round_f16, float, uint, as_float, as_uint, NS_TIE_F16(float, uint, as_uint))
+NS_DEFINE_ROUND_EXACT(ns_round_exact_f16, ns_round_f16, float, uint, as_float, as_uint,
+                      NS_TIE_F16(float, uint, as_uint))
 NS_DEFINE_ROUND_EXACT(ns_round_exact_f16_16, ns_round_f16_16, float16, uint16, as_float16, as_uint16,
                       NS_TIE_F16(float16, uint16, as_uint16))
-NS_DEFINE_ROUND_EXACT(ns_round_exact_bf16, ns_round_bf16, float, uint, as_float, as_uint, NS_TIE_BF16(float, uint, as_uint))
+NS_DEFINE_ROUND_EXACT(ns_round_exact_f16_4, ns_round_f16_4, float4, uint4, as_float4, as_uint4,
+                      NS_TIE_F16(float4, uint4, as_uint4))
+NS_DEFINE_ROUND_EXACT(ns_round_exact_f16_8, ns_round_f16_8, float8, uint8, as_float8, as_uint8,
+                      NS_TIE_F16(float8, uint8, as_uint8))
+NS_DEFINE_ROUND_EXACT(ns_round_exact_bf16, ns_round_bf16, float, uint, as_float, as_uint,
+                      NS_TIE_BF16(float, uint, as_uint))
+NS_DEFINE_ROUND_EXACT(ns_round_exact_bf16_4, ns_round_bf16_4, float4, uint4, as_float4, as_uint4,
+                      NS_TIE_BF16(float4, uint4, as_uint4))
+NS_DEFINE_ROUND_EXACT(ns_round_exact_bf16_8, ns_round_bf16_8, float8, uint8, as_float8, as_uint8,
+                      NS_TIE_BF16(float8, uint8, as_uint8))
 NS_DEFINE_ROUND_EXACT(ns_round_exact_bf16_16, ns_round_bf16_16, float16, uint16, as_float16, as_uint16,
                       NS_TIE_BF16(float16, uint16, as_uint16))
 
 #if defined(STORE_F16)
 #define round_exact(s, e) ns_round_exact_f16(s, e)
+#define round_exact4(s, e) ns_round_exact_f16_4(s, e)
+#define round_exact8(s, e) ns_round_exact_f16_8(s, e)
 #define round_exact16(s, e) ns_round_exact_f16_16(s, e)
 #elif defined(STORE_BF16)
 #define round_exact(s, e) ns_round_exact_bf16(s, e)
+#define round_exact4(s, e) ns_round_exact_bf16_4(s, e)
+#define round_exact8(s, e) ns_round_exact_bf16_8(s, e)
 #define round_exact16(s, e) ns_round_exact_bf16_16(s, e)
 #else
 #define round_exact(s, e) (s)
+#define round_exact4(s, e) (s)
+#define round_exact8(s, e) (s)
 #define round_exact16(s, e) (s)
 #endif
 
@@ -155,12 +171,16 @@ inline float round_sum(float a, float b) {
   const float e = (a - (s - bb)) + (b - bb);
   return round_exact(s, e);
 }
-inline float16 round_sum16(float16 a, float16 b) {
-  const float16 s = a + b;
-  const float16 bb = s - a;
-  const float16 e = (a - (s - bb)) + (b - bb);
-  return round_exact16(s, e);
-}
+#define NS_DEFINE_ROUND_SUM(NAME, F, EXACT)        \
+  inline F NAME(F a, F b) {                         \
+    const F s = a + b;                              \
+    const F bb = s - a;                             \
+    const F e = (a - (s - bb)) + (b - bb);          \
+    return EXACT(s, e);                             \
+  }
+NS_DEFINE_ROUND_SUM(round_sum4, float4, round_exact4)
+NS_DEFINE_ROUND_SUM(round_sum8, float8, round_exact8)
+NS_DEFINE_ROUND_SUM(round_sum16, float16, round_exact16)
 
 // round_dtype(alpha * acc + bias) with one rounding: alpha * acc is split
 // exactly into p + ep with fma, the sum with bias into s + es; the remainder
@@ -390,4 +410,13 @@ inline float2 norm_stats(__global const store_t* x, ulong base, ulong count, flo
   const float var = wg_sum(b4.x + b4.y + b4.z + b4.w + tail, scratch) / (float)count;
   return (float2)(mean, 1.0f / sqrt(var + eps));
 #endif
+}
+
+// ---------------------------------------------------------------------------
+// GEMM panels (matmul.cl, conv2d.cl): float offset of row k of panel p in a
+// k-blocked panel set of `panels` panels of width W (layout in matmul.cl).
+inline ulong panel_row(uint p, uint panels, uint k, uint K, uint kc, uint width) {
+  const uint k0 = (k / kc) * kc;
+  const uint kcb = min(kc, K - k0);
+  return ((ulong)k0 * panels + (ulong)p * kcb + (k - k0)) * width;
 }

@@ -5,8 +5,8 @@
 // (a non-finite weight over padding gives NaN, as in the reference).
 //
 // Two layouts of the column matrix, for the two GEMM families:
-// - conv_im2col_panels: f32 panels [nb][K][NR] of GEMM B (cpu style), for the
-//   output positions [p0, p0 + pc) of each image;
+// - conv_im2col_panels: f32 panels of GEMM B (cpu style, k-blocked by kc as
+//   matmul.cl lays them out), for the output positions [p0, p0 + pc) of each image;
 // - conv_im2col: plain [K][pc] in the storage dtype (gpu style).
 
 #ifndef GEMM_NV
@@ -20,19 +20,18 @@
 
 // Grid: (K, ceil(pc / NR), images). Image b is read at x_off + b * x_bs and its
 // panels start at b * dst_bs floats.
-__kernel void conv_im2col_panels(__global const store_t* x, ulong x_off, ulong x_bs, __global float* dst, ulong dst_bs, uint C,
-                                 uint H, uint W, uint KH, uint KW, uint stride, uint pad, uint OW, uint p0,
-                                 uint pc) {
+__kernel void conv_im2col_panels(__global const store_t* x, ulong x_off, ulong x_bs, __global float* dst,
+                                 ulong dst_bs, uint C, uint H, uint W, uint KH, uint KW, uint stride, uint pad,
+                                 uint OW, uint p0, uint pc, uint kc) {
   const uint k = (uint)get_global_id(0);
   const uint nb = (uint)get_global_id(1);
   const ulong b = get_global_id(2);
   const uint K = C * KH * KW;
   const uint kx = k % KW, ky = (k / KW) % KH, ci = k / (KW * KH);
   const __global store_t* xp = x + x_off + b * x_bs + (ulong)ci * H * W;
-  __global float* d = dst + b * dst_bs + ((ulong)nb * K + k) * GEMM_NR;
+  __global float* d = dst + b * dst_bs + panel_row(nb, (pc + GEMM_NR - 1) / GEMM_NR, k, K, kc, GEMM_NR);
   const uint q0 = nb * GEMM_NR;  // first column of this panel within the chunk
-  uint p = p0 + q0;
-  uint oy = p / OW, ox = p % OW;
+  uint oy = (p0 + q0) / OW, ox = (p0 + q0) % OW;  // walked along with the columns
   for (uint v = 0; v < GEMM_NV; ++v) {
     const int iy = (int)(oy * stride + ky) - (int)pad;
     const int ix = (int)(ox * stride + kx) - (int)pad;
@@ -40,7 +39,6 @@ __kernel void conv_im2col_panels(__global const store_t* x, ulong x_off, ulong x
     if (stride == 1u && q0 + 16u * v + 16u <= pc && ox + 16u <= OW && iy >= 0 && iy < (int)H && ix >= 0 &&
         ix + 16 <= (int)W) {
       vstore16(ld16(xp, (ulong)iy * W + (uint)ix), 0, d + 16u * v);
-      p += 16u;
       ox += 16u;
       if (ox == OW) ox = 0, ++oy;
       continue;
@@ -54,7 +52,6 @@ __kernel void conv_im2col_panels(__global const store_t* x, ulong x_off, ulong x
         if (y >= 0 && y < (int)H && xx >= 0 && xx < (int)W) val = ld(xp, (ulong)y * W + (uint)xx);
       }
       t[j] = val;
-      ++p;
       if (++ox == OW) ox = 0, ++oy;
     }
     vstore16(vload16(0, t), 0, d + 16u * v);
@@ -63,8 +60,9 @@ __kernel void conv_im2col_panels(__global const store_t* x, ulong x_off, ulong x
 
 // Grid: (pc, K, images). dst[b][k][q] for q < pc in the storage dtype, image b at b * dst_bs
 // (read at x_off + b * x_bs).
-__kernel void conv_im2col(__global const store_t* x, ulong x_off, ulong x_bs, __global store_t* dst, ulong dst_bs, uint C, uint H,
-                          uint W, uint KH, uint KW, uint stride, uint pad, uint OW, uint p0, uint pc) {
+__kernel void conv_im2col(__global const store_t* x, ulong x_off, ulong x_bs, __global store_t* dst, ulong dst_bs,
+                          uint C, uint H, uint W, uint KH, uint KW, uint stride, uint pad, uint OW, uint p0, uint pc,
+                          uint kc_unused) {  // kc: same argument list as the panel variant
   const uint q = (uint)get_global_id(0);
   const uint k = (uint)get_global_id(1);
   const ulong b = get_global_id(2);
@@ -74,6 +72,8 @@ __kernel void conv_im2col(__global const store_t* x, ulong x_off, ulong x_bs, __
   const int iy = (int)(oy * stride + ky) - (int)pad;
   const int ix = (int)(ox * stride + kx) - (int)pad;
   float val = 0.0f;
-  if (iy >= 0 && iy < (int)H && ix >= 0 && ix < (int)W) val = ld(x, x_off + b * x_bs + ((ulong)ci * H + (uint)iy) * W + (uint)ix);
+  if (iy >= 0 && iy < (int)H && ix >= 0 && ix < (int)W) {
+    val = ld(x, x_off + b * x_bs + ((ulong)ci * H + (uint)iy) * W + (uint)ix);
+  }
   st(dst, b * dst_bs + (ulong)k * pc + q, val);
 }

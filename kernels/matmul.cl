@@ -1,13 +1,19 @@
 // matmul.cl: C = alpha * A.B + bias for every storage dtype, in three families.
 //
 // CPU style (gemm_pack_a, gemm_pack_b, gemm_cpu, gemm_native): A and B are
-// first packed into f32 panels, A as [M/MR][K][MR] and B as [N/NR][K][NR]
-// (zero-padded at the edges), so the compute kernel reads both contiguously
-// and never converts dtypes in its inner loop. Each work-item owns an MR x NR
-// block of C in float16 registers and walks k with fma(), broadcasting one A
-// value against a row of B: no local memory, no barriers (on PoCL, GPU-style
-// tiles with barriers run ~5x slower). Packing B once per weight is the hook
-// for pre-packed weights (engine/backend/opencl/gemm.hpp).
+// first packed into f32 panels of MR rows of A / NR columns of B, zero-padded
+// at the edges, so the compute kernel reads both contiguously and never
+// converts dtypes in its inner loop. Each work-item owns MR x NR blocks of C
+// in float16 registers and walks k with fma(), broadcasting one A value
+// against a row of B: no local memory, no barriers (on PoCL, GPU-style tiles
+// with barriers run ~5x slower). Packing B once per weight is the hook for
+// pre-packed weights (engine/backend/opencl/gemm.hpp).
+//
+// Panel layout, blocked along k (as GotoBLAS packs): k runs in blocks of kc
+// rows (a multiple of 16; the last block may be shorter; kc = K when one block
+// does); block kb holds every panel's rows [kb*kc, kb*kc + kcb) back to back,
+// panel p at (kb*kc*panels + p*kcb)*W floats (W = MR or NR). One compute pass
+// per k-block then reads contiguous memory that fits the caches.
 //
 // Native accumulation (gemm_native): same panels; every partial sum is
 // rounded exactly to the storage dtype, k ascending, alpha and bias last with
@@ -55,17 +61,18 @@ inline float16 ld16_masked(__global const store_t* src, ulong base, ulong step, 
 // ---------------------------------------------------------------------------
 // Packing.
 
-// A panels: dst[b][mb][k][MR] = element (m = mb*MR + r, k) at src[src_off + b*sbs + m*rs + k*cs];
-// rows past M are zero. Grid: (ceil(K/16), ceil(M/MR), batch).
+
+// A panels (k-blocked by kc): row r of panel mb = element (m = mb*MR + r, k) at
+// src[src_off + b*sbs + m*rs + k*cs]; rows past M are zero. Grid: (ceil(K/16), ceil(M/MR), batch).
 __kernel void gemm_pack_a(__global const store_t* src, ulong src_off, ulong sbs, ulong rs, ulong cs,
-                          __global float* dst, ulong dbs, uint M, uint K) {
+                          __global float* dst, ulong dbs, uint M, uint K, uint kc) {
   const uint k0 = (uint)get_global_id(0) * 16u;
   const uint mb = (uint)get_global_id(1);
   const ulong b = get_global_id(2);
   if (k0 >= K) return;
   const uint kn = min(16u, K - k0);
   src += src_off + b * sbs;
-  __global float* d = dst + b * dbs + ((ulong)mb * K + k0) * GEMM_MR;
+  __global float* d = dst + b * dbs + panel_row(mb, (M + GEMM_MR - 1) / GEMM_MR, k0, K, kc, GEMM_MR);
   for (uint r = 0; r < GEMM_MR; ++r) {
     const uint m = mb * GEMM_MR + r;
     float v[16];
@@ -78,10 +85,10 @@ __kernel void gemm_pack_a(__global const store_t* src, ulong src_off, ulong sbs,
   }
 }
 
-// B panels: dst[b][nb][k][NR] = element (k, n = nb*NR + j) at src[src_off + b*sbs + k*ks + n*ns];
-// columns past N are zero. Grid: (ceil(K/16), ceil(N/NR), batch).
+// B panels (k-blocked by kc): column j of panel nb = element (k, n = nb*NR + j) at
+// src[src_off + b*sbs + k*ks + n*ns]; columns past N are zero. Grid: (ceil(K/16), ceil(N/NR), batch).
 __kernel void gemm_pack_b(__global const store_t* src, ulong src_off, ulong sbs, ulong ks, ulong ns,
-                          __global float* dst, ulong dbs, uint N, uint K) {
+                          __global float* dst, ulong dbs, uint N, uint K, uint kc) {
   const uint k0 = (uint)get_global_id(0) * 16u;
   const uint nb = (uint)get_global_id(1);
   const ulong b = get_global_id(2);
@@ -89,7 +96,7 @@ __kernel void gemm_pack_b(__global const store_t* src, ulong src_off, ulong sbs,
   const uint kn = min(16u, K - k0);
   const uint n0 = nb * GEMM_NR;
   src += src_off + b * sbs;
-  __global float* d = dst + b * dbs + ((ulong)nb * K + k0) * GEMM_NR;
+  __global float* d = dst + b * dbs + panel_row(nb, (N + GEMM_NR - 1) / GEMM_NR, k0, K, kc, GEMM_NR);
   if (ns == 1u) {
     // Rows of B are contiguous: copy 16 columns at a time.
     for (uint kk = 0; kk < kn; ++kk) {
@@ -136,28 +143,28 @@ inline float16 gemm_bias16(__global const store_t* bias, int mode, uint m, uint 
 }
 
 // ---------------------------------------------------------------------------
-// f32 accumulation. Grid: (ceil(M/MR / mgroup), ceil(N/NR), batch): each
-// work-item computes mgroup consecutive MR x NR blocks of one column panel, so
-// its B sub-panel is loaded from L1 for all but the first; consecutive
-// work-groups share the B panel too.
-// C element (m, n) of batch b is c[c_off + b*c_bs + m*ldc + n]; the A/B panel
-// sets of batch b start at a_poff + b*a_bs / b_poff + b*b_bs floats (strides 0
-// when shared); bias starts at bias_off.
-//
-// K blocking: one launch covers k in [k0, k0 + kc). With a long k the panels of
-// one work-item no longer fit the L1 cache, so the host splits k into passes
-// whose A and B sub-panels do (~6 KiB + 16 KiB); the running sums wait between
-// passes in `part` (f32, [batch][ceil(M/MR)*MR][ceil(N/NR)*NR], part_bs floats
-// per batch). flags: 1 = first pass (start from zero), 2 = last pass (apply
-// alpha and bias, store C). A single pass (flags 3) never touches `part`.
+// f32 accumulation, one k-block per launch (a pass): k in [k0, k0 + kc).
+// Grid: (ceil(N/NR), ceil(ceil(M/MR) / mgroup), batch). Each work-item
+// computes mgroup consecutive MR x NR blocks of one column panel, so its B
+// sub-panel (kc x NR) is read from L1 for all but the first; consecutive
+// work-groups walk the column panels with the same rows of A, whose sub-panels
+// (mgroup*MR x kc) stay in L2 — the GotoBLAS loop order.
+// A panel set: a_blocks panels, batch b at a_poff + b*a_bs floats; B panel set:
+// b_blocks panels, this launch's columns starting at panel nb0. C element
+// (m, n) of batch b is c[c_off + b*c_bs + m*ldc + n]; bias starts at bias_off.
+// Between passes the running sums wait in `part` (f32, per batch part_bs
+// floats of [column panel][row block][MR][NR]: a work-item's blocks are
+// contiguous). flags: 1 = first pass (start from
+// zero), 2 = last pass (apply alpha and bias, store C). A single pass (flags 3)
+// never touches `part`.
 
 #define GEMM_FIRST 1
 #define GEMM_LAST 2
 
 #if GEMM_NV == 1
 #define GEMM_DECL(r) float16 acc##r##_0 = 0.0f;
-#define GEMM_LOAD(r) acc##r##_0 = vload16(0, pb + (ulong)(m0 + r) * npad);
-#define GEMM_SAVE(r) vstore16(acc##r##_0, 0, pb + (ulong)(m0 + r) * npad);
+#define GEMM_LOAD(r) acc##r##_0 = vload16(0, pp + r * GEMM_NR);
+#define GEMM_SAVE(r) vstore16(acc##r##_0, 0, pp + r * GEMM_NR);
 #define GEMM_FMA(r)                                      \
   {                                                      \
     const float16 av = (float16)(a[k * GEMM_MR + r]);    \
@@ -165,12 +172,12 @@ inline float16 gemm_bias16(__global const store_t* bias, int mode, uint m, uint 
   }
 #else
 #define GEMM_DECL(r) float16 acc##r##_0 = 0.0f, acc##r##_1 = 0.0f;
-#define GEMM_LOAD(r)                                      \
-  acc##r##_0 = vload16(0, pb + (ulong)(m0 + r) * npad);   \
-  acc##r##_1 = vload16(0, pb + (ulong)(m0 + r) * npad + 16);
-#define GEMM_SAVE(r)                                      \
-  vstore16(acc##r##_0, 0, pb + (ulong)(m0 + r) * npad);   \
-  vstore16(acc##r##_1, 0, pb + (ulong)(m0 + r) * npad + 16);
+#define GEMM_LOAD(r)                                 \
+  acc##r##_0 = vload16(0, pp + r * GEMM_NR);         \
+  acc##r##_1 = vload16(0, pp + r * GEMM_NR + 16);
+#define GEMM_SAVE(r)                                 \
+  vstore16(acc##r##_0, 0, pp + r * GEMM_NR);         \
+  vstore16(acc##r##_1, 0, pp + r * GEMM_NR + 16);
 #define GEMM_FMA(r)                                      \
   {                                                      \
     const float16 av = (float16)(a[k * GEMM_MR + r]);    \
@@ -191,23 +198,24 @@ inline float16 gemm_bias16(__global const store_t* bias, int mode, uint m, uint 
 #define GEMM_STORE(r) GEMM_STORE_V(r, 0) GEMM_STORE_V(r, 1)
 #endif
 
-__kernel void gemm_cpu(__global const float* ap, ulong a_poff, ulong a_bs, __global const float* bp, ulong b_poff,
-                       ulong b_bs, __global float* part, ulong part_bs, uint k0, uint kc, int flags, uint mgroup,
-                       __global const store_t* bias, ulong bias_off, int bias_mode, __global store_t* c, ulong c_off,
-                       ulong c_bs, ulong ldc, uint M, uint N, uint K, float alpha) {
-  const uint nb = (uint)get_global_id(1);
+__kernel void gemm_cpu(__global const float* ap, ulong a_poff, ulong a_bs, uint a_blocks, __global const float* bp,
+                       ulong b_poff, ulong b_bs, uint b_blocks, uint nb0, __global float* part, ulong part_bs,
+                       uint k0, uint kc, int flags, uint mgroup, __global const store_t* bias, ulong bias_off,
+                       int bias_mode, __global store_t* c, ulong c_off, ulong c_bs, ulong ldc, uint M, uint N,
+                       float alpha) {
+  const uint nb = (uint)get_global_id(0);
   const ulong bt = get_global_id(2);
   const uint n0 = nb * GEMM_NR;
-  const uint npad = ((N + GEMM_NR - 1) / GEMM_NR) * GEMM_NR;
   const uint mblocks = (M + GEMM_MR - 1) / GEMM_MR;
-  const __global float* bq = bp + b_poff + bt * b_bs + ((ulong)nb * K + k0) * GEMM_NR;
-  __global float* pb = part + bt * part_bs + n0;
+  const __global float* bq = bp + b_poff + bt * b_bs + ((ulong)k0 * b_blocks + (ulong)(nb0 + nb) * kc) * GEMM_NR;
+  const __global float* abase = ap + a_poff + bt * a_bs + (ulong)k0 * a_blocks * GEMM_MR;
+  __global float* pb = part + bt * part_bs + (ulong)nb * mblocks * (GEMM_MR * GEMM_NR);
   const ulong cbase = c_off + bt * c_bs;
   bias += bias_off;
-  // mgroup consecutive row blocks per work-item: the B sub-panel stays in L1 across them.
-  const uint mb_end = min(mblocks, ((uint)get_global_id(0) + 1u) * mgroup);
-  for (uint mb = (uint)get_global_id(0) * mgroup; mb < mb_end; ++mb) {
-    const __global float* a = ap + a_poff + bt * a_bs + ((ulong)mb * K + k0) * GEMM_MR;
+  const uint mb_end = min(mblocks, ((uint)get_global_id(1) + 1u) * mgroup);
+  for (uint mb = (uint)get_global_id(1) * mgroup; mb < mb_end; ++mb) {
+    const __global float* a = abase + (ulong)mb * kc * GEMM_MR;
+    __global float* pp = pb + (ulong)mb * (GEMM_MR * GEMM_NR);
     const uint m0 = mb * GEMM_MR;
     GEMM_ROWS(GEMM_DECL)
     if (!(flags & GEMM_FIRST)) {
@@ -231,28 +239,34 @@ __kernel void gemm_cpu(__global const float* ap, ulong a_poff, ulong a_bs, __glo
 // ---------------------------------------------------------------------------
 // Native accumulation: acc = round(acc + a*b) for k ascending (the product of
 // two stored values is exact in f32), then round(alpha * acc + bias) once.
-// Grid as gemm_cpu; always one pass.
+// Grid: (ceil(N/NR), ceil(M/MR), batch), all k in one launch; panel sets as gemm_cpu.
 // One row of the block at a time keeps the register footprint small: the
 // rounding emulation, not memory, bounds this kernel.
 
-__kernel void gemm_native(__global const float* ap, ulong a_poff, ulong a_bs, __global const float* bp, ulong b_poff,
-                          ulong b_bs, __global const store_t* bias, ulong bias_off, int bias_mode, __global store_t* c,
+__kernel void gemm_native(__global const float* ap, ulong a_poff, ulong a_bs, uint a_blocks,
+                          __global const float* bp, ulong b_poff, ulong b_bs, uint b_blocks, uint nb0, uint kc,
+                          __global const store_t* bias, ulong bias_off, int bias_mode, __global store_t* c,
                           ulong c_off, ulong c_bs, ulong ldc, uint M, uint N, uint K, float alpha) {
-  const uint mb = (uint)get_global_id(0);
-  const uint nb = (uint)get_global_id(1);
+  const uint nb = (uint)get_global_id(0);
+  const uint mb = (uint)get_global_id(1);
   const ulong bt = get_global_id(2);
-  const __global float* a = ap + a_poff + bt * a_bs + (ulong)mb * K * GEMM_MR;
-  const __global float* bq = bp + b_poff + bt * b_bs + (ulong)nb * K * GEMM_NR;
-  bias += bias_off;
+  const __global float* a = ap + a_poff + bt * a_bs;
+  const __global float* bq = bp + b_poff + bt * b_bs;
   const uint m0 = mb * GEMM_MR, n0 = nb * GEMM_NR;
   const ulong cbase = c_off + bt * c_bs;
+  bias += bias_off;
   const bool plain = bias_mode == BIAS_NONE && alpha == 1.0f;
   for (uint r = 0; r < GEMM_MR && m0 + r < M; ++r) {
     for (uint v = 0; v < GEMM_NV; ++v) {
       if (n0 + 16u * v >= N) break;
       float16 acc = 0.0f;
-      for (uint k = 0; k < K; ++k) {
-        acc = round_sum16(acc, (float16)(a[k * GEMM_MR + r]) * vload16(0, bq + k * GEMM_NR + 16u * v));
+      for (uint k0 = 0; k0 < K; k0 += kc) {  // k ascending through the k-blocks
+        const uint kcb = min(kc, K - k0);
+        const __global float* ar = a + ((ulong)k0 * a_blocks + (ulong)mb * kcb) * GEMM_MR + r;
+        const __global float* br = bq + ((ulong)k0 * b_blocks + (ulong)(nb0 + nb) * kcb) * GEMM_NR + 16u * v;
+        for (uint k = 0; k < kcb; ++k) {
+          acc = round_sum16(acc, (float16)(ar[k * GEMM_MR]) * vload16(0, br + k * GEMM_NR));
+        }
       }
       if (!plain) acc = round_affine16((float16)(alpha), acc, gemm_bias16(bias, bias_mode, m0 + r, n0 + 16u * v, N));
       gemm_store16(c, cbase + (ulong)(m0 + r) * ldc, n0 + 16u * v, N, acc);

@@ -49,10 +49,12 @@ __kernel void upsample_nearest2x(__global const word_t* src, __global word_t* ds
   if (x0 + 8u <= w) {
 #if defined(STORE_F32)
     const uint8 v = vload8(0, s + x0);
-    const uint16 o = (uint16)(v.s0, v.s0, v.s1, v.s1, v.s2, v.s2, v.s3, v.s3, v.s4, v.s4, v.s5, v.s5, v.s6, v.s6, v.s7, v.s7);
+    const uint16 o = (uint16)(v.s0, v.s0, v.s1, v.s1, v.s2, v.s2, v.s3, v.s3,  //
+                              v.s4, v.s4, v.s5, v.s5, v.s6, v.s6, v.s7, v.s7);
 #else
     const ushort8 v = vload8(0, s + x0);
-    const ushort16 o = (ushort16)(v.s0, v.s0, v.s1, v.s1, v.s2, v.s2, v.s3, v.s3, v.s4, v.s4, v.s5, v.s5, v.s6, v.s6, v.s7, v.s7);
+    const ushort16 o = (ushort16)(v.s0, v.s0, v.s1, v.s1, v.s2, v.s2, v.s3, v.s3,  //
+                                  v.s4, v.s4, v.s5, v.s5, v.s6, v.s6, v.s7, v.s7);
 #endif
     vstore16(o, 0, d0 + 2u * x0);
     vstore16(o, 0, d1 + 2u * x0);

@@ -44,7 +44,7 @@ struct Mode {
 };
 
 const std::vector<Mode> kModes = {
-    {DType::f32, Accumulate::f32}, {DType::f16, Accumulate::f32},  {DType::bf16, Accumulate::f32},
+    {DType::f32, Accumulate::f32},    {DType::f16, Accumulate::f32},    {DType::bf16, Accumulate::f32},
     {DType::f32, Accumulate::native}, {DType::f16, Accumulate::native}, {DType::bf16, Accumulate::native},
 };
 
@@ -53,9 +53,12 @@ const std::vector<Mode> kModes = {
 // in the last place of a rounded output.
 Tolerance sum_tolerance(DType t) {
   switch (t) {
-    case DType::f32: return {1e-11, 1e-5};
-    case DType::f16: return {1e-6, 2e-3};
-    case DType::bf16: return {1e-4, 1.6e-2};
+    case DType::f32:
+      return {1e-11, 1e-5};
+    case DType::f16:
+      return {1e-6, 2e-3};
+    case DType::bf16:
+      return {1e-4, 1.6e-2};
   }
   return {};
 }
@@ -157,8 +160,7 @@ TEST_F(OpenClOps, ElementwiseShapeAndCast) {
           true);
     // Casts from f32 values with Inf-producing magnitudes in f16.
     const auto big = randn({3, 37}, DType::f32, "ew.big", 3e4);
-    check(both({big}, m, [&](const OpContext& c, auto& x) { return ops::cast(c, x[0], t); }), m, "cast from f32",
-          true);
+    check(both({big}, m, [&](const OpContext& c, auto& x) { return ops::cast(c, x[0], t); }), m, "cast from f32", true);
     check(both({a}, m, [](const OpContext& c, auto& x) { return ops::cast(c, x[0], DType::bf16); }), m, "cast to bf16",
           true);
     check(both({a}, m, [](const OpContext& c, auto& x) { return ops::cast(c, x[0], DType::f16); }), m, "cast to f16",
@@ -178,9 +180,8 @@ TEST_F(OpenClOps, Activations) {
     const auto g = randn({7, 2 * 37}, m.dtype, "act.g", 2.0);
     check(both({g}, m, [](const OpContext& c, auto& v) { return ops::geglu(c, v[0]); }), m, "geglu", false);
     const std::vector<float> ts{999.0f, 1.0f, 500.5f};
-    check(both({}, m,
-               [&](const OpContext& c, auto&) { return ops::timestep_embedding(c, ts, 33, true, 1.0f); }),
-          m, "timestep_embedding", false);
+    check(both({}, m, [&](const OpContext& c, auto&) { return ops::timestep_embedding(c, ts, 33, true, 1.0f); }), m,
+          "timestep_embedding", false);
   }
 }
 
@@ -196,6 +197,14 @@ TEST_F(OpenClOps, Matmul) {
     check(both({a, b, bias}, m,
                [](const OpContext& c, auto& x) { return ops::matmul(c, x[0], x[1], false, 0.3f, &x[2]); }),
           m, "alpha + bias", m.exact());
+    // k long enough for several k-blocks (passes) of the panel GEMM.
+    const auto da = randn({29, 700}, t, "mm.da", 0.2), dw = randn({41, 700}, t, "mm.dw", 0.2);
+    const auto dbias = randn({41}, t, "mm.dbias");
+    check(both({da, dw, dbias}, m, [](const OpContext& c, auto& x) { return ops::linear(c, x[0], x[1], &x[2]); }), m,
+          "deep linear", m.exact());
+    const auto ba = randn({2, 29, 700}, t, "mm.ba", 0.2), bb = randn({2, 700, 41}, t, "mm.bb", 0.2);
+    check(both({ba, bb}, m, [](const OpContext& c, auto& x) { return ops::matmul(c, x[0], x[1]); }), m, "deep batched",
+          m.exact());
   }
   // A native f16 partial sum past 65504 is Inf, exactly as in the reference.
   const Mode m{DType::f16, Accumulate::native};
@@ -216,6 +225,7 @@ TEST_F(OpenClOps, Conv2d) {
       {{1, 4, 10, 9}, {6, 4, 3, 3}, 2, 1},   // stride 2 (downsampling)
       {{2, 6, 5, 7}, {9, 6, 1, 1}, 1, 0},    // 1x1 = plain GEMM
       {{1, 3, 34, 40}, {5, 3, 3, 3}, 1, 1},  // rows wide enough for the vector im2col path
+      {{2, 48, 7, 9}, {5, 48, 3, 3}, 1, 1},  // k = 432: two k-blocks
   };
   for (const Mode& m : kModes) {
     for (const auto& g : geoms) {
@@ -237,9 +247,9 @@ TEST_F(OpenClOps, Norms) {
           m, "group_norm", m.exact());
     const auto y = randn({2, 9, 70}, m.dtype, "ln.x", 2.0);
     const auto lg = randn({70}, m.dtype, "ln.g"), lb = randn({70}, m.dtype, "ln.b");
-    check(both({y, lg, lb}, m,
-               [](const OpContext& c, auto& v) { return ops::layer_norm(c, v[0], &v[1], &v[2], 1e-5f); }),
-          m, "layer_norm", m.exact());
+    check(
+        both({y, lg, lb}, m, [](const OpContext& c, auto& v) { return ops::layer_norm(c, v[0], &v[1], &v[2], 1e-5f); }),
+        m, "layer_norm", m.exact());
     check(both({y}, m, [](const OpContext& c, auto& v) { return ops::layer_norm(c, v[0], nullptr, nullptr, 1e-6f); }),
           m, "layer_norm (no affine)", m.exact());
   }
@@ -269,21 +279,23 @@ TEST_F(OpenClOps, Attention) {
       const auto s = randn({2, 11, 2 * 8}, m.dtype, "at.s");
       for (AttentionImpl impl : {AttentionImpl::fused, AttentionImpl::bmm, AttentionImpl::sliced}) {
         const std::string name(attention_impl_name(impl));
-        check(both({q, k, v}, m,
-                   [](const OpContext& c, auto& x) { return ops::attention(c, x[0], x[1], x[2], 3, 0.2f); }, impl, 4),
+        check(both(
+                  {q, k, v}, m,
+                  [](const OpContext& c, auto& x) { return ops::attention(c, x[0], x[1], x[2], 3, 0.2f); }, impl, 4),
               m, "attention " + name, exact);
-        check(both({s}, m,
-                   [](const OpContext& c, auto& x) { return ops::attention(c, x[0], x[0], x[0], 2, 0.35f, true); },
-                   impl, 3),
-              m, "causal attention " + name, exact);
+        check(
+            both(
+                {s}, m, [](const OpContext& c, auto& x) { return ops::attention(c, x[0], x[0], x[0], 2, 0.35f, true); },
+                impl, 3),
+            m, "causal attention " + name, exact);
       }
       // sliced equals bmm bit for bit on the device itself.
-      const auto bmm = both({q, k, v}, m, [](const OpContext& c, auto& x) {
-        return ops::attention(c, x[0], x[1], x[2], 3, 0.2f);
-      }, AttentionImpl::bmm);
-      const auto sliced = both({q, k, v}, m, [](const OpContext& c, auto& x) {
-        return ops::attention(c, x[0], x[1], x[2], 3, 0.2f);
-      }, AttentionImpl::sliced, 5);
+      const auto bmm = both(
+          {q, k, v}, m, [](const OpContext& c, auto& x) { return ops::attention(c, x[0], x[1], x[2], 3, 0.2f); },
+          AttentionImpl::bmm);
+      const auto sliced = both(
+          {q, k, v}, m, [](const OpContext& c, auto& x) { return ops::attention(c, x[0], x[1], x[2], 3, 0.2f); },
+          AttentionImpl::sliced, 5);
       EXPECT_TRUE(test::bitwise_equal(sliced.first, bmm.first)) << m.name();
     }
   }
@@ -304,8 +316,9 @@ TEST_F(OpenClOps, GpuStyle) {
     check(both({x, cw}, m, [](const OpContext& c, auto& v) { return ops::conv2d(c, v[0], v[1], nullptr, 1, 1); }), m,
           "gpu conv2d", m.exact());
     const auto gx = randn({2, 12, 5, 70}, m.dtype, "gpu.gn", 2.0);
-    check(both({gx}, m, [](const OpContext& c, auto& v) { return ops::group_norm(c, v[0], 3, nullptr, nullptr, 1e-5f); }),
-          m, "gpu group_norm", m.exact());
+    check(
+        both({gx}, m, [](const OpContext& c, auto& v) { return ops::group_norm(c, v[0], 3, nullptr, nullptr, 1e-5f); }),
+        m, "gpu group_norm", m.exact());
     Mode ms = m;
     ms.sm = SoftmaxPrecision::native;
     check(both({gx}, ms, [](const OpContext& c, auto& v) { return ops::softmax(c, v[0]); }), ms, "gpu softmax",

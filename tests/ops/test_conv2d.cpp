@@ -45,7 +45,12 @@ std::vector<OpCasePtr> cases() {
   add(conv_case({1, 13, 5, 7}, 3, 1, 1, 0, false), matrix);  // 1x1 (resnet shortcut)
   add(conv_case({1, 3, 9, 11}, 6, 3, 1, 0, true), matrix);   // no padding
   add(conv_case({1, 4, 64, 64}, 320, 3, 1, 1, true), matrix);  // SD conv_in
-  add(conv_case({2, 1280, 8, 8}, 64, 3, 1, 1, true), matrix);  // SD mid block input, reduced output channels
+  // SD mid block input, reduced output channels. Its sums run over 11520 terms:
+  // far too long for bf16 partial sums to stay near the exact value, so the
+  // native modes are checked against the reference's semantics only.
+  OpCase mid = conv_case({2, 1280, 8, 8}, 64, 3, 1, 1, true);
+  mid.native_close_to_exact = false;
+  add(mid, matrix);
   add(conv_case({1, 320, 64, 64}, 320, 3, 1, 1, true), {Precision{DType::f32}});  // SD down_blocks.0 resnet conv
   return all;
 }

@@ -1,5 +1,6 @@
 #include "support/op_case.hpp"
 
+#include <cctype>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>

@@ -19,28 +19,40 @@ using detail::to_uint;
 
 namespace {
 
-constexpr std::int64_t kFusedQueryRows = 4;    // ATTN_QB in attention.cl
-constexpr std::int64_t kFusedMaxHead = 512;    // ATTN_MAX_D in attention.cl
+constexpr std::int64_t kFusedQueryRows = 4;  // ATTN_QB in attention.cl
+constexpr std::int64_t kFusedMaxHead = 512;  // ATTN_MAX_D in attention.cl
 
 std::string attention_options(OpenClBackend& be, const Precision& p) {
   return be.precision_options(p) + detail::exact_math_options(be.device());
 }
 std::string softmax_options(OpenClBackend& be, const Precision& p) {
-  return be.precision_options(Precision{p.dtype, Accumulate::f32, p.softmax}) +
-         detail::exact_math_options(be.device());
+  return be.precision_options(Precision{p.dtype, Accumulate::f32, p.softmax}) + detail::exact_math_options(be.device());
 }
 
 [[maybe_unused]] const bool kRegistered = (register_program_options("attention", attention_options), true);
 
 void fused(OpenClBackend& be, const AttentionArgs& a) {
   const char* op = "ATTENTION";
-  cl_kernel k = be.kernel("attention", "attention_fused", attention_options(be, a.precision));
-  OpenClBackend::set_args(k, be.buffer(a.q), be.buffer(a.k), be.buffer(a.v), be.buffer(a.out),
-                          to_uint(a.sq, op, "sq"), to_uint(a.sk, op, "sk"), to_uint(a.heads, op, "heads"),
-                          to_uint(a.d, op, "d"), to_uint(a.dv, op, "dv"), a.scale, cl_int(a.causal ? 1 : 0));
-  const size_t global[3] = {ceil_div(a.sq, kFusedQueryRows), static_cast<size_t>(a.heads),
-                            static_cast<size_t>(a.batch)};
-  be.launch(k, op, 3, global, nullptr);
+  const bool cpu = detail::kernel_style(be.device()) == detail::KernelStyle::cpu;
+  // Private row buffers: the 512-wide default on CPUs (one program for every head size); GPUs get
+  // them sized to the head (a power of two from 64) since private memory there is scarce.
+  std::string opts = attention_options(be, a.precision);
+  if (!cpu) {
+    std::int64_t width = 64;
+    while (width < std::max(a.d, a.dv)) width *= 2;
+    opts += " -DATTN_MAX_D=" + std::to_string(width);
+  }
+  cl_kernel k = be.kernel("attention", "attention_fused", opts);
+  OpenClBackend::set_args(k, be.buffer(a.q), be.buffer(a.k), be.buffer(a.v), be.buffer(a.out), to_uint(a.sq, op, "sq"),
+                          to_uint(a.sk, op, "sk"), to_uint(a.heads, op, "heads"), to_uint(a.d, op, "d"),
+                          to_uint(a.dv, op, "dv"), a.scale, cl_int(a.causal ? 1 : 0));
+  // CPUs: one work-item per group (each is long-running with large private arrays, which a driver-
+  // chosen group would replicate per work-item on the worker's stack). GPUs: small groups.
+  const size_t group = cpu ? 1 : 16;
+  const size_t global[3] = {ceil_div(static_cast<std::int64_t>(ceil_div(a.sq, kFusedQueryRows)), group) * group,
+                            static_cast<size_t>(a.heads), static_cast<size_t>(a.batch)};
+  const size_t local[3] = {group, 1, 1};
+  be.launch(k, op, 3, global, local);
 }
 
 // The materialised path for query rows [i0, i0 + rows) of the pairs [bh0, bh0 + count).

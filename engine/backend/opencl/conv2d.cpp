@@ -70,10 +70,11 @@ void OpenClBackend::conv2d(const Conv2dArgs& a) {
     const std::int64_t nb = std::min(images, a.n - b0);
     for (std::int64_t p0 = 0; p0 < p; p0 += pc) {
       const std::int64_t len = std::min(pc, p - p0);
-      set_args(im2col, buffer(a.x), cl_ulong(b0 * a.c * a.h * a.w_in), cl_ulong(a.c * a.h * a.w_in), cols.mem(), cl_ulong(chunk_elems),
-               to_uint(a.c, op, "c"), to_uint(a.h, op, "h"), to_uint(a.w_in, op, "w"), to_uint(a.kh, op, "kh"),
-               to_uint(a.kw, op, "kw"), cl_uint(a.stride), cl_uint(a.padding), to_uint(a.ow, op, "ow"),
-               to_uint(p0, op, "position"), to_uint(len, op, "positions"));
+      set_args(im2col, buffer(a.x), cl_ulong(b0 * a.c * a.h * a.w_in), cl_ulong(a.c * a.h * a.w_in), cols.mem(),
+               cl_ulong(chunk_elems), to_uint(a.c, op, "c"), to_uint(a.h, op, "h"), to_uint(a.w_in, op, "w"),
+               to_uint(a.kh, op, "kh"), to_uint(a.kw, op, "kw"), cl_uint(a.stride), cl_uint(a.padding),
+               to_uint(a.ow, op, "ow"), to_uint(p0, op, "position"), to_uint(len, op, "positions"),
+               to_uint(gemm::k_block(t, k), op, "kc"));
       const size_t global[3] = {panels ? static_cast<size_t>(k) : static_cast<size_t>(len),
                                 panels ? ceil_div(len, t.nr()) : static_cast<size_t>(k), static_cast<size_t>(nb)};
       launch(im2col, op, 3, global, nullptr);

@@ -81,8 +81,8 @@ const Tuning& tuning(const DeviceInfo& device) {
   }
   cache.emplace_back(key, lookup(device));
   const Tuning& t = cache.back().second;
-  log::debug("GEMM tuning for \"{}\": {} (panels {}x{}, tiles {}x{}x{} / {}x{})", device.name, t.source, t.mr,
-             t.nr(), t.ts_m, t.ts_n, t.ts_k, t.wpt_m, t.wpt_n);
+  log::debug("GEMM tuning for \"{}\": {} (panels {}x{}, tiles {}x{}x{} / {}x{})", device.name, t.source, t.mr, t.nr(),
+             t.ts_m, t.ts_n, t.ts_k, t.wpt_m, t.wpt_n);
   return t;
 }
 
@@ -91,10 +91,11 @@ std::string tuning_options(const Tuning& t) {
   if (t.mr != kDefaults.mr || t.nv != kDefaults.nv) {
     o += " -DGEMM_MR=" + std::to_string(t.mr) + " -DGEMM_NV=" + std::to_string(t.nv);
   }
-  if (t.ts_m != kDefaults.ts_m || t.ts_n != kDefaults.ts_n || t.ts_k != kDefaults.ts_k ||
-      t.wpt_m != kDefaults.wpt_m || t.wpt_n != kDefaults.wpt_n) {
-    o += " -DTS_M=" + std::to_string(t.ts_m) + " -DTS_N=" + std::to_string(t.ts_n) + " -DTS_K=" +
-         std::to_string(t.ts_k) + " -DWPT_M=" + std::to_string(t.wpt_m) + " -DWPT_N=" + std::to_string(t.wpt_n);
+  if (t.ts_m != kDefaults.ts_m || t.ts_n != kDefaults.ts_n || t.ts_k != kDefaults.ts_k || t.wpt_m != kDefaults.wpt_m ||
+      t.wpt_n != kDefaults.wpt_n) {
+    o += " -DTS_M=" + std::to_string(t.ts_m) + " -DTS_N=" + std::to_string(t.ts_n) +
+         " -DTS_K=" + std::to_string(t.ts_k) + " -DWPT_M=" + std::to_string(t.wpt_m) +
+         " -DWPT_N=" + std::to_string(t.wpt_n);
   }
   return o;
 }
@@ -104,6 +105,12 @@ std::int64_t a_panel_floats(const Tuning& t, std::int64_t m, std::int64_t k) {
 }
 std::int64_t b_panel_floats(const Tuning& t, std::int64_t n, std::int64_t k) {
   return static_cast<std::int64_t>(ceil_div(n, t.nr())) * t.nr() * k;
+}
+
+std::int64_t k_block(const Tuning& t, std::int64_t k) {
+  if (k <= t.kc + t.kc / 2) return k;  // one block: no pass overhead
+  const std::int64_t passes = static_cast<std::int64_t>(ceil_div(k, t.kc));
+  return static_cast<std::int64_t>(ceil_div(static_cast<std::int64_t>(ceil_div(k, passes)), 16)) * 16;
 }
 
 std::string options(OpenClBackend& be, const Precision& p) {
@@ -125,7 +132,7 @@ void pack_a(OpenClBackend& be, const std::string& options, const Operand& a, std
   const Tuning& t = tuning(be.device());
   cl_kernel kern = be.kernel("matmul", "gemm_pack_a", options);
   OpenClBackend::set_args(kern, a.mem, cl_ulong(a.off), cl_ulong(a.bs), cl_ulong(a.rs), cl_ulong(a.cs), dst,
-                          cl_ulong(dst_bs), to_uint(m, op, "m"), to_uint(k, op, "k"));
+                          cl_ulong(dst_bs), to_uint(m, op, "m"), to_uint(k, op, "k"), to_uint(k_block(t, k), op, "kc"));
   const size_t global[3] = {ceil_div(k, 16), ceil_div(m, t.mr), static_cast<size_t>(batch)};
   be.launch(kern, op, 3, global, nullptr);
 }
@@ -135,7 +142,7 @@ void pack_b(OpenClBackend& be, const std::string& options, const Operand& b, std
   const Tuning& t = tuning(be.device());
   cl_kernel kern = be.kernel("matmul", "gemm_pack_b", options);
   OpenClBackend::set_args(kern, b.mem, cl_ulong(b.off), cl_ulong(b.bs), cl_ulong(b.rs), cl_ulong(b.cs), dst,
-                          cl_ulong(dst_bs), to_uint(n, op, "n"), to_uint(k, op, "k"));
+                          cl_ulong(dst_bs), to_uint(n, op, "n"), to_uint(k, op, "k"), to_uint(k_block(t, k), op, "kc"));
   const size_t global[3] = {ceil_div(k, 16), ceil_div(n, t.nr()), static_cast<size_t>(batch)};
   be.launch(kern, op, 3, global, nullptr);
 }
@@ -143,48 +150,57 @@ void pack_b(OpenClBackend& be, const std::string& options, const Operand& b, std
 void compute_panels(OpenClBackend& be, const Precision& p, cl_mem a_panels, std::int64_t a_panels_off,
                     std::int64_t a_panels_bs, const Problem& pr, const char* op) {
   const Tuning& t = tuning(be.device());
-  const size_t grid_m = ceil_div(pr.m, t.mr);
+  const std::int64_t a_blocks = static_cast<std::int64_t>(ceil_div(pr.m, t.mr));
+  const std::int64_t b_blocks = static_cast<std::int64_t>(ceil_div(pr.n, t.nr()));
+  const std::int64_t kc = k_block(t, pr.k);
   if (p.native_accumulation()) {
     cl_kernel kern = be.kernel("matmul", "gemm_native", options(be, p));
-    OpenClBackend::set_args(kern, a_panels, cl_ulong(a_panels_off), cl_ulong(a_panels_bs), pr.b_panels,
-                            cl_ulong(pr.b_panels_off), cl_ulong(pr.b_panels_bs), pr.bias, cl_ulong(pr.bias_off),
-                            cl_int(pr.bias_mode), pr.c, cl_ulong(pr.c_off), cl_ulong(pr.c_bs), cl_ulong(pr.ldc),
-                            to_uint(pr.m, op, "m"), to_uint(pr.n, op, "n"), to_uint(pr.k, op, "k"), pr.alpha);
-    const size_t global[3] = {grid_m, ceil_div(pr.n, t.nr()), static_cast<size_t>(pr.batch)};
+    OpenClBackend::set_args(kern, a_panels, cl_ulong(a_panels_off), cl_ulong(a_panels_bs), cl_uint(a_blocks),
+                            pr.b_panels, cl_ulong(pr.b_panels_off), cl_ulong(pr.b_panels_bs), cl_uint(b_blocks),
+                            cl_uint(0), to_uint(kc, op, "kc"), pr.bias, cl_ulong(pr.bias_off), cl_int(pr.bias_mode),
+                            pr.c, cl_ulong(pr.c_off), cl_ulong(pr.c_bs), cl_ulong(pr.ldc), to_uint(pr.m, op, "m"),
+                            to_uint(pr.n, op, "n"), to_uint(pr.k, op, "k"), pr.alpha);
+    const size_t global[3] = {static_cast<size_t>(b_blocks), static_cast<size_t>(a_blocks),
+                              static_cast<size_t>(pr.batch)};
     be.launch(kern, op, 3, global, nullptr);
     return;
   }
   cl_kernel kern = be.kernel("matmul", "gemm_cpu", options(be, p));
-  // k passes of about t.kc (one pass when k is short); the partial sums of a column range of C live
-  // in `part` between passes, so wide problems go in column ranges that keep `part` within budget.
-  const std::int64_t passes = pr.k <= t.kc + t.kc / 2 ? 1 : static_cast<std::int64_t>(ceil_div(pr.k, t.kc));
-  const std::int64_t kc = static_cast<std::int64_t>(ceil_div(pr.k, passes));
-  const std::int64_t mpad = static_cast<std::int64_t>(grid_m) * t.mr;
+  // One launch per k-block; between them the running sums of a column range of C wait in `part`,
+  // so wide problems go in column ranges that keep it within budget.
+  const std::int64_t passes = static_cast<std::int64_t>(ceil_div(pr.k, kc));
+  const std::int64_t mpad = a_blocks * t.mr;
   std::int64_t cols = pr.n;
   std::optional<detail::ScratchBuffer> part;
   if (passes > 1) {
     const auto budget = static_cast<std::int64_t>(scratch_budget(be.device()) / 4 / sizeof(float));
     const std::int64_t per_panel = pr.batch * mpad * t.nr();
     cols = std::min<std::int64_t>(pr.n, std::max<std::int64_t>(1, budget / per_panel) * t.nr());
-    part.emplace(be, static_cast<std::size_t>(per_panel * static_cast<std::int64_t>(ceil_div(cols, t.nr()))) *
-                         sizeof(float),
-                 std::string(op) + " partial sums");
+    part.emplace(
+        be, static_cast<std::size_t>(per_panel * static_cast<std::int64_t>(ceil_div(cols, t.nr()))) * sizeof(float),
+        std::string(op) + " partial sums");
   }
   for (std::int64_t n0 = 0; n0 < pr.n; n0 += cols) {
     const std::int64_t nn = std::min(cols, pr.n - n0);
-    const std::int64_t part_bs = mpad * static_cast<std::int64_t>(ceil_div(nn, t.nr())) * t.nr();
-    const std::int64_t panel0 = n0 / t.nr();  // cols is a multiple of the panel width
+    const std::int64_t nblk = static_cast<std::int64_t>(ceil_div(nn, t.nr()));
+    // Row blocks per work-item: many for cache reuse, few enough to keep both cores busy.
+    // (Equal groups: an uneven last group would leave a thread idle at the end of each pass.)
+    std::int64_t groups = static_cast<std::int64_t>(ceil_div(a_blocks, 16));
+    while (groups < a_blocks && nblk * groups * pr.batch < 64) groups *= 2;
+    groups = std::min(groups, a_blocks);
+    const std::int64_t mgroup = static_cast<std::int64_t>(ceil_div(a_blocks, groups));
+    const size_t global[3] = {static_cast<size_t>(nblk), ceil_div(a_blocks, mgroup), static_cast<size_t>(pr.batch)};
     for (std::int64_t pass = 0; pass < passes; ++pass) {
       const std::int64_t k0 = pass * kc;
       const int flags = (pass == 0 ? 1 : 0) | (pass == passes - 1 ? 2 : 0);
-      OpenClBackend::set_args(kern, a_panels, cl_ulong(a_panels_off), cl_ulong(a_panels_bs), pr.b_panels,
-                              cl_ulong(pr.b_panels_off + panel0 * pr.k * t.nr()), cl_ulong(pr.b_panels_bs),
-                              part ? part->mem() : cl_mem{nullptr}, cl_ulong(part_bs), to_uint(k0, op, "k0"),
-                              to_uint(std::min(kc, pr.k - k0), op, "kc"), cl_int(flags), pr.bias,
+      OpenClBackend::set_args(kern, a_panels, cl_ulong(a_panels_off), cl_ulong(a_panels_bs), cl_uint(a_blocks),
+                              pr.b_panels, cl_ulong(pr.b_panels_off), cl_ulong(pr.b_panels_bs), cl_uint(b_blocks),
+                              cl_uint(n0 / t.nr()), part ? part->mem() : cl_mem{nullptr},
+                              cl_ulong(mpad * nblk * t.nr()), to_uint(k0, op, "k0"),
+                              to_uint(std::min(kc, pr.k - k0), op, "kc"), cl_int(flags), cl_uint(mgroup), pr.bias,
                               cl_ulong(pr.bias_off + (pr.bias_mode == kBiasCol ? n0 : 0)), cl_int(pr.bias_mode), pr.c,
                               cl_ulong(pr.c_off + n0), cl_ulong(pr.c_bs), cl_ulong(pr.ldc), to_uint(pr.m, op, "m"),
-                              to_uint(nn, op, "n"), to_uint(pr.k, op, "k"), pr.alpha);
-      const size_t global[3] = {grid_m, ceil_div(nn, t.nr()), static_cast<size_t>(pr.batch)};
+                              to_uint(nn, op, "n"), pr.alpha);
       be.launch(kern, op, 3, global, nullptr);
     }
   }
@@ -198,8 +214,9 @@ void run_tiled(OpenClBackend& be, const Precision& p, const Problem& pr, const c
   cl_kernel kern = be.kernel("matmul", "gemm_tiled", options(be, p));
   OpenClBackend::set_args(kern, pr.a.mem, cl_ulong(pr.a.off), cl_ulong(pr.a.bs), cl_ulong(pr.a.rs), pr.b.mem,
                           cl_ulong(pr.b.off), cl_ulong(pr.b.bs), cl_ulong(pr.b.rs), cl_ulong(pr.b.cs), pr.bias,
-                          cl_ulong(pr.bias_off), cl_int(pr.bias_mode), pr.c, cl_ulong(pr.c_off), cl_ulong(pr.c_bs), cl_ulong(pr.ldc),
-                          to_uint(pr.m, op, "m"), to_uint(pr.n, op, "n"), to_uint(pr.k, op, "k"), pr.alpha);
+                          cl_ulong(pr.bias_off), cl_int(pr.bias_mode), pr.c, cl_ulong(pr.c_off), cl_ulong(pr.c_bs),
+                          cl_ulong(pr.ldc), to_uint(pr.m, op, "m"), to_uint(pr.n, op, "n"), to_uint(pr.k, op, "k"),
+                          pr.alpha);
   const size_t lx = static_cast<size_t>(t.ts_n / t.wpt_n), ly = static_cast<size_t>(t.ts_m / t.wpt_m);
   const size_t global[3] = {ceil_div(pr.n, t.ts_n) * lx, ceil_div(pr.m, t.ts_m) * ly, static_cast<size_t>(pr.batch)};
   const size_t local[3] = {lx, ly, 1};

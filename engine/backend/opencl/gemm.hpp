@@ -13,7 +13,8 @@
 //
 // Hook for pre-packed weights: a caller that keeps B (or A) in panel form
 // (pack_b / pack_a into a buffer of b_panel_floats / a_panel_floats floats,
-// same tuning) passes it as Problem::b_panels and packing is skipped.
+// same tuning, k-blocked by k_block) passes it as Problem::b_panels and
+// packing is skipped.
 // Internal to engine/backend/opencl/.
 
 #include <cstdint>
@@ -58,6 +59,10 @@ struct Problem {
   std::int64_t batch = 1, m = 0, n = 0, k = 0;
   float alpha = 1.0f;
 };
+
+// The k-block of panels for a depth k (kernels/matmul.cl's layout): k itself
+// when one block does, else about tuning.kc rounded up to a multiple of 16.
+std::int64_t k_block(const Tuning& t, std::int64_t k);
 
 // Floats of one batch's panel set.
 std::int64_t a_panel_floats(const Tuning& t, std::int64_t m, std::int64_t k);

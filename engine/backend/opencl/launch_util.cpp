@@ -29,8 +29,7 @@ KernelStyle kernel_style(const DeviceInfo& device) {
       log::warn("NANSCOPE_KERNEL_STYLE={} is neither cpu nor gpu; choosing by device kind", s);
     }
   }
-  return device.kind == DeviceKind::gpu || device.kind == DeviceKind::accelerator ? KernelStyle::gpu
-                                                                                  : KernelStyle::cpu;
+  return device.kind == DeviceKind::gpu || device.kind == DeviceKind::accelerator ? KernelStyle::gpu : KernelStyle::cpu;
 }
 
 std::string_view kernel_style_name(KernelStyle s) { return s == KernelStyle::gpu ? "gpu" : "cpu"; }
@@ -45,8 +44,9 @@ std::string exact_math_options(const DeviceInfo& device) {
   std::string o;
   // The option is only valid where the device supports it.
   cl_device_fp_config fp = 0;
-  if (device.cl_device && clGetDeviceInfo(static_cast<cl_device_id>(device.cl_device), CL_DEVICE_SINGLE_FP_CONFIG,
-                                          sizeof(fp), &fp, nullptr) == CL_SUCCESS &&
+  if (device.cl_device &&
+      clGetDeviceInfo(static_cast<cl_device_id>(device.cl_device), CL_DEVICE_SINGLE_FP_CONFIG, sizeof(fp), &fp,
+                      nullptr) == CL_SUCCESS &&
       (fp & CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT)) {
     o += " -cl-fp32-correctly-rounded-divide-sqrt";
   }

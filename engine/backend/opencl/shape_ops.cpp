@@ -18,8 +18,8 @@ void copy_rows(OpenClBackend& be, const char* op, DType t, cl_mem src, std::int6
                cl_mem dst, std::int64_t dst_off, std::int64_t dst_stride, std::int64_t rows, std::int64_t run) {
   if (rows == 0 || run == 0) return;
   cl_kernel k = be.kernel("shape_ops", "copy_rows", be.precision_options(detail::storage_only(t)));
-  OpenClBackend::set_args(k, src, cl_ulong(src_off), cl_ulong(src_stride), dst, cl_ulong(dst_off),
-                          cl_ulong(dst_stride), cl_ulong(run));
+  OpenClBackend::set_args(k, src, cl_ulong(src_off), cl_ulong(src_stride), dst, cl_ulong(dst_off), cl_ulong(dst_stride),
+                          cl_ulong(run));
   const size_t global[2] = {ceil_div(run, 16), static_cast<size_t>(rows)};
   be.launch(k, op, 2, global, nullptr);
 }
@@ -40,8 +40,8 @@ void OpenClBackend::concat(const ConcatArgs& args) {
   std::int64_t offset = 0;
   for (std::size_t i = 0; i < args.inputs.size(); ++i) {
     const std::int64_t run = args.dims[i] * args.inner;
-    copy_rows(*this, "CONCAT", args.out.dtype(), buffer(*args.inputs[i]), 0, run, buffer(args.out),
-              offset * args.inner, total * args.inner, args.outer, run);
+    copy_rows(*this, "CONCAT", args.out.dtype(), buffer(*args.inputs[i]), 0, run, buffer(args.out), offset * args.inner,
+              total * args.inner, args.outer, run);
     offset += args.dims[i];
   }
 }

@@ -14,14 +14,14 @@ void OpenClBackend::timestep_embedding(const TimestepEmbeddingArgs& args) {
   if (batch == 0 || args.dim == 0) return;
   const std::int64_t half = args.dim / 2;
   detail::ScratchBuffer ts(*this, args.timesteps.size() * sizeof(float), "timesteps");
-  NS_CL_CHECK(clEnqueueWriteBuffer(queue(), ts.mem(), CL_TRUE, 0, ts.bytes(), args.timesteps.data(), 0, nullptr,
-                                   nullptr));
+  NS_CL_CHECK(
+      clEnqueueWriteBuffer(queue(), ts.mem(), CL_TRUE, 0, ts.bytes(), args.timesteps.data(), 0, nullptr, nullptr));
   const float log_period = std::log(args.max_period);
   const float denom = static_cast<float>(half) - args.downscale_freq_shift;
   cl_kernel k =
       kernel("timestep_embedding", "timestep_embedding", precision_options(detail::storage_only(args.out.dtype())));
-  set_args(k, ts.mem(), buffer(args.out), detail::to_uint(args.dim, "TIMESTEP_EMBEDDING", "dim"),
-           cl_uint(half), log_period, denom, cl_int(args.flip_sin_to_cos ? 1 : 0));
+  set_args(k, ts.mem(), buffer(args.out), detail::to_uint(args.dim, "TIMESTEP_EMBEDDING", "dim"), cl_uint(half),
+           log_period, denom, cl_int(args.flip_sin_to_cos ? 1 : 0));
   const size_t global[2] = {static_cast<size_t>(std::max<std::int64_t>(half, 1)), static_cast<size_t>(batch)};
   launch(k, "TIMESTEP_EMBEDDING", 2, global, nullptr);
 }

@@ -1,0 +1,205 @@
+// ATTENTION: storage x accumulate x softmax precision x impl {fused, bmm,
+// sliced(1), sliced(3)} on odd shapes (77 tokens, d != dv, causal), SD shapes
+// (cross-attention at 64x64 on the reference; self-attention at 64x64 with 4096
+// tokens on OpenCL against PyTorch only, the reference being too slow), and the
+// failure modes: native softmax overflow on large logits, the impls' agreement,
+// sliced == bmm bit for bit.
+
+#include <cmath>
+
+#include "support/backends.hpp"
+#include "support/op_case.hpp"
+
+namespace nanscope::test {
+namespace {
+
+struct AttnShape {
+  std::int64_t batch, sq, sk, heads, d, dv;
+  bool causal;
+  std::string tag() const {
+    return "b" + std::to_string(batch) + "_q" + std::to_string(sq) + "_k" + std::to_string(sk) + "_h" +
+           std::to_string(heads) + "_d" + std::to_string(d) + (dv != d ? "_dv" + std::to_string(dv) : "") +
+           (causal ? "_causal" : "");
+  }
+};
+
+OpCase attention_case(const AttnShape& s, const AttentionConfig& cfg) {
+  OpCase c;
+  c.op = "attention";
+  c.family = cfg.impl == AttentionImpl::fused ? "attention_fused" : "attention";
+  c.desc = s.tag();
+  c.attention = cfg;
+  c.uses_softmax = true;
+  c.uses_attention = true;
+  const float scale = static_cast<float>(1.0 / std::sqrt(double(s.d)));
+  c.oracle = {{"op", "attention"}, {"heads", s.heads}, {"scale", scale}, {"causal", s.causal}};
+  c.flops = 2.0 * double(s.batch * s.heads * s.sq * s.sk) * double(s.d + s.dv);
+  c.build = [s](Rng& rng, const Precision& p) {
+    return std::vector<HostTensor>{random_normal(rng, {s.batch, s.sq, s.heads * s.d}, p.dtype),
+                                   random_normal(rng, {s.batch, s.sk, s.heads * s.d}, p.dtype),
+                                   random_normal(rng, {s.batch, s.sk, s.heads * s.dv}, p.dtype)};
+  };
+  c.run = [s, scale](const OpContext& ctx, const std::vector<Tensor>& in) {
+    return ops::attention(ctx, in[0], in[1], in[2], static_cast<int>(s.heads), scale, s.causal);
+  };
+  return c;
+}
+
+const std::vector<AttnShape>& odd_shapes() {
+  static const std::vector<AttnShape> shapes{
+      {2, 77, 77, 4, 8, 8, false},    // self-attention over 77 tokens
+      {1, 13, 77, 2, 40, 24, false},  // cross-attention, d != dv
+      {1, 77, 77, 4, 16, 16, true},   // CLIP's causal self-attention
+  };
+  return shapes;
+}
+
+const std::vector<AttentionConfig>& impls() {
+  static const std::vector<AttentionConfig> all{
+      {AttentionImpl::fused, 1}, {AttentionImpl::bmm, 1}, {AttentionImpl::sliced, 1}, {AttentionImpl::sliced, 3}};
+  return all;
+}
+
+std::vector<OpCasePtr> cases() {
+  std::vector<OpCasePtr> all;
+  const auto add = [&](const OpCase& c, const std::vector<Precision>& ps, bool on_reference = true) {
+    for (auto& p : expand(c, ps)) {
+      auto q = std::make_shared<OpCase>(*p);
+      q->on_reference = on_reference;
+      all.push_back(std::move(q));
+    }
+  };
+  for (const auto& s : odd_shapes()) {
+    for (const auto& cfg : impls()) add(attention_case(s, cfg), precision_matrix(/*with_softmax=*/true));
+  }
+  const std::vector<Precision> sd_precisions{
+      {DType::f32},
+      {DType::f16, Accumulate::f32, SoftmaxPrecision::f32},
+      {DType::f16, Accumulate::native, SoftmaxPrecision::native},
+      {DType::bf16, Accumulate::f32, SoftmaxPrecision::f32},
+  };
+  const AttnShape sd_cross{1, 4096, 77, 8, 40, 40, false};  // SD 1.x attn2 at 64x64, one CFG half
+  for (const auto impl : {AttentionImpl::fused, AttentionImpl::bmm}) add(attention_case(sd_cross, {impl, 1}), sd_precisions);
+  // SD 1.x attn1 at 64x64: 21 GFLOP per run, fused only (bmm took 24 s per run on
+  // PoCL here; bmm at 4096 query rows is covered by the cross-attention cases).
+  const AttnShape sd_self{1, 4096, 4096, 8, 40, 40, false};
+  add(attention_case(sd_self, {AttentionImpl::fused, 1}), {sd_precisions[0], sd_precisions[1]},
+      /*on_reference=*/false);
+  return all;
+}
+
+NANSCOPE_OP_TESTS(Attention, cases());
+
+// Runs one attention on a backend and downloads the result.
+HostTensor run_attention(Backend& be, const std::vector<HostTensor>& qkv, const Precision& p, const AttentionConfig& cfg,
+                         int heads, float scale, bool causal = false) {
+  const OpContext ctx = make_context(be, p, cfg);
+  const Tensor q = be.upload(qkv[0].converted(p.dtype));
+  const Tensor k = be.upload(qkv[1].converted(p.dtype));
+  const Tensor v = be.upload(qkv[2].converted(p.dtype));
+  const Tensor out = ops::attention(ctx, q, k, v, heads, scale, causal);
+  be.synchronize();
+  return be.download(out);
+}
+
+// Logits near 80000: finite in f32, +Inf once stored in f16. With the softmax
+// upcast (diffusers' upcast_softmax) the output is finite; with native softmax
+// the scores overflow and Inf - Inf poisons the rows.
+TEST(AttentionFailureModes, F16NativeSoftmaxOverflowsOnLargeLogits) {
+  constexpr std::int64_t seq = 8, d = 64;
+  Rng rng(seed_from("attention large logits"));
+  SCOPED_TRACE("seed " + std::to_string(rng.seed()));
+  std::vector<float> qk(seq * d);
+  for (auto& x : qk) x = rng.next_u64() & 1 ? 100.0f : -100.0f;  // q.k up to 640000 on the diagonal
+  const std::vector<HostTensor> qkv{HostTensor::from_f32({1, seq, d}, qk), HostTensor::from_f32({1, seq, d}, qk),
+                                    random_normal(rng, {1, seq, d}, DType::f16).converted(DType::f32)};
+  const float scale = 0.125f;
+  for (Backend* be : all_backends()) {
+    SCOPED_TRACE("device \"" + be->device().name + "\"");
+    const HostTensor want = run_attention(*be, qkv, {DType::f32}, {AttentionImpl::bmm, 1}, 1, scale);
+    ASSERT_EQ(count_nonfinite(want), 0);
+    for (const auto& cfg : impls()) {
+      SCOPED_TRACE(std::string(attention_impl_name(cfg.impl)) + " slice " + std::to_string(cfg.slice_size));
+      const Precision upcast{DType::f16, Accumulate::f32, SoftmaxPrecision::f32};
+      const Precision native{DType::f16, Accumulate::f32, SoftmaxPrecision::native};
+      const HostTensor ok = run_attention(*be, qkv, upcast, cfg, 1, scale);
+      const HostTensor bad = run_attention(*be, qkv, native, cfg, 1, scale);
+      EXPECT_EQ(count_nonfinite(ok), 0);
+      EXPECT_TRUE(tensors_close(ok, want.converted(DType::f16), tolerance("attention_fused", upcast, Check::torch)));
+      EXPECT_GT(count_nonfinite(bad), 0) << "native f16 softmax should overflow on logits of 80000";
+    }
+  }
+}
+
+// The three implementations compute one function: fused (online softmax) may
+// differ from bmm only by rounding, within the fused tolerance, in every precision.
+TEST(AttentionImpls, FusedAgreesWithBmm) {
+  for (const auto& s : odd_shapes()) {
+    Rng rng(seed_from("impls " + s.tag()));
+    SCOPED_TRACE(s.tag() + " seed " + std::to_string(rng.seed()));
+    const std::vector<HostTensor> qkv{random_normal(rng, {s.batch, s.sq, s.heads * s.d}, DType::f32),
+                                      random_normal(rng, {s.batch, s.sk, s.heads * s.d}, DType::f32),
+                                      random_normal(rng, {s.batch, s.sk, s.heads * s.dv}, DType::f32)};
+    const float scale = static_cast<float>(1.0 / std::sqrt(double(s.d)));
+    for (Backend* be : all_backends()) {
+      for (const Precision& p : precision_matrix(true)) {
+        SCOPED_TRACE("device \"" + be->device().name + "\" " + p.describe());
+        const auto bmm = run_attention(*be, qkv, p, {AttentionImpl::bmm, 1}, int(s.heads), scale, s.causal);
+        const auto fused = run_attention(*be, qkv, p, {AttentionImpl::fused, 1}, int(s.heads), scale, s.causal);
+        EXPECT_TRUE(tensors_close(fused, bmm, tolerance("attention_fused", p, Check::torch), false,
+                                  tolerance_key("attention_fused_vs_bmm", p, Check::torch) + " " +
+                                      std::string(device_kind_name(be->device().kind))));
+      }
+    }
+  }
+}
+
+// Slicing only changes how many (batch, head) score matrices exist at once:
+// every slice size must reproduce bmm bit for bit, in every precision.
+TEST(AttentionImpls, SlicedEqualsBmmBitForBit) {
+  for (const auto& s : odd_shapes()) {
+    Rng rng(seed_from("sliced " + s.tag()));
+    SCOPED_TRACE(s.tag() + " seed " + std::to_string(rng.seed()));
+    const std::vector<HostTensor> qkv{random_normal(rng, {s.batch, s.sq, s.heads * s.d}, DType::f32),
+                                      random_normal(rng, {s.batch, s.sk, s.heads * s.d}, DType::f32),
+                                      random_normal(rng, {s.batch, s.sk, s.heads * s.dv}, DType::f32)};
+    const float scale = static_cast<float>(1.0 / std::sqrt(double(s.d)));
+    for (Backend* be : all_backends()) {
+      for (const Precision& p : precision_matrix(true)) {
+        SCOPED_TRACE("device \"" + be->device().name + "\" " + p.describe());
+        const auto bmm = run_attention(*be, qkv, p, {AttentionImpl::bmm, 1}, int(s.heads), scale, s.causal);
+        for (const int slice : {1, 3, 100}) {
+          SCOPED_TRACE("slice_size " + std::to_string(slice));
+          const auto sliced = run_attention(*be, qkv, p, {AttentionImpl::sliced, slice}, int(s.heads), scale, s.causal);
+          EXPECT_TRUE(bitwise_equal(sliced, bmm));
+        }
+      }
+    }
+  }
+}
+
+TEST(AttentionBadInput, ShapesDtypesAndEmptyTensors) {
+  for (Backend* be : all_backends()) {
+    SCOPED_TRACE("device \"" + be->device().name + "\"");
+    const OpContext ctx = make_context(*be, {DType::f16});
+    const Tensor q = be->upload(HostTensor({2, 77, 64}, DType::f16));
+    const Tensor k = be->upload(HostTensor({2, 13, 64}, DType::f16));
+    const Tensor v = be->upload(HostTensor({2, 13, 48}, DType::f16));
+    const Tensor k_bad = be->upload(HostTensor({2, 13, 60}, DType::f16));
+    expect_op_error([&] { ops::attention(ctx, q, k_bad, v, 4, 0.125f); }, {"ATTENTION", "[2,77,64]", "[2,13,60]"});
+    expect_op_error([&] { ops::attention(ctx, q, k, v, 5, 0.125f); }, {"ATTENTION", "heads=5"});
+    const Tensor v_short = be->upload(HostTensor({2, 12, 48}, DType::f16));
+    expect_op_error([&] { ops::attention(ctx, q, k, v_short, 4, 0.125f); }, {"ATTENTION", "[2,12,48]", "sequence"});
+    const Tensor k1 = be->upload(HostTensor({1, 13, 64}, DType::f16));
+    expect_op_error([&] { ops::attention(ctx, q, k1, v, 4, 0.125f); }, {"ATTENTION", "batch"});
+    const Tensor k32 = be->upload(HostTensor({2, 13, 64}, DType::f32));
+    expect_op_error([&] { ops::attention(ctx, q, k32, v, 4, 0.125f); }, {"ATTENTION", "f32"});
+    const Tensor empty = be->upload(HostTensor({2, 0, 64}, DType::f16));
+    expect_op_error([&] { ops::attention(ctx, q, empty, empty, 4, 0.125f); }, {"ATTENTION", "[2,0,64]"});
+    const OpContext zero_slice = make_context(*be, {DType::f16}, {AttentionImpl::sliced, 0});
+    expect_op_error([&] { ops::attention(zero_slice, q, k, v, 4, 0.125f); }, {"ATTENTION", "slice_size"});
+  }
+}
+
+}  // namespace
+}  // namespace nanscope::test

@@ -1,0 +1,133 @@
+// GROUP_NORM and LAYER_NORM: the precision matrix on odd and SD shapes, the f16
+// native statistics overflow on large activations (the VAE's classic failure),
+// and bad inputs.
+
+#include <cmath>
+
+#include "support/backends.hpp"
+#include "support/op_case.hpp"
+
+namespace nanscope::test {
+namespace {
+
+// Activations with a non-zero mean (norms exist to remove it) and unit-ish spread.
+HostTensor activations(Rng& rng, const Shape& s, DType t) { return random_normal(rng, s, t, 0.5, 2.0); }
+
+OpCase group_norm_case(const Shape& x, int groups, bool affine, float eps = 1e-5f) {
+  const std::int64_t c_ch = x[1];
+  OpCase c;
+  c.op = "group_norm";
+  c.family = "norm";
+  c.desc = "x" + shape_tag(x) + "_g" + std::to_string(groups) + (affine ? "_affine" : "");
+  c.oracle = {{"op", "group_norm"}, {"groups", groups}, {"eps", eps}, {"affine", affine}};
+  c.build = [=](Rng& rng, const Precision& p) {
+    std::vector<HostTensor> in{activations(rng, x, p.dtype)};
+    if (affine) {
+      in.push_back(random_normal(rng, {c_ch}, p.dtype, 1.0, 0.2));
+      in.push_back(random_normal(rng, {c_ch}, p.dtype, 0.0, 0.2));
+    }
+    return in;
+  };
+  c.run = [=](const OpContext& ctx, const std::vector<Tensor>& in) {
+    return ops::group_norm(ctx, in[0], groups, affine ? &in[1] : nullptr, affine ? &in[2] : nullptr, eps);
+  };
+  return c;
+}
+
+OpCase layer_norm_case(const Shape& x, bool affine, float eps = 1e-5f) {
+  const std::int64_t d = x.back();
+  OpCase c;
+  c.op = "layer_norm";
+  c.family = "norm";
+  c.desc = "x" + shape_tag(x) + (affine ? "_affine" : "");
+  c.oracle = {{"op", "layer_norm"}, {"eps", eps}, {"affine", affine}};
+  c.build = [=](Rng& rng, const Precision& p) {
+    std::vector<HostTensor> in{activations(rng, x, p.dtype)};
+    if (affine) {
+      in.push_back(random_normal(rng, {d}, p.dtype, 1.0, 0.2));
+      in.push_back(random_normal(rng, {d}, p.dtype, 0.0, 0.2));
+    }
+    return in;
+  };
+  c.run = [=](const OpContext& ctx, const std::vector<Tensor>& in) {
+    return ops::layer_norm(ctx, in[0], affine ? &in[1] : nullptr, affine ? &in[2] : nullptr, eps);
+  };
+  return c;
+}
+
+std::vector<OpCasePtr> cases() {
+  std::vector<OpCasePtr> all;
+  const auto add = [&](const OpCase& c) {
+    for (auto& p : expand(c, precision_matrix())) all.push_back(std::move(p));
+  };
+  add(group_norm_case({2, 12, 5, 7}, 3, true));     // odd spatial, 4 channels per group
+  add(group_norm_case({1, 13, 5, 7}, 13, false));   // 13 groups of one channel, no affine
+  add(group_norm_case({2, 6, 77}, 2, true));        // rank 3
+  // SD shapes: groups of 2560 and 40960 values. bf16 partial sums stop growing
+  // long before the end (each added value is below half an ulp of the sum) and
+  // over 40960 values the f16 sum of x*x passes 65504: the native modes are
+  // checked against the reference's semantics only.
+  OpCase mid = group_norm_case({2, 1280, 8, 8}, 32, true);  // SD mid block
+  mid.native_close_to_exact = false;
+  add(mid);
+  OpCase big = group_norm_case({1, 320, 64, 64}, 32, true, 1e-6f);  // SD VAE/UNet at 64x64
+  big.native_close_to_exact = false;
+  add(big);
+  add(layer_norm_case({5, 13}, true));
+  add(layer_norm_case({1, 77, 768}, true));         // CLIP
+  add(layer_norm_case({2, 4096, 320}, false));      // SD transformer block norm1 at 64x64 (affine folded)
+  return all;
+}
+
+NANSCOPE_OP_TESTS(Norm, cases());
+
+// Positive activations around 200: each group's sum of x passes 65504 after
+// ~330 values. With native f16 statistics the sum is +Inf and the output turns
+// non-finite; with f32 accumulation it is finite and matches PyTorch's math.
+TEST(NormFailureModes, GroupNormNativeF16OverflowsOnLargeActivations) {
+  const Shape shape{1, 8, 16, 16};
+  Rng rng(seed_from("group_norm overflow"));
+  SCOPED_TRACE("seed " + std::to_string(rng.seed()));
+  const HostTensor x = random_normal(rng, shape, DType::f16, 200.0, 10.0);
+  for (Backend* be : all_backends()) {
+    SCOPED_TRACE("device \"" + be->device().name + "\"");
+    const Tensor tx = be->upload(x);
+    const auto native = be->download(
+        ops::group_norm(make_context(*be, {DType::f16, Accumulate::native}), tx, 2, nullptr, nullptr, 1e-5f));
+    const auto exact =
+        be->download(ops::group_norm(make_context(*be, {DType::f16, Accumulate::f32}), tx, 2, nullptr, nullptr, 1e-5f));
+    EXPECT_GT(count_nonfinite(native), 0) << "native f16 statistics should overflow";
+    EXPECT_EQ(count_nonfinite(exact), 0);
+    // The f32-accumulated output is a proper normalisation: per group mean ~0, variance ~1.
+    for (int g = 0; g < 2; ++g) {
+      double s = 0, s2 = 0;
+      const std::int64_t n = 4 * 16 * 16;
+      for (std::int64_t i = g * n; i < (g + 1) * n; ++i) {
+        s += exact.get(i);
+        s2 += double(exact.get(i)) * exact.get(i);
+      }
+      EXPECT_NEAR(s / n, 0.0, 0.01) << "group " << g;
+      EXPECT_NEAR(s2 / n, 1.0, 0.02) << "group " << g;
+    }
+  }
+}
+
+TEST(NormBadInput, ShapesDtypesAndEmptyTensors) {
+  for (Backend* be : all_backends()) {
+    SCOPED_TRACE("device \"" + be->device().name + "\"");
+    const OpContext ctx = make_context(*be, {DType::bf16});
+    const Tensor x = be->upload(HostTensor({2, 13, 5, 7}, DType::bf16));
+    expect_op_error([&] { ops::group_norm(ctx, x, 4, nullptr, nullptr, 1e-5f); }, {"GROUP_NORM", "[2,13,5,7]", "groups=4"});
+    const Tensor gamma = be->upload(HostTensor({12}, DType::bf16));
+    expect_op_error([&] { ops::group_norm(ctx, x, 13, &gamma, &gamma, 1e-5f); }, {"GROUP_NORM", "gamma", "[13]"});
+    const Tensor x32 = be->upload(HostTensor({2, 13, 5, 7}, DType::f32));
+    expect_op_error([&] { ops::group_norm(ctx, x32, 13, nullptr, nullptr, 1e-5f); }, {"GROUP_NORM", "f32", "bf16"});
+    const Tensor empty = be->upload(HostTensor({2, 0, 5}, DType::bf16));
+    expect_op_error([&] { ops::layer_norm(ctx, empty, nullptr, nullptr, 1e-5f); }, {"LAYER_NORM", "[2,0,5]"});
+    const Tensor y = be->upload(HostTensor({3, 7}, DType::bf16));
+    expect_op_error([&] { ops::layer_norm(ctx, y, &gamma, nullptr, 1e-5f); }, {"LAYER_NORM", "[3,7]", "gamma"});
+  }
+}
+
+}  // namespace
+}  // namespace nanscope::test
