@@ -1,0 +1,98 @@
+// nanscope: the workbench. With no arguments it opens on the embedded model,
+// ready to press Run. Scripted documentation runs:
+//   nanscope --preset FILE|--scenario R1 [--fixed] --run --screenshot OUT.png [--panel NAME]
+// wait for the run, save the screenshot and exit 0 (non-zero on failure).
+
+#include <QApplication>
+#include <QCommandLineParser>
+#include <QTimer>
+#include <cstdio>
+
+#include "engine_types.hpp"
+#include "main_window.hpp"
+
+using nanscope::gui::MainWindow;
+
+int main(int argc, char** argv) {
+  QApplication app(argc, argv);
+  QApplication::setApplicationName("NaNscope");
+  QApplication::setOrganizationName("NaNscope");
+  QApplication::setApplicationVersion(NANSCOPE_VERSION);
+
+  QCommandLineParser cli;
+  cli.setApplicationDescription("NaNscope: a workbench for the numerics of diffusion image generation.");
+  cli.addHelpOption();
+  cli.addVersionOption();
+  QCommandLineOption preset("preset", "Open a preset JSON file (or a NaNscope PNG).", "FILE");
+  QCommandLineOption scenario("scenario", "Open a built-in scenario preset (R0 to R4).", "NAME");
+  QCommandLineOption fixed("fixed", "With --scenario: open the scenario's fixed twin.");
+  QCommandLineOption run("run", "Start a run as soon as the window is ready.");
+  QCommandLineOption screenshot("screenshot", "After the run, save a screenshot to FILE and exit.", "FILE");
+  QCommandLineOption panel("panel", "With --screenshot: capture only this panel.", "NAME");
+  cli.addOptions({preset, scenario, fixed, run, screenshot, panel});
+  cli.addPositionalArgument("file", "A preset or PNG to open (same as --preset).", "[file]");
+  cli.process(app);
+
+  MainWindow window;
+  const bool scripted = cli.isSet(screenshot);
+  if (scripted) window.set_interactive(false);
+
+  QString open = cli.value(preset);
+  if (open.isEmpty() && !cli.positionalArguments().isEmpty()) open = cli.positionalArguments().front();
+  if (cli.isSet(scenario)) {
+    open = MainWindow::find_scenario(cli.value(scenario), cli.isSet(fixed));
+    if (open.isEmpty()) {
+      const auto known = MainWindow::scenario_files().keys();
+      std::fprintf(stderr, "nanscope: no scenario preset '%s'%s; known: %s\n", qPrintable(cli.value(scenario)),
+                   cli.isSet(fixed) ? " (fixed)" : "", known.isEmpty() ? "(none installed)" : qPrintable(known.join(", ")));
+      return 2;
+    }
+  }
+  if (!open.isEmpty() && !window.open_file(open)) return 2;
+  if (scripted && !cli.value(panel).isEmpty() && cli.value(panel) != "window" && !window.panel_names().contains(cli.value(panel))) {
+    std::fprintf(stderr, "nanscope: no panel '%s'; panels: %s\n", qPrintable(cli.value(panel)),
+                 qPrintable(window.panel_names().join(", ")));
+    return 2;
+  }
+  window.show();
+
+  int exit_code = 0;
+  const QString out = cli.value(screenshot);
+  const QString panel_name = cli.value(panel);
+  auto save_and_quit = [&window, &exit_code, out, panel_name] {
+    // Let the charts and docks paint their last state before grabbing.
+    QTimer::singleShot(300, &window, [&window, &exit_code, out, panel_name] {
+      const QImage img = window.screenshot(panel_name);
+      if (img.isNull() || !img.save(out, "PNG")) {
+        std::fprintf(stderr, "nanscope: could not write the screenshot %s\n", qPrintable(out));
+        exit_code = 1;
+      } else {
+        std::printf("%s  %dx%d\n", qPrintable(out), img.width(), img.height());
+      }
+      window.close();
+    });
+  };
+  if (cli.isSet(run)) {
+    QObject::connect(&window, &MainWindow::runCompleted, &window,
+                     [&, scripted](const nanscope::gui::RunFinished& f) {
+                       if (!f.ok) {
+                         std::fprintf(stderr, "nanscope: the run failed: %s\n", qPrintable(f.error));
+                         exit_code = 1;
+                       }
+                       if (scripted) save_and_quit();
+                     });
+    // Start once the device list is in, so the status bar names the device.
+    QObject::connect(&window, &MainWindow::devicesListed, &window, [&, started = false]() mutable {
+      if (started) return;
+      started = true;
+      if (!window.start_run()) {
+        exit_code = 1;
+        if (scripted) window.close();
+      }
+    });
+  } else if (scripted) {
+    QObject::connect(&window, &MainWindow::devicesListed, &window, save_and_quit);
+  }
+  const int rc = QApplication::exec();
+  return exit_code != 0 ? exit_code : rc;
+}

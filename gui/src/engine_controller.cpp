@@ -1,0 +1,172 @@
+#include "engine_controller.hpp"
+
+#include <QElapsedTimer>
+#include <exception>
+
+#include "backend/opencl/opencl_backend.hpp"
+#include "core/log.hpp"
+#include "pipeline/sd_model.hpp"
+#include "pipeline/session.hpp"
+
+namespace nanscope::gui {
+
+namespace {
+
+// Forwards the engine's callbacks as the controller's signals (called on the engine thread).
+class Forwarder final : public pipeline::RunObserver {
+ public:
+  Forwarder(EngineController& c, const std::atomic<bool>& cancel, std::vector<pipeline::GeneratedImage>& keep)
+      : c_(c), cancel_(cancel), keep_(keep) {}
+  void on_status(std::string_view message) override {
+    emit c_.status(QString::fromUtf8(message.data(), static_cast<int>(message.size())));
+  }
+  void on_step(const pipeline::StepReport& s) override { emit c_.step(make_step_view(s)); }
+  void on_image(const pipeline::GeneratedImage& img, const pipeline::RunReport& report) override {
+    ImageView view;
+    view.image = img;
+    view.report = report;
+    view.qimage = to_qimage(img.image);
+    keep_.push_back(img);
+    ++images;
+    emit c_.image(view);
+  }
+  bool cancelled() const override { return cancel_.load(); }
+  int images = 0;
+
+ private:
+  EngineController& c_;
+  const std::atomic<bool>& cancel_;
+  std::vector<pipeline::GeneratedImage>& keep_;
+};
+
+}  // namespace
+
+EngineController::EngineController() = default;
+EngineController::~EngineController() = default;
+
+pipeline::Session& EngineController::session() {
+  if (!session_) session_ = std::make_unique<pipeline::Session>();
+  return *session_;
+}
+
+void EngineController::listDevices() {
+  QString model, model_error;
+  try {
+    model = QString::fromStdString(pipeline::embedded_model_dir().string());
+  } catch (const std::exception& e) {
+    model_error = QString::fromUtf8(e.what());
+  }
+  emit devicesReady(session().devices(), model, model_error);
+}
+
+void EngineController::emit_kernel_stats(const std::string& pin) {
+  KernelStats stats;
+  try {
+    auto* cl = dynamic_cast<opencl::OpenClBackend*>(&session().backend(pin));
+    if (!cl) {
+      emit kernels(stats);
+      return;
+    }
+    stats.opencl = true;
+    stats.cache_dir = QString::fromStdString(cl->programs().dir());
+    for (const auto& r : cl->programs().records()) {
+      if (r.failed) {
+        ++stats.failed;
+      } else if (r.cache_hit) {
+        ++stats.loaded;
+        stats.load_ms += r.ms;
+      } else {
+        ++stats.built;
+        stats.build_ms += r.ms;
+      }
+    }
+  } catch (const std::exception&) {
+    return;  // the device failed to open: the run's error already says why
+  }
+  emit kernels(stats);
+}
+
+void EngineController::run(const nanscope::RunConfig& config) {
+  cancel_.store(false);
+  QElapsedTimer timer;
+  timer.start();
+  RunFinished done;
+  emit runStarted(config);
+  last_images_.clear();
+  last_config_ = config;
+  Forwarder forwarder(*this, cancel_, last_images_);
+  try {
+    session().generate(config, &forwarder);
+  } catch (const std::exception& e) {
+    done.ok = false;
+    done.error = QString::fromUtf8(e.what());
+    log::error("run failed: {}", e.what());
+  }
+  emit_kernel_stats(config.device);
+  done.cancelled = cancel_.load();
+  done.seconds = static_cast<double>(timer.elapsed()) / 1000.0;
+  done.images = forwarder.images;
+  emit runFinished(done);
+}
+
+void EngineController::redecode(int index, const QString& vae, const QString& dtype) {
+  cancel_.store(false);
+  QElapsedTimer timer;
+  timer.start();
+  RunFinished done;
+  try {
+    if (!last_config_ || index < 0 || index >= static_cast<int>(last_images_.size()))
+      throw std::runtime_error("there is no kept latent to decode: run first");
+    const auto& kept = last_images_[static_cast<std::size_t>(index)];
+    if (kept.latent.empty()) throw std::runtime_error("the run kept no latent for this image");
+    const auto dt = parse_dtype(dtype.toStdString());
+    if (!dt) throw std::runtime_error("unknown dtype " + dtype.toStdString());
+    emit runStarted(*last_config_);
+    emit status(tr("decoding the kept latent again"));
+    pipeline::DecodeAttempt attempt;
+    std::filesystem::path vae_path = vae.toStdString();
+    if (vae_path.empty()) vae_path = session().model(kept.config).vae_folder();
+    pipeline::GeneratedImage out = session().redecode(kept.config, kept, vae_path, *dt, &attempt);
+    // The image's config records what decoded it, so a saved PNG reproduces it.
+    if (!vae.isEmpty()) out.config.vae = vae_path.string();
+    out.config.component(Component::vae).precision.dtype = *dt;
+    ImageView view;
+    view.image = out;
+    view.report.image = index;
+    view.report.decodes.push_back(attempt);
+    view.report.decode_seconds = attempt.seconds;
+    view.report.outcome = attempt.nonfinite == 0
+                              ? "decoded the kept latent again in " + std::string(dtype_name(*dt)) + ": clean"
+                              : "decoded the kept latent again in " + std::string(dtype_name(*dt)) + ": " +
+                                    std::to_string(attempt.nonfinite) + " non-finite values";
+    view.qimage = to_qimage(out.image);
+    last_images_[static_cast<std::size_t>(index)] = out;
+    done.images = 1;
+    emit image(view);
+  } catch (const std::exception& e) {
+    done.ok = false;
+    done.error = QString::fromUtf8(e.what());
+    log::error("decode failed: {}", e.what());
+  }
+  done.seconds = static_cast<double>(timer.elapsed()) / 1000.0;
+  emit runFinished(done);
+}
+
+EngineThread::EngineThread() : controller_(new EngineController) {
+  thread_.setObjectName("nanscope-engine");
+  controller_->moveToThread(&thread_);
+  // The controller (and the Session with its OpenCL context) dies on the engine thread.
+  QObject::connect(&thread_, &QThread::finished, controller_, &QObject::deleteLater);
+  thread_.start();
+}
+
+EngineThread::~EngineThread() { shutdown(); }
+
+void EngineThread::shutdown() {
+  if (!thread_.isRunning()) return;
+  controller_->cancel();
+  thread_.quit();
+  thread_.wait();
+}
+
+}  // namespace nanscope::gui

@@ -1,0 +1,67 @@
+#pragma once
+// The value types that cross from the engine thread to the GUI thread through
+// queued signals. Everything here is copied; nothing refers to engine state.
+
+#include <QImage>
+#include <QMetaType>
+#include <QString>
+#include <QVector>
+
+#include "backend/device.hpp"
+#include "config/run_config.hpp"
+#include "pipeline/run_report.hpp"
+
+namespace nanscope::gui {
+
+// One sampling step as the inspector draws it: the engine's report (latent
+// values dropped) plus what the engine thread derived from the latent.
+struct StepView {
+  pipeline::StepReport report;       // latent_values cleared
+  QVector<double> channel_std;       // per latent channel, finite values only
+  QVector<double> channel_max_abs;   // per latent channel
+  QImage preview;                    // latent -> RGB through linear factors
+  QImage nonfinite_mask;             // latent grid: red where any channel is non-finite
+  qint64 nonfinite_pixels = 0;       // latent positions with any non-finite channel
+};
+
+// A finished (or cancelled/stopped) image.
+struct ImageView {
+  pipeline::GeneratedImage image;
+  pipeline::RunReport report;
+  QImage qimage;  // RGB888 copy of image.image (null when there is no image)
+};
+
+// Kernel programs the run's device built or loaded (report R4).
+struct KernelStats {
+  int built = 0, loaded = 0, failed = 0;
+  double build_ms = 0, load_ms = 0;
+  QString cache_dir;
+  bool opencl = false;
+};
+
+// The end of a request: how it went, in plain words.
+struct RunFinished {
+  bool ok = true;
+  bool cancelled = false;
+  QString error;       // non-empty when the run threw
+  double seconds = 0;  // wall time of the whole request
+  int images = 0;
+};
+
+// The latent -> RGB preview and the non-finite mask of one latent image (NCHW, batch 1).
+StepView make_step_view(const pipeline::StepReport& report);
+QImage to_qimage(const io::RgbImage& image);
+
+}  // namespace nanscope::gui
+
+Q_DECLARE_METATYPE(nanscope::RunConfig)
+Q_DECLARE_METATYPE(nanscope::DeviceList)
+Q_DECLARE_METATYPE(nanscope::gui::StepView)
+Q_DECLARE_METATYPE(nanscope::gui::ImageView)
+Q_DECLARE_METATYPE(nanscope::gui::KernelStats)
+Q_DECLARE_METATYPE(nanscope::gui::RunFinished)
+
+namespace nanscope::gui {
+// qRegisterMetaType for every type above (call once before connecting).
+void register_metatypes();
+}  // namespace nanscope::gui

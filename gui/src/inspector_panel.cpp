@@ -1,0 +1,407 @@
+#include "inspector_panel.hpp"
+
+#include <QComboBox>
+#include <QGridLayout>
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QSlider>
+#include <QSplitter>
+#include <QVBoxLayout>
+#include <QtCharts/QChart>
+#include <QtCharts/QChartView>
+#include <QtCharts/QLegend>
+#include <QtCharts/QLineSeries>
+#include <QtCharts/QLogValueAxis>
+#include <QtCharts/QValueAxis>
+#include <algorithm>
+#include <cmath>
+
+namespace nanscope::gui {
+
+using namespace QtCharts;
+
+namespace {
+
+const QColor kChannelColors[] = {QColor("#1f77b4"), QColor("#ff7f0e"), QColor("#2ca02c"), QColor("#d62728"),
+                                 QColor("#9467bd"), QColor("#8c564b"), QColor("#e377c2"), QColor("#7f7f7f")};
+
+QLineSeries* series(const QString& name, const QColor& color, Qt::PenStyle style = Qt::SolidLine) {
+  auto* s = new QLineSeries;
+  s->setName(name);
+  QPen pen(color);
+  pen.setWidthF(2.0);
+  pen.setStyle(style);
+  s->setPen(pen);
+  s->setPointsVisible(true);
+  return s;
+}
+
+QPixmap scaled(const QImage& img, int box) {
+  if (img.isNull()) return {};
+  const int factor = std::max(1, box / std::max(img.width(), img.height()));
+  return QPixmap::fromImage(img.scaled(img.width() * factor, img.height() * factor, Qt::KeepAspectRatio,
+                                       Qt::FastTransformation));
+}
+
+QString count(std::int64_t n) { return QLocale().toString(static_cast<qlonglong>(n)); }
+
+}  // namespace
+
+QChartView* InspectorPanel::make_chart(const QString& title, QChart*& chart) {
+  chart = new QChart;
+  chart->setTitle(title);
+  QFont f = chart->titleFont();
+  f.setBold(true);
+  chart->setTitleFont(f);
+  chart->legend()->setAlignment(Qt::AlignBottom);
+  chart->setMargins(QMargins(4, 2, 4, 2));
+  chart->setBackgroundRoundness(0);
+  auto* view = new QChartView(chart);
+  view->setRenderHint(QPainter::Antialiasing);
+  view->setMinimumHeight(170);
+  view->setMinimumWidth(320);
+  return view;
+}
+
+InspectorPanel::InspectorPanel(QWidget* parent)
+    : QWidget(parent),
+      verdict_(new QLabel),
+      image_(new QComboBox),
+      scrubber_(new QSlider(Qt::Horizontal)),
+      step_label_(new QLabel),
+      preview_(new QLabel),
+      mask_(new QLabel) {
+  setObjectName("inspectorPanel");
+  verdict_->setObjectName("verdict");
+  verdict_->setWordWrap(true);
+  verdict_->setTextFormat(Qt::RichText);
+  verdict_->setMinimumHeight(fontMetrics().lineSpacing() * 2 + 8);
+  verdict_->setAlignment(Qt::AlignTop | Qt::AlignLeft);
+  verdict_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  image_->setVisible(false);
+  connect(image_, qOverload<int>(&QComboBox::activated), this, [this](int i) { show_image(i); });
+
+  auto* max_view = make_chart(tr("Largest |value| per step (log scale)"), max_chart_);
+  max_latent_ = series(tr("latent"), QColor("#1f77b4"));
+  max_cond_ = series(tr("UNet, prompt"), QColor("#2ca02c"), Qt::DashLine);
+  max_uncond_ = series(tr("UNet, negative"), QColor("#ff7f0e"), Qt::DotLine);
+  max_x_ = new QValueAxis;
+  max_y_ = new QLogValueAxis;
+  max_y_->setLabelFormat("%.2g");
+  max_y_->setBase(10);
+  max_chart_->addAxis(max_x_, Qt::AlignBottom);
+  max_chart_->addAxis(max_y_, Qt::AlignLeft);
+  for (auto* s : {max_latent_, max_cond_, max_uncond_}) {
+    max_chart_->addSeries(s);
+    s->attachAxis(max_x_);
+    s->attachAxis(max_y_);
+  }
+
+  auto* nf_view = make_chart(tr("Non-finite values (NaN, Inf) per step"), nonfinite_chart_);
+  nf_latent_ = series(tr("latent"), QColor("#d62728"));
+  nf_cond_ = series(tr("UNet, prompt"), QColor("#2ca02c"), Qt::DashLine);
+  nf_uncond_ = series(tr("UNet, negative"), QColor("#ff7f0e"), Qt::DotLine);
+  nf_x_ = new QValueAxis;
+  nf_y_ = new QValueAxis;
+  nf_y_->setLabelFormat("%d");
+  nonfinite_chart_->addAxis(nf_x_, Qt::AlignBottom);
+  nonfinite_chart_->addAxis(nf_y_, Qt::AlignLeft);
+  for (auto* s : {nf_latent_, nf_cond_, nf_uncond_}) {
+    nonfinite_chart_->addSeries(s);
+    s->attachAxis(nf_x_);
+    s->attachAxis(nf_y_);
+  }
+
+  auto* std_view = make_chart(tr("Standard deviation per latent channel"), std_chart_);
+  std_x_ = new QValueAxis;
+  std_y_ = new QValueAxis;
+  std_y_->setLabelFormat("%.2f");
+  std_chart_->addAxis(std_x_, Qt::AlignBottom);
+  std_chart_->addAxis(std_y_, Qt::AlignLeft);
+  for (auto* axis : {max_x_, nf_x_, std_x_}) {
+    axis->setLabelFormat("%d");
+    axis->setTitleText(tr("step"));
+  }
+
+  scrubber_->setObjectName("stepScrubber");
+  scrubber_->setEnabled(false);
+  scrubber_->setToolTip(tr("Pick a step to see its latent preview and non-finite mask"));
+  connect(scrubber_, &QSlider::valueChanged, this, &InspectorPanel::show_step);
+  step_label_->setWordWrap(true);
+  step_label_->setTextFormat(Qt::RichText);
+  step_label_->setMinimumHeight(fontMetrics().lineSpacing() * 4);
+  step_label_->setAlignment(Qt::AlignTop | Qt::AlignLeft);
+  for (QLabel* l : {preview_, mask_}) {
+    l->setAlignment(Qt::AlignCenter);
+    l->setMinimumSize(200, 200);
+    l->setFrameShape(QFrame::StyledPanel);
+  }
+  preview_->setObjectName("latentPreview");
+  mask_->setObjectName("nonfiniteMask");
+  preview_->setToolTip(tr("The latent after this step, through linear latent-to-RGB factors"));
+  mask_->setToolTip(tr("Latent positions where any channel is NaN or Inf (red)"));
+
+  auto* images = new QGridLayout;
+  images->addWidget(new QLabel(tr("<b>Latent preview</b>")), 0, 0, Qt::AlignHCenter);
+  images->addWidget(preview_, 1, 0);
+  images->addWidget(new QLabel(tr("<b>Non-finite mask</b>")), 2, 0, Qt::AlignHCenter);
+  images->addWidget(mask_, 3, 0);
+  auto* side = new QWidget;
+  side->setFixedWidth(std::max(260, fontMetrics().horizontalAdvance(QString(34, 'x'))));
+  auto* side_layout = new QVBoxLayout(side);
+  side_layout->setContentsMargins(0, 0, 0, 0);
+  side_layout->addWidget(image_);
+  side_layout->addLayout(images);
+  side_layout->addWidget(scrubber_);
+  side_layout->addWidget(step_label_);
+  side_layout->addStretch();
+
+  auto* charts = new QSplitter(Qt::Vertical);
+  charts->addWidget(max_view);
+  charts->addWidget(nf_view);
+  charts->addWidget(std_view);
+  charts->setChildrenCollapsible(false);
+  auto* split = new QSplitter(Qt::Horizontal);
+  split->addWidget(charts);
+  split->addWidget(side);
+  split->setStretchFactor(0, 1);
+  split->setStretchFactor(1, 0);
+  split->setChildrenCollapsible(false);
+
+  auto* layout = new QVBoxLayout(this);
+  layout->setContentsMargins(6, 6, 6, 6);
+  layout->addWidget(verdict_);
+  layout->addWidget(split, 1);
+  clear(1, 20);
+  verdict_->setText(tr("Press <b>Run</b>: every step's statistics appear here as the sampler produces them."));
+}
+
+void InspectorPanel::clear(int images, int steps) {
+  steps_ = std::max(1, steps);
+  images_ = QVector<ImageSteps>(std::max(1, images));
+  failure_.clear();
+  shown_ = 0;
+  image_->clear();
+  for (int i = 0; i < images_.size(); ++i) image_->addItem(tr("Image %1").arg(i + 1));
+  image_->setVisible(images_.size() > 1);
+  rebuild_series();
+  show_step(-1);
+  verdict_->setText(tr("Starting..."));
+}
+
+void InspectorPanel::rebuild_series() {
+  for (auto* s : {max_latent_, max_cond_, max_uncond_, nf_latent_, nf_cond_, nf_uncond_}) s->clear();
+  for (auto* s : std_series_) {
+    std_chart_->removeSeries(s);
+    delete s;
+  }
+  std_series_.clear();
+  max_lo_ = 1e30;
+  max_hi_ = 0;
+  nf_hi_ = 1;
+  std_hi_ = 0;
+  for (auto* axis : {max_x_, nf_x_, std_x_}) {
+    axis->setRange(1, std::max(2, steps_));
+    axis->setTickCount(std::min(steps_, 10) + 1 > 2 ? std::min(steps_, 10) + 1 : 2);
+  }
+  max_y_->setRange(0.1, 10);
+  nf_y_->setRange(0, 1);
+  std_y_->setRange(0, 1);
+  const auto& steps = images_[shown_].steps;
+  for (const auto& s : steps) append_points(s);
+  scrubber_->setRange(0, std::max(0, static_cast<int>(steps.size()) - 1));
+  scrubber_->setEnabled(!steps.isEmpty());
+}
+
+void InspectorPanel::append_points(const StepView& s) {
+  const auto& r = s.report;
+  const double x = r.index + 1;
+  auto log_point = [&](QLineSeries* series, const pipeline::TensorSummary& t) {
+    if (t.count == 0 || t.nonfinite() == t.count) return;  // nothing finite to plot
+    const double v = std::max(t.max_abs, 1e-6);
+    series->append(x, v);
+    max_lo_ = std::min(max_lo_, v);
+    max_hi_ = std::max(max_hi_, v);
+  };
+  log_point(max_latent_, r.latent);
+  log_point(max_cond_, r.noise_cond);
+  log_point(max_uncond_, r.noise_uncond);
+  if (max_hi_ > 0) {
+    const double lo = std::pow(10.0, std::floor(std::log10(max_lo_)));
+    const double hi = std::pow(10.0, std::ceil(std::log10(max_hi_ * 1.01)));
+    max_y_->setRange(lo, std::max(hi, lo * 10));
+  }
+  nf_latent_->append(x, static_cast<double>(r.latent.nonfinite()));
+  nf_cond_->append(x, static_cast<double>(r.noise_cond.nonfinite()));
+  if (r.noise_uncond.count > 0) nf_uncond_->append(x, static_cast<double>(r.noise_uncond.nonfinite()));
+  nf_hi_ = std::max({nf_hi_, static_cast<double>(r.latent.nonfinite()), static_cast<double>(r.noise_cond.nonfinite()),
+                     static_cast<double>(r.noise_uncond.nonfinite())});
+  nf_y_->setRange(0, nf_hi_ * 1.1);
+  nf_y_->applyNiceNumbers();
+
+  while (std_series_.size() < s.channel_std.size()) {
+    const int c = static_cast<int>(std_series_.size());
+    auto* series_c = series(tr("channel %1").arg(c), kChannelColors[c % 8]);
+    std_chart_->addSeries(series_c);
+    series_c->attachAxis(std_x_);
+    series_c->attachAxis(std_y_);
+    std_series_.push_back(series_c);
+  }
+  for (int c = 0; c < s.channel_std.size(); ++c) {
+    std_series_[c]->append(x, s.channel_std[c]);
+    std_hi_ = std::max(std_hi_, s.channel_std[c]);
+  }
+  if (std_hi_ > 0) {
+    std_y_->setRange(0, std_hi_ * 1.1);
+    std_y_->applyNiceNumbers();
+  }
+}
+
+void InspectorPanel::add_step(const StepView& s) {
+  const int img = s.report.image;
+  if (img < 0) return;
+  if (img >= images_.size()) {
+    images_.resize(img + 1);
+    while (image_->count() < images_.size()) image_->addItem(tr("Image %1").arg(image_->count() + 1));
+    image_->setVisible(true);
+  }
+  if (s.report.steps > 0 && s.report.steps != steps_) {
+    steps_ = s.report.steps;
+    rebuild_series();
+  }
+  images_[img].steps.push_back(s);
+  if (img != shown_) {
+    // Follow the image being sampled.
+    shown_ = img;
+    image_->setCurrentIndex(img);
+    rebuild_series();
+  } else {
+    append_points(s);
+    const bool at_end = scrubber_->value() == scrubber_->maximum();
+    scrubber_->setRange(0, images_[img].steps.size() - 1);
+    scrubber_->setEnabled(true);
+    if (at_end) scrubber_->setValue(scrubber_->maximum());
+  }
+  if (scrubber_->value() == scrubber_->maximum()) show_step(scrubber_->value());
+  update_verdict();
+}
+
+void InspectorPanel::add_image(const ImageView& v) {
+  const int img = v.report.image;
+  if (img < 0) return;
+  if (img >= images_.size()) images_.resize(img + 1);
+  images_[img].has_report = true;
+  images_[img].report = v.report;
+  images_[img].nonfinite_pixels = v.image.nonfinite_pixels;
+  update_verdict();
+}
+
+void InspectorPanel::set_failure(const QString& error) {
+  failure_ = error;
+  update_verdict();
+}
+
+void InspectorPanel::show_image(int image) {
+  if (image < 0 || image >= images_.size()) return;
+  shown_ = image;
+  rebuild_series();
+  scrubber_->setValue(scrubber_->maximum());
+  show_step(scrubber_->value());
+  update_verdict();
+}
+
+void InspectorPanel::show_step(int index) {
+  const auto& steps = images_.value(shown_).steps;
+  if (index < 0 || index >= steps.size()) {
+    preview_->setPixmap({});
+    mask_->setPixmap({});
+    preview_->setText(tr("no step yet"));
+    mask_->setText(tr("no step yet"));
+    step_label_->setText(QString());
+    return;
+  }
+  const StepView& s = steps[index];
+  const int box = std::max(128, std::min(preview_->width(), preview_->height()) - 4);
+  preview_->setPixmap(scaled(s.preview, box));
+  mask_->setPixmap(scaled(s.nonfinite_mask, box));
+  const auto& r = s.report;
+  QString text = tr("<b>Step %1 of %2</b> &nbsp; t = %3, sigma = %4, %5 s<br>")
+                     .arg(r.index + 1)
+                     .arg(r.steps)
+                     .arg(static_cast<double>(r.timestep), 0, 'f', 1)
+                     .arg(static_cast<double>(r.sigma), 0, 'g', 4)
+                     .arg(r.seconds, 0, 'f', 3);
+  text += tr("latent: max |x| %1, mean %2, std %3<br>")
+              .arg(r.latent.max_abs, 0, 'g', 4)
+              .arg(r.latent.mean, 0, 'g', 3)
+              .arg(r.latent.std, 0, 'g', 4);
+  if (r.latent.nonfinite() > 0)
+    text += tr("<span style='color:#c0392b'>%1 NaN, %2 +Inf, %3 -Inf in the latent (%4 of %5 positions)</span>")
+                .arg(count(r.latent.nan), count(r.latent.pos_inf), count(r.latent.neg_inf), count(s.nonfinite_pixels))
+                .arg(s.preview.width() * s.preview.height());
+  else
+    text += tr("every latent value is finite");
+  step_label_->setText(text);
+}
+
+void InspectorPanel::update_verdict() {
+  if (!failure_.isEmpty()) {
+    verdict_->setText(tr("<span style='color:#c0392b'><b>The run failed:</b></span> %1").arg(failure_.toHtmlEscaped()));
+    return;
+  }
+  const ImageSteps& im = images_.value(shown_);
+  QStringList parts;
+  int first_bad = -1;
+  const StepView* bad = nullptr;
+  double peak = 0;
+  for (const auto& s : im.steps) {
+    peak = std::max(peak, s.report.latent.max_abs);
+    if (first_bad < 0 && (s.report.latent.nonfinite() > 0 || s.report.noise_cond.nonfinite() > 0 ||
+                          s.report.noise_uncond.nonfinite() > 0)) {
+      first_bad = s.report.index;
+      bad = &s;
+    }
+  }
+  const QString prefix = images_.size() > 1 ? tr("Image %1: ").arg(shown_ + 1) : QString();
+  if (bad) {
+    const auto& r = bad->report;
+    QStringList where;
+    if (r.noise_cond.nonfinite() > 0) where << tr("the prompt branch (%1 values)").arg(count(r.noise_cond.nonfinite()));
+    if (r.noise_uncond.nonfinite() > 0)
+      where << tr("the negative branch (%1 values)").arg(count(r.noise_uncond.nonfinite()));
+    QString text = tr("<span style='color:#c0392b'><b>%1Values went non-finite at step %2 of %3.</b></span> ")
+                       .arg(prefix)
+                       .arg(first_bad + 1)
+                       .arg(r.steps);
+    if (!where.isEmpty())
+      text += tr("The UNet's output held NaN/Inf in %1, so the UNet is where it started; "
+                 "try f32 accumulation or an f32 override for its attention layers. ")
+                  .arg(where.join(tr(" and ")));
+    else
+      text += tr("The sampler step itself produced them (%1 NaN, %2 Inf). ")
+                  .arg(count(r.latent.nan), count(r.latent.pos_inf + r.latent.neg_inf));
+    parts << text;
+  } else if (!im.steps.isEmpty()) {
+    parts << tr("<span style='color:#1e8449'><b>%1Sampling is clean so far:</b></span> %2 of %3 steps, every "
+                "value finite, largest |latent| %4.")
+                 .arg(prefix)
+                 .arg(im.steps.size())
+                 .arg(steps_)
+                 .arg(peak, 0, 'g', 4);
+  }
+  if (im.has_report) {
+    const auto& rep = im.report;
+    const bool bad_pixels = im.nonfinite_pixels > 0;
+    const QString color = rep.cancelled ? "#b9770e" : (bad_pixels || rep.stopped) ? "#c0392b" : "#1e8449";
+    parts << tr("<span style='color:%1'><b>Result:</b> %2.</span>")
+                 .arg(color, QString::fromStdString(rep.outcome).toHtmlEscaped());
+  }
+  if (parts.isEmpty()) parts << tr("Waiting for the first step...");
+  verdict_->setText(parts.join(' '));
+}
+
+int InspectorPanel::steps_received(int image) const { return images_.value(image).steps.size(); }
+int InspectorPanel::points_plotted() const { return max_latent_->count(); }
+QString InspectorPanel::verdict() const { return verdict_->text(); }
+
+}  // namespace nanscope::gui

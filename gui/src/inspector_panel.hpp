@@ -1,0 +1,86 @@
+#pragma once
+// The live inspector: per-step plots (max |x|, non-finite counts, std per
+// latent channel), the latent preview and non-finite mask of any step through
+// a scrubber, and the verdict in plain words. It only draws what the engine
+// thread sends (StepView, ImageView).
+
+#include <QVector>
+#include <QWidget>
+
+#include "engine_types.hpp"
+
+class QComboBox;
+class QLabel;
+class QSlider;
+
+namespace QtCharts {
+class QChart;
+class QChartView;
+class QLineSeries;
+class QValueAxis;
+class QLogValueAxis;
+}  // namespace QtCharts
+
+namespace nanscope::gui {
+
+class InspectorPanel : public QWidget {
+  Q_OBJECT
+ public:
+  explicit InspectorPanel(QWidget* parent = nullptr);
+
+  void clear(int images, int steps);
+  void add_step(const StepView& step);
+  void add_image(const ImageView& image);
+  void set_failure(const QString& error);
+
+  // For tests and the verdict: what the panel holds.
+  int steps_received(int image) const;
+  int points_plotted() const;  // points in the max |x| latent series of the shown image
+  QString verdict() const;
+
+ private:
+  struct ImageSteps {
+    QVector<StepView> steps;
+    bool has_report = false;
+    pipeline::RunReport report;
+    std::int64_t nonfinite_pixels = 0;
+  };
+  void show_image(int image);
+  void show_step(int index);
+  void rebuild_series();
+  void append_points(const StepView& s);
+  void update_verdict();
+  QtCharts::QChartView* make_chart(const QString& title, QtCharts::QChart*& chart);
+
+  int steps_ = 0;
+  int shown_ = 0;
+  QVector<ImageSteps> images_;
+  QString failure_;
+
+  QLabel* verdict_;
+  QComboBox* image_;
+  QtCharts::QChart* max_chart_ = nullptr;
+  QtCharts::QChart* nonfinite_chart_ = nullptr;
+  QtCharts::QChart* std_chart_ = nullptr;
+  QtCharts::QLineSeries* max_latent_;
+  QtCharts::QLineSeries* max_cond_;
+  QtCharts::QLineSeries* max_uncond_;
+  QtCharts::QLineSeries* nf_latent_;
+  QtCharts::QLineSeries* nf_cond_;
+  QtCharts::QLineSeries* nf_uncond_;
+  QVector<QtCharts::QLineSeries*> std_series_;
+  QtCharts::QValueAxis* max_x_;
+  QtCharts::QLogValueAxis* max_y_;
+  QtCharts::QValueAxis* nf_x_;
+  QtCharts::QValueAxis* nf_y_;
+  QtCharts::QValueAxis* std_x_;
+  QtCharts::QValueAxis* std_y_;
+  double max_lo_ = 1, max_hi_ = 1, nf_hi_ = 1, std_hi_ = 1;
+
+  QSlider* scrubber_;
+  QLabel* step_label_;
+  QLabel* preview_;
+  QLabel* mask_;
+};
+
+}  // namespace nanscope::gui

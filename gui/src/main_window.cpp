@@ -1,0 +1,598 @@
+#include "main_window.hpp"
+
+#include <QAction>
+#include <QApplication>
+#include <QClipboard>
+#include <QCloseEvent>
+#include <QCoreApplication>
+#include <QDir>
+#include <QDockWidget>
+#include <QFileDialog>
+#include <QFileInfo>
+#include <QKeySequence>
+#include <QLabel>
+#include <QMenuBar>
+#include <QMessageBox>
+#include <QMimeData>
+#include <QProgressBar>
+#include <QSettings>
+#include <QStatusBar>
+#include <QTimer>
+
+#include "config/preset.hpp"
+#include "config_panels.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "inspector_panel.hpp"
+#include "io/png_metadata.hpp"
+#include "log_panel.hpp"
+#include "result_panel.hpp"
+
+namespace nanscope::gui {
+
+namespace {
+
+constexpr int kMaxRecent = 8;
+
+QSettings settings() {
+  const QByteArray scope = qgetenv("NANSCOPE_GUI_SETTINGS_SCOPE");
+  return QSettings("NaNscope", scope.isEmpty() ? QString("nanscope") : QString::fromUtf8(scope));
+}
+
+nlohmann::json report_json(const pipeline::RunReport& r) {
+  nlohmann::json decodes = nlohmann::json::array();
+  for (const auto& d : r.decodes)
+    decodes.push_back(
+        {{"vae", d.vae}, {"dtype", dtype_name(d.dtype)}, {"nonfinite", d.nonfinite}, {"seconds", d.seconds}});
+  return {{"device", r.device},
+          {"model", r.model},
+          {"family", r.family},
+          {"outcome", r.outcome},
+          {"first_nonfinite_step", r.first_nonfinite_step},
+          {"decodes", decodes},
+          {"seconds",
+           {{"load", r.load_seconds}, {"text", r.text_seconds}, {"sampling", r.sampling_seconds},
+            {"decode", r.decode_seconds}}}};
+}
+
+}  // namespace
+
+MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
+  setObjectName("mainWindow");
+  setAcceptDrops(true);
+  register_metatypes();
+  build_actions();
+  // The log panel first: it hooks the engine's logger before the engine thread logs.
+  log_ = new LogPanel;
+  engine_ = std::make_unique<EngineThread>();
+  build_docks();
+  build_menus();
+  connect_engine();
+
+  device_label_ = new QLabel(tr("Looking for devices..."));
+  timing_label_ = new QLabel;
+  progress_ = new QProgressBar;
+  progress_->setMaximumWidth(220);
+  progress_->setTextVisible(true);
+  progress_->setVisible(false);
+  device_label_->setContentsMargins(12, 0, 6, 0);
+  timing_label_->setContentsMargins(12, 0, 12, 0);
+  statusBar()->addPermanentWidget(timing_label_);
+  statusBar()->addPermanentWidget(progress_);
+  statusBar()->addPermanentWidget(device_label_);
+
+  resize(1500, 950);
+  default_state_ = saveState();
+  restore_settings();
+  set_running(false);
+  update_title();
+  QMetaObject::invokeMethod(controller(), "listDevices", Qt::QueuedConnection);
+}
+
+MainWindow::~MainWindow() {
+  // Stop the engine (cancel, wait for the current step) before any panel dies.
+  engine_->shutdown();
+}
+
+void MainWindow::build_actions() {
+  run_ = new QAction(tr("Run"), this);
+  run_->setObjectName("actionRun");
+  run_->setShortcut(QKeySequence("Ctrl+Return"));
+  run_->setToolTip(tr("Generate with the current settings (Ctrl+Return)"));
+  connect(run_, &QAction::triggered, this, [this] { start_run(); });
+  cancel_ = new QAction(tr("Cancel"), this);
+  cancel_->setObjectName("actionCancel");
+  cancel_->setShortcut(QKeySequence(Qt::Key_Escape));
+  cancel_->setToolTip(tr("Stop the run at the next step (Esc)"));
+  connect(cancel_, &QAction::triggered, this, &MainWindow::cancel_run);
+  save_image_ = new QAction(tr("Save Image..."), this);
+  save_image_->setShortcut(QKeySequence("Ctrl+Alt+S"));
+  save_image_->setToolTip(tr("Save the image as PNG with its settings inside"));
+  connect(save_image_, &QAction::triggered, this, [this] {
+    const QString path = QFileDialog::getSaveFileName(this, tr("Save image"), "nanscope.png", tr("PNG images (*.png)"));
+    if (!path.isEmpty()) save_image(path);
+  });
+  copy_image_ = new QAction(tr("Copy Image"), this);
+  copy_image_->setShortcut(QKeySequence("Ctrl+Shift+C"));
+  connect(copy_image_, &QAction::triggered, this, [this] {
+    if (const ImageView* v = result_->current(); v && !v->qimage.isNull()) {
+      QApplication::clipboard()->setImage(v->qimage);
+      statusBar()->showMessage(tr("Image copied"), 3000);
+    }
+  });
+}
+
+QDockWidget* MainWindow::add_dock(QWidget* panel, const QString& name, const QString& title, Qt::DockWidgetArea area) {
+  auto* dock = new QDockWidget(title, this);
+  dock->setObjectName(name + "Dock");
+  dock->setWidget(panel);
+  addDockWidget(area, dock);
+  docks_[name] = dock;
+  return dock;
+}
+
+void MainWindow::build_docks() {
+  model_ = new ModelDevicePanel;
+  prompt_ = new PromptPanel(run_, cancel_);
+  precision_ = new PrecisionPanel;
+  attention_ = new AttentionPanel;
+  vae_ = new VaePolicyPanel;
+  inspector_ = new InspectorPanel;
+  result_ = new ResultPanel(save_image_, copy_image_);
+  config_panels_ = {model_, prompt_, precision_, attention_, vae_};
+  for (ConfigPanel* p : config_panels_) connect(p, &ConfigPanel::changed, this, &MainWindow::mark_dirty);
+
+  setCentralWidget(inspector_);
+  setDockOptions(QMainWindow::AnimatedDocks | QMainWindow::AllowTabbedDocks);
+  auto* prompt = add_dock(prompt_, "prompt", tr("Prompt and run"), Qt::LeftDockWidgetArea);
+  auto* model = add_dock(model_, "model", tr("Model and device"), Qt::LeftDockWidgetArea);
+  auto* precision = add_dock(precision_, "precision", tr("Precision"), Qt::LeftDockWidgetArea);
+  auto* attention = add_dock(attention_, "attention", tr("Attention"), Qt::LeftDockWidgetArea);
+  auto* vae = add_dock(vae_, "vae", tr("VAE and NaN policy"), Qt::LeftDockWidgetArea);
+  add_dock(result_, "result", tr("Result"), Qt::RightDockWidgetArea);
+  auto* log = add_dock(log_, "log", tr("Log"), Qt::BottomDockWidgetArea);
+  splitDockWidget(prompt, model, Qt::Vertical);
+  tabifyDockWidget(model, precision);
+  tabifyDockWidget(precision, attention);
+  tabifyDockWidget(attention, vae);
+  model->raise();
+  resizeDocks({prompt}, {430}, Qt::Horizontal);
+  resizeDocks({docks_["result"]}, {340}, Qt::Horizontal);
+  resizeDocks({log}, {150}, Qt::Vertical);
+
+  connect(model_, &ModelDevicePanel::vaeChoicesChanged, this, [this] { vae_->set_vae_choices(model_->vae_choices()); });
+  vae_->set_vae_choices(model_->vae_choices());
+  connect(vae_, &VaePolicyPanel::redecodeRequested, this, [this](int image, const QString& vae, const QString& dtype) {
+    if (running_) return;
+    set_running(true);
+    emit requestRedecode(image, vae, dtype);
+  });
+}
+
+void MainWindow::build_menus() {
+  QMenu* file = menuBar()->addMenu(tr("&File"));
+  QAction* open = file->addAction(tr("&Open Preset or Image..."), this, [this] {
+    if (!confirm_discard()) return;
+    const QString path = QFileDialog::getOpenFileName(this, tr("Open a preset or a NaNscope PNG"), QString(),
+                                                      tr("Presets and images (*.json *.png);;All files (*)"));
+    if (!path.isEmpty()) open_file(path);
+  });
+  open->setShortcut(QKeySequence::Open);
+  recent_menu_ = file->addMenu(tr("Open &Recent"));
+  rebuild_recent_menu();
+
+  const auto scenarios = scenario_files();
+  if (!scenarios.isEmpty()) {
+    QMenu* menu = file->addMenu(tr("&Scenarios"));
+    for (auto it = scenarios.begin(); it != scenarios.end(); ++it) {
+      const QString path = it.value();
+      menu->addAction(it.key(), this, [this, path] {
+        if (confirm_discard()) open_file(path);
+      });
+    }
+  }
+  file->addSeparator();
+  QAction* save = file->addAction(tr("&Save Preset"), this, [this] {
+    if (current_file_.isEmpty() || !current_file_.endsWith(".json")) {
+      const QString path = QFileDialog::getSaveFileName(this, tr("Save preset"), "preset.json", tr("Presets (*.json)"));
+      if (!path.isEmpty()) save_preset(path);
+    } else {
+      save_preset(current_file_);
+    }
+  });
+  save->setShortcut(QKeySequence::Save);
+  QAction* save_as = file->addAction(tr("Save Preset &As..."), this, [this] {
+    const QString path = QFileDialog::getSaveFileName(this, tr("Save preset as"),
+                                                      current_file_.isEmpty() ? "preset.json" : current_file_,
+                                                      tr("Presets (*.json)"));
+    if (!path.isEmpty()) save_preset(path);
+  });
+  save_as->setShortcut(QKeySequence::SaveAs);
+  file->addSeparator();
+  file->addAction(save_image_);
+  file->addAction(copy_image_);
+  file->addSeparator();
+  QAction* shot = file->addAction(tr("Export Screenshot of the &Window..."), this, [this] { export_screenshot({}); });
+  shot->setShortcut(QKeySequence("Ctrl+Shift+P"));
+  QMenu* panels = file->addMenu(tr("Export Screenshot of a &Panel"));
+  for (const QString& name : panel_names()) {
+    const QString title = name == "inspector" ? tr("Inspector") : docks_[name]->windowTitle();
+    panels->addAction(title, this, [this, name] { export_screenshot(name); });
+  }
+  file->addSeparator();
+  QAction* quit = file->addAction(tr("&Quit"), this, &QWidget::close);
+  quit->setShortcut(QKeySequence::Quit);
+
+  QMenu* run = menuBar()->addMenu(tr("&Run"));
+  run->addAction(run_);
+  run->addAction(cancel_);
+  run->addSeparator();
+  run->addAction(tr("Randomise Seed"), prompt_, &PromptPanel::randomise_seed);
+
+  QMenu* view = menuBar()->addMenu(tr("&View"));
+  for (QDockWidget* d : docks_) view->addAction(d->toggleViewAction());
+  view->addSeparator();
+  view->addAction(tr("Reset Layout"), this, [this] {
+    restoreState(default_state_);
+    for (QDockWidget* d : docks_) d->show();
+    docks_["model"]->raise();
+  });
+
+  QMenu* help = menuBar()->addMenu(tr("&Help"));
+  help->addAction(tr("About NaNscope"), this, [this] {
+    QMessageBox::about(this, tr("About NaNscope"),
+                       tr("<b>NaNscope %1</b><p>A workbench for the numerics of diffusion image generation: run "
+                          "a Stable Diffusion pipeline on the OpenCL device you pick, change precision, attention "
+                          "and VAE per run, and watch where values go non-finite.</p>")
+                           .arg(NANSCOPE_VERSION));
+  });
+}
+
+void MainWindow::connect_engine() {
+  EngineController* c = controller();
+  connect(this, &MainWindow::requestRun, c, &EngineController::run);
+  connect(this, &MainWindow::requestRedecode, c, &EngineController::redecode);
+  connect(c, &EngineController::devicesReady, this,
+          [this](const DeviceList& devices, const QString& model, const QString& model_error) {
+            model_->set_devices(devices, model, model_error);
+            QString def;
+            for (const auto& d : devices.devices)
+              if (d.is_default) def = QString::fromStdString(d.name);
+            device_label_->setText(tr("Device: %1").arg(def.isEmpty() ? tr("none") : def));
+            if (!model_error.isEmpty()) log::warn("{}", model_error.toStdString());
+            emit devicesListed();
+          });
+  connect(c, &EngineController::status, this, [this](const QString& s) { statusBar()->showMessage(s + "..."); });
+  connect(c, &EngineController::step, this, [this](const StepView& s) {
+    inspector_->add_step(s);
+    ++steps_done_;
+    progress_->setValue(steps_done_);
+    timing_label_->setText(tr("step %1/%2: %3 s").arg(s.report.index + 1).arg(s.report.steps).arg(s.report.seconds, 0, 'f', 2));
+  });
+  connect(c, &EngineController::image, this, [this](const ImageView& v) {
+    inspector_->add_image(v);
+    result_->add(v);
+    const auto& r = v.report;
+    if (!r.device.empty()) device_label_->setText(tr("Device: %1").arg(QString::fromStdString(r.device)));
+    timing_label_->setText(tr("load %1 s, prompt %2 s, sampling %3 s, decode %4 s")
+                               .arg(r.load_seconds, 0, 'f', 2)
+                               .arg(r.text_seconds, 0, 'f', 2)
+                               .arg(r.sampling_seconds, 0, 'f', 2)
+                               .arg(r.decode_seconds, 0, 'f', 2));
+    log::info("image {}: {}", r.image + 1, r.outcome);
+  });
+  connect(c, &EngineController::kernels, this, [this](const KernelStats& k) { model_->set_kernel_stats(k); });
+  connect(c, &EngineController::runFinished, this, [this](const RunFinished& f) {
+    set_running(false);
+    if (!f.ok) {
+      inspector_->set_failure(f.error);
+      statusBar()->showMessage(tr("Failed: %1").arg(f.error));
+    } else if (f.cancelled) {
+      statusBar()->showMessage(tr("Cancelled after %1 s").arg(f.seconds, 0, 'f', 1));
+    } else {
+      statusBar()->showMessage(tr("Done in %1 s").arg(f.seconds, 0, 'f', 1));
+    }
+    vae_->set_redecode_available(result_->count() > 0, result_->count());
+    emit runCompleted(f);
+  });
+}
+
+void MainWindow::set_running(bool on) {
+  running_ = on;
+  run_->setEnabled(!on);
+  cancel_->setEnabled(on);
+  progress_->setVisible(on);
+  for (ConfigPanel* p : config_panels_) p->setEnabled(!on);
+  const bool image = !on && result_->has_image();
+  save_image_->setEnabled(image);
+  copy_image_->setEnabled(image);
+}
+
+RunConfig MainWindow::current_config() const {
+  RunConfig c;
+  for (const ConfigPanel* p : config_panels_) p->store(c);
+  c.inspect = inspect_;
+  c.validate();
+  return c;
+}
+
+void MainWindow::load_config(const RunConfig& config) {
+  loading_ = true;
+  for (ConfigPanel* p : config_panels_) p->load(config);
+  inspect_ = config.inspect;
+  loading_ = false;
+}
+
+bool MainWindow::start_run() {
+  if (running_) return false;
+  RunConfig config;
+  try {
+    config = current_config();
+  } catch (const std::exception& e) {
+    show_error(tr("These settings cannot run"), QString::fromUtf8(e.what()));
+    return false;
+  }
+  const int images = static_cast<int>(config.image_seeds().size());
+  inspector_->clear(images, config.steps);
+  result_->clear();
+  steps_done_ = 0;
+  progress_->setRange(0, images * config.steps);
+  progress_->setValue(0);
+  set_running(true);
+  log::info("run: {} step(s), {} image(s), seed {}", config.steps, images, config.image_seeds().front());
+  emit requestRun(config);
+  return true;
+}
+
+void MainWindow::cancel_run() {
+  if (!running_) return;
+  controller()->cancel();  // atomic flag: the engine stops at the next step
+  statusBar()->showMessage(tr("Cancelling at the next step..."));
+}
+
+void MainWindow::mark_dirty() {
+  if (loading_) return;
+  dirty_ = true;
+  update_title();
+}
+
+void MainWindow::set_current_file(const QString& path) {
+  current_file_ = path;
+  dirty_ = false;
+  update_title();
+}
+
+void MainWindow::update_title() {
+  const QString name = current_file_.isEmpty() ? tr("untitled") : QFileInfo(current_file_).fileName();
+  setWindowTitle(tr("%1[*] - NaNscope").arg(name));
+  setWindowModified(dirty_);
+}
+
+bool MainWindow::open_file(const QString& path) {
+  try {
+    if (path.endsWith(".png", Qt::CaseInsensitive)) {
+      const io::PngContents png = io::read_png(path.toStdString());
+      const auto config = io::config_from_png(png, path.toStdString());
+      if (!config) {
+        show_error(tr("No settings in this image"),
+                   tr("%1 holds no NaNscope or A1111 generation settings.").arg(QFileInfo(path).fileName()));
+        return false;
+      }
+      load_config(*config);
+      ImageView view;
+      view.image.image = png.image;
+      view.image.config = *config;
+      view.report.outcome = "opened from " + QFileInfo(path).fileName().toStdString();
+      view.qimage = to_qimage(png.image);
+      result_->clear();
+      result_->add(view);
+      set_running(false);
+      set_current_file({});
+      dirty_ = true;  // the restored settings are not in a preset yet
+      update_title();
+      log::info("restored the settings of {}", path.toStdString());
+    } else {
+      load_config(load_preset(path.toStdString()));
+      set_current_file(path);
+      log::info("opened preset {}", path.toStdString());
+    }
+  } catch (const std::exception& e) {
+    show_error(tr("Cannot open %1").arg(QFileInfo(path).fileName()), QString::fromUtf8(e.what()));
+    return false;
+  }
+  add_recent(path);
+  statusBar()->showMessage(tr("Opened %1").arg(QFileInfo(path).fileName()), 4000);
+  return true;
+}
+
+bool MainWindow::save_preset(const QString& path) {
+  try {
+    nanscope::save_preset(current_config(), path.toStdString());
+  } catch (const std::exception& e) {
+    show_error(tr("Cannot save the preset"), QString::fromUtf8(e.what()));
+    return false;
+  }
+  set_current_file(path);
+  add_recent(path);
+  log::info("saved preset {}", path.toStdString());
+  return true;
+}
+
+bool MainWindow::save_image(const QString& path) {
+  const ImageView* v = result_->current();
+  if (!v || v->qimage.isNull()) return false;
+  try {
+    nlohmann::json extra = nlohmann::json::object();
+    if (!v->report.device.empty() || !v->report.decodes.empty()) extra["report"] = report_json(v->report);
+    io::write_run_png(path.toStdString(), v->image.image, v->image.config, extra);
+  } catch (const std::exception& e) {
+    show_error(tr("Cannot save the image"), QString::fromUtf8(e.what()));
+    return false;
+  }
+  log::info("saved image {}", path.toStdString());
+  statusBar()->showMessage(tr("Saved %1").arg(path), 4000);
+  return true;
+}
+
+void MainWindow::add_recent(const QString& path) {
+  auto s = settings();
+  QStringList recent = s.value("recentFiles").toStringList();
+  const QString abs = QFileInfo(path).absoluteFilePath();
+  recent.removeAll(abs);
+  recent.prepend(abs);
+  while (recent.size() > kMaxRecent) recent.removeLast();
+  s.setValue("recentFiles", recent);
+  rebuild_recent_menu();
+}
+
+void MainWindow::rebuild_recent_menu() {
+  recent_menu_->clear();
+  const QStringList recent = settings().value("recentFiles").toStringList();
+  for (const QString& path : recent) {
+    recent_menu_->addAction(QFileInfo(path).fileName() + "   " + QFileInfo(path).absolutePath(), this, [this, path] {
+      if (confirm_discard()) open_file(path);
+    });
+  }
+  if (!recent.isEmpty()) {
+    recent_menu_->addSeparator();
+    recent_menu_->addAction(tr("Clear the List"), this, [this] {
+      settings().remove("recentFiles");
+      rebuild_recent_menu();
+    });
+  }
+  recent_menu_->setEnabled(!recent.isEmpty());
+}
+
+bool MainWindow::confirm_discard() {
+  if (!dirty_ || !interactive_) return true;
+  const auto answer = QMessageBox::question(this, tr("Unsaved settings"),
+                                            tr("The current settings are not saved in a preset. Save them first?"),
+                                            QMessageBox::Save | QMessageBox::Discard | QMessageBox::Cancel);
+  if (answer == QMessageBox::Cancel) return false;
+  if (answer == QMessageBox::Discard) return true;
+  const QString path = QFileDialog::getSaveFileName(this, tr("Save preset"),
+                                                    current_file_.isEmpty() ? "preset.json" : current_file_,
+                                                    tr("Presets (*.json)"));
+  return !path.isEmpty() && save_preset(path);
+}
+
+void MainWindow::show_error(const QString& title, const QString& text) {
+  log::error("{}: {}", title.toStdString(), text.toStdString());
+  statusBar()->showMessage(title + ": " + text, 10000);
+  if (interactive_) QMessageBox::warning(this, title, text);
+}
+
+QMap<QString, QString> MainWindow::scenario_files() {
+  QMap<QString, QString> out;
+  const QStringList dirs = {QCoreApplication::applicationDirPath() + "/../share/nanscope/presets",
+                            QStringLiteral(NANSCOPE_SOURCE_DIR "/resources/presets")};
+  for (const QString& d : dirs) {
+    const QDir dir(d);
+    if (!dir.exists()) continue;
+    for (const QFileInfo& f : dir.entryInfoList({"*.json"}, QDir::Files, QDir::Name))
+      if (!out.contains(f.completeBaseName())) out[f.completeBaseName()] = f.absoluteFilePath();
+    if (!out.isEmpty()) break;
+  }
+  return out;
+}
+
+QString MainWindow::find_scenario(const QString& name, bool fixed) {
+  const auto files = scenario_files();
+  for (auto it = files.begin(); it != files.end(); ++it) {
+    const QString stem = it.key().toLower();
+    const bool is_fixed = stem.contains("fixed");
+    if (stem.startsWith(name.toLower()) && is_fixed == fixed) return it.value();
+  }
+  return {};
+}
+
+QStringList MainWindow::panel_names() const {
+  QStringList names = {"inspector"};
+  for (auto it = docks_.begin(); it != docks_.end(); ++it) names << it.key();
+  return names;
+}
+
+QImage MainWindow::screenshot(const QString& panel) {
+  if (panel.isEmpty() || panel == "window") return grab().toImage();
+  if (panel == "inspector") return inspector_->grab().toImage();
+  if (QDockWidget* d = docks_.value(panel)) {
+    if (!d->isVisible()) return {};
+    return d->grab().toImage();
+  }
+  return {};
+}
+
+void MainWindow::export_screenshot(const QString& panel) {
+  const QImage img = screenshot(panel);
+  if (img.isNull()) {
+    show_error(tr("Nothing to capture"), tr("The panel '%1' is hidden: show it from the View menu first.").arg(panel));
+    return;
+  }
+  const QString name = QString("nanscope-%1.png").arg(panel.isEmpty() ? "window" : panel);
+  const QString path = QFileDialog::getSaveFileName(this, tr("Export screenshot"), name, tr("PNG images (*.png)"));
+  if (path.isEmpty()) return;
+  if (!img.save(path, "PNG")) {
+    show_error(tr("Cannot save the screenshot"), tr("Writing %1 failed.").arg(path));
+    return;
+  }
+  statusBar()->showMessage(tr("Saved %1").arg(path), 4000);
+}
+
+void MainWindow::restore_settings() {
+  auto s = settings();
+  if (s.contains("geometry")) restoreGeometry(s.value("geometry").toByteArray());
+  if (s.contains("windowState")) restoreState(s.value("windowState").toByteArray());
+  const QString last = s.value("lastConfig").toString();
+  if (!last.isEmpty()) {
+    try {
+      load_config(run_config_from_json(nlohmann::json::parse(last.toStdString()), "the last session"));
+    } catch (const std::exception& e) {
+      log::warn("could not restore the last session's settings: {}", e.what());
+    }
+  }
+}
+
+void MainWindow::save_settings() {
+  auto s = settings();
+  s.setValue("geometry", saveGeometry());
+  s.setValue("windowState", saveState());
+  try {
+    s.setValue("lastConfig", QString::fromStdString(to_json(current_config()).dump()));
+  } catch (const std::exception&) {
+    // An invalid half-edited config is not worth keeping.
+  }
+}
+
+void MainWindow::closeEvent(QCloseEvent* event) {
+  if (!confirm_discard()) {
+    event->ignore();
+    return;
+  }
+  save_settings();
+  if (running_) {
+    statusBar()->showMessage(tr("Stopping the run..."));
+    engine_->shutdown();  // cancels and waits for the current step
+  }
+  event->accept();
+}
+
+void MainWindow::dragEnterEvent(QDragEnterEvent* event) {
+  const auto urls = event->mimeData()->urls();
+  if (urls.size() != 1 || running_) return;
+  const QFileInfo f(urls.front().toLocalFile());
+  if (f.isDir() || f.suffix().compare("json", Qt::CaseInsensitive) == 0 ||
+      f.suffix().compare("png", Qt::CaseInsensitive) == 0)
+    event->acceptProposedAction();
+}
+
+void MainWindow::dropEvent(QDropEvent* event) {
+  const QString path = event->mimeData()->urls().front().toLocalFile();
+  if (QFileInfo(path).isDir()) {
+    model_->set_model_folder(path);
+  } else if (confirm_discard()) {
+    open_file(path);
+  }
+  event->acceptProposedAction();
+}
+
+}  // namespace nanscope::gui

@@ -1,0 +1,129 @@
+#pragma once
+// The workbench window: dock panels around the live inspector, an engine
+// thread behind them, presets, PNGs and screenshots.
+
+#include <QMainWindow>
+#include <QMap>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "engine_controller.hpp"
+
+class QAction;
+class QDockWidget;
+class QLabel;
+class QMenu;
+class QProgressBar;
+
+namespace nanscope::gui {
+
+class AttentionPanel;
+class ConfigPanel;
+class InspectorPanel;
+class LogPanel;
+class ModelDevicePanel;
+class PrecisionPanel;
+class PromptPanel;
+class ResultPanel;
+class VaePolicyPanel;
+
+class MainWindow : public QMainWindow {
+  Q_OBJECT
+ public:
+  explicit MainWindow(QWidget* parent = nullptr);
+  ~MainWindow() override;
+
+  // The config the panels describe (validated). Throws ConfigError naming the key.
+  RunConfig current_config() const;
+  void load_config(const RunConfig& config);
+
+  // Starts a run with the panels' config; false (and the reason logged and
+  // shown) when the config is invalid or a run is going.
+  bool start_run();
+  void cancel_run();
+  bool running() const { return running_; }
+
+  // Files. Each returns false and tells the user why when it fails.
+  bool open_file(const QString& path);  // preset JSON or PNG
+  bool save_preset(const QString& path);
+  bool save_image(const QString& path);
+  bool is_dirty() const { return dirty_; }
+  void set_interactive(bool on) { interactive_ = on; }  // off: no dialogs (scripted mode, tests)
+
+  // Scenario presets (resources/presets): stem -> file.
+  static QMap<QString, QString> scenario_files();
+  // "R1" (or "R1 fixed") -> the preset file; empty when none matches.
+  static QString find_scenario(const QString& name, bool fixed);
+
+  // Screenshots: the window, or one panel by name (see panel_names()).
+  QImage screenshot(const QString& panel = {});
+  QStringList panel_names() const;
+
+  InspectorPanel* inspector() const { return inspector_; }
+  PromptPanel* prompt_panel() const { return prompt_; }
+  ResultPanel* result_panel() const { return result_; }
+  LogPanel* log_panel() const { return log_; }
+  EngineController* controller() const { return engine_->controller(); }
+
+ signals:
+  void requestRun(const nanscope::RunConfig& config);
+  void requestRedecode(int image, const QString& vae, const QString& dtype);
+  void runCompleted(const nanscope::gui::RunFinished& result);
+  void devicesListed();
+
+ protected:
+  void closeEvent(QCloseEvent* event) override;
+  void dragEnterEvent(QDragEnterEvent* event) override;
+  void dropEvent(QDropEvent* event) override;
+
+ private:
+  void build_actions();
+  void build_docks();
+  void build_menus();
+  void connect_engine();
+  void set_running(bool on);
+  void mark_dirty();
+  void set_current_file(const QString& path);
+  void update_title();
+  void add_recent(const QString& path);
+  void rebuild_recent_menu();
+  bool confirm_discard();
+  void show_error(const QString& title, const QString& text);
+  void export_screenshot(const QString& panel);
+  void restore_settings();
+  void save_settings();
+  QDockWidget* add_dock(QWidget* panel, const QString& name, const QString& title, Qt::DockWidgetArea area);
+
+  std::unique_ptr<EngineThread> engine_;
+  LogPanel* log_ = nullptr;
+  ModelDevicePanel* model_ = nullptr;
+  PromptPanel* prompt_ = nullptr;
+  PrecisionPanel* precision_ = nullptr;
+  AttentionPanel* attention_ = nullptr;
+  VaePolicyPanel* vae_ = nullptr;
+  InspectorPanel* inspector_ = nullptr;
+  ResultPanel* result_ = nullptr;
+  QList<ConfigPanel*> config_panels_;
+  QMap<QString, QDockWidget*> docks_;
+  QByteArray default_state_;
+
+  QAction* run_ = nullptr;
+  QAction* cancel_ = nullptr;
+  QAction* save_image_ = nullptr;
+  QAction* copy_image_ = nullptr;
+  QMenu* recent_menu_ = nullptr;
+
+  QLabel* device_label_ = nullptr;
+  QLabel* timing_label_ = nullptr;
+  QProgressBar* progress_ = nullptr;
+
+  nlohmann::json inspect_ = nlohmann::json::object();  // inspector settings of the loaded preset, kept as given
+  QString current_file_;
+  bool dirty_ = false;
+  bool loading_ = false;
+  bool running_ = false;
+  bool interactive_ = true;
+  int steps_done_ = 0;
+};
+
+}  // namespace nanscope::gui

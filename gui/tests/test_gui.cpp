@@ -1,0 +1,217 @@
+// Workbench tests: the real window, driven through its controls, on Qt's
+// offscreen platform (QT_QPA_PLATFORM=offscreen). The run tests need the
+// embedded model (or NANSCOPE_MODEL_DIR) and skip with a note without it.
+
+#include <QDockWidget>
+#include <QElapsedTimer>
+#include <QPlainTextEdit>
+#include <QSettings>
+#include <QSignalSpy>
+#include <QSpinBox>
+#include <QTemporaryDir>
+#include <QTimer>
+#include <QToolButton>
+#include <QtTest>
+#include <memory>
+
+#include "config/preset.hpp"
+#include "config_panels.hpp"
+#include "engine_types.hpp"
+#include "inspector_panel.hpp"
+#include "main_window.hpp"
+#include "pipeline/sd_model.hpp"
+#include "result_panel.hpp"
+
+using namespace nanscope;
+using namespace nanscope::gui;
+
+class GuiTest : public QObject {
+  Q_OBJECT
+
+ private:
+  bool have_model_ = false;
+  QString model_note_;
+
+  std::unique_ptr<MainWindow> make_window() {
+    auto w = std::make_unique<MainWindow>();
+    w->set_interactive(false);
+    w->resize(1400, 900);
+    w->show();
+    QSignalSpy listed(w.get(), &MainWindow::devicesListed);
+    if (listed.isEmpty()) listed.wait(60000);
+    return w;
+  }
+
+  // Types a prompt and a step count into the controls and presses Run.
+  static void press_run(MainWindow& w, int steps, const QString& prompt) {
+    auto* edit = w.findChild<QPlainTextEdit*>("prompt");
+    QVERIFY(edit);
+    edit->clear();
+    QTest::keyClicks(edit, prompt);
+    auto* spin = w.findChild<QSpinBox*>("steps");
+    QVERIFY(spin);
+    spin->setValue(steps);
+    auto* run = w.findChild<QToolButton*>("runButton");
+    QVERIFY(run);
+    QVERIFY(run->isEnabled());
+    QTest::mouseClick(run, Qt::LeftButton);
+    QVERIFY(w.running());
+  }
+
+ private slots:
+  void initTestCase() {
+    QSettings("NaNscope", qEnvironmentVariable("NANSCOPE_GUI_SETTINGS_SCOPE", "nanscope-test")).clear();
+    try {
+      pipeline::embedded_model_dir();
+      have_model_ = true;
+    } catch (const std::exception& e) {
+      model_note_ = QString::fromUtf8(e.what());
+    }
+  }
+
+  void run_end_to_end_with_low_latency() {
+    if (!have_model_) QSKIP(qPrintable("no embedded model: " + model_note_));
+    auto w = make_window();
+    QSignalSpy done(w.get(), &MainWindow::runCompleted);
+    QSignalSpy steps(w->controller(), &EngineController::step);
+
+    // Event-loop latency: a 5 ms timer on the GUI thread; the largest gap between ticks.
+    QElapsedTimer clock;
+    qint64 last = 0, worst = 0;
+    QTimer tick;
+    tick.setInterval(5);
+    QObject::connect(&tick, &QTimer::timeout, [&] {
+      const qint64 now = clock.elapsed();
+      worst = std::max(worst, now - last);
+      last = now;
+    });
+    clock.start();
+    tick.start();
+
+    const int kSteps = 8;
+    press_run(*w, kSteps, "a red circle");
+    QVERIFY(done.wait(300000));
+    tick.stop();
+    const RunFinished f = done.front().front().value<RunFinished>();
+    QVERIFY2(f.ok, qPrintable(f.error));
+    QVERIFY(!f.cancelled);
+    QCOMPARE(steps.size(), kSteps);
+    QCOMPARE(w->inspector()->steps_received(0), kSteps);
+    QCOMPARE(w->inspector()->points_plotted(), kSteps);
+    QVERIFY(w->result_panel()->has_image());
+    // The verdict carries the engine's own outcome for the image.
+    const ImageView* img = w->result_panel()->current();
+    QVERIFY(img);
+    QVERIFY2(w->inspector()->verdict().contains(QString::fromStdString(img->report.outcome).toHtmlEscaped()),
+             qPrintable(w->inspector()->verdict()));
+    qInfo("run: %.2f s; worst event-loop gap during the run: %lld ms", f.seconds, worst);
+    QVERIFY2(worst < 250, qPrintable(QString("the GUI thread stalled for %1 ms").arg(worst)));
+
+    // Save the image, open it again: the config comes back.
+    QTemporaryDir dir;
+    const QString png = dir.filePath("out.png");
+    QVERIFY(w->save_image(png));
+    const RunConfig saved = img->image.config;
+    auto w2 = make_window();
+    QVERIFY(w2->open_file(png));
+    QCOMPARE(to_json(w2->current_config()).dump(), to_json(saved).dump());
+  }
+
+  void cancel_mid_run() {
+    if (!have_model_) QSKIP(qPrintable("no embedded model: " + model_note_));
+    auto w = make_window();
+    QSignalSpy done(w.get(), &MainWindow::runCompleted);
+    QSignalSpy steps(w->controller(), &EngineController::step);
+    press_run(*w, 500, "a blue square");
+    QVERIFY(steps.wait(120000));
+    QElapsedTimer t;
+    t.start();
+    w->cancel_run();
+    QVERIFY(done.wait(60000));
+    const RunFinished f = done.front().front().value<RunFinished>();
+    QVERIFY(f.cancelled);
+    QVERIFY(w->inspector()->steps_received(0) < 500);
+    qInfo("cancel took %lld ms after %d step(s)", t.elapsed(), w->inspector()->steps_received(0));
+    QVERIFY(!w->running());
+  }
+
+  void close_during_run_is_clean() {
+    if (!have_model_) QSKIP(qPrintable("no embedded model: " + model_note_));
+    auto w = make_window();
+    QSignalSpy steps(w->controller(), &EngineController::step);
+    press_run(*w, 500, "a green triangle");
+    QVERIFY(steps.wait(120000));
+    QElapsedTimer t;
+    t.start();
+    w->close();
+    w.reset();  // stops the engine thread: must come back within a step or two
+    QVERIFY2(t.elapsed() < 20000, qPrintable(QString("closing took %1 ms").arg(t.elapsed())));
+  }
+
+  void preset_round_trip() {
+    auto w = make_window();
+    RunConfig c;
+    c.prompt = "a lighthouse at dusk";
+    c.negative_prompt = "blurry";
+    c.steps = 12;
+    c.cfg_scale = 5.5;
+    c.seed = 12345678901234ULL;
+    c.set("seeds", "3,5,8");
+    c.width = 128;
+    c.height = 64;
+    c.set("sampler", "dpmpp_2m_karras");
+    c.set("unet.dtype", "f16");
+    c.set("unet.accumulate", "native");
+    c.set("vae.dtype", "bf16");
+    c.set("text_encoder.attention.softmax", "native");
+    c.set("unet.attention.impl", "sliced");
+    c.set("unet.attention.slice_size", "2");
+    c.set("unet.up_blocks.*.attentions.*.attn1.accumulate", "f32");
+    c.set("nan_policy", "retry-vae-f32");
+    c.set("inspect.layer_trace", "true");
+    c.validate();
+    w->load_config(c);
+    QCOMPARE(to_json(w->current_config()).dump(), to_json(c).dump());
+
+    QTemporaryDir dir;
+    const QString path = dir.filePath("round.json");
+    QVERIFY(w->save_preset(path));
+    QVERIFY(!w->is_dirty());
+    QCOMPARE(to_json(load_preset(path.toStdString())).dump(), to_json(c).dump());
+    auto w2 = make_window();
+    QVERIFY(w2->open_file(path));
+    QCOMPARE(to_json(w2->current_config()).dump(), to_json(c).dump());
+
+    // Editing a control marks the settings dirty.
+    w2->findChild<QSpinBox*>("steps")->setValue(13);
+    QVERIFY(w2->is_dirty());
+  }
+
+  void screenshots_have_the_right_size() {
+    auto w = make_window();
+    w->resize(1280, 800);
+    QCoreApplication::processEvents();
+    const QImage full = w->screenshot();
+    QVERIFY(!full.isNull());
+    const qreal dpr = w->devicePixelRatioF();
+    QCOMPARE(full.size(), w->size() * dpr);
+    // Not a blank image: more than a handful of distinct colours.
+    QSet<QRgb> colours;
+    for (int y = 0; y < full.height(); y += 7)
+      for (int x = 0; x < full.width(); x += 7) colours.insert(full.pixel(x, y));
+    QVERIFY(colours.size() > 10);
+    for (const QString& name : w->panel_names()) {
+      const QImage panel = w->screenshot(name);
+      QWidget* widget = name == "inspector" ? static_cast<QWidget*>(w->inspector()) : w->findChild<QDockWidget*>(name + "Dock");
+      QVERIFY(widget);
+      if (!widget->isVisible()) continue;  // tabbed behind another dock
+      QCOMPARE(panel.size(), widget->size() * dpr);
+    }
+    QTemporaryDir dir;
+    QVERIFY(full.save(dir.filePath("shot.png")));
+    QVERIFY(QFileInfo(dir.filePath("shot.png")).size() > 1000);
+  }
+};
+
+QTEST_MAIN(GuiTest)
+#include "test_gui.moc"

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Runs the real workbench under Xvfb and saves screenshots for the README into
+# docs/screenshots/: the default run on the embedded model, then every
+# scenario preset (R0-R4 and their fixed twins) found in resources/presets/.
+# Usage: tools/screenshots.sh [build-dir]   (default: $NANSCOPE_BUILD_DIR or build)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build_dir=${1:-${NANSCOPE_BUILD_DIR:-build}}
+app="$build_dir/gui/nanscope"
+[ -x "$app" ] || { echo "screenshots: $app is not built (run tools/build.sh)" >&2; exit 1; }
+command -v xvfb-run >/dev/null || { echo "screenshots: xvfb-run is missing (apt-get install xvfb xauth)" >&2; exit 1; }
+out=docs/screenshots
+mkdir -p "$out"
+# A private settings scope: the user's window layout and last settings stay out of the pictures.
+export NANSCOPE_GUI_SETTINGS_SCOPE=nanscope-screenshots
+export QT_QPA_PLATFORM=xcb
+shoot() {  # name, then the app's arguments
+  local name=$1
+  shift
+  echo "screenshots: $name"
+  xvfb-run -a -s "-screen 0 1600x1000x24" "$app" "$@" --run --screenshot "$out/$name.png"
+}
+
+preset_dir=$(mktemp -d)
+trap 'rm -rf "$preset_dir"' EXIT
+cat > "$preset_dir/default.json" <<'JSON'
+{"nanscope_preset": 1, "prompt": "a red circle on a blue background", "steps": 20, "seed": 7}
+JSON
+shoot workbench --preset "$preset_dir/default.json"
+shoot inspector --preset "$preset_dir/default.json" --panel inspector
+
+shopt -s nullglob
+for preset in resources/presets/*.json; do
+  name=$(basename "$preset" .json)
+  shoot "$name" --preset "$preset"
+done
+echo "screenshots: written to $out/"
