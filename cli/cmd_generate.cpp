@@ -24,6 +24,8 @@ namespace nanscope::cli {
 
 namespace fs = std::filesystem;
 
+int run_checkpoint_info(const std::string& path);  // cmd_checkpoint_info.cpp
+
 namespace {
 
 struct GenerateOptions {
@@ -183,6 +185,7 @@ int run_generate(const GlobalOptions& g, const GenerateOptions& o) {
 }
 
 int run_info(const std::string& path) {
+  if (fs::path(path).extension() == ".safetensors") return run_checkpoint_info(path);
   const io::PngContents png = io::read_png(path);
   std::printf("%s: %dx%d\n", path.c_str(), png.image.width, png.image.height);
   if (const std::string* p = png.find("parameters")) std::printf("\nparameters:\n%s\n", p->c_str());
@@ -203,8 +206,11 @@ void add_generate_command(CLI::App& app, const GlobalOptions& g, Action& action)
   auto o = std::make_shared<GenerateOptions>();
   CLI::App* cmd = app.add_subcommand("generate", "Generate images (txt2img) and save them as PNG with metadata");
   cmd->add_option("--preset", o->preset, "Start from a preset JSON file");
-  cmd->add_option("--model", o->model, "Diffusers model folder (default: the embedded nanscope-tiny model)");
-  cmd->add_option("--vae", o->vae, "A VAE folder to use instead of the model's own (e.g. an fp16-fix VAE)");
+  cmd->add_option("--model", o->model,
+                  "Diffusers model folder or single-file SD 1.x/2.x/XL .safetensors (default: the embedded "
+                  "nanscope-tiny model)");
+  cmd->add_option("--vae", o->vae,
+                  "A VAE folder or .safetensors file to use instead of the model's own (e.g. an fp16-fix VAE)");
   cmd->add_option("-p,--prompt", o->prompt, "The prompt");
   cmd->add_option("-n,--negative", o->negative, "The negative prompt");
   cmd->add_option("--steps", o->steps, "Sampling steps");
@@ -223,8 +229,9 @@ void add_generate_command(CLI::App& app, const GlobalOptions& g, Action& action)
   cmd->callback([&g, &action, o] { action = [&g, o] { return run_generate(g, *o); }; });
 
   auto path = std::make_shared<std::string>();
-  CLI::App* info = app.add_subcommand("info", "Show the generation metadata stored in a PNG");
-  info->add_option("png", *path, "A PNG written by NaNscope (or A1111)")->required();
+  CLI::App* info = app.add_subcommand(
+      "info", "Show the generation metadata stored in a PNG, or a single-file checkpoint's contents");
+  info->add_option("png", *path, "A PNG written by NaNscope (or A1111), or a .safetensors checkpoint")->required();
   info->callback([&action, path] { action = [path] { return run_info(*path); }; });
 }
 

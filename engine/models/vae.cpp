@@ -2,6 +2,7 @@
 
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "models/ldm_checkpoint.hpp"
 
 namespace nanscope::models {
 
@@ -51,6 +52,7 @@ Tensor Vae::Mid::forward(const OpContext& parent, const Tensor& x) const {
 }
 
 Vae Vae::load(const std::filesystem::path& folder, Backend& backend, DType dtype, bool with_encoder) {
+  if (std::filesystem::is_regular_file(folder)) return load_vae_file(folder, backend, dtype, with_encoder);
   Vae vae(VaeConfig::from_json(ConfigJson::load(folder / "config.json")));
   const WeightSource source = WeightSource::from_folder(folder, dtype != DType::f32);
   WeightLoader loader(source, backend, dtype, "vae");

@@ -30,7 +30,8 @@ struct VaeConfig {
 
 class Vae {
  public:
-  // Loads from a VAE folder (config.json + safetensors).
+  // Loads from a VAE folder (config.json + safetensors), or from one safetensors
+  // file (a whole single-file checkpoint's VAE, an original or a diffusers VAE file).
   static Vae load(const std::filesystem::path& folder, Backend& backend, DType dtype, bool with_encoder = false);
   explicit Vae(VaeConfig config) : config_(std::move(config)) {}
   void load_weights(WeightLoader& w, bool with_encoder);

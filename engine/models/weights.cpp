@@ -1,6 +1,7 @@
 #include "models/weights.hpp"
 
 #include <algorithm>
+#include <cstring>
 
 #include "core/error.hpp"
 #include "core/log.hpp"
@@ -12,6 +13,12 @@ namespace fs = std::filesystem;
 WeightSource::WeightSource(std::vector<fs::path> files) {
   for (const auto& f : files) files_.push_back(std::make_shared<io::SafetensorsFile>(io::SafetensorsFile::open(f)));
 }
+
+WeightSource::WeightSource(std::shared_ptr<io::SafetensorsFile> file, std::string component,
+                           std::map<std::string, TensorRef> present,
+                           std::function<std::optional<TensorRef>(const std::string&)> locate)
+    : files_{std::move(file)}, mapped_(std::move(present)), locate_(std::move(locate)),
+      component_(std::move(component)) {}
 
 WeightSource WeightSource::from_folder(const fs::path& folder, bool prefer_fp16) {
   if (!fs::is_directory(folder)) {
@@ -38,6 +45,12 @@ WeightSource WeightSource::from_folder(const fs::path& folder, bool prefer_fp16)
 }
 
 const io::TensorEntry* WeightSource::find(const std::string& name, const io::SafetensorsFile** file) const {
+  if (mapped_) {
+    const auto it = mapped_->find(name);
+    if (it == mapped_->end()) return nullptr;
+    if (file) *file = files_.front().get();
+    return files_.front()->find(it->second.key);
+  }
   for (const auto& f : files_) {
     if (const auto* e = f->find(name)) {
       if (file) *file = f.get();
@@ -58,12 +71,17 @@ std::string WeightSource::describe() const {
 
 std::vector<std::string> WeightSource::names() const {
   std::vector<std::string> out;
+  if (mapped_) {
+    for (const auto& [name, ref] : *mapped_) out.push_back(name);
+    return out;
+  }
   for (const auto& f : files_)
     for (const auto& e : f->entries()) out.push_back(e.name);
   return out;
 }
 
 HostTensor WeightSource::read(const std::string& name, const Shape& expected, DType dtype) const {
+  if (mapped_) return read_mapped(name, expected, dtype);
   const io::SafetensorsFile* file = nullptr;
   const io::TensorEntry* e = find(name, &file);
   if (!e) {
@@ -82,6 +100,71 @@ HostTensor WeightSource::read(const std::string& name, const Shape& expected, DT
                     "; check that config.json belongs to these weights");
   }
   return file->read(*e, dtype);
+}
+
+HostTensor WeightSource::read_mapped(const std::string& name, const Shape& expected, DType dtype) const {
+  const io::SafetensorsFile& f = *files_.front();
+  const std::string diffusers = component_ + "." + name;
+  const auto it = mapped_->find(name);
+  if (it == mapped_->end()) {
+    const std::optional<TensorRef> where = locate_ ? locate_(name) : std::nullopt;
+    throw FileError("tensor '" + (where ? where->key : std::string("(no LDM name known)")) + "' (diffusers " +
+                    diffusers + ", expected shape " + shape_str(expected) + ") is missing from " + f.path().string() +
+                    "; the checkpoint is incomplete or its layout is not the standard one for its family");
+  }
+  const TensorRef& ref = it->second;
+  const io::TensorEntry* e = f.find(ref.key);
+  if (!e) throw FileError("tensor '" + ref.key + "' (diffusers " + diffusers + ") vanished from " + f.path().string());
+  const Shape& s = e->shape;
+  const auto mismatch = [&](const std::string& how) {
+    throw FileError("tensor '" + ref.key + "' in " + f.path().string() + " (diffusers " + diffusers + ") has shape " +
+                    shape_str(s) + " but the model implies " + how +
+                    "; the checkpoint's layout differs from the standard one for its family (a merged or pruned "
+                    "file with other channel counts?)");
+  };
+  switch (ref.transform) {
+    case TensorRef::Transform::none:
+    case TensorRef::Transform::squeeze: {
+      if (s == expected) return f.read(*e, dtype);
+      // A linear stored as a 1x1 conv (the VAE attention) and back: the same numbers.
+      if (shape_numel(s) == shape_numel(expected) && s.size() != expected.size() && !s.empty() &&
+          !expected.empty() && s[0] == expected[0]) {
+        HostTensor h = f.read(*e, dtype);
+        h.shape = expected;
+        return h;
+      }
+      mismatch(shape_str(expected));
+      break;
+    }
+    case TensorRef::Transform::chunk: {
+      Shape whole = expected;
+      if (!whole.empty()) whole[0] *= ref.chunks;
+      if (s != whole) {
+        mismatch(shape_str(whole) + " (" + std::to_string(ref.chunks) + " stacked parts of " + shape_str(expected) +
+                 ")");
+      }
+      const HostTensor all = f.read(*e, dtype);
+      HostTensor part(expected, dtype);
+      const std::size_t bytes = part.data.size();
+      std::memcpy(part.data.data(), all.data.data() + static_cast<std::size_t>(ref.chunk) * bytes, bytes);
+      return part;
+    }
+    case TensorRef::Transform::transpose: {
+      if (s.size() != 2 || expected.size() != 2 || s[0] != expected[1] || s[1] != expected[0]) {
+        mismatch(shape_str(expected) + " stored transposed, " + shape_str(Shape(expected.rbegin(), expected.rend())));
+      }
+      const HostTensor all = f.read(*e, dtype);
+      HostTensor t(expected, dtype);
+      const std::size_t es = dtype_size(dtype);
+      for (std::int64_t r = 0; r < s[0]; ++r)
+        for (std::int64_t c = 0; c < s[1]; ++c)
+          std::memcpy(t.data.data() + static_cast<std::size_t>(c * s[0] + r) * es,
+                      all.data.data() + static_cast<std::size_t>(r * s[1] + c) * es, es);
+      return t;
+    }
+  }
+  mismatch(shape_str(expected));
+  return {};
 }
 
 WeightLoader::WeightLoader(const WeightSource& source, Backend& backend, DType dtype, std::string component)

@@ -5,7 +5,10 @@
 // tensor or a shape that disagrees names the file, the tensor and both shapes.
 
 #include <filesystem>
+#include <functional>
+#include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -14,6 +17,21 @@
 #include "io/safetensors.hpp"
 
 namespace nanscope::models {
+
+// Where a diffusers tensor is in a file that names (and may store) it
+// differently: an original LDM checkpoint.
+struct TensorRef {
+  enum class Transform : std::uint8_t {
+    none,       // same numbers, same layout (a 1x1 conv may stand for a linear and back)
+    squeeze,    // a linear weight [out, in] stored as a 1x1 convolution [out, in, 1, 1]
+    chunk,      // rows [chunk * n, (chunk + 1) * n) of dim 0, n = dim 0 / chunks (fused q/k/v)
+    transpose,  // a 2-D tensor stored transposed
+  };
+  std::string key;
+  Transform transform = Transform::none;
+  int chunk = 0, chunks = 1;
+  friend bool operator==(const TensorRef&, const TensorRef&) = default;
+};
 
 class WeightSource {
  public:
@@ -24,6 +42,13 @@ class WeightSource {
   // when `prefer_fp16`, then any sharded *.safetensors. Pickle-only folders are
   // refused with the reason.
   static WeightSource from_folder(const std::filesystem::path& folder, bool prefer_fp16 = false);
+  // One component of a file with other names: `present` maps each diffusers
+  // name found in the file to its tensor; `locate` says where a diffusers name
+  // would be (for the message when it is missing). `component` is the
+  // diffusers component ("unet"), named in messages.
+  WeightSource(std::shared_ptr<io::SafetensorsFile> file, std::string component,
+               std::map<std::string, TensorRef> present,
+               std::function<std::optional<TensorRef>(const std::string&)> locate);
 
   const io::TensorEntry* find(const std::string& name, const io::SafetensorsFile** file = nullptr) const;
   bool contains(const std::string& name) const { return find(name) != nullptr; }
@@ -34,7 +59,13 @@ class WeightSource {
   HostTensor read(const std::string& name, const Shape& expected, DType dtype) const;
 
  private:
+  HostTensor read_mapped(const std::string& name, const Shape& expected, DType dtype) const;
+
   std::vector<std::shared_ptr<io::SafetensorsFile>> files_;
+  // Set for a renamed source (one file).
+  std::optional<std::map<std::string, TensorRef>> mapped_;
+  std::function<std::optional<TensorRef>(const std::string&)> locate_;
+  std::string component_;
 };
 
 // Uploads tensors of one component with a name prefix ("" or e.g. "first_stage_model.")

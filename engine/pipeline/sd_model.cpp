@@ -9,6 +9,7 @@
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "io/safetensors.hpp"
+#include "models/ldm_checkpoint.hpp"
 
 namespace nanscope::pipeline {
 
@@ -50,13 +51,7 @@ int SdModel::default_size() const {
 
 std::unique_ptr<SdModel> SdModel::load(const fs::path& folder, const fs::path& vae_override, Backend& backend,
                                        const ComponentDTypes& dtypes) {
-  if (fs::is_regular_file(folder)) {
-    const std::string ext = folder.extension().string();
-    if (ext == ".ckpt" || ext == ".pt" || ext == ".bin" || ext == ".pth") io::refuse_pickle(folder);
-    throw FileError(folder.string() +
-                    " is a single file; single-file checkpoints are not loaded yet: use a diffusers folder "
-                    "(model_index.json with text_encoder/, tokenizer/, unet/, vae/, scheduler/)");
-  }
+  if (fs::is_regular_file(folder)) return load_single_file(folder, vae_override, backend, dtypes);
   if (!fs::is_directory(folder)) throw FileError("model folder " + folder.string() + " does not exist");
   const fs::path index_path = folder / "model_index.json";
   if (!fs::exists(index_path)) {
@@ -88,7 +83,7 @@ std::unique_ptr<SdModel> SdModel::load(const fs::path& folder, const fs::path& v
   require_dir(folder / "unet", "unet/");
   m->unet = models::UNet::load(folder / "unet", backend, dtypes.unet);
   m->vae_folder_ = vae_override.empty() ? folder / "vae" : vae_override;
-  require_dir(m->vae_folder_, "vae/");
+  if (!fs::is_regular_file(m->vae_folder_)) require_dir(m->vae_folder_, "vae/");
   m->vae = models::Vae::load(m->vae_folder_, backend, dtypes.vae);
   require_dir(folder / "scheduler", "scheduler/");
   m->scheduler_config_ = read_json(folder / "scheduler" / "scheduler_config.json");
@@ -110,6 +105,100 @@ std::unique_ptr<SdModel> SdModel::load(const fs::path& folder, const fs::path& v
               "(use vae.dtype=f32, the retry-vae-f32 NaN policy, or an fp16-fix VAE)",
               m->vae_folder_.string(), dtype_name(dtypes.vae));
   }
+  return m;
+}
+
+namespace {
+
+ModelFamily to_family(models::LdmFamily f) {
+  switch (f) {
+    case models::LdmFamily::sd1: return ModelFamily::sd1;
+    case models::LdmFamily::sd2: return ModelFamily::sd2;
+    case models::LdmFamily::sdxl: return ModelFamily::sdxl;
+  }
+  return ModelFamily::sd1;
+}
+
+// A single file carries no tokenizer: it is read from tokenizer/ (and SDXL's
+// tokenizer_2/) next to the checkpoint.
+ClipTokenizer single_file_tokenizer(const fs::path& checkpoint, const std::string& name, ModelFamily family) {
+  const fs::path dir = checkpoint.parent_path() / name;
+  if (!fs::is_directory(dir)) {
+    throw FileError(checkpoint.string() + " is a " + std::string(family_name(family)) +
+                    " single-file checkpoint, which carries no tokenizer; put the CLIP tokenizer files (vocab.json, "
+                    "merges.txt, tokenizer_config.json, e.g. the " + name + "/ folder of the diffusers version of the "
+                    "model) in " + dir.string());
+  }
+  return ClipTokenizer::load(dir);
+}
+
+template <typename Model>
+void load_component(Model& model, const models::LdmCheckpoint& ckpt, const std::string& component, Backend& backend,
+                    DType dtype) {
+  const models::WeightSource source = ckpt.source(component);
+  models::WeightLoader loader(source, backend, dtype, component);
+  model.load_weights(loader);
+  loader.report_unused();
+}
+
+}  // namespace
+
+std::unique_ptr<SdModel> SdModel::load_single_file(const fs::path& file, const fs::path& vae_override,
+                                                   Backend& backend, const ComponentDTypes& dtypes) {
+  io::refuse_pickle(file);
+  const auto t0 = std::chrono::steady_clock::now();
+  const models::LdmCheckpoint ckpt = models::LdmCheckpoint::open(file);
+  std::unique_ptr<SdModel> m(new SdModel());
+  m->folder_ = file;
+  m->dtypes_ = dtypes;
+  m->family_ = to_family(ckpt.family());
+  const bool xl = m->family_ == ModelFamily::sdxl;
+  m->force_zeros_for_empty_prompt_ = xl;
+  const std::string origin = "the built-in " + std::string(family_name(m->family_)) + " config for " + file.string();
+
+  m->tokenizer = single_file_tokenizer(file, "tokenizer", m->family_);
+  m->text_encoder.emplace(
+      models::ClipTextConfig::from_json(models::ConfigJson(ckpt.text_encoder_config(), origin + " (text_encoder)")));
+  load_component(*m->text_encoder, ckpt, "text_encoder", backend, dtypes.text_encoder);
+  if (xl) {
+    m->tokenizer_2 = single_file_tokenizer(file, "tokenizer_2", m->family_);
+    m->text_encoder_2.emplace(models::ClipTextConfig::from_json(
+        models::ConfigJson(ckpt.text_encoder_2_config(), origin + " (text_encoder_2)")));
+    load_component(*m->text_encoder_2, ckpt, "text_encoder_2", backend, dtypes.text_encoder);
+  }
+  m->unet.emplace(models::UNetConfig::from_json(models::ConfigJson(ckpt.unet_config(), origin + " (unet)")));
+  load_component(*m->unet, ckpt, "unet", backend, dtypes.unet);
+  if (vae_override.empty()) {
+    m->vae_folder_ = file;
+    m->vae.emplace(models::VaeConfig::from_json(models::ConfigJson(ckpt.vae_config(), origin + " (vae)")));
+    const models::WeightSource source = ckpt.source("vae");
+    models::WeightLoader loader(source, backend, dtypes.vae, "vae");
+    m->vae->load_weights(loader, /*with_encoder=*/false);
+  } else {
+    m->vae_folder_ = vae_override;
+    if (fs::is_regular_file(vae_override)) {
+      m->vae = models::load_vae_file(vae_override, backend, dtypes.vae, false, ckpt.family());
+    } else {
+      require_dir(vae_override, "VAE");
+      m->vae = models::Vae::load(vae_override, backend, dtypes.vae);
+    }
+  }
+  m->scheduler_config_ = ckpt.scheduler_config();
+  if (m->family_ == ModelFamily::sd2) {
+    log::info("{}: SD 2.x single files are taken as SD 2.1 (v-prediction, 768x768), as diffusers does; an SD 2.x "
+              "base (epsilon, 512) model needs its diffusers folder",
+              file.filename().string());
+  }
+  const std::vector<std::string> unclaimed = ckpt.unclaimed();
+  if (!unclaimed.empty()) {
+    log::warn("{}: {} tensors have no diffusers name in the {} table and are not used (first: {})", file.string(),
+              unclaimed.size(), family_name(m->family_), unclaimed.front());
+  }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  log::info("loaded {} (single file, {}) on \"{}\" in {:.2f} s: text encoder {}, UNet {}, VAE {} from {}",
+            file.filename().string(), family_name(m->family_), backend.device().name, secs,
+            dtype_name(dtypes.text_encoder), dtype_name(dtypes.unet), dtype_name(dtypes.vae),
+            m->vae_folder_.string());
   return m;
 }
 

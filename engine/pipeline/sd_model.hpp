@@ -27,12 +27,15 @@ struct ComponentDTypes {
 
 class SdModel {
  public:
-  // folder: a diffusers pipeline folder (model_index.json). vae: an optional
-  // VAE folder replacing the model's own ("" = vae/).
+  // folder: a diffusers pipeline folder (model_index.json), or a single-file
+  // SD 1.x / 2.x / XL checkpoint (.safetensors, original LDM names; its
+  // tokenizer/ and SDXL's tokenizer_2/ are read from the same directory).
+  // vae: an optional VAE folder or file replacing the model's own ("" = vae/).
   static std::unique_ptr<SdModel> load(const std::filesystem::path& folder, const std::filesystem::path& vae,
                                        Backend& backend, const ComponentDTypes& dtypes);
 
   ModelFamily family() const { return family_; }
+  // The diffusers folder or the single file.
   const std::filesystem::path& folder() const { return folder_; }
   const std::filesystem::path& vae_folder() const { return vae_folder_; }
   const ComponentDTypes& dtypes() const { return dtypes_; }
@@ -50,6 +53,9 @@ class SdModel {
 
  private:
   SdModel() = default;
+  static std::unique_ptr<SdModel> load_single_file(const std::filesystem::path& file,
+                                                   const std::filesystem::path& vae, Backend& backend,
+                                                   const ComponentDTypes& dtypes);
   ModelFamily family_ = ModelFamily::sd1;
   std::filesystem::path folder_, vae_folder_;
   ComponentDTypes dtypes_;
