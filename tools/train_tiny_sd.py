@@ -215,12 +215,12 @@ class ThreadGovernor:
     order changes, not the sample sequence.
     """
 
-    def __init__(self, max_threads, every=10):
-        self.max, self.every = max_threads, every
+    def __init__(self, max_threads, every=10, fixed=False):
+        self.max, self.every, self.fixed = max_threads, every, fixed
         self.cur = torch.get_num_threads()
 
     def __call__(self, it):
-        if self.max <= 1 or it % self.every:
+        if self.fixed or self.max <= 1 or it % self.every:
             return
         load = os.getloadavg()[0]
         want = self.cur
@@ -457,7 +457,7 @@ def stage_vae(args, finetune=False):
     vae.train()
     prog = Progress(name, start, total, args.log_every)
     last_save = time.time()
-    gov = ThreadGovernor(args.threads)
+    gov = ThreadGovernor(args.threads, fixed=args.fixed_threads)
     for it in range(start, total):
         gov(it)
         rng = np.random.default_rng([args.seed, 10 + finetune, it])
@@ -562,7 +562,7 @@ def stage_unet(args):
     te.train()
     prog = Progress("unet", start, total, args.log_every)
     last_save = time.time()
-    gov = ThreadGovernor(args.threads)
+    gov = ThreadGovernor(args.threads, fixed=args.fixed_threads)
     for it in range(start, total):
         gov(it)
         rng = np.random.default_rng([args.seed, 20, it])
@@ -666,6 +666,8 @@ def main():
     ap.add_argument("--probe", action="store_true", help="time the configured model sizes and exit")
     ap.add_argument("--seed", type=int, default=20240611)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--fixed-threads", action="store_true",
+                    help="always use --threads (when the other jobs on the machine run at a lower priority)")
     ap.add_argument("--num-images", type=int, default=32000)
     ap.add_argument("--num-val", type=int, default=1024, help="held-out images (end of the set)")
     # VAE

@@ -1,0 +1,143 @@
+// Whole txt2img on the embedded default model (or --model), 20 steps with
+// CFG at the model's size: load, time per step and end to end on the selected
+// device, beside diffusers' StableDiffusionPipeline on PyTorch (CPU) running
+// the same folder in the same bench. Prints a table.
+//
+//   build/bench/bench_txt2img [--device D] [--model DIR] [--steps N] [--runs N] [--no-torch]
+//
+// The PyTorch baseline runs as a well-set-up user would run it: OpenBLAS with
+// OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE unset, GLIBC_TUNABLES=glibc.malloc.hugetlb=1,
+// one thread per core, diffusers' classic AttnProcessor (torch 1.13 has no SDPA).
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.hpp"
+#include "pipeline/sd_model.hpp"
+#include "pipeline/session.hpp"
+
+using namespace nanscope;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+// Wall-clock time of every step, as the observer sees it.
+class StepClock : public pipeline::RunObserver {
+ public:
+  void on_step(const pipeline::StepReport&) override { stamps.push_back(Clock::now()); }
+  double per_step() const {
+    if (stamps.size() < 2) return 0.0;
+    return std::chrono::duration<double>(stamps.back() - stamps.front()).count() /
+           static_cast<double>(stamps.size() - 1);
+  }
+  std::vector<Clock::time_point> stamps;
+};
+
+struct TorchResult {
+  double end_to_end = 0, per_step = 0, load = 0;
+  bool ok = false;
+};
+
+TorchResult run_torch(const std::string& model, int steps, double cfg, int runs) {
+  const char* py_env = std::getenv("NANSCOPE_PYTHON");
+  const std::string py = py_env ? py_env : NANSCOPE_SOURCE_DIR "/.venv/bin/python";
+  const unsigned threads = std::max(1u, std::thread::hardware_concurrency());
+  const std::string cmd = "env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE GLIBC_TUNABLES=glibc.malloc.hugetlb=1 "
+                          "HF_HUB_OFFLINE=1 '" + py + "' '" NANSCOPE_SOURCE_DIR "/bench/torch_txt2img.py' '" + model +
+                          "' " + std::to_string(steps) + " " + std::to_string(cfg) + " " + std::to_string(runs) + " " +
+                          std::to_string(threads);
+  TorchResult r;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return r;
+  std::string text;
+  char buf[4096];
+  while (std::fgets(buf, sizeof buf, p)) text += buf;
+  if (pclose(p) != 0) {
+    std::fprintf(stderr, "diffusers baseline failed (is .venv set up? run tools/setup.sh)\n");
+    return r;
+  }
+  const auto j = nlohmann::json::parse(text.substr(text.rfind('{')));
+  r.end_to_end = j.at("end_to_end").get<double>();
+  r.per_step = j.at("per_step").get<double>();
+  r.load = j.at("load").get<double>();
+  r.ok = true;
+  return r;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string pin, model;
+  int steps = 20, runs = 5;
+  bool torch = true;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--device" && i + 1 < argc) pin = argv[++i];
+    else if (a == "--model" && i + 1 < argc) model = argv[++i];
+    else if (a == "--steps" && i + 1 < argc) steps = std::atoi(argv[++i]);
+    else if (a == "--runs" && i + 1 < argc) runs = std::max(1, std::atoi(argv[++i]));
+    else if (a == "--no-torch") torch = false;
+    else {
+      std::fprintf(stderr, "usage: %s [--device D] [--model DIR] [--steps N] [--runs N] [--no-torch]\n", argv[0]);
+      return 2;
+    }
+  }
+  try {
+    if (model.empty()) model = pipeline::embedded_model_dir().string();
+    RunConfig config;
+    config.model = model;
+    config.device = pin;
+    config.prompt = "a red circle on a blue background";
+    config.steps = steps;
+    config.cfg_scale = 7.0;
+
+    pipeline::Session session;
+    const std::string device = session.backend(pin).device().name;
+    // First run: model load and kernel builds/cache loads, timed apart.
+    auto t0 = Clock::now();
+    config.seed = 0;
+    session.generate(config);
+    const double first = seconds_since(t0);
+
+    std::vector<double> totals, per_step;
+    for (int r = 0; r < runs; ++r) {
+      StepClock clock;
+      config.seed = static_cast<std::uint64_t>(r + 1);
+      t0 = Clock::now();
+      session.generate(config, &clock);
+      totals.push_back(seconds_since(t0));
+      per_step.push_back(clock.per_step());
+    }
+    const TorchResult t = torch ? run_torch(model, steps, config.cfg_scale, runs) : TorchResult{};
+
+    std::printf("\nbench_txt2img: %s, %d steps, CFG 7, one 1-image run (median of %d) on \"%s\"\n\n",
+                model.c_str(), steps, runs, device.c_str());
+    std::printf("| | first run s (load + kernels) | per step ms | end to end s | diffusers / ours |\n");
+    std::printf("|---|---|---|---|---|\n");
+    std::printf("| NaNscope | %.2f | %.1f | %.3f | |\n", first, median(per_step) * 1e3, median(totals));
+    if (t.ok) {
+      std::printf("| diffusers (PyTorch CPU) | %.2f (load) | %.1f | %.3f | %.2fx end to end, %.2fx per step |\n", t.load,
+                  t.per_step * 1e3, t.end_to_end, t.end_to_end / median(totals), t.per_step / median(per_step));
+    }
+    std::printf("\nTarget: end to end under 2 s at the embedded model's 64x64.\n");
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_txt2img: %s\n", e.what());
+    return 1;
+  }
+}
