@@ -49,6 +49,8 @@ int main(int argc, char** argv) {
   cli::add_precompile_command(app, g, action);
   cli::add_demo_command(app, g, action);
   cli::add_generate_command(app, g, action);
+  cli::add_inspect_command(app, g, action);
+  cli::add_scenario_command(app, g, action);
 
   try {
     app.parse(argc, argv);

@@ -27,6 +27,7 @@ Tensor attention(const OpContext& ctx, const Tensor& q, const Tensor& k, const T
   Tensor out = call.allocate({batch, sq, v.dim(2)});
   call.be().attention(
       AttentionArgs{q, k, v, out, batch, sq, sk, heads, d, dv, scale, causal, ctx.precision, ctx.attention});
+  if (ctx.faults != nullptr) ctx.faults->apply(ctx, "ATTENTION", out);
   call.trace({&q, &k, &v}, out);
   return out;
 }

@@ -13,6 +13,7 @@
 namespace nanscope {
 
 class OpTracer;
+class FaultEmulator;
 
 // Resolves the precision and attention settings of a module from its path
 // (per-module overrides, most specific pattern wins). Applied by child().
@@ -29,6 +30,7 @@ struct OpContext {
   AttentionConfig attention;
   OpTracer* tracer = nullptr;
   const PrecisionPolicy* policy = nullptr;  // when set, child() re-resolves precision for the child's path
+  FaultEmulator* faults = nullptr;  // the inspector's fault emulation; null: real numerics, untouched
 
   // The same context for a child module: path + "." + name.
   OpContext child(std::string_view name) const;
@@ -41,6 +43,19 @@ class OpTracer {
   virtual ~OpTracer() = default;
   virtual void on_op(const OpContext& ctx, std::string_view op, std::span<const Tensor* const> inputs,
                      const Tensor& output) = 0;
+};
+
+// Fault emulation (engine/inspect/fault_emulation.hpp): device quirks
+// reproduced on any device so the detectors can be demonstrated. Ops that a
+// quirk can hit call apply() after the backend computed their output; it may
+// replace the output with a corrupted copy. Always labelled as emulation.
+class FaultEmulator {
+ public:
+  virtual ~FaultEmulator() = default;
+  // Returns true when it replaced `output`.
+  virtual bool apply(const OpContext& ctx, std::string_view op, Tensor& output) = 0;
+  // Whether `t` is an output this emulator corrupted (for the layer trace).
+  virtual bool altered(const Tensor& t) const = 0;
 };
 
 // Builds the standard op error message:

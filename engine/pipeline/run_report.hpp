@@ -10,6 +10,7 @@
 
 #include "config/run_config.hpp"
 #include "core/tensor.hpp"
+#include "inspect/inspect.hpp"
 #include "io/png.hpp"
 
 namespace nanscope::pipeline {
@@ -33,6 +34,7 @@ struct StepReport {
   Shape latent_shape;
   std::vector<float> latent_values;  // the latent after the step (f32, NCHW)
   double seconds = 0;
+  inspect::StepStats stats;  // the inspector's view of this step: per channel, mask, bands, preview, verdict
 };
 
 struct DecodeAttempt {
@@ -40,6 +42,7 @@ struct DecodeAttempt {
   DType dtype = DType::f32;
   std::int64_t nonfinite = 0;
   double seconds = 0;
+  inspect::ImageStats image;  // the image checks of this decode (before clamping)
 };
 
 struct RunReport {
@@ -53,6 +56,7 @@ struct RunReport {
   std::string outcome;  // plain English: "clean", "decode gave 3145728 non-finite values; retried in f32: clean"
   bool stopped = false;   // nan_policy=stop ended the run early
   bool cancelled = false;
+  inspect::RunInspection inspection;  // verdict, first bad step, origin op, image checks, layer traces
 };
 
 struct GeneratedImage {

@@ -35,8 +35,10 @@ class Session {
 
   // Decodes a kept latent again with another VAE folder and/or dtype: the
   // recovery path for a failed decode, without re-sampling.
+  // A tracer, when given, records the decode's layer trace. The config's
+  // inspector settings (fault emulation) apply to the decode.
   GeneratedImage redecode(const RunConfig& config, const GeneratedImage& image, const std::filesystem::path& vae,
-                          DType dtype, DecodeAttempt* attempt = nullptr);
+                          DType dtype, DecodeAttempt* attempt = nullptr, OpTracer* tracer = nullptr);
 
  private:
   struct ModelKey {
@@ -52,6 +54,7 @@ class Session {
   std::optional<ModelKey> model_key_;
   std::unique_ptr<SdModel> model_;
   std::map<std::string, std::unique_ptr<models::Vae>> extra_vaes_;  // key: device|folder|dtype
+  FaultEmulator* active_faults_ = nullptr;  // the running generate()'s fault emulation, shared by its decodes
 };
 
 }  // namespace nanscope::pipeline

@@ -15,6 +15,8 @@
 #include "config/a1111.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "inspect/fault_emulation.hpp"
+#include "inspect/layer_trace.hpp"
 #include "pipeline/noise.hpp"
 #include "pipeline/scheduler.hpp"
 #include "pipeline/session.hpp"
@@ -126,6 +128,69 @@ Tensor upload_as(Backend& be, const Shape& shape, std::span<const float> values,
 
 std::vector<float> download_f32(Backend& be, const Tensor& t) { return be.download(t).to_f32(); }
 
+// Which latent -> RGB preview factors fit this model: the embedded model's
+// VAE (block_out_channels 16, 32, 64 with 4 latent channels) has its own fit;
+// others use their family's.
+std::string preview_family(const SdModel& m) {
+  const auto& vc = m.vae->config();
+  if (vc.latent_channels == 4 && vc.block_out_channels == std::vector<std::int64_t>{16, 32, 64}) return "nanscope-tiny";
+  switch (m.family()) {
+    case ModelFamily::sd1: return "sd1";
+    case ModelFamily::sd2: return "sd2";
+    case ModelFamily::sdxl: return "sdxl";
+  }
+  return "";
+}
+
+// The run's verdict, origin and one-line summary, from its steps (already in
+// report.inspection), its decodes and its layer traces.
+void finish_inspection(RunReport& report, const std::string& first_bad_note, const inspect::R0Emulator* emulator) {
+  inspect::RunInspection& ri = report.inspection;
+  const inspect::Verdict steps_verdict = ri.verdict;
+  if (!report.decodes.empty()) {
+    ri.image = report.decodes.back().image;
+    if (report.decodes.size() > 1) ri.first_decode = report.decodes.front().image;
+    ri.verdict = inspect::worst(ri.verdict, ri.image->map.verdict);
+  }
+  for (const auto& t : ri.traces) {
+    if (ri.origin.empty() && t.origin_op()) {
+      ri.origin = t.origin_op()->full_path();
+      ri.origin_op = t.origin_op()->op;
+    }
+    if (ri.near_limit_origin.empty() && t.near_limit_op()) ri.near_limit_origin = t.near_limit_op()->full_path();
+  }
+  // No op went non-finite, but an emulated fault altered one: that op is where it broke.
+  for (const auto& t : ri.traces) {
+    if (!ri.origin.empty()) break;
+    for (const auto& op : t.ops) {
+      if (op.emulated_fault) {
+        ri.origin = op.full_path();
+        ri.origin_op = op.op;
+        break;
+      }
+    }
+  }
+  std::string s(inspect::verdict_name(ri.verdict));
+  if (ri.image && ri.image->map.verdict != inspect::Verdict::clean &&
+      (first_bad_note.empty() || static_cast<int>(ri.image->map.verdict) > static_cast<int>(steps_verdict))) {
+    s += ": image: " + ri.image->map.note;
+  } else if (!first_bad_note.empty()) {
+    s += ": " + first_bad_note;
+  }
+  if (ri.first_decode && ri.first_decode->map.verdict != inspect::Verdict::clean) {
+    s += std::string(ri.verdict == inspect::Verdict::clean ? "; recovered" : "") + " (first decode: " +
+         ri.first_decode->map.note + "; " + report.outcome + ")";
+  }
+  if (!ri.origin.empty()) s += "; origin " + ri.origin + " (" + ri.origin_op + ")";
+  if (!ri.near_limit_origin.empty() && ri.near_limit_origin != ri.origin)
+    s += "; first op near the dtype limit " + ri.near_limit_origin;
+  if (emulator) {
+    ri.emulation_note = emulator->describe();
+    s = "[EMULATION] " + s;
+  }
+  ri.summary = s;
+}
+
 }  // namespace
 
 TensorSummary summarize(std::span<const float> values) {
@@ -161,6 +226,7 @@ TensorSummary summarize(std::span<const float> values) {
 std::vector<GeneratedImage> Session::generate(const RunConfig& config, RunObserver* observer) {
   config.validate();
   check_overrides(config);
+  const inspect::InspectSettings insp = inspect::InspectSettings::from_json(config.inspect);
   RunObserver fallback;
   RunObserver& obs = observer ? *observer : fallback;
   const auto t_load = Clock::now();
@@ -187,6 +253,18 @@ std::vector<GeneratedImage> Session::generate(const RunConfig& config, RunObserv
   }
   const std::int64_t lat_c = m.unet->config().in_channels;
   const Shape latent_shape{1, lat_c, height / f, width / f};
+
+  // The inspector: settings, and fault emulation when asked for (labelled in every output).
+  std::unique_ptr<inspect::R0Emulator> emulator;
+  if (insp.emulate_r0) {
+    emulator = std::make_unique<inspect::R0Emulator>(latent_shape[2], latent_shape[3], insp.emulate_min_tokens);
+    cc.te.faults = cc.unet.faults = cc.vae.faults = emulator.get();
+  }
+  struct ActiveFaults {
+    FaultEmulator*& slot;
+    ~ActiveFaults() { slot = nullptr; }
+  } active{active_faults_};
+  active_faults_ = emulator.get();
   const std::int64_t latent_n = shape_numel(latent_shape);
   const bool cfg = config.cfg_scale > 1.0;
   const DType unet_dtype = config.component(Component::unet).precision.dtype;
@@ -233,6 +311,9 @@ std::vector<GeneratedImage> Session::generate(const RunConfig& config, RunObserv
   obs.on_text_embeddings(be.download(context));
   const double text_seconds = since(t_text);
 
+  const auto preview_factors = inspect::latent_rgb_factors(preview_family(m));
+  const double unet_limit = dtype_max(unet_dtype);
+
   std::vector<GeneratedImage> images;
   const auto seeds = config.image_seeds();
   for (std::size_t img = 0; img < seeds.size(); ++img) {
@@ -254,6 +335,11 @@ std::vector<GeneratedImage> Session::generate(const RunConfig& config, RunObserv
     if (config.sampler == SamplerId::dpmpp_2m_karras) sc.use_karras_sigmas = true;
     auto sampler = make_sampler(sc);
     sampler->set_timesteps(config.steps);
+
+    inspect::RunInspection& ri = report.inspection;
+    ri.emulation = emulator != nullptr;
+    bool traced_unet = false;
+    std::string first_bad_note;
 
     std::vector<float> latent(static_cast<std::size_t>(latent_n));
     noise->randn(latent);
@@ -298,7 +384,47 @@ std::vector<GeneratedImage> Session::generate(const RunConfig& config, RunObserv
       if (cfg) sr.noise_uncond = summarize({uncond, static_cast<std::size_t>(latent_n)});
       sr.latent_shape = latent_shape;
       sr.latent_values = latent;
+      const auto& sigmas = sampler->sigmas();
+      const double sigma_after = static_cast<std::size_t>(i + 1) < sigmas.size() ? sigmas[static_cast<std::size_t>(i + 1)] : 0.0;
+      sr.stats = inspect::analyze_step(latent, {cond, static_cast<std::size_t>(latent_n)},
+                                       cfg ? std::span<const float>(uncond, static_cast<std::size_t>(latent_n))
+                                           : std::span<const float>(),
+                                       latent_shape[1], latent_shape[2], latent_shape[3], unet_limit,
+                                       preview_factors ? &*preview_factors : nullptr, sigma_after);
       sr.seconds = since(t_step);
+
+      // Run-level view: the first bad step and, on demand, the layer trace of
+      // this step's UNet call (re-run with the tracer: the call is deterministic).
+      const inspect::StepStats& st = sr.stats;
+      ri.verdict = inspect::worst(ri.verdict, st.verdict);
+      if (ri.first_bad_step < 0 && static_cast<int>(st.verdict) >= static_cast<int>(inspect::Verdict::saturated)) {
+        ri.first_bad_step = i;
+        const inspect::MapStats* bad = &st.latent;
+        ri.first_bad_branch = "latent";
+        if (st.noise_uncond && st.noise_uncond->verdict == st.verdict) {
+          bad = &*st.noise_uncond;
+          ri.first_bad_branch = "noise_uncond";
+        }
+        if (st.noise_cond.verdict == st.verdict) {
+          bad = &st.noise_cond;
+          ri.first_bad_branch = "noise_cond";
+        }
+        first_bad_note = "step " + std::to_string(i + 1) + " " + ri.first_bad_branch + ": " + bad->note;
+      }
+      const bool unet_bad = st.noise_cond.all.nonfinite() > 0 || (st.noise_uncond && st.noise_uncond->all.nonfinite() > 0) ||
+                            st.noise_cond.all.near_limit > 0 || (st.noise_uncond && st.noise_uncond->all.near_limit > 0);
+      const bool step_bad = static_cast<int>(st.verdict) >= static_cast<int>(inspect::Verdict::saturated);
+      const bool last = i + 1 == steps;
+      if (!traced_unet && insp.trace != inspect::TraceMode::off &&
+          (unet_bad || step_bad || (last && insp.trace == inspect::TraceMode::always))) {
+        obs.on_status("tracing the UNet call of step " + std::to_string(i + 1));
+        inspect::LayerTracer tracer("unet", "unet step " + std::to_string(i + 1));
+        OpContext tctx = cc.unet;
+        tctx.tracer = &tracer;
+        m.unet->forward(tctx, upload_as(be, in_shape, batch_in, unet_dtype), ts, context, sdxl ? &added : nullptr);
+        ri.traces.push_back(tracer.trace());
+        traced_unet = true;
+      }
       obs.on_step(sr);
       if (sr.latent.nonfinite() > 0 && report.first_nonfinite_step < 0) {
         report.first_nonfinite_step = i;
@@ -315,6 +441,7 @@ std::vector<GeneratedImage> Session::generate(const RunConfig& config, RunObserv
     out.latent = latent;
     if (report.cancelled || report.stopped) {
       if (report.cancelled) report.outcome = "cancelled";
+      finish_inspection(report, first_bad_note, emulator.get());
       obs.on_image(out, report);
       images.push_back(std::move(out));
       if (report.cancelled) break;
@@ -324,7 +451,19 @@ std::vector<GeneratedImage> Session::generate(const RunConfig& config, RunObserv
     obs.on_status("decoding");
     const auto t_dec = Clock::now();
     DecodeAttempt first;
-    GeneratedImage decoded = redecode(config, out, m.vae_folder(), vae_dtype, &first);
+    std::optional<inspect::LayerTracer> decode_tracer;
+    if (insp.trace == inspect::TraceMode::always) decode_tracer.emplace("vae", "vae decode");
+    GeneratedImage decoded =
+        redecode(config, out, m.vae_folder(), vae_dtype, &first, decode_tracer ? &*decode_tracer : nullptr);
+    if (!decode_tracer && insp.trace == inspect::TraceMode::automatic &&
+        (first.nonfinite > 0 ||
+         static_cast<int>(first.image.map.verdict) >= static_cast<int>(inspect::Verdict::saturated))) {
+      // Re-run the failing decode with the tracer to name the op that broke.
+      obs.on_status("tracing the decode");
+      decode_tracer.emplace("vae", "vae decode");
+      redecode(config, out, m.vae_folder(), vae_dtype, nullptr, &*decode_tracer);
+    }
+    if (decode_tracer) ri.traces.push_back(decode_tracer->trace());
     report.decodes.push_back(first);
     out.image = std::move(decoded.image);
     out.nonfinite_pixels = decoded.nonfinite_pixels;
@@ -356,6 +495,7 @@ std::vector<GeneratedImage> Session::generate(const RunConfig& config, RunObserv
       }
     }
     report.decode_seconds = since(t_dec);
+    finish_inspection(report, first_bad_note, emulator.get());
     obs.on_image(out, report);
     images.push_back(std::move(out));
   }
@@ -363,7 +503,7 @@ std::vector<GeneratedImage> Session::generate(const RunConfig& config, RunObserv
 }
 
 GeneratedImage Session::redecode(const RunConfig& config, const GeneratedImage& image, const fs::path& vae_folder,
-                                 DType dtype, DecodeAttempt* attempt) {
+                                 DType dtype, DecodeAttempt* attempt, OpTracer* tracer) {
   SdModel& m = model(config);
   Backend& be = backend(config.device);
   const bool own = vae_folder == m.vae_folder() && dtype == m.dtypes().vae;
@@ -371,9 +511,24 @@ GeneratedImage Session::redecode(const RunConfig& config, const GeneratedImage& 
   ComponentPolicy policy(config, Component::vae);
   OpContext ctx = make_context(be, config, Component::vae, &policy);
   ctx.precision.dtype = dtype;
+  ctx.tracer = tracer;
+  std::unique_ptr<inspect::R0Emulator> own_faults;
+  ctx.faults = active_faults_;
+  if (ctx.faults == nullptr) {
+    const inspect::InspectSettings insp = inspect::InspectSettings::from_json(config.inspect);
+    if (insp.emulate_r0) {
+      own_faults = std::make_unique<inspect::R0Emulator>(image.latent_shape[2], image.latent_shape[3],
+                                                         insp.emulate_min_tokens);
+      ctx.faults = own_faults.get();
+    }
+  }
   const auto t0 = Clock::now();
   const Tensor img = vae.decode(ctx, upload_as(be, image.latent_shape, image.latent, dtype));
   HostTensor host = be.download(img).converted(DType::f32);
+  const std::vector<float> pixels = host.to_f32();
+  inspect::ImageStats check = inspect::analyze_image(
+      std::span<const float>(pixels).first(static_cast<std::size_t>(3 * host.shape[2] * host.shape[3])),
+      host.shape[2], host.shape[3]);
   GeneratedImage out;
   out.config = image.config;
   out.latent_shape = image.latent_shape;
@@ -384,6 +539,7 @@ GeneratedImage Session::redecode(const RunConfig& config, const GeneratedImage& 
     attempt->dtype = dtype;
     attempt->nonfinite = out.nonfinite_pixels;
     attempt->seconds = since(t0);
+    attempt->image = std::move(check);
   }
   return out;
 }

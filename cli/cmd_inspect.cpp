@@ -1,0 +1,173 @@
+// nanscope-cli inspect: any preset run under the inspector (step table,
+// verdict, origin op, JSON report, optional layer trace). And
+// nanscope-cli scenario list / run: the five field reports (R0-R4) with their
+// fixed twins.
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "common.hpp"
+#include "config/preset.hpp"
+#include "core/error.hpp"
+#include "inspect/report_json.hpp"
+#include "inspect/scenario.hpp"
+#include "io/atomic_file.hpp"
+#include "pipeline/session.hpp"
+
+namespace nanscope::cli {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+class StatusObserver final : public pipeline::RunObserver {
+ public:
+  void on_status(std::string_view m) override {
+    std::fprintf(stderr, "%.*s...\n", static_cast<int>(m.size()), m.data());
+  }
+};
+
+std::string count_str(std::int64_t n) { return n == 0 ? "-" : std::to_string(n); }
+
+void print_steps(const inspect::InspectedRun& run) {
+  if (run.steps.empty()) return;
+  std::printf("%4s %7s %10s %11s %8s %8s %8s %6s %6s  %s\n", "step", "t", "sigma", "latent|x|", "lat.bad",
+              "cond.bad", "unc.bad", "band", "sat%", "verdict");
+  for (const auto& s : run.steps) {
+    if (s.image != 0) continue;
+    const auto& st = s.stats;
+    std::printf("%4d %7.1f %10.4g %11.4g %8s %8s %8s %6.1f %6.2f  %s\n", s.index + 1, static_cast<double>(s.timestep),
+                static_cast<double>(s.sigma), st.latent.all.max_abs, count_str(st.latent.all.nonfinite()).c_str(),
+                count_str(st.noise_cond.all.nonfinite()).c_str(),
+                st.noise_uncond ? count_str(st.noise_uncond->all.nonfinite()).c_str() : "n/a",
+                st.latent.bands.score(), st.latent.saturation * 100.0,
+                std::string(inspect::verdict_name(st.verdict)).c_str());
+  }
+}
+
+void print_trace(const inspect::LayerTrace& t) {
+  std::printf("\nlayer trace: %s (%zu ops)\n", t.call.c_str(), t.ops.size());
+  std::printf("%5s  %-58s %-11s %-5s %11s %8s  %s\n", "#", "module", "op", "dtype", "max|x|", "bad", "");
+  for (const auto& r : t.ops) {
+    std::string flags;
+    if (r.index == t.origin) flags += " <- ORIGIN (finite inputs, non-finite output)";
+    if (r.index == t.near_limit) flags += " <- first op near the dtype limit";
+    if (r.emulated_fault) flags += " [EMULATED FAULT]";
+    std::printf("%5d  %-58s %-11s %-5s %11.4g %8s %s\n", r.index, r.full_path().c_str(), r.op.c_str(),
+                std::string(dtype_name(r.dtype)).c_str(), r.output.max_abs, count_str(r.output.nonfinite()).c_str(),
+                flags.c_str());
+  }
+}
+
+void print_result(const inspect::InspectedRun& run, bool trace, const std::string& note) {
+  if (!run.error.empty()) std::printf("error: %s\n\n", run.error.c_str());
+  print_steps(run);
+  if (trace && !run.reports.empty())
+    for (const auto& t : run.reports.front().inspection.traces) print_trace(t);
+  std::printf("\n");
+  if (!run.reports.empty() && run.reports.front().inspection.emulation)
+    std::printf("EMULATION: %s\n", run.reports.front().inspection.emulation_note.c_str());
+  if (!note.empty()) std::printf("note: %s\n", note.c_str());
+  std::printf("verdict: %s\n", std::string(inspect::verdict_name(run.verdict)).c_str());
+  std::printf("summary: %s\n", run.summary.c_str());
+  std::printf("origin: %s\n", run.origin.empty() ? "(none)" : run.origin.c_str());
+  if (!run.reports.empty()) {
+    const auto& ri = run.reports.front().inspection;
+    if (ri.first_bad_step >= 0) std::printf("first bad step: %d (%s)\n", ri.first_bad_step + 1, ri.first_bad_branch.c_str());
+    if (!ri.near_limit_origin.empty()) std::printf("first op near the dtype limit: %s\n", ri.near_limit_origin.c_str());
+    if (!run.reports.front().outcome.empty()) std::printf("outcome: %s\n", run.reports.front().outcome.c_str());
+  }
+}
+
+void write_json(const std::string& path, const nlohmann::json& j) {
+  if (path.empty()) return;
+  io::write_file_atomic(path, j.dump(2) + "\n");
+  std::fprintf(stderr, "wrote %s\n", path.c_str());
+}
+
+}  // namespace
+
+void add_inspect_command(CLI::App& app, const GlobalOptions& g, Action& action) {
+  struct Opts {
+    std::string preset, json;
+    std::vector<std::string> sets;
+    bool trace = false;
+  };
+  auto o = std::make_shared<Opts>();
+  CLI::App* cmd = app.add_subcommand(
+      "inspect", "Run a preset under the inspector: step table, verdict, origin op, JSON report");
+  cmd->add_option("--preset", o->preset, "Preset JSON file (any preset, e.g. resources/presets/R2.json)")->required();
+  cmd->add_option("--set", o->sets, "key=value on top of the preset (repeatable), e.g. --set vae.dtype=f32");
+  cmd->add_option("--json", o->json, "Write the JSON report to this file");
+  cmd->add_flag("--trace", o->trace,
+                "Trace every op of the last step's UNet call and of the decode (inspect.trace=always) and print the trace");
+  cmd->callback([&g, &action, o] {
+    action = [&g, o]() -> int {
+      RunConfig config = load_preset(o->preset);
+      for (const auto& s : o->sets) config.set(s);
+      if (o->trace) config.set("inspect.trace", "always");
+      if (config.device.empty()) config.device = device_pin(g);
+      inspect::resolve_vae_path(config);
+      pipeline::Session session(backend_options(g));
+      StatusObserver status;
+      const inspect::InspectedRun run = inspect::run_inspected(session, config, &status);
+      print_result(run, o->trace, "");
+      write_json(o->json, run.report);
+      return 0;
+    };
+  });
+}
+
+void add_scenario_command(CLI::App& app, const GlobalOptions& g, Action& action) {
+  CLI::App* cmd = app.add_subcommand("scenario", "The five field reports (R0-R4) as runnable scenarios");
+  cmd->require_subcommand(1);
+  CLI::App* list = cmd->add_subcommand("list", "Name the scenarios, one line each");
+  list->callback([&action] {
+    action = [] {
+      for (const auto& s : inspect::scenarios()) {
+        std::printf("%s  %s\n    broken: %s -> expect %s; fixed (--fixed): %s\n", s.id.c_str(), s.title.c_str(),
+                    s.preset.c_str(), std::string(inspect::verdict_name(s.broken_verdict)).c_str(), s.fix.c_str());
+      }
+      return 0;
+    };
+  });
+  struct Opts {
+    std::string id, json;
+    bool fixed = false, trace = false;
+    std::vector<std::string> sets;
+  };
+  auto o = std::make_shared<Opts>();
+  CLI::App* run = cmd->add_subcommand("run", "Run one scenario (broken, or its fixed twin with --fixed)");
+  run->add_option("id", o->id, "R0, R1, R2, R3 or R4")->required();
+  run->add_flag("--fixed", o->fixed, "Run the fixed twin");
+  run->add_option("--json", o->json, "Write the JSON report to this file");
+  run->add_option("--set", o->sets, "key=value on top of the scenario's preset (repeatable)");
+  run->add_flag("--trace", o->trace, "Print the layer traces taken");
+  run->callback([&g, &action, o] {
+    action = [&g, o]() -> int {
+      const inspect::Scenario* s = inspect::find_scenario(o->id);
+      if (s == nullptr) throw ConfigError("scenario '" + o->id + "': expected one of R0, R1, R2, R3, R4");
+      inspect::ScenarioOptions so;
+      so.sets = o->sets;
+      so.backend = backend_options(g);
+      if (!g.device.empty() && s->id != "R3") so.sets.push_back("device=" + g.device);
+      StatusObserver status;
+      so.observer = &status;
+      std::printf("%s%s: %s\n\n", s->id.c_str(), o->fixed ? " (fixed)" : "", s->title.c_str());
+      const inspect::ScenarioRun r = inspect::run_scenario(*s, o->fixed, so);
+      print_result(r.run, o->trace, r.note);
+      if (r.run.verdict == inspect::Verdict::device_missing && r.run.report.contains("devices")) {
+        std::printf("devices:\n");
+        for (const auto& d : r.run.report["devices"])
+          std::printf("  [%d] %s (%s)%s: %s\n", d["index"].get<int>(), d["name"].get<std::string>().c_str(),
+                      d["id"].get<std::string>().c_str(), d["default"].get<bool>() ? " default" : "",
+                      d["reason"].get<std::string>().c_str());
+      }
+      write_json(o->json, r.run.report);
+      return 0;
+    };
+  });
+}
+
+}  // namespace nanscope::cli

@@ -1,0 +1,107 @@
+#include "inspect/fault_emulation.hpp"
+
+#include <cmath>
+#include <limits>
+
+#include "backend/backend.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
+
+namespace nanscope::inspect {
+
+namespace {
+
+bool power_of_two(std::int64_t n) { return n > 0 && (n & (n - 1)) == 0; }
+
+std::string value_string(const nlohmann::json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
+
+}  // namespace
+
+InspectSettings InspectSettings::from_json(const nlohmann::json& inspect) {
+  InspectSettings s;
+  if (inspect.is_null()) return s;
+  if (!inspect.is_object()) throw ConfigError("inspect: expected an object of inspector settings, found " + inspect.dump());
+  for (const auto& [key, v] : inspect.items()) {
+    if (key == "emulate") {
+      const std::string e = value_string(v);
+      if (e == "r0") {
+        s.emulate_r0 = true;
+      } else if (e != "none" && !e.empty()) {
+        throw ConfigError("inspect.emulate: expected one of none, r0 (the field report whose device quirk to emulate), "
+                          "found '" + e + "'");
+      }
+    } else if (key == "emulate_min_tokens") {
+      if (!v.is_number_integer() || v.get<long long>() < 1 || v.get<long long>() > (1 << 24)) {
+        throw ConfigError("inspect.emulate_min_tokens: expected a whole number from 1 to 16777216, found " +
+                          value_string(v));
+      }
+      s.emulate_min_tokens = v.get<int>();
+    } else if (key == "trace") {
+      const std::string t = value_string(v);
+      if (t == "auto") {
+        s.trace = TraceMode::automatic;
+      } else if (t == "always") {
+        s.trace = TraceMode::always;
+      } else if (t == "off") {
+        s.trace = TraceMode::off;
+      } else {
+        throw ConfigError("inspect.trace: expected one of auto, always, off, found '" + t + "'");
+      }
+    } else {
+      throw ConfigError("inspect." + key + ": unknown inspector setting (known: emulate, emulate_min_tokens, trace)");
+    }
+  }
+  return s;
+}
+
+R0Emulator::R0Emulator(std::int64_t latent_height, std::int64_t latent_width, int min_tokens)
+    : latent_h_(latent_height), latent_w_(latent_width), min_tokens_(min_tokens) {}
+
+bool R0Emulator::apply(const OpContext& ctx, std::string_view op, Tensor& output) {
+  if (op != "ATTENTION" || ctx.attention.impl != AttentionImpl::fused) return false;
+  const DType dt = output.dtype();
+  if (dt != DType::f16 && dt != DType::bf16) return false;
+  if (output.rank() != 3) return false;
+  const std::int64_t tokens = output.dim(1);
+  if (!power_of_two(tokens) || tokens < min_tokens_) return false;
+  // The attention's grid: the latent grid divided by 2^k in both directions.
+  std::int64_t h = latent_h_, w = latent_w_;
+  while (h * w > tokens && h % 2 == 0 && w % 2 == 0) {
+    h /= 2;
+    w /= 2;
+  }
+  if (h * w != tokens || h < 4) return false;  // not a spatial attention of this run
+
+  HostTensor host = ctx.be().download(output);
+  const std::int64_t batch = output.dim(0), features = output.dim(2);
+  const std::int64_t rows[] = {1, h - 2};  // one line near the top, one near the bottom
+  for (std::int64_t b = 0; b < batch; ++b)
+    for (std::int64_t row : rows)
+      for (std::int64_t x = 0; x < w; ++x) {
+        const std::int64_t base = (b * tokens + row * w + x) * features;
+        for (std::int64_t f = 0; f < features; ++f) {
+          const float v = host.get(base + f);
+          host.set(base + f, dt == DType::f16 ? std::numeric_limits<float>::quiet_NaN() : v * 8.0f + 4.0f);
+        }
+      }
+  output = ctx.be().upload(host);
+  altered_[std::weak_ptr<Storage>(output.storage_ptr())] = true;
+  if (hits_++ == 0) {
+    log::warn("EMULATED fault (report R0): corrupting rows 1 and {} of {}x{} fused attention output in {} at {} "
+              "(emulation, not a real device fault)",
+              h - 2, h, w, dtype_name(dt), ctx.path);
+  }
+  return true;
+}
+
+bool R0Emulator::altered(const Tensor& t) const {
+  return altered_.count(std::weak_ptr<Storage>(t.storage_ptr())) > 0;
+}
+
+std::string R0Emulator::describe() const {
+  return "EMULATED fault (report R0): fused attention in f16/bf16 at power-of-two token counts (>= " +
+         std::to_string(min_tokens_) + ") corrupts one line near the top and one near the bottom (NaN in f16, " +
+         "over-bright in bf16); " + std::to_string(hits_) + " attention call(s) hit. Not a real device fault.";
+}
+
+}  // namespace nanscope::inspect

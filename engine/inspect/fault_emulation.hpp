@@ -1,0 +1,62 @@
+#pragma once
+// Fault emulation: device quirks reproduced on any device, so that every
+// detector can be demonstrated and tested. EMULATION ONLY: it changes no real
+// numerics when off (the ops see a null OpContext::faults), and every output
+// that an emulated run produces says so (RunInspection::emulation).
+//
+// Settings live in RunConfig::inspect (`--set inspect.emulate=r0`):
+//   inspect.emulate             "none" (default) or "r0"
+//   inspect.emulate_min_tokens  R0: smallest query count that is hit (default 256)
+//   inspect.trace               "auto" (default: trace the first failing UNet
+//                               call and decode), "always" (also the last step's
+//                               UNet call and the first decode), "off"
+//
+// r0 (field report R0, Intel Arc + IPEX): fused attention in f16 or bf16 at a
+// power-of-two query count (1024x1024 and 2048x512 give 2^14 latent tokens in
+// SD; 1080x1080 gives 18225) corrupts the output rows of one line near the top
+// and one near the bottom of the attention's spatial grid: NaN in f16,
+// over-bright values (x * 8 + 4) in bf16. bmm and sliced attention, f32, and
+// sizes whose token count is not a power of two are untouched.
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "ops/op_context.hpp"
+
+namespace nanscope::inspect {
+
+enum class TraceMode : std::uint8_t { automatic, always, off };
+
+struct InspectSettings {
+  bool emulate_r0 = false;
+  int emulate_min_tokens = 256;
+  TraceMode trace = TraceMode::automatic;
+  // Reads RunConfig::inspect; throws ConfigError naming the key for unknown
+  // keys or values.
+  static InspectSettings from_json(const nlohmann::json& inspect);
+};
+
+class R0Emulator final : public FaultEmulator {
+ public:
+  // The latent grid of the run (attention grids are it divided by powers of two).
+  R0Emulator(std::int64_t latent_height, std::int64_t latent_width, int min_tokens);
+
+  bool apply(const OpContext& ctx, std::string_view op, Tensor& output) override;
+  bool altered(const Tensor& t) const override;
+  int hits() const { return hits_; }
+  // "EMULATED fault (report R0): ..." — the label every output carries.
+  std::string describe() const;
+
+ private:
+  std::int64_t latent_h_, latent_w_;
+  int min_tokens_;
+  int hits_ = 0;
+  std::map<std::weak_ptr<Storage>, bool, std::owner_less<std::weak_ptr<Storage>>> altered_;
+};
+
+}  // namespace nanscope::inspect

@@ -1,0 +1,412 @@
+// The inspector's detectors on host data. The pipeline reads each step's
+// latent and UNet output back anyway (the latent lives on the host between
+// steps), and they are small (4 x 16 x 16 for the embedded model, 4 x 128 x 128
+// for SDXL at 1024), so this first version computes on the host; a device
+// reduction can replace it behind the same value types.
+
+#include "inspect/inspect.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace nanscope::inspect {
+
+namespace {
+
+constexpr std::string_view kVerdictNames[] = {"clean", "slow-start", "near-limit", "saturated", "bands", "non-finite",
+                                              "device-missing"};
+
+double median_of(std::vector<double>& v) {
+  if (v.empty()) return 0;
+  const std::size_t mid = v.size() / 2;
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid), v.end());
+  double m = v[mid];
+  if (v.size() % 2 == 0) {
+    const double lower = *std::max_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid));
+    m = (m + lower) / 2;
+  }
+  return m;
+}
+
+// Band score of each entry of s (one statistic per line): a line is a band
+// when it stands out from the lines k = 1..kBandReach away on BOTH sides in
+// the same direction (a local peak or dip, at most 2 * kBandReach - 1 lines
+// thick); its height min(|s - s[-k]|, |s - s[+k]|) is divided by the typical
+// line-to-line change (1.4826 * median |s[i+1] - s[i]|), at least `floor`.
+// Monotone transitions (shape edges, gradients) score 0; the first and last
+// kBandReach lines are not judged (decoders' padding makes border lines
+// differ). NaN entries (lines without finite values) score 0.
+std::vector<double> peak_z(const std::vector<double>& s, double floor) {
+  const int n = static_cast<int>(s.size());
+  std::vector<double> z(s.size(), 0.0);
+  std::vector<double> steps;
+  for (int i = 0; i + 1 < n; ++i) {
+    const double d = s[static_cast<std::size_t>(i + 1)] - s[static_cast<std::size_t>(i)];
+    if (std::isfinite(d)) steps.push_back(std::fabs(d));
+  }
+  if (steps.empty()) return z;
+  const double scale = std::max({1.4826 * median_of(steps), floor, 1e-12});
+  for (int r = kBandReach; r + kBandReach < n; ++r) {
+    const double v = s[static_cast<std::size_t>(r)];
+    double best = 0;
+    for (int k = 1; k <= kBandReach; ++k) {
+      const double a = v - s[static_cast<std::size_t>(r - k)], b = v - s[static_cast<std::size_t>(r + k)];
+      if (std::isfinite(a) && std::isfinite(b) && a * b > 0) best = std::max(best, std::min(std::fabs(a), std::fabs(b)));
+    }
+    z[static_cast<std::size_t>(r)] = best / scale;
+  }
+  return z;
+}
+
+// Mean and std of the finite values of one line (row or column) of one channel.
+void line_stats(const float* base, std::int64_t n, std::int64_t stride, double& mean, double& std) {
+  double sum = 0, sq = 0;
+  std::int64_t k = 0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    const double v = base[i * stride];
+    if (!std::isfinite(v)) continue;
+    sum += v;
+    sq += v * v;
+    ++k;
+  }
+  if (k == 0) {
+    mean = std = std::numeric_limits<double>::quiet_NaN();
+    return;
+  }
+  mean = sum / static_cast<double>(k);
+  std = std::sqrt(std::max(0.0, sq / static_cast<double>(k) - mean * mean));
+}
+
+// z over lines of one orientation: max over channels and the two statistics.
+void score_lines(std::span<const float> values, std::int64_t channels, std::int64_t height, std::int64_t width,
+                 bool rows, double min_deviation, std::vector<float>& z_out) {
+  const std::int64_t lines = rows ? height : width;
+  const std::int64_t len = rows ? width : height;
+  const std::int64_t stride = rows ? 1 : width;
+  z_out.assign(static_cast<std::size_t>(lines), 0.0f);
+  const double floor = min_deviation / kBandThreshold;
+  for (std::int64_t c = 0; c < channels; ++c) {
+    std::vector<double> means(static_cast<std::size_t>(lines)), stds(static_cast<std::size_t>(lines));
+    const float* plane = values.data() + c * height * width;
+    for (std::int64_t l = 0; l < lines; ++l) {
+      const float* base = plane + (rows ? l * width : l);
+      line_stats(base, len, stride, means[static_cast<std::size_t>(l)], stds[static_cast<std::size_t>(l)]);
+    }
+    for (const auto* stat : {&means, &stds}) {
+      const auto z = peak_z(*stat, floor);
+      for (std::size_t l = 0; l < z.size(); ++l) z_out[l] = std::max(z_out[l], static_cast<float>(z[l]));
+    }
+  }
+}
+
+}  // namespace
+
+std::string_view verdict_name(Verdict v) { return kVerdictNames[static_cast<std::size_t>(v)]; }
+
+std::optional<Verdict> parse_verdict(std::string_view s) {
+  for (std::size_t i = 0; i < std::size(kVerdictNames); ++i)
+    if (kVerdictNames[i] == s) return static_cast<Verdict>(i);
+  return std::nullopt;
+}
+
+Verdict worst(Verdict a, Verdict b) { return static_cast<int>(a) >= static_cast<int>(b) ? a : b; }
+
+void Stats::merge(const Stats& o) {
+  const std::int64_t n1 = count - nonfinite(), n2 = o.count - o.nonfinite();
+  if (n2 > 0) {
+    if (n1 == 0) {
+      min = o.min;
+      max = o.max;
+      mean = o.mean;
+      std = o.std;
+    } else {
+      const double n = static_cast<double>(n1 + n2);
+      const double m = (mean * static_cast<double>(n1) + o.mean * static_cast<double>(n2)) / n;
+      const double v1 = std * std + (mean - m) * (mean - m), v2 = o.std * o.std + (o.mean - m) * (o.mean - m);
+      std = std::sqrt((v1 * static_cast<double>(n1) + v2 * static_cast<double>(n2)) / n);
+      mean = m;
+      min = std::min(min, o.min);
+      max = std::max(max, o.max);
+    }
+    max_abs = std::max(max_abs, o.max_abs);
+  }
+  count += o.count;
+  nan += o.nan;
+  pos_inf += o.pos_inf;
+  neg_inf += o.neg_inf;
+  near_limit += o.near_limit;
+  near_limit_share = count > 0 ? static_cast<double>(near_limit) / static_cast<double>(count) : 0;
+}
+
+Stats compute_stats(std::span<const float> values, double limit) {
+  Stats s;
+  s.count = static_cast<std::int64_t>(values.size());
+  const double near = limit > 0 ? kNearLimitFraction * limit : std::numeric_limits<double>::infinity();
+  double sum = 0, sq = 0;
+  double lo = std::numeric_limits<double>::infinity(), hi = -lo;
+  std::int64_t n = 0;
+  for (float f : values) {
+    if (std::isnan(f)) {
+      ++s.nan;
+      continue;
+    }
+    if (std::isinf(f)) {
+      ++(f > 0 ? s.pos_inf : s.neg_inf);
+      continue;
+    }
+    const double v = f;
+    sum += v;
+    sq += v * v;
+    lo = std::min(lo, v);
+    hi = std::max(hi, v);
+    if (std::fabs(v) >= near) ++s.near_limit;
+    ++n;
+  }
+  if (n > 0) {
+    s.min = lo;
+    s.max = hi;
+    s.mean = sum / static_cast<double>(n);
+    s.std = std::sqrt(std::max(0.0, sq / static_cast<double>(n) - s.mean * s.mean));
+    s.max_abs = std::max(std::fabs(lo), std::fabs(hi));
+  }
+  s.near_limit_share = s.count > 0 ? static_cast<double>(s.near_limit) / static_cast<double>(s.count) : 0;
+  return s;
+}
+
+bool NonFiniteMask::any() const {
+  return std::any_of(share.begin(), share.end(), [](float v) { return v > 0; });
+}
+
+NonFiniteMask nonfinite_mask(std::span<const float> values, std::int64_t channels, std::int64_t height,
+                             std::int64_t width, int max_cells) {
+  NonFiniteMask m;
+  if (height <= 0 || width <= 0 || channels <= 0) return m;
+  const std::int64_t cell_h = (height + max_cells - 1) / max_cells, cell_w = (width + max_cells - 1) / max_cells;
+  m.rows = static_cast<int>((height + cell_h - 1) / cell_h);
+  m.cols = static_cast<int>((width + cell_w - 1) / cell_w);
+  std::vector<std::int64_t> bad(static_cast<std::size_t>(m.rows * m.cols), 0), total(bad.size(), 0);
+  for (std::int64_t c = 0; c < channels; ++c)
+    for (std::int64_t y = 0; y < height; ++y)
+      for (std::int64_t x = 0; x < width; ++x) {
+        const std::size_t cell = static_cast<std::size_t>((y / cell_h) * m.cols + x / cell_w);
+        ++total[cell];
+        if (!std::isfinite(values[static_cast<std::size_t>((c * height + y) * width + x)])) ++bad[cell];
+      }
+  m.share.resize(bad.size());
+  for (std::size_t i = 0; i < bad.size(); ++i)
+    m.share[i] = total[i] ? static_cast<float>(static_cast<double>(bad[i]) / static_cast<double>(total[i])) : 0.0f;
+  return m;
+}
+
+BandScore band_score(std::span<const float> values, std::int64_t channels, std::int64_t height, std::int64_t width,
+                     double min_deviation) {
+  BandScore b;
+  score_lines(values, channels, height, width, true, min_deviation, b.row_z);
+  score_lines(values, channels, height, width, false, min_deviation, b.col_z);
+  auto summarise = [](const std::vector<float>& z, double& score, int& worst_i, std::vector<int>& bands) {
+    for (std::size_t i = 0; i < z.size(); ++i) {
+      if (z[i] > score) {
+        score = z[i];
+        worst_i = static_cast<int>(i);
+      }
+      if (z[i] >= kBandThreshold) bands.push_back(static_cast<int>(i));
+    }
+  };
+  summarise(b.row_z, b.row_score, b.worst_row, b.band_rows);
+  summarise(b.col_z, b.col_score, b.worst_col, b.band_cols);
+  // Many peaking lines are a pattern (stripes, texture), not isolated bands.
+  auto pattern = [](const std::vector<int>& lines, std::size_t n) {
+    return lines.size() > std::max<std::size_t>(kBandMaxLines, n / 8);
+  };
+  b.pattern = pattern(b.band_rows, b.row_z.size()) || pattern(b.band_cols, b.col_z.size());
+  return b;
+}
+
+std::optional<LatentRgbFactors> latent_rgb_factors(std::string_view family) {
+  LatentRgbFactors f;
+  f.family = std::string(family);
+  if (family == "sd1" || family == "sd2") {
+    // The SD 1.x/2.x VAE (same latent space); ComfyUI's latent_formats.SD15.
+    f.factors = {{0.3512f, 0.2297f, 0.3227f},
+                 {0.3250f, 0.4974f, 0.2350f},
+                 {-0.2829f, 0.1762f, 0.2721f},
+                 {-0.2120f, -0.2616f, -0.7177f}};
+    return f;
+  }
+  if (family == "sdxl") {
+    // ComfyUI's latent_formats.SDXL.
+    f.factors = {{0.3651f, 0.4232f, 0.4341f},
+                 {-0.2533f, -0.0042f, 0.1068f},
+                 {0.1076f, 0.1111f, -0.0362f},
+                 {-0.3165f, -0.2492f, -0.2188f}};
+    f.bias = {0.1084f, -0.0175f, -0.0011f};
+    return f;
+  }
+  if (family == "nanscope-tiny") {
+#include "inspect/latent_rgb_tiny.inc"
+    return f;
+  }
+  return std::nullopt;
+}
+
+Preview latent_preview(std::span<const float> latent, std::int64_t channels, std::int64_t height, std::int64_t width,
+                       const LatentRgbFactors& factors, double sigma, double* overshoot, double* clipped) {
+  Preview p;
+  p.width = static_cast<int>(width);
+  p.height = static_cast<int>(height);
+  p.rgb.assign(static_cast<std::size_t>(width * height * 3), 0);
+  const double scale = 1.0 / std::sqrt(1.0 + sigma * sigma);
+  const std::int64_t plane = width * height;
+  const std::int64_t used = std::min<std::int64_t>(channels, static_cast<std::int64_t>(factors.factors.size()));
+  std::int64_t over = 0, clip = 0, n = 0;
+  for (std::int64_t i = 0; i < plane; ++i) {
+    for (int k = 0; k < 3; ++k) {
+      double v = factors.bias[static_cast<std::size_t>(k)];
+      for (std::int64_t c = 0; c < used; ++c)
+        v += factors.factors[static_cast<std::size_t>(c)][static_cast<std::size_t>(k)] *
+             latent[static_cast<std::size_t>(c * plane + i)] * scale;
+      std::uint8_t byte = 0;
+      if (std::isfinite(v)) {
+        ++n;
+        if (std::fabs(v) > kOvershoot) ++over;
+        if (std::fabs(v) > 1.0) ++clip;
+        byte = static_cast<std::uint8_t>(std::lround(std::clamp((v + 1.0) / 2.0, 0.0, 1.0) * 255.0));
+      }
+      p.rgb[static_cast<std::size_t>(i * 3 + k)] = byte;
+    }
+  }
+  if (overshoot) *overshoot = n ? static_cast<double>(over) / static_cast<double>(n) : 0;
+  if (clipped) *clipped = n ? static_cast<double>(clip) / static_cast<double>(n) : 0;
+  return p;
+}
+
+MapStats analyze_map(std::span<const float> values, std::int64_t channels, std::int64_t height, std::int64_t width,
+                     const MapOptions& options) {
+  MapStats m;
+  const std::int64_t plane = height * width;
+  m.channels.reserve(static_cast<std::size_t>(channels));
+  for (std::int64_t c = 0; c < channels; ++c) {
+    m.channels.push_back(compute_stats(values.subspan(static_cast<std::size_t>(c * plane),
+                                                      static_cast<std::size_t>(plane)),
+                                       options.limit));
+    if (c == 0) {
+      m.all = m.channels.back();
+    } else {
+      m.all.merge(m.channels.back());
+    }
+  }
+  m.mask = nonfinite_mask(values, channels, height, width);
+  m.bands = band_score(values, channels, height, width, options.band_min_deviation);
+  if (options.image_scale) {
+    std::int64_t over = 0, clip = 0, n = 0;
+    for (float v : values) {
+      if (!std::isfinite(v)) continue;
+      ++n;
+      if (std::fabs(v) > kOvershoot) ++over;
+      if (std::fabs(v) > 1.0f) ++clip;
+    }
+    m.saturation = n ? static_cast<double>(over) / static_cast<double>(n) : 0;
+    m.clipped = n ? static_cast<double>(clip) / static_cast<double>(n) : 0;
+  }
+  if (options.saturation) m.saturation = *options.saturation;
+
+  auto pct = [](double share) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.2f%%", share * 100.0);
+    return std::string(buf);
+  };
+  if (m.all.nonfinite() > 0) {
+    m.verdict = Verdict::non_finite;
+    m.note = std::to_string(m.all.nonfinite()) + " of " + std::to_string(m.all.count) + " values are non-finite (NaN " +
+             std::to_string(m.all.nan) + ", +Inf " + std::to_string(m.all.pos_inf) + ", -Inf " +
+             std::to_string(m.all.neg_inf) + ")";
+  } else if (options.band_verdict && m.bands.bands()) {
+    m.verdict = Verdict::bands;
+    const bool rows = m.bands.row_score >= m.bands.col_score;
+    const auto& lines = rows ? m.bands.band_rows : m.bands.band_cols;
+    std::string where;
+    for (std::size_t i = 0; i < lines.size() && i < 8; ++i) where += (i ? ", " : "") + std::to_string(lines[i]);
+    if (lines.size() > 8) where += ", ...";
+    char z[32];
+    std::snprintf(z, sizeof z, "%.1f", m.bands.score());
+    m.note = std::string(rows ? "rows " : "columns ") + where + " stand out from their neighbours (band score " + z +
+             ", threshold " + std::to_string(static_cast<int>(kBandThreshold)) + ")";
+  } else if (options.saturation_verdict && m.saturation >= kSaturatedShare) {
+    m.verdict = Verdict::saturated;
+    m.note = pct(m.saturation) + " of the values are beyond +-" + std::to_string(kOvershoot).substr(0, 3) +
+             " on the -1..1 image scale (over-saturated)";
+  } else if (m.all.near_limit > 0) {
+    m.verdict = Verdict::near_limit;
+    m.note = std::to_string(m.all.near_limit) + " values are within 10% of the dtype's largest finite value (max |x| " +
+             std::to_string(m.all.max_abs) + ")";
+  } else {
+    m.verdict = Verdict::clean;
+    m.note = "clean";
+  }
+  return m;
+}
+
+StepStats analyze_step(std::span<const float> latent, std::span<const float> noise_cond,
+                       std::span<const float> noise_uncond, std::int64_t channels, std::int64_t height,
+                       std::int64_t width, double limit, const LatentRgbFactors* factors, double sigma_after) {
+  StepStats s;
+  s.sigma_after = sigma_after;
+  MapOptions lo;
+  lo.limit = limit;
+  lo.image_scale = false;
+  // The linear preview is only a sketch (the embedded model's fit leaves 0.34
+  // rms error), so its overshoot is reported but never decides the verdict:
+  // saturation is judged on the decoded image.
+  lo.saturation_verdict = false;
+  lo.band_verdict = sigma_after < 1.0;
+  lo.band_min_deviation = 0.5 * std::sqrt(1.0 + sigma_after * sigma_after);
+  if (factors) {
+    double over = 0, clipped = 0;
+    s.preview = latent_preview(latent, channels, height, width, *factors, sigma_after, &over, &clipped);
+    lo.saturation = over;
+    s.latent = analyze_map(latent, channels, height, width, lo);
+    s.latent.clipped = clipped;
+  } else {
+    lo.saturation_verdict = false;
+    s.latent = analyze_map(latent, channels, height, width, lo);
+  }
+  MapOptions no;
+  no.limit = limit;
+  no.image_scale = false;
+  no.saturation_verdict = false;
+  no.band_verdict = false;
+  s.noise_cond = analyze_map(noise_cond, channels, height, width, no);
+  s.verdict = worst(s.latent.verdict, s.noise_cond.verdict);
+  if (!noise_uncond.empty()) {
+    s.noise_uncond = analyze_map(noise_uncond, channels, height, width, no);
+    s.verdict = worst(s.verdict, s.noise_uncond->verdict);
+  }
+  return s;
+}
+
+ImageStats analyze_image(std::span<const float> chw, std::int64_t height, std::int64_t width) {
+  ImageStats s;
+  const std::int64_t channels = height * width > 0 ? static_cast<std::int64_t>(chw.size()) / (height * width) : 0;
+  MapOptions o;
+  o.limit = 0;  // the image is compared with its range, not with a dtype's
+  s.map = analyze_map(chw, channels, height, width, o);
+  const std::int64_t plane = height * width;
+  for (std::int64_t i = 0; i < plane; ++i) {
+    for (std::int64_t c = 0; c < channels; ++c) {
+      if (!std::isfinite(chw[static_cast<std::size_t>(c * plane + i)])) {
+        ++s.nonfinite_pixels;
+        break;
+      }
+    }
+  }
+  return s;
+}
+
+std::string OpRecord::full_path() const {
+  if (component.empty()) return path;
+  if (path.empty()) return component;
+  return component + "." + path;
+}
+
+}  // namespace nanscope::inspect

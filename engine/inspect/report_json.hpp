@@ -1,0 +1,46 @@
+#pragma once
+// The inspector's JSON report: what `nanscope-cli inspect --json` and
+// `scenario run --json` write, and what a front end can save. Keys are
+// snake_case; verdicts use their names ("non-finite").
+//
+//   {
+//     "nanscope_inspect_report": 1,
+//     "verdict": "non-finite", "summary": "...", "origin": "vae.decoder....conv1",
+//     "origin_op": "CONV2D", "near_limit_origin": "...", "first_bad_step": 3,
+//     "first_bad_branch": "noise_cond", "emulation": false, "emulation_note": "",
+//     "outcome": "...", "device": "...", "model": "...",
+//     "timings": {"load": s, "text": s, "sampling": s, "decode": s},
+//     "steps": [{"step": 1, "timestep": 999, "sigma": .., "sigma_after": .., "verdict": "clean",
+//                "latent": {...map...}, "noise_cond": {...}, "noise_uncond": {...}, "seconds": ..}],
+//     "decodes": [{"vae": "...", "dtype": "f16", "nonfinite_pixels": 12, "image": {...map...}}],
+//     "image": {...map...},
+//     "traces": [{"call": "vae decode", "origin": 17, "near_limit": 17, "ops": [...]}],
+//     "config": {...preset JSON...}
+//   }
+//
+// A map: {"verdict", "note", "min", "max", "mean", "std", "max_abs", "count", "nan", "pos_inf",
+// "neg_inf", "near_limit", "near_limit_share", "band_score", "band_rows", "band_cols",
+// "saturation", "clipped", "channels": [{min, max, mean, std, max_abs, nan, pos_inf, neg_inf, near_limit}]}.
+
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "config/run_config.hpp"
+#include "inspect/inspect.hpp"
+#include "pipeline/run_report.hpp"
+
+namespace nanscope::inspect {
+
+inline constexpr int kReportVersion = 1;
+
+nlohmann::json to_json(const Stats& s);
+nlohmann::json to_json(const MapStats& m);
+nlohmann::json to_json(const StepStats& s);
+nlohmann::json to_json(const OpRecord& r);
+nlohmann::json to_json(const LayerTrace& t);
+
+// The whole report of one image of a run.
+nlohmann::json report_json(const RunConfig& config, const std::vector<pipeline::StepReport>& steps,
+                           const pipeline::RunReport& report);
+
+}  // namespace nanscope::inspect

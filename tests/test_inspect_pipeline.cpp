@@ -1,0 +1,262 @@
+// The inspector inside a run, on the tiny random-weight SD 1.x folder of
+// tests/oracles/pipeline_oracle.py: step statistics reach the observer, the
+// layer trace names the op a model was made to overflow at (VAE and UNet), the
+// NaN policy's retry is reported as recovered, and the R0 fault emulation
+// makes bands (bf16) or NaN (f16) only where it should, leaving real numerics
+// untouched when off.
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "config/run_config.hpp"
+#include "core/error.hpp"
+#include "io/safetensors.hpp"
+#include "pipeline/session.hpp"
+#include "support/oracle.hpp"
+
+namespace nanscope {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Capture final : pipeline::RunObserver {
+  std::vector<pipeline::StepReport> steps;
+  std::vector<pipeline::GeneratedImage> images;
+  std::vector<pipeline::RunReport> reports;
+  void on_step(const pipeline::StepReport& s) override { steps.push_back(s); }
+  void on_image(const pipeline::GeneratedImage& img, const pipeline::RunReport& r) override {
+    images.push_back(img);
+    reports.push_back(r);
+  }
+};
+
+const fs::path& model_dir() {
+  static test::TempDir dir;
+  static fs::path made;
+  if (made.empty()) {
+    test::run_oracle("pipeline_oracle.py", {"make", (dir / "tiny-sd").string()});
+    made = dir / "tiny-sd";
+  }
+  return made;
+}
+
+RunConfig base_config() {
+  RunConfig c;
+  c.model = model_dir().string();
+  c.prompt = "a red circle on a blue background";
+  c.steps = 3;
+  c.cfg_scale = 5.0;
+  c.seed = 7;
+  c.device = "reference";
+  return c;
+}
+
+Capture run(pipeline::Session& s, const RunConfig& c) {
+  Capture cap;
+  s.generate(c, &cap);
+  return cap;
+}
+
+// A copy of a component folder with the weight and bias of one module
+// multiplied by `factor` (representable in f16 for the tiny models' weights).
+fs::path scaled_component(const fs::path& dir, const std::string& component, const std::string& module,
+                          float factor) {
+  const fs::path src = model_dir() / component;
+  fs::create_directories(dir);
+  fs::copy_file(src / "config.json", dir / "config.json", fs::copy_options::overwrite_existing);
+  const auto file = io::SafetensorsFile::open(src / "diffusion_pytorch_model.safetensors");
+  std::vector<std::pair<std::string, HostTensor>> tensors;
+  bool found = false;
+  for (const auto& e : file.entries()) {
+    HostTensor t = file.read(e, DType::f32);
+    if (e.name.starts_with(module + ".")) {
+      found = true;
+      for (std::int64_t i = 0; i < t.numel(); ++i) t.set(i, t.get(i) * factor);
+    }
+    tensors.emplace_back(e.name, std::move(t));
+  }
+  EXPECT_TRUE(found) << module;
+  io::write_safetensors(dir / "diffusion_pytorch_model.safetensors", tensors);
+  return dir;
+}
+
+TEST(InspectPipeline, EveryStepCarriesStatisticsAndACleanRunIsClean) {
+  NANSCOPE_REQUIRE_PYTHON();
+  pipeline::Session session;
+  const Capture cap = run(session, base_config());
+  ASSERT_EQ(cap.steps.size(), 3u);
+  for (const auto& s : cap.steps) {
+    EXPECT_EQ(s.stats.latent.channels.size(), 4u);
+    EXPECT_EQ(s.stats.latent.all.count, 4 * 8 * 8);
+    ASSERT_TRUE(s.stats.noise_uncond.has_value());  // CFG on
+    EXPECT_EQ(s.stats.noise_cond.all.count, 4 * 8 * 8);
+    EXPECT_EQ(s.stats.preview.width, 8);  // SD 1.x factors
+    EXPECT_EQ(s.stats.preview.rgb.size(), 8u * 8u * 3u);
+    EXPECT_EQ(s.stats.verdict, inspect::Verdict::clean) << s.stats.latent.note;
+    // The inspector's latent statistics agree with the summary.
+    EXPECT_DOUBLE_EQ(s.stats.latent.all.max_abs, s.latent.max_abs);
+  }
+  EXPECT_DOUBLE_EQ(cap.steps.back().stats.sigma_after, 0.0);
+  ASSERT_EQ(cap.reports.size(), 1u);
+  const auto& ri = cap.reports[0].inspection;
+  EXPECT_EQ(ri.verdict, inspect::Verdict::clean) << ri.summary;
+  EXPECT_EQ(ri.first_bad_step, -1);
+  EXPECT_TRUE(ri.origin.empty());
+  EXPECT_TRUE(ri.traces.empty());  // auto: traced only on a fault
+  ASSERT_TRUE(ri.image.has_value());
+  EXPECT_EQ(ri.image->nonfinite_pixels, 0);
+  EXPECT_FALSE(ri.emulation);
+  EXPECT_EQ(ri.summary, "clean");
+}
+
+TEST(InspectPipeline, TraceNamesTheVaeConvMadeToOverflowInF16) {
+  NANSCOPE_REQUIRE_PYTHON();
+  test::TempDir tmp;
+  RunConfig cfg = base_config();
+  cfg.vae = scaled_component(tmp / "vae", "vae", "decoder.up_blocks.1.resnets.0.conv1", 65536.0f).string();
+  cfg.set("vae.dtype", "f16");
+  pipeline::Session session;
+  const Capture broken = run(session, cfg);
+  const auto& ri = broken.reports.at(0).inspection;
+  EXPECT_EQ(ri.verdict, inspect::Verdict::non_finite) << ri.summary;
+  EXPECT_EQ(ri.first_bad_step, -1);  // sampling was clean
+  EXPECT_EQ(ri.origin, "vae.decoder.up_blocks.1.resnets.0.conv1");
+  EXPECT_EQ(ri.origin_op, "CONV2D");
+  EXPECT_EQ(ri.near_limit_origin, "vae.decoder.up_blocks.1.resnets.0.conv1");
+  ASSERT_EQ(ri.traces.size(), 1u);
+  const auto& t = ri.traces[0];
+  EXPECT_EQ(t.call, "vae decode");
+  ASSERT_NE(t.origin_op(), nullptr);
+  EXPECT_EQ(t.origin_op()->dtype, DType::f16);
+  EXPECT_GT(t.origin_op()->output.pos_inf + t.origin_op()->output.neg_inf, 0);
+  // Every op before the origin was finite.
+  for (int i = 0; i < t.origin; ++i) EXPECT_EQ(t.ops[static_cast<std::size_t>(i)].output.nonfinite(), 0) << i;
+  EXPECT_NE(ri.summary.find("origin vae.decoder.up_blocks.1.resnets.0.conv1 (CONV2D)"), std::string::npos)
+      << ri.summary;
+  ASSERT_TRUE(ri.image.has_value());
+  EXPECT_GT(ri.image->nonfinite_pixels, 0);
+
+  // retry-vae-f32: the kept latent decodes clean; the run says it recovered and still names the origin.
+  cfg.set("nan_policy", "retry-vae-f32");
+  const Capture fixed = run(session, cfg);
+  const auto& rf = fixed.reports.at(0).inspection;
+  EXPECT_EQ(rf.verdict, inspect::Verdict::clean) << rf.summary;
+  ASSERT_TRUE(rf.first_decode.has_value());
+  EXPECT_EQ(rf.first_decode->map.verdict, inspect::Verdict::non_finite);
+  EXPECT_EQ(rf.image->nonfinite_pixels, 0);
+  EXPECT_NE(rf.summary.find("recovered"), std::string::npos) << rf.summary;
+  EXPECT_EQ(rf.origin, "vae.decoder.up_blocks.1.resnets.0.conv1");
+  EXPECT_EQ(fixed.images.at(0).latent, broken.images.at(0).latent);  // the latent was kept
+
+  // trace=off: no trace, no origin, same verdict.
+  cfg.set("nan_policy", "report");
+  cfg.set("inspect.trace", "off");
+  const Capture untraced = run(session, cfg);
+  EXPECT_TRUE(untraced.reports.at(0).inspection.traces.empty());
+  EXPECT_TRUE(untraced.reports.at(0).inspection.origin.empty());
+  EXPECT_EQ(untraced.reports.at(0).inspection.verdict, inspect::Verdict::non_finite);
+}
+
+TEST(InspectPipeline, TraceNamesTheUnetConvMadeToOverflowAndTheFirstBadStep) {
+  NANSCOPE_REQUIRE_PYTHON();
+  test::TempDir tmp;
+  const fs::path unet = scaled_component(tmp / "model" / "unet", "unet", "mid_block.resnets.0.conv1", 65536.0f);
+  for (const char* part : {"model_index.json"}) fs::copy_file(model_dir() / part, tmp / "model" / part);
+  for (const char* dir : {"vae", "text_encoder", "tokenizer", "scheduler"})
+    fs::copy(model_dir() / dir, tmp / "model" / dir, fs::copy_options::recursive);
+  RunConfig cfg = base_config();
+  cfg.model = (tmp / "model").string();
+  cfg.set("unet.dtype", "f16");
+  pipeline::Session session;
+  const Capture cap = run(session, cfg);
+  const auto& ri = cap.reports.at(0).inspection;
+  EXPECT_EQ(ri.verdict, inspect::Verdict::non_finite) << ri.summary;
+  EXPECT_EQ(ri.first_bad_step, 0);
+  EXPECT_EQ(ri.first_bad_branch, "noise_cond");
+  EXPECT_EQ(ri.origin, "unet.mid_block.resnets.0.conv1");
+  ASSERT_FALSE(ri.traces.empty());
+  EXPECT_EQ(ri.traces[0].call, "unet step 1");
+  EXPECT_EQ(cap.steps.at(0).stats.noise_cond.verdict, inspect::Verdict::non_finite);
+  EXPECT_TRUE(cap.steps.at(0).stats.noise_cond.mask.any());
+  // In f32 the same weights are finite: no trace, no origin.
+  cfg.set("unet.dtype", "f32");
+  const Capture f32 = run(session, cfg);
+  EXPECT_TRUE(f32.reports.at(0).inspection.origin.empty());
+  EXPECT_NE(f32.reports.at(0).inspection.verdict, inspect::Verdict::non_finite);
+}
+
+TEST(InspectPipeline, R0EmulationHitsOnlyFusedHalfAttentionAtPowerOfTwoSizesAndIsNamedInTheTrace) {
+  NANSCOPE_REQUIRE_PYTHON();
+  pipeline::Session session;
+  RunConfig cfg = base_config();
+  cfg.width = cfg.height = 32;  // latent 16x16: the VAE's mid-block attention sees 256 tokens
+  cfg.steps = 2;
+  const Capture plain = run(session, cfg);
+
+  RunConfig bf16 = cfg;
+  bf16.set("vae.dtype", "bf16");
+  const Capture bf16_plain = run(session, bf16);
+  EXPECT_EQ(bf16_plain.reports.at(0).inspection.verdict, inspect::Verdict::clean)
+      << bf16_plain.reports.at(0).inspection.summary;
+  bf16.set("inspect.emulate", "r0");
+  bf16.set("inspect.trace", "always");
+  const Capture banded = run(session, bf16);
+  const auto& rb = banded.reports.at(0).inspection;
+  EXPECT_TRUE(rb.emulation);
+  EXPECT_NE(rb.emulation_note.find("EMULATED"), std::string::npos);
+  EXPECT_EQ(rb.summary.rfind("[EMULATION] ", 0), 0u) << rb.summary;
+  // The corrupted attention changed the image, and the trace names it. (That
+  // the embedded model's image then shows bands is tests/test_scenarios.cpp's R0.)
+  EXPECT_NE(banded.images.at(0).image, bf16_plain.images.at(0).image);
+  EXPECT_EQ(rb.origin.rfind("vae.decoder.mid_block.attentions.0", 0), 0u) << rb.origin;
+  EXPECT_EQ(rb.origin_op, "ATTENTION");
+  ASSERT_TRUE(rb.image.has_value());
+
+  // f16: NaN, and the trace's origin is the emulated attention op.
+  RunConfig f16 = bf16;
+  f16.set("vae.dtype", "f16");
+  const Capture nan = run(session, f16);
+  const auto& rn = nan.reports.at(0).inspection;
+  EXPECT_EQ(rn.verdict, inspect::Verdict::non_finite) << rn.summary;
+  EXPECT_EQ(rn.origin_op, "ATTENTION");
+  EXPECT_EQ(rn.origin.rfind("vae.decoder.mid_block.attentions.0", 0), 0u) << rn.origin;
+  ASSERT_FALSE(rn.traces.empty());
+  EXPECT_TRUE(rn.traces.back().origin_op()->emulated_fault);
+
+  // Sliced attention (a fix users applied), and a size whose token count is not a power of two, are untouched.
+  RunConfig sliced = bf16;
+  sliced.set("vae.attention.impl", "sliced");
+  sliced.set("vae.attention.slice_size", "1");
+  const Capture s = run(session, sliced);
+  EXPECT_EQ(s.reports.at(0).inspection.verdict, inspect::Verdict::clean) << s.reports.at(0).inspection.summary;
+  RunConfig nearby = bf16;
+  nearby.width = nearby.height = 40;  // 20x20 = 400 tokens
+  const Capture n = run(session, nearby);
+  EXPECT_EQ(n.reports.at(0).inspection.verdict, inspect::Verdict::clean) << n.reports.at(0).inspection.summary;
+
+  // Off: bit-identical to a run that never heard of emulation.
+  RunConfig off = cfg;
+  off.set("inspect.emulate", "none");
+  const Capture o = run(session, off);
+  EXPECT_EQ(o.images.at(0).image, plain.images.at(0).image);
+  EXPECT_FALSE(o.reports.at(0).inspection.emulation);
+}
+
+TEST(InspectPipeline, BadInspectorSettingsAreConfigErrorsNamingTheKey) {
+  pipeline::Session session;
+  RunConfig cfg;  // checked before any model is loaded
+  cfg.set("inspect.emulate", "r9");
+  try {
+    session.generate(cfg);
+    FAIL() << "an unknown emulation must be an error";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("inspect.emulate"), std::string::npos) << e.what();
+  }
+  cfg.inspect = nlohmann::json::object();
+  cfg.set("inspect.tracing", "on");
+  EXPECT_THROW(session.generate(cfg), ConfigError);
+}
+
+}  // namespace
+}  // namespace nanscope
