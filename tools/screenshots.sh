@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the real workbench under Xvfb and saves screenshots for the README into
-# docs/screenshots/: the default run on the embedded model, then every
-# scenario preset (R0-R4 and their fixed twins) found in resources/presets/.
+# docs/screenshots/: the default run on the embedded model, then each field
+# report scenario (R0-R4) broken and fixed, and R1's layer trace.
 # Usage: tools/screenshots.sh [build-dir]   (default: $NANSCOPE_BUILD_DIR or build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,9 +29,10 @@ JSON
 shoot workbench --preset "$preset_dir/default.json"
 shoot inspector --preset "$preset_dir/default.json" --panel inspector
 
-shopt -s nullglob
-for preset in resources/presets/*.json; do
-  name=$(basename "$preset" .json)
-  shoot "$name" --preset "$preset"
+# The five field reports, broken and fixed, as the Scenarios menu runs them.
+for id in R0 R1 R2 R3 R4; do
+  shoot "scenario-$id" --scenario "$id"
+  shoot "scenario-$id-fixed" --scenario "$id" --fixed
 done
+shoot scenario-R1-trace --scenario R1 --panel trace
 echo "screenshots: written to $out/"

@@ -5,6 +5,7 @@
 
 #include "backend/opencl/opencl_backend.hpp"
 #include "core/log.hpp"
+#include "inspect/scenario.hpp"
 #include "pipeline/sd_model.hpp"
 #include "pipeline/session.hpp"
 
@@ -149,6 +150,41 @@ void EngineController::redecode(int index, const QString& vae, const QString& dt
     log::error("decode failed: {}", e.what());
   }
   done.seconds = static_cast<double>(timer.elapsed()) / 1000.0;
+  emit runFinished(done);
+}
+
+void EngineController::runScenario(const QString& id, bool fixed, const QStringList& sets) {
+  cancel_.store(false);
+  QElapsedTimer timer;
+  timer.start();
+  RunFinished done;
+  last_images_.clear();
+  Forwarder forwarder(*this, cancel_, last_images_);
+  try {
+    const inspect::Scenario* scenario = inspect::find_scenario(id.toStdString());
+    if (!scenario) throw std::runtime_error("no scenario " + id.toStdString());
+    inspect::ScenarioOptions options;
+    for (const QString& s : sets) options.sets.push_back(s.toStdString());
+    options.observer = &forwarder;
+    emit status(tr("running scenario %1%2").arg(id, fixed ? tr(" (fixed)") : QString()));
+    const inspect::ScenarioRun run = inspect::run_scenario(*scenario, fixed, options);
+    last_config_ = run.run.config;
+    if (!run.note.empty()) log::info("{}: {}", scenario->id, run.note);
+    if (!run.run.error.empty()) {
+      done.ok = false;
+      done.error = QString::fromStdString(run.run.error);  // names every device there is (R3)
+    }
+    done.summary = QString::fromStdString(run.run.summary);
+    done.note = QString::fromStdString(run.note);
+    done.verdict = QString::fromStdString(std::string(inspect::verdict_name(run.run.verdict)));
+  } catch (const std::exception& e) {
+    done.ok = false;
+    done.error = QString::fromUtf8(e.what());
+    log::error("scenario {} failed: {}", id.toStdString(), e.what());
+  }
+  done.cancelled = cancel_.load();
+  done.seconds = static_cast<double>(timer.elapsed()) / 1000.0;
+  done.images = forwarder.images;
   emit runFinished(done);
 }
 

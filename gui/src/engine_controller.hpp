@@ -38,6 +38,10 @@ class EngineController : public QObject {
   // Decodes the last kept latent of batch image `index` again with another VAE
   // folder ("" = the model's own) and dtype (f32/f16/bf16), without re-sampling.
   void redecode(int index, const QString& vae, const QString& dtype);
+  // Runs a field-report scenario (R0-R4) the way the engine defines it (R1's
+  // stress variant of the model, R4's cold kernel cache), with the user's
+  // edits to the preset applied as key=value assignments.
+  void runScenario(const QString& id, bool fixed, const QStringList& sets);
 
  signals:
   void devicesReady(const nanscope::DeviceList& devices, const QString& default_model, const QString& model_error);

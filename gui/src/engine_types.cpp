@@ -17,9 +17,8 @@ std::uint8_t to_byte(float v) {
   return static_cast<std::uint8_t>(std::clamp((v + 1.0F) * 127.5F, 0.0F, 255.0F));
 }
 
-}  // namespace
-
-StepView make_step_view(const pipeline::StepReport& report) {
+// Without the engine's inspector statistics: derived from the latent values here.
+StepView make_step_view_raw(const pipeline::StepReport& report) {
   StepView view;
   view.report = report;
   view.report.latent_values.clear();
@@ -77,6 +76,66 @@ StepView make_step_view(const pipeline::StepReport& report) {
       mrow[3 * x + 1] = bad ? 30 : 40;
       mrow[3 * x + 2] = bad ? 30 : 48;
     }
+  }
+  return view;
+}
+
+}  // namespace
+
+StepView make_step_view(const pipeline::StepReport& report) {
+  StepView view = make_step_view_raw(report);
+  const inspect::StepStats& st = report.stats;
+  view.verdict = st.verdict;
+  view.note = QString::fromStdString(st.latent.note);
+  view.band_score = st.latent.bands.score();
+  if (!st.latent.channels.empty()) {
+    view.channel_std.clear();
+    view.channel_max_abs.clear();
+    for (const auto& c : st.latent.channels) {
+      view.channel_std.push_back(c.std);
+      view.channel_max_abs.push_back(c.max_abs);
+    }
+  }
+  // The engine's preview uses factors fitted for the model family.
+  if (st.preview.width > 0 && st.preview.height > 0 &&
+      st.preview.rgb.size() >= static_cast<std::size_t>(st.preview.width) * st.preview.height * 3) {
+    QImage img(st.preview.width, st.preview.height, QImage::Format_RGB888);
+    const std::size_t row = static_cast<std::size_t>(st.preview.width) * 3;
+    for (int y = 0; y < st.preview.height; ++y)
+      std::copy_n(st.preview.rgb.data() + static_cast<std::size_t>(y) * row, row, img.scanLine(y));
+    view.preview = img;
+  }
+  // Heatmap over the latent grid: red by the share of non-finite values per
+  // mask cell; rows and columns the band detector flagged in amber.
+  const auto& mask = st.latent.mask;
+  const Shape& s = report.latent_shape;
+  if (s.size() == 4 && mask.rows > 0 && mask.cols > 0 &&
+      mask.share.size() == static_cast<std::size_t>(mask.rows) * static_cast<std::size_t>(mask.cols)) {
+    const int h = static_cast<int>(s[2]), w = static_cast<int>(s[3]);
+    QImage heat(w, h, QImage::Format_RGB888);
+    std::vector<bool> band_row(static_cast<std::size_t>(h), false), band_col(static_cast<std::size_t>(w), false);
+    for (int r : st.latent.bands.band_rows)
+      if (r >= 0 && r < h) band_row[static_cast<std::size_t>(r)] = true;
+    for (int c : st.latent.bands.band_cols)
+      if (c >= 0 && c < w) band_col[static_cast<std::size_t>(c)] = true;
+    const int cell_h = (h + mask.rows - 1) / mask.rows, cell_w = (w + mask.cols - 1) / mask.cols;
+    for (int y = 0; y < h; ++y) {
+      uchar* line = heat.scanLine(y);
+      for (int x = 0; x < w; ++x) {
+        const float share = mask.at(std::min(y / cell_h, mask.rows - 1), std::min(x / cell_w, mask.cols - 1));
+        int r = 40, g = 40, b = 48;
+        if (band_row[static_cast<std::size_t>(y)] || band_col[static_cast<std::size_t>(x)]) r = 230, g = 160, b = 20;
+        if (share > 0) {
+          r = static_cast<int>(120 + 135 * share);
+          g = 30;
+          b = 30;
+        }
+        line[3 * x] = static_cast<uchar>(r);
+        line[3 * x + 1] = static_cast<uchar>(g);
+        line[3 * x + 2] = static_cast<uchar>(b);
+      }
+    }
+    view.nonfinite_mask = heat;
   }
   return view;
 }

@@ -9,6 +9,7 @@
 
 #include "backend/device.hpp"
 #include "config/run_config.hpp"
+#include "inspect/inspect.hpp"
 #include "pipeline/run_report.hpp"
 
 namespace nanscope::gui {
@@ -22,6 +23,10 @@ struct StepView {
   QImage preview;                    // latent -> RGB through linear factors
   QImage nonfinite_mask;             // latent grid: red where any channel is non-finite
   qint64 nonfinite_pixels = 0;       // latent positions with any non-finite channel
+  // From the engine's inspector (pipeline::StepReport::stats).
+  inspect::Verdict verdict = inspect::Verdict::clean;
+  QString note;                      // the latent's verdict in one line
+  double band_score = 0;             // largest robust z-score of a latent row or column
 };
 
 // A finished (or cancelled/stopped) image.
@@ -41,6 +46,7 @@ struct KernelStats {
 
 // The end of a request: how it went, in plain words.
 struct RunFinished {
+  QString verdict, summary, note;  // scenario runs: the engine's verdict, summary and scenario facts
   bool ok = true;
   bool cancelled = false;
   QString error;       // non-empty when the run threw

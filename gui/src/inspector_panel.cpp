@@ -6,6 +6,7 @@
 #include <QLabel>
 #include <QSlider>
 #include <QSplitter>
+#include <QToolTip>
 #include <QVBoxLayout>
 #include <QtCharts/QChart>
 #include <QtCharts/QChartView>
@@ -54,12 +55,15 @@ QChartView* InspectorPanel::make_chart(const QString& title, QChart*& chart) {
   f.setBold(true);
   chart->setTitleFont(f);
   chart->legend()->setAlignment(Qt::AlignBottom);
+  QFont small = chart->legend()->font();
+  small.setPointSizeF(small.pointSizeF() * 0.9);
+  chart->legend()->setFont(small);
   chart->setMargins(QMargins(4, 2, 4, 2));
   chart->setBackgroundRoundness(0);
   auto* view = new QChartView(chart);
   view->setRenderHint(QPainter::Antialiasing);
-  view->setMinimumHeight(170);
-  view->setMinimumWidth(320);
+  view->setMinimumHeight(190);
+  view->setMinimumWidth(260);
   return view;
 }
 
@@ -81,10 +85,10 @@ InspectorPanel::InspectorPanel(QWidget* parent)
   image_->setVisible(false);
   connect(image_, qOverload<int>(&QComboBox::activated), this, [this](int i) { show_image(i); });
 
-  auto* max_view = make_chart(tr("Largest |value| per step (log scale)"), max_chart_);
+  auto* max_view = make_chart(tr("Largest |value| (log scale)"), max_chart_);
   max_latent_ = series(tr("latent"), QColor("#1f77b4"));
-  max_cond_ = series(tr("UNet, prompt"), QColor("#2ca02c"), Qt::DashLine);
-  max_uncond_ = series(tr("UNet, negative"), QColor("#ff7f0e"), Qt::DotLine);
+  max_cond_ = series(tr("UNet +"), QColor("#2ca02c"), Qt::DashLine);
+  max_uncond_ = series(tr("UNet -"), QColor("#ff7f0e"), Qt::DotLine);
   max_x_ = new QValueAxis;
   max_y_ = new QLogValueAxis;
   max_y_->setLabelFormat("%.2g");
@@ -97,10 +101,10 @@ InspectorPanel::InspectorPanel(QWidget* parent)
     s->attachAxis(max_y_);
   }
 
-  auto* nf_view = make_chart(tr("Non-finite values (NaN, Inf) per step"), nonfinite_chart_);
+  auto* nf_view = make_chart(tr("Non-finite values (NaN, Inf)"), nonfinite_chart_);
   nf_latent_ = series(tr("latent"), QColor("#d62728"));
-  nf_cond_ = series(tr("UNet, prompt"), QColor("#2ca02c"), Qt::DashLine);
-  nf_uncond_ = series(tr("UNet, negative"), QColor("#ff7f0e"), Qt::DotLine);
+  nf_cond_ = series(tr("UNet +"), QColor("#2ca02c"), Qt::DashLine);
+  nf_uncond_ = series(tr("UNet -"), QColor("#ff7f0e"), Qt::DotLine);
   nf_x_ = new QValueAxis;
   nf_y_ = new QValueAxis;
   nf_y_->setLabelFormat("%d");
@@ -112,15 +116,31 @@ InspectorPanel::InspectorPanel(QWidget* parent)
     s->attachAxis(nf_y_);
   }
 
-  auto* std_view = make_chart(tr("Standard deviation per latent channel"), std_chart_);
+  auto* std_view = make_chart(tr("Std per latent channel"), std_chart_);
   std_x_ = new QValueAxis;
   std_y_ = new QValueAxis;
   std_y_->setLabelFormat("%.2f");
   std_chart_->addAxis(std_x_, Qt::AlignBottom);
   std_chart_->addAxis(std_y_, Qt::AlignLeft);
-  for (auto* axis : {max_x_, nf_x_, std_x_}) {
-    axis->setLabelFormat("%d");
-    axis->setTitleText(tr("step"));
+
+  auto* band_view = make_chart(tr("Band score (rows, columns)"), band_chart_);
+  band_latent_ = series(tr("latent"), QColor("#8e44ad"));
+  band_threshold_ = series(tr("threshold"), QColor("#7f8c8d"), Qt::DashLine);
+  band_threshold_->setPointsVisible(false);
+  band_x_ = new QValueAxis;
+  band_y_ = new QValueAxis;
+  band_y_->setLabelFormat("%.0f");
+  band_chart_->addAxis(band_x_, Qt::AlignBottom);
+  band_chart_->addAxis(band_y_, Qt::AlignLeft);
+  for (auto* s : {band_latent_, band_threshold_}) {
+    band_chart_->addSeries(s);
+    s->attachAxis(band_x_);
+    s->attachAxis(band_y_);
+  }
+  band_view->setToolTip(tr("Largest robust z-score of a latent row or column against its neighbours (report R0's "
+                           "corrupted lines score far above the threshold)"));
+  for (auto* axis : {max_x_, nf_x_, std_x_, band_x_}) {
+    axis->setLabelFormat("%d");  // steps, counted from 1
   }
 
   scrubber_->setObjectName("stepScrubber");
@@ -133,7 +153,7 @@ InspectorPanel::InspectorPanel(QWidget* parent)
   step_label_->setAlignment(Qt::AlignTop | Qt::AlignLeft);
   for (QLabel* l : {preview_, mask_}) {
     l->setAlignment(Qt::AlignCenter);
-    l->setMinimumSize(200, 200);
+    l->setFixedSize(180, 180);
     l->setFrameShape(QFrame::StyledPanel);
   }
   preview_->setObjectName("latentPreview");
@@ -141,27 +161,32 @@ InspectorPanel::InspectorPanel(QWidget* parent)
   preview_->setToolTip(tr("The latent after this step, through linear latent-to-RGB factors"));
   mask_->setToolTip(tr("Latent positions where any channel is NaN or Inf (red)"));
 
+  // Below the charts: the step's latent preview and mask, and the scrubber with the step's numbers.
   auto* images = new QGridLayout;
   images->addWidget(new QLabel(tr("<b>Latent preview</b>")), 0, 0, Qt::AlignHCenter);
+  images->addWidget(new QLabel(tr("<b>Non-finite mask and bands</b>")), 0, 1, Qt::AlignHCenter);
   images->addWidget(preview_, 1, 0);
-  images->addWidget(new QLabel(tr("<b>Non-finite mask</b>")), 2, 0, Qt::AlignHCenter);
-  images->addWidget(mask_, 3, 0);
+  images->addWidget(mask_, 1, 1);
+  auto* step_column = new QVBoxLayout;
+  step_column->addWidget(image_);
+  step_column->addWidget(scrubber_);
+  step_column->addWidget(step_label_);
+  step_column->addStretch();
   auto* side = new QWidget;
-  side->setFixedWidth(std::max(260, fontMetrics().horizontalAdvance(QString(34, 'x'))));
-  auto* side_layout = new QVBoxLayout(side);
+  auto* side_layout = new QHBoxLayout(side);
   side_layout->setContentsMargins(0, 0, 0, 0);
-  side_layout->addWidget(image_);
   side_layout->addLayout(images);
-  side_layout->addWidget(scrubber_);
-  side_layout->addWidget(step_label_);
-  side_layout->addStretch();
+  side_layout->addLayout(step_column, 1);
 
-  auto* charts = new QSplitter(Qt::Vertical);
-  charts->addWidget(max_view);
-  charts->addWidget(nf_view);
-  charts->addWidget(std_view);
-  charts->setChildrenCollapsible(false);
-  auto* split = new QSplitter(Qt::Horizontal);
+  auto* charts = new QWidget;
+  auto* grid = new QGridLayout(charts);
+  grid->setContentsMargins(0, 0, 0, 0);
+  grid->setSpacing(4);
+  grid->addWidget(max_view, 0, 0);
+  grid->addWidget(nf_view, 0, 1);
+  grid->addWidget(std_view, 1, 0);
+  grid->addWidget(band_view, 1, 1);
+  auto* split = new QSplitter(Qt::Vertical);
   split->addWidget(charts);
   split->addWidget(side);
   split->setStretchFactor(0, 1);
@@ -180,6 +205,7 @@ void InspectorPanel::clear(int images, int steps) {
   steps_ = std::max(1, steps);
   images_ = QVector<ImageSteps>(std::max(1, images));
   failure_.clear();
+  note_.clear();
   shown_ = 0;
   image_->clear();
   for (int i = 0; i < images_.size(); ++i) image_->addItem(tr("Image %1").arg(i + 1));
@@ -190,7 +216,13 @@ void InspectorPanel::clear(int images, int steps) {
 }
 
 void InspectorPanel::rebuild_series() {
-  for (auto* s : {max_latent_, max_cond_, max_uncond_, nf_latent_, nf_cond_, nf_uncond_}) s->clear();
+  for (auto* s : {max_latent_, max_cond_, max_uncond_, nf_latent_, nf_cond_, nf_uncond_, band_latent_,
+                  band_threshold_})
+    s->clear();
+  band_hi_ = inspect::kBandThreshold * 1.5;
+  band_y_->setRange(0, band_hi_);
+  band_threshold_->append(1, inspect::kBandThreshold);
+  band_threshold_->append(std::max(2, steps_), inspect::kBandThreshold);
   for (auto* s : std_series_) {
     std_chart_->removeSeries(s);
     delete s;
@@ -200,12 +232,15 @@ void InspectorPanel::rebuild_series() {
   max_hi_ = 0;
   nf_hi_ = 1;
   std_hi_ = 0;
-  for (auto* axis : {max_x_, nf_x_, std_x_}) {
+  for (auto* axis : {max_x_, nf_x_, std_x_, band_x_}) {
     axis->setRange(1, std::max(2, steps_));
-    axis->setTickCount(std::min(steps_, 10) + 1 > 2 ? std::min(steps_, 10) + 1 : 2);
+    // Whole steps, at most about six labels.
+    axis->setTickType(QValueAxis::TicksDynamic);
+    axis->setTickAnchor(1);
+    axis->setTickInterval(std::max(1, (steps_ + 4) / 5));
   }
   max_y_->setRange(0.1, 10);
-  nf_y_->setRange(0, 1);
+  nf_y_->setRange(0, 4);
   std_y_->setRange(0, 1);
   const auto& steps = images_[shown_].steps;
   for (const auto& s : steps) append_points(s);
@@ -236,12 +271,19 @@ void InspectorPanel::append_points(const StepView& s) {
   if (r.noise_uncond.count > 0) nf_uncond_->append(x, static_cast<double>(r.noise_uncond.nonfinite()));
   nf_hi_ = std::max({nf_hi_, static_cast<double>(r.latent.nonfinite()), static_cast<double>(r.noise_cond.nonfinite()),
                      static_cast<double>(r.noise_uncond.nonfinite())});
-  nf_y_->setRange(0, nf_hi_ * 1.1);
+  nf_y_->setRange(0, std::max(4.0, nf_hi_ * 1.1));  // whole counts: never a 0..1 axis with repeated labels
   nf_y_->applyNiceNumbers();
+
+  band_latent_->append(x, s.band_score);
+  if (s.band_score > band_hi_) {
+    band_hi_ = s.band_score * 1.1;
+    band_y_->setRange(0, band_hi_);
+    band_y_->applyNiceNumbers();
+  }
 
   while (std_series_.size() < s.channel_std.size()) {
     const int c = static_cast<int>(std_series_.size());
-    auto* series_c = series(tr("channel %1").arg(c), kChannelColors[c % 8]);
+    auto* series_c = series(tr("ch %1").arg(c), kChannelColors[c % 8]);
     std_chart_->addSeries(series_c);
     series_c->attachAxis(std_x_);
     series_c->attachAxis(std_y_);
@@ -296,6 +338,11 @@ void InspectorPanel::add_image(const ImageView& v) {
   update_verdict();
 }
 
+void InspectorPanel::set_note(const QString& note) {
+  note_ = note;
+  update_verdict();
+}
+
 void InspectorPanel::set_failure(const QString& error) {
   failure_ = error;
   update_verdict();
@@ -341,12 +388,17 @@ void InspectorPanel::show_step(int index) {
                 .arg(s.preview.width() * s.preview.height());
   else
     text += tr("every latent value is finite");
+  text += tr("<br>band score %1").arg(s.band_score, 0, 'f', 1);
+  if (s.verdict != inspect::Verdict::clean)
+    text += tr("<br><span style='color:#c0392b'><b>%1</b>: %2</span>")
+                .arg(QString::fromStdString(std::string(inspect::verdict_name(s.verdict))), s.note.toHtmlEscaped());
   step_label_->setText(text);
 }
 
 void InspectorPanel::update_verdict() {
   if (!failure_.isEmpty()) {
     verdict_->setText(tr("<span style='color:#c0392b'><b>The run failed:</b></span> %1").arg(failure_.toHtmlEscaped()));
+    verdict_->setToolTip(note_);
     return;
   }
   const ImageSteps& im = images_.value(shown_);
@@ -389,15 +441,36 @@ void InspectorPanel::update_verdict() {
                  .arg(steps_)
                  .arg(peak, 0, 'g', 4);
   }
+  if (im.has_report && !im.report.inspection.summary.empty()) {
+    // The engine's inspector has the last word: verdict, origin op, emulation label.
+    const auto& ri = im.report.inspection;
+    parts.clear();
+    const bool clean = ri.verdict == inspect::Verdict::clean;
+    QString text = tr("<span style='color:%1'><b>%2Verdict: %3.</b></span> %4")
+                       .arg(clean ? "#1e8449" : "#c0392b", prefix,
+                            QString::fromStdString(std::string(inspect::verdict_name(ri.verdict))),
+                            ri.summary == inspect::verdict_name(ri.verdict)
+                                ? QString()
+                                : QString::fromStdString(ri.summary).toHtmlEscaped());
+    if (!ri.origin.empty() && ri.summary.find(ri.origin) == std::string::npos)
+      text += tr("<br><b>Started at:</b> %1 (%2)")
+                  .arg(QString::fromStdString(ri.origin).toHtmlEscaped(), QString::fromStdString(ri.origin_op));
+    if (ri.emulation)
+      text += tr("<br><span style='color:#b9770e'><b>%1</b></span>")
+                  .arg(QString::fromStdString(ri.emulation_note).toHtmlEscaped());
+    parts << text;
+  }
   if (im.has_report) {
     const auto& rep = im.report;
     const bool bad_pixels = im.nonfinite_pixels > 0;
     const QString color = rep.cancelled ? "#b9770e" : (bad_pixels || rep.stopped) ? "#c0392b" : "#1e8449";
-    parts << tr("<span style='color:%1'><b>Result:</b> %2.</span>")
+    parts << tr("<span style='color:%1'><b>Decode:</b> %2.</span>")
                  .arg(color, QString::fromStdString(rep.outcome).toHtmlEscaped());
   }
-  if (parts.isEmpty()) parts << tr("Waiting for the first step...");
+  if (parts.isEmpty()) parts << (note_.isEmpty() ? tr("Waiting for the first step...") : note_.toHtmlEscaped());
   verdict_->setText(parts.join(' '));
+  // Scenario facts (R1's stress variant, R4's build times) sit in the tooltip and the log.
+  verdict_->setToolTip(note_);
 }
 
 int InspectorPanel::steps_received(int image) const { return images_.value(image).steps.size(); }

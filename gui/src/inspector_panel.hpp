@@ -32,6 +32,8 @@ class InspectorPanel : public QWidget {
   void add_step(const StepView& step);
   void add_image(const ImageView& image);
   void set_failure(const QString& error);
+  // Facts a scenario run adds (R1's stress variant, R4's build times), shown under the verdict.
+  void set_note(const QString& note);
 
   // For tests and the verdict: what the panel holds.
   int steps_received(int image) const;
@@ -55,13 +57,19 @@ class InspectorPanel : public QWidget {
   int steps_ = 0;
   int shown_ = 0;
   QVector<ImageSteps> images_;
-  QString failure_;
+  QString failure_, note_;
 
   QLabel* verdict_;
   QComboBox* image_;
   QtCharts::QChart* max_chart_ = nullptr;
   QtCharts::QChart* nonfinite_chart_ = nullptr;
   QtCharts::QChart* std_chart_ = nullptr;
+  QtCharts::QChart* band_chart_ = nullptr;
+  QtCharts::QLineSeries* band_latent_;
+  QtCharts::QLineSeries* band_threshold_;
+  QtCharts::QValueAxis* band_x_;
+  QtCharts::QValueAxis* band_y_;
+  double band_hi_ = 1;
   QtCharts::QLineSeries* max_latent_;
   QtCharts::QLineSeries* max_cond_;
   QtCharts::QLineSeries* max_uncond_;

@@ -15,6 +15,7 @@
 #include <QMessageBox>
 #include <QMimeData>
 #include <QProgressBar>
+#include <QScrollArea>
 #include <QSettings>
 #include <QStatusBar>
 #include <QTimer>
@@ -24,6 +25,9 @@
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "inspector_panel.hpp"
+#include "inspect/scenario.hpp"
+#include "layer_trace_panel.hpp"
+#include "config_diff.hpp"
 #include "io/png_metadata.hpp"
 #include "log_panel.hpp"
 #include "result_panel.hpp"
@@ -125,7 +129,16 @@ void MainWindow::build_actions() {
 QDockWidget* MainWindow::add_dock(QWidget* panel, const QString& name, const QString& title, Qt::DockWidgetArea area) {
   auto* dock = new QDockWidget(title, this);
   dock->setObjectName(name + "Dock");
-  dock->setWidget(panel);
+  if (qobject_cast<ConfigPanel*>(panel)) {
+    // Settings panels scroll rather than squeeze when the dock is small.
+    auto* scroll = new QScrollArea;
+    scroll->setWidget(panel);
+    scroll->setWidgetResizable(true);
+    scroll->setFrameShape(QFrame::NoFrame);
+    dock->setWidget(scroll);
+  } else {
+    dock->setWidget(panel);
+  }
   addDockWidget(area, dock);
   docks_[name] = dock;
   return dock;
@@ -139,6 +152,7 @@ void MainWindow::build_docks() {
   vae_ = new VaePolicyPanel;
   inspector_ = new InspectorPanel;
   result_ = new ResultPanel(save_image_, copy_image_);
+  layer_trace_ = new LayerTracePanel;
   config_panels_ = {model_, prompt_, precision_, attention_, vae_};
   for (ConfigPanel* p : config_panels_) connect(p, &ConfigPanel::changed, this, &MainWindow::mark_dirty);
 
@@ -151,14 +165,18 @@ void MainWindow::build_docks() {
   auto* vae = add_dock(vae_, "vae", tr("VAE and NaN policy"), Qt::LeftDockWidgetArea);
   add_dock(result_, "result", tr("Result"), Qt::RightDockWidgetArea);
   auto* log = add_dock(log_, "log", tr("Log"), Qt::BottomDockWidgetArea);
+  auto* trace = add_dock(layer_trace_, "trace", tr("Layer trace"), Qt::BottomDockWidgetArea);
+  tabifyDockWidget(log, trace);
+  log->raise();
   splitDockWidget(prompt, model, Qt::Vertical);
   tabifyDockWidget(model, precision);
   tabifyDockWidget(precision, attention);
   tabifyDockWidget(attention, vae);
   model->raise();
-  resizeDocks({prompt}, {430}, Qt::Horizontal);
-  resizeDocks({docks_["result"]}, {340}, Qt::Horizontal);
-  resizeDocks({log}, {150}, Qt::Vertical);
+  resizeDocks({prompt}, {440}, Qt::Horizontal);
+  resizeDocks({docks_["result"]}, {300}, Qt::Horizontal);
+  resizeDocks({prompt, model}, {430, 470}, Qt::Vertical);
+  resizeDocks({log}, {190}, Qt::Vertical);
 
   connect(model_, &ModelDevicePanel::vaeChoicesChanged, this, [this] { vae_->set_vae_choices(model_->vae_choices()); });
   vae_->set_vae_choices(model_->vae_choices());
@@ -181,14 +199,26 @@ void MainWindow::build_menus() {
   recent_menu_ = file->addMenu(tr("Open &Recent"));
   rebuild_recent_menu();
 
-  const auto scenarios = scenario_files();
-  if (!scenarios.isEmpty()) {
-    QMenu* menu = file->addMenu(tr("&Scenarios"));
-    for (auto it = scenarios.begin(); it != scenarios.end(); ++it) {
-      const QString path = it.value();
-      menu->addAction(it.key(), this, [this, path] {
-        if (confirm_discard()) open_file(path);
+  bool have_presets = true;
+  try {
+    inspect::presets_dir();
+  } catch (const std::exception&) {
+    have_presets = false;  // an install without presets: no menu rather than a menu that fails
+  }
+  if (have_presets) {
+    QMenu* menu = menuBar()->addMenu(tr("&Scenarios"));
+    menu->setToolTipsVisible(true);
+    for (const auto& s : inspect::scenarios()) {
+      const QString id = QString::fromStdString(s.id);
+      QAction* broken = menu->addAction(tr("%1: %2").arg(id, QString::fromStdString(s.title)), this, [this, id] {
+        if (confirm_discard()) open_scenario(id, false);
       });
+      broken->setToolTip(tr("The failure as reported; press Run to see it"));
+      QAction* fixed = menu->addAction(tr("%1 fixed: %2").arg(id, QString::fromStdString(s.fix)), this, [this, id] {
+        if (confirm_discard()) open_scenario(id, true);
+      });
+      fixed->setToolTip(tr("The same run with the known fix applied"));
+      menu->addSeparator();
     }
   }
   file->addSeparator();
@@ -252,6 +282,7 @@ void MainWindow::connect_engine() {
   EngineController* c = controller();
   connect(this, &MainWindow::requestRun, c, &EngineController::run);
   connect(this, &MainWindow::requestRedecode, c, &EngineController::redecode);
+  connect(this, &MainWindow::requestScenario, c, &EngineController::runScenario);
   connect(c, &EngineController::devicesReady, this,
           [this](const DeviceList& devices, const QString& model, const QString& model_error) {
             model_->set_devices(devices, model, model_error);
@@ -272,6 +303,10 @@ void MainWindow::connect_engine() {
   connect(c, &EngineController::image, this, [this](const ImageView& v) {
     inspector_->add_image(v);
     result_->add(v);
+    if (!v.report.inspection.traces.empty() || v.report.image == 0) {
+      layer_trace_->set_traces(v.report.inspection.traces);
+      if (layer_trace_->origin_row() >= 0) docks_["trace"]->raise();
+    }
     const auto& r = v.report;
     if (!r.device.empty()) device_label_->setText(tr("Device: %1").arg(QString::fromStdString(r.device)));
     timing_label_->setText(tr("load %1 s, prompt %2 s, sampling %3 s, decode %4 s")
@@ -284,6 +319,7 @@ void MainWindow::connect_engine() {
   connect(c, &EngineController::kernels, this, [this](const KernelStats& k) { model_->set_kernel_stats(k); });
   connect(c, &EngineController::runFinished, this, [this](const RunFinished& f) {
     set_running(false);
+    if (!f.note.isEmpty()) inspector_->set_note(f.note);
     if (!f.ok) {
       inspector_->set_failure(f.error);
       statusBar()->showMessage(tr("Failed: %1").arg(f.error));
@@ -335,11 +371,25 @@ bool MainWindow::start_run() {
   const int images = static_cast<int>(config.image_seeds().size());
   inspector_->clear(images, config.steps);
   result_->clear();
+  layer_trace_->clear();
   steps_done_ = 0;
   progress_->setRange(0, images * config.steps);
   progress_->setValue(0);
   set_running(true);
   log::info("run: {} step(s), {} image(s), seed {}", config.steps, images, config.image_seeds().front());
+  if (!scenario_id_.isEmpty()) {
+    const ConfigDiff diff = config_diff(scenario_base_, config);
+    if (diff.ok) {
+      QStringList sets;
+      for (const auto& s : diff.sets) sets << QString::fromStdString(s);
+      log::info("scenario {}{}{}", scenario_id_.toStdString(), scenario_fixed_ ? " (fixed)" : "",
+                sets.isEmpty() ? std::string() : " with " + sets.join(", ").toStdString());
+      emit requestScenario(scenario_id_, scenario_fixed_, sets);
+      return true;
+    }
+    log::warn("these edits cannot be carried onto scenario {}: running the settings as a plain run",
+              scenario_id_.toStdString());
+  }
   emit requestRun(config);
   return true;
 }
@@ -363,12 +413,46 @@ void MainWindow::set_current_file(const QString& path) {
 }
 
 void MainWindow::update_title() {
-  const QString name = current_file_.isEmpty() ? tr("untitled") : QFileInfo(current_file_).fileName();
+  QString name = current_file_.isEmpty() ? tr("untitled") : QFileInfo(current_file_).fileName();
+  if (!scenario_id_.isEmpty()) name = tr("scenario %1%2").arg(scenario_id_, scenario_fixed_ ? tr(" (fixed)") : QString());
   setWindowTitle(tr("%1[*] - NaNscope").arg(name));
   setWindowModified(dirty_);
 }
 
+QStringList MainWindow::scenario_ids() {
+  QStringList ids;
+  for (const auto& s : inspect::scenarios()) ids << QString::fromStdString(s.id);
+  return ids;
+}
+
+bool MainWindow::open_scenario(const QString& id, bool fixed) {
+  const inspect::Scenario* s = inspect::find_scenario(id.toStdString());
+  if (!s) {
+    show_error(tr("No such scenario"), tr("'%1' is not one of %2.").arg(id, scenario_ids().join(", ")));
+    return false;
+  }
+  QString path;
+  try {
+    path = QString::fromStdString((inspect::presets_dir() / (fixed ? s->fixed_preset : s->preset)).string());
+    scenario_base_ = load_preset(path.toStdString());
+  } catch (const std::exception& e) {
+    show_error(tr("Cannot open scenario %1").arg(id), QString::fromUtf8(e.what()));
+    return false;
+  }
+  load_config(scenario_base_);
+  scenario_id_ = QString::fromStdString(s->id);
+  scenario_fixed_ = fixed;
+  set_current_file(path);
+  inspector_->clear(1, scenario_base_.steps);
+  inspector_->set_note(fixed ? tr("Scenario %1, fixed: %2. Press Run.").arg(scenario_id_, QString::fromStdString(s->fix))
+                             : tr("Scenario %1: %2. Press Run to see it happen.")
+                                   .arg(scenario_id_, QString::fromStdString(s->title)));
+  log::info("opened scenario {}{}: {}", s->id, fixed ? " (fixed)" : "", fixed ? s->fix : s->title);
+  return true;
+}
+
 bool MainWindow::open_file(const QString& path) {
+  scenario_id_.clear();
   try {
     if (path.endsWith(".png", Qt::CaseInsensitive)) {
       const io::PngContents png = io::read_png(path.toStdString());
@@ -482,30 +566,6 @@ void MainWindow::show_error(const QString& title, const QString& text) {
   if (interactive_) QMessageBox::warning(this, title, text);
 }
 
-QMap<QString, QString> MainWindow::scenario_files() {
-  QMap<QString, QString> out;
-  const QStringList dirs = {QCoreApplication::applicationDirPath() + "/../share/nanscope/presets",
-                            QStringLiteral(NANSCOPE_SOURCE_DIR "/resources/presets")};
-  for (const QString& d : dirs) {
-    const QDir dir(d);
-    if (!dir.exists()) continue;
-    for (const QFileInfo& f : dir.entryInfoList({"*.json"}, QDir::Files, QDir::Name))
-      if (!out.contains(f.completeBaseName())) out[f.completeBaseName()] = f.absoluteFilePath();
-    if (!out.isEmpty()) break;
-  }
-  return out;
-}
-
-QString MainWindow::find_scenario(const QString& name, bool fixed) {
-  const auto files = scenario_files();
-  for (auto it = files.begin(); it != files.end(); ++it) {
-    const QString stem = it.key().toLower();
-    const bool is_fixed = stem.contains("fixed");
-    if (stem.startsWith(name.toLower()) && is_fixed == fixed) return it.value();
-  }
-  return {};
-}
-
 QStringList MainWindow::panel_names() const {
   QStringList names = {"inspector"};
   for (auto it = docks_.begin(); it != docks_.end(); ++it) names << it.key();
@@ -516,6 +576,10 @@ QImage MainWindow::screenshot(const QString& panel) {
   if (panel.isEmpty() || panel == "window") return grab().toImage();
   if (panel == "inspector") return inspector_->grab().toImage();
   if (QDockWidget* d = docks_.value(panel)) {
+    if (!d->isVisible() && d->toggleViewAction()->isChecked()) {
+      d->raise();  // tabbed behind another dock: bring it to the front first
+      QCoreApplication::processEvents();
+    }
     if (!d->isVisible()) return {};
     return d->grab().toImage();
   }
@@ -553,6 +617,7 @@ void MainWindow::restore_settings() {
 }
 
 void MainWindow::save_settings() {
+  if (!interactive_) return;  // scripted runs and tests leave the user's layout and settings alone
   auto s = settings();
   s.setValue("geometry", saveGeometry());
   s.setValue("windowState", saveState());

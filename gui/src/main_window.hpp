@@ -20,6 +20,7 @@ namespace nanscope::gui {
 class AttentionPanel;
 class ConfigPanel;
 class InspectorPanel;
+class LayerTracePanel;
 class LogPanel;
 class ModelDevicePanel;
 class PrecisionPanel;
@@ -50,10 +51,12 @@ class MainWindow : public QMainWindow {
   bool is_dirty() const { return dirty_; }
   void set_interactive(bool on) { interactive_ = on; }  // off: no dialogs (scripted mode, tests)
 
-  // Scenario presets (resources/presets): stem -> file.
-  static QMap<QString, QString> scenario_files();
-  // "R1" (or "R1 fixed") -> the preset file; empty when none matches.
-  static QString find_scenario(const QString& name, bool fixed);
+  // Opens a field-report scenario (R0-R4, or its fixed twin): its preset goes
+  // into the panels, and Run then runs it the way the engine defines it, with
+  // the user's edits applied on top.
+  bool open_scenario(const QString& id, bool fixed);
+  QString scenario() const { return scenario_id_; }
+  static QStringList scenario_ids();
 
   // Screenshots: the window, or one panel by name (see panel_names()).
   QImage screenshot(const QString& panel = {});
@@ -62,12 +65,14 @@ class MainWindow : public QMainWindow {
   InspectorPanel* inspector() const { return inspector_; }
   PromptPanel* prompt_panel() const { return prompt_; }
   ResultPanel* result_panel() const { return result_; }
+  LayerTracePanel* layer_trace_panel() const { return layer_trace_; }
   LogPanel* log_panel() const { return log_; }
   EngineController* controller() const { return engine_->controller(); }
 
  signals:
   void requestRun(const nanscope::RunConfig& config);
   void requestRedecode(int image, const QString& vae, const QString& dtype);
+  void requestScenario(const QString& id, bool fixed, const QStringList& sets);
   void runCompleted(const nanscope::gui::RunFinished& result);
   void devicesListed();
 
@@ -103,6 +108,10 @@ class MainWindow : public QMainWindow {
   VaePolicyPanel* vae_ = nullptr;
   InspectorPanel* inspector_ = nullptr;
   ResultPanel* result_ = nullptr;
+  LayerTracePanel* layer_trace_ = nullptr;
+  QString scenario_id_;
+  bool scenario_fixed_ = false;
+  RunConfig scenario_base_;
   QList<ConfigPanel*> config_panels_;
   QMap<QString, QDockWidget*> docks_;
   QByteArray default_state_;

@@ -104,6 +104,14 @@ void ResultPanel::show_current() {
                      .arg(v->image.config.seed)
                      .arg(QString::fromStdString(r.outcome));
   if (v->image.nonfinite_pixels > 0) text += tr(" %1 non-finite pixel values.").arg(v->image.nonfinite_pixels);
+  if (const auto& checks = r.inspection.image) {
+    // The engine's image checks: non-finite pixels, clipped share, bands.
+    text += tr("\nImage checks: %1, %2% clipped, band score %3")
+                .arg(QString::fromStdString(std::string(inspect::verdict_name(checks->map.verdict))))
+                .arg(checks->map.clipped * 100.0, 0, 'f', 1)
+                .arg(checks->map.bands.score(), 0, 'f', 1);
+    if (!checks->map.note.empty()) text += ": " + QString::fromStdString(checks->map.note);
+  }
   info_->setText(text);
 }
 

@@ -17,7 +17,9 @@
 #include "config/preset.hpp"
 #include "config_panels.hpp"
 #include "engine_types.hpp"
+#include "inspect/scenario.hpp"
 #include "inspector_panel.hpp"
+#include "layer_trace_panel.hpp"
 #include "main_window.hpp"
 #include "pipeline/sd_model.hpp"
 #include "result_panel.hpp"
@@ -148,6 +150,39 @@ class GuiTest : public QObject {
     QVERIFY2(t.elapsed() < 20000, qPrintable(QString("closing took %1 ms").arg(t.elapsed())));
   }
 
+  // Runs an opened scenario to the end; the image view of the first image.
+  static const ImageView* run_scenario(MainWindow& w, const QString& id, bool fixed) {
+    if (!w.open_scenario(id, fixed)) return nullptr;
+    QSignalSpy done(&w, &MainWindow::runCompleted);
+    if (!w.start_run() || !done.wait(300000)) return nullptr;
+    return w.result_panel()->current();
+  }
+
+  void scenario_r0_detected_and_fixed() {
+    if (!have_model_) QSKIP(qPrintable("no embedded model: " + model_note_));
+    auto w = make_window();
+    const ImageView* broken = run_scenario(*w, "R0", false);
+    QVERIFY(broken);
+    const auto expected = inspect::find_scenario("R0")->broken_verdict;
+    QCOMPARE(inspect::verdict_name(broken->report.inspection.verdict), inspect::verdict_name(expected));
+    QVERIFY2(w->inspector()->verdict().contains(QString::fromStdString(std::string(inspect::verdict_name(expected)))),
+             qPrintable(w->inspector()->verdict()));
+    const ImageView* fixed = run_scenario(*w, "R0", true);
+    QVERIFY(fixed);
+    QCOMPARE(inspect::verdict_name(fixed->report.inspection.verdict), inspect::verdict_name(inspect::Verdict::clean));
+  }
+
+  void scenario_r1_layer_trace_names_the_origin() {
+    if (!have_model_) QSKIP(qPrintable("no embedded model: " + model_note_));
+    auto w = make_window();
+    const ImageView* broken = run_scenario(*w, "R1", false);
+    QVERIFY(broken);
+    QVERIFY(!broken->report.inspection.origin.empty());
+    QVERIFY(w->layer_trace_panel()->rows() > 0);
+    QVERIFY(w->layer_trace_panel()->origin_row() >= 0);
+    QVERIFY(w->inspector()->verdict().contains(QString::fromStdString(broken->report.inspection.origin).toHtmlEscaped()));
+  }
+
   void preset_round_trip() {
     auto w = make_window();
     RunConfig c;
@@ -168,7 +203,7 @@ class GuiTest : public QObject {
     c.set("unet.attention.slice_size", "2");
     c.set("unet.up_blocks.*.attentions.*.attn1.accumulate", "f32");
     c.set("nan_policy", "retry-vae-f32");
-    c.set("inspect.layer_trace", "true");
+    c.set("inspect.trace", "always");
     c.validate();
     w->load_config(c);
     QCOMPARE(to_json(w->current_config()).dump(), to_json(c).dump());
