@@ -10,6 +10,7 @@
 #include "common.hpp"
 #include "config/preset.hpp"
 #include "core/error.hpp"
+#include "inspect/ab.hpp"
 #include "inspect/report_json.hpp"
 #include "inspect/scenario.hpp"
 #include "io/atomic_file.hpp"
@@ -48,13 +49,13 @@ void print_steps(const inspect::InspectedRun& run) {
 
 void print_trace(const inspect::LayerTrace& t) {
   std::printf("\nlayer trace: %s (%zu ops)\n", t.call.c_str(), t.ops.size());
-  std::printf("%5s  %-58s %-11s %-5s %11s %8s  %s\n", "#", "module", "op", "dtype", "max|x|", "bad", "");
+  std::printf("%5s  %-58s %-18s %-5s %11s %8s  %s\n", "#", "module", "op", "dtype", "max|x|", "bad", "");
   for (const auto& r : t.ops) {
     std::string flags;
     if (r.index == t.origin) flags += " <- ORIGIN (finite inputs, non-finite output)";
     if (r.index == t.near_limit) flags += " <- first op near the dtype limit";
     if (r.emulated_fault) flags += " [EMULATED FAULT]";
-    std::printf("%5d  %-58s %-11s %-5s %11.4g %8s %s\n", r.index, r.full_path().c_str(), r.op.c_str(),
+    std::printf("%5d  %-58s %-18s %-5s %11.4g %8s %s\n", r.index, r.full_path().c_str(), r.op.c_str(),
                 std::string(dtype_name(r.dtype)).c_str(), r.output.max_abs, count_str(r.output.nonfinite()).c_str(),
                 flags.c_str());
   }
@@ -165,6 +166,50 @@ void add_scenario_command(CLI::App& app, const GlobalOptions& g, Action& action)
                       d["reason"].get<std::string>().c_str());
       }
       write_json(o->json, r.run.report);
+      return 0;
+    };
+  });
+}
+
+void add_ab_command(CLI::App& app, const GlobalOptions& g, Action& action) {
+  struct Opts {
+    std::string preset, json;
+    std::vector<std::string> sets, a, b;
+    double threshold = 1e-2;
+  };
+  auto o = std::make_shared<Opts>();
+  CLI::App* cmd = app.add_subcommand(
+      "ab", "The same seed under two configs or devices: per-step divergence of the latents, and of the images");
+  cmd->add_option("--preset", o->preset, "Preset JSON both sides start from (default: the built-in defaults)");
+  cmd->add_option("--set", o->sets, "key=value for both sides (repeatable)");
+  cmd->add_option("--a", o->a, "key=value for side A only (repeatable)");
+  cmd->add_option("--b", o->b, "key=value for side B only (repeatable), e.g. --b device=reference");
+  cmd->add_option("--threshold", o->threshold, "Relative L2 above which a step counts as divergent (default 0.01)");
+  cmd->add_option("--json", o->json, "Write the A/B report to this file");
+  cmd->callback([&g, &action, o] {
+    action = [&g, o]() -> int {
+      RunConfig base = o->preset.empty() ? RunConfig{} : load_preset(o->preset);
+      for (const auto& s : o->sets) base.set(s);
+      if (base.device.empty()) base.device = device_pin(g);
+      RunConfig a = base, b = base;
+      for (const auto& s : o->a) a.set(s);
+      for (const auto& s : o->b) b.set(s);
+      inspect::resolve_vae_path(a);
+      inspect::resolve_vae_path(b);
+      StatusObserver status;
+      const inspect::AbResult r = inspect::run_ab(a, b, o->threshold, &status, backend_options(g));
+      std::printf("A: %s\nB: %s\n\n%4s %14s %12s %8s %8s\n", r.a.summary.c_str(), r.b.summary.c_str(), "step",
+                  "latent rel L2", "max|a-b|", "A bad", "B bad");
+      for (const auto& s : r.steps)
+        std::printf("%4d %14.4g %12.4g %8s %8s\n", s.step, s.latent_rel_l2, s.latent_max_abs,
+                    count_str(s.nonfinite_a).c_str(), count_str(s.nonfinite_b).c_str());
+      std::printf("\nimage: relative L2 %.4g, largest channel difference %d of 255\n", r.image_rel_l2,
+                  r.image_max_diff);
+      if (r.first_divergent_step > 0)
+        std::printf("first step above %.3g: %d\n", r.threshold, r.first_divergent_step);
+      else
+        std::printf("no step above %.3g\n", r.threshold);
+      write_json(o->json, r.report);
       return 0;
     };
   });

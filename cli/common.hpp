@@ -45,5 +45,6 @@ void add_demo_command(CLI::App& app, const GlobalOptions& g, Action& action);
 void add_generate_command(CLI::App& app, const GlobalOptions& g, Action& action);  // generate + info (cmd_generate.cpp)
 void add_inspect_command(CLI::App& app, const GlobalOptions& g, Action& action);   // cmd_inspect.cpp
 void add_scenario_command(CLI::App& app, const GlobalOptions& g, Action& action);  // scenario list/run (cmd_inspect.cpp)
+void add_ab_command(CLI::App& app, const GlobalOptions& g, Action& action);        // ab (cmd_inspect.cpp)
 
 }  // namespace nanscope::cli

@@ -51,6 +51,7 @@ int main(int argc, char** argv) {
   cli::add_generate_command(app, g, action);
   cli::add_inspect_command(app, g, action);
   cli::add_scenario_command(app, g, action);
+  cli::add_ab_command(app, g, action);
 
   try {
     app.parse(argc, argv);
