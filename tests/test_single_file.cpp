@@ -9,6 +9,7 @@
 // - the engine loads the single file with the configs it infers from the
 //   tensors and gives bit-identical UNet, VAE and text encoder outputs to the
 //   same model loaded from its diffusers folder (same backend, same dtype);
+// - a lone VAE file (original or diffusers names) loads as --vae;
 // - missing tensors, wrong shapes, pickles and non-checkpoints are refused
 //   with messages naming the file, the LDM key, the diffusers path and shapes;
 // - nanscope-cli info and generate take the file.
@@ -271,6 +272,41 @@ TEST_P(SingleFile, SameOutputsAsTheDiffusersFolder) {
 
 INSTANTIATE_TEST_SUITE_P(Families, SingleFile, ::testing::Values(LdmFamily::sd1, LdmFamily::sd2, LdmFamily::sdxl),
                          param_name);
+
+// A VAE on its own in one file, in the original naming (encoder.down.0.block.0...,
+// as vae-ft-mse-840000-ema-pruned.safetensors) and in the diffusers naming (the
+// folder's own diffusion_pytorch_model.safetensors), as --vae or on its own.
+TEST(SingleFileVae, LoneVaeFilesInEitherNamingMatchTheFolder) {
+  NANSCOPE_REQUIRE_PYTHON();
+  const Made& m = fixture().get(LdmFamily::sd1);
+  const auto src = io::SafetensorsFile::open(m.file);
+  const std::string prefix = "first_stage_model.";
+  std::vector<std::pair<std::string, HostTensor>> vae_only;
+  for (const auto& e : src.entries())
+    if (e.name.starts_with(prefix)) vae_only.emplace_back(e.name.substr(prefix.size()), src.read(e, DType::f32));
+  const fs::path original = fixture().dir / "vae-original.safetensors";
+  io::write_safetensors(original, vae_only);
+  const fs::path diffusers = m.folder / "vae" / "diffusion_pytorch_model.safetensors";
+
+  auto be = make_backend(select_device(enumerate_devices(), "reference"));
+  const OpContext ctx = context(*be);
+  test::Rng rng(test::seed_from("single-file-vae"));
+  const Tensor z = be->upload(test::random_normal(rng, {1, 4, 8, 8}, DType::f32));
+  const Tensor img = be->upload(test::random_uniform(rng, {1, 3, 16, 16}, DType::f32, -1.0, 1.0));
+  const auto want = models::Vae::load(m.folder / "vae", *be, DType::f32, true);
+  const HostTensor want_dec = be->download(want.decode(ctx, z));
+  const HostTensor want_enc = be->download(want.encode(ctx, img));
+  for (const fs::path& p : {original, diffusers}) {
+    SCOPED_TRACE(p.string());
+    const auto vae = models::Vae::load(p, *be, DType::f32, true);
+    EXPECT_TRUE(test::bitwise_equal(be->download(vae.decode(ctx, z)), want_dec));
+    EXPECT_TRUE(test::bitwise_equal(be->download(vae.encode(ctx, img)), want_enc));
+    // As the override of a single-file model.
+    const auto model = pipeline::SdModel::load(m.file, p, *be, {});
+    EXPECT_EQ(model->vae_folder(), p);
+    EXPECT_TRUE(test::bitwise_equal(be->download(model->vae->decode(ctx, z)), want_dec));
+  }
+}
 
 // A copy of the SD 1.x file with one tensor dropped, reshaped or added.
 fs::path edited_copy(const std::string& name, const std::string& drop, const std::string& reshape) {
