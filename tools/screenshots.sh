@@ -13,6 +13,7 @@ out=docs/screenshots
 mkdir -p "$out"
 # A private settings scope: the user's window layout and last settings stay out of the pictures.
 export NANSCOPE_GUI_SETTINGS_SCOPE=nanscope-screenshots
+rm -f "${XDG_CONFIG_HOME:-$HOME/.config}/NaNscope/nanscope-screenshots.conf"
 export QT_QPA_PLATFORM=xcb
 shoot() {  # name, then the app's arguments
   local name=$1

@@ -206,6 +206,8 @@ void InspectorPanel::clear(int images, int steps) {
   images_ = QVector<ImageSteps>(std::max(1, images));
   failure_.clear();
   note_.clear();
+  run_verdict_.clear();
+  run_summary_.clear();
   shown_ = 0;
   image_->clear();
   for (int i = 0; i < images_.size(); ++i) image_->addItem(tr("Image %1").arg(i + 1));
@@ -338,6 +340,12 @@ void InspectorPanel::add_image(const ImageView& v) {
   update_verdict();
 }
 
+void InspectorPanel::set_run_verdict(const QString& verdict, const QString& summary) {
+  run_verdict_ = verdict;
+  run_summary_ = summary;
+  update_verdict();
+}
+
 void InspectorPanel::set_note(const QString& note) {
   note_ = note;
   update_verdict();
@@ -467,6 +475,9 @@ void InspectorPanel::update_verdict() {
     parts << tr("<span style='color:%1'><b>Decode:</b> %2.</span>")
                  .arg(color, QString::fromStdString(rep.outcome).toHtmlEscaped());
   }
+  if (!run_verdict_.isEmpty() && run_verdict_ != "clean")
+    parts.prepend(tr("<span style='color:#b9770e'><b>Run verdict: %1.</b> %2</span><br>")
+                      .arg(run_verdict_.toHtmlEscaped(), run_summary_.toHtmlEscaped()));
   if (parts.isEmpty()) parts << (note_.isEmpty() ? tr("Waiting for the first step...") : note_.toHtmlEscaped());
   verdict_->setText(parts.join(' '));
   // Scenario facts (R1's stress variant, R4's build times) sit in the tooltip and the log.

@@ -34,6 +34,8 @@ class InspectorPanel : public QWidget {
   void set_failure(const QString& error);
   // Facts a scenario run adds (R1's stress variant, R4's build times), shown under the verdict.
   void set_note(const QString& note);
+  // A verdict about the whole run that no single image carries (R4: slow-start).
+  void set_run_verdict(const QString& verdict, const QString& summary);
 
   // For tests and the verdict: what the panel holds.
   int steps_received(int image) const;
@@ -57,7 +59,7 @@ class InspectorPanel : public QWidget {
   int steps_ = 0;
   int shown_ = 0;
   QVector<ImageSteps> images_;
-  QString failure_, note_;
+  QString failure_, note_, run_verdict_, run_summary_;
 
   QLabel* verdict_;
   QComboBox* image_;

@@ -320,13 +320,16 @@ void MainWindow::connect_engine() {
   connect(c, &EngineController::runFinished, this, [this](const RunFinished& f) {
     set_running(false);
     if (!f.note.isEmpty()) inspector_->set_note(f.note);
+    if (!f.verdict.isEmpty()) inspector_->set_run_verdict(f.verdict, f.summary);
     if (!f.ok) {
       inspector_->set_failure(f.error);
       statusBar()->showMessage(tr("Failed: %1").arg(f.error));
     } else if (f.cancelled) {
       statusBar()->showMessage(tr("Cancelled after %1 s").arg(f.seconds, 0, 'f', 1));
     } else {
-      statusBar()->showMessage(tr("Done in %1 s").arg(f.seconds, 0, 'f', 1));
+      // Scenario facts (R4's kernel build times, R1's stress variant) go next to the time.
+      statusBar()->showMessage(f.note.isEmpty() ? tr("Done in %1 s").arg(f.seconds, 0, 'f', 1)
+                                                : tr("Done in %1 s. %2").arg(f.seconds, 0, 'f', 1).arg(f.note));
     }
     vae_->set_redecode_available(result_->count() > 0, result_->count());
     emit runCompleted(f);
