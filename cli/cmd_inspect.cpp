@@ -3,6 +3,11 @@
 // nanscope-cli scenario list / run: the five field reports (R0-R4) with their
 // fixed twins.
 
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -12,6 +17,7 @@
 #include "core/error.hpp"
 #include "inspect/ab.hpp"
 #include "inspect/report_json.hpp"
+#include "inspect/sweep.hpp"
 #include "inspect/scenario.hpp"
 #include "io/atomic_file.hpp"
 #include "pipeline/session.hpp"
@@ -211,6 +217,77 @@ void add_ab_command(CLI::App& app, const GlobalOptions& g, Action& action) {
         std::printf("no step above %.3g\n", r.threshold);
       write_json(o->json, r.report);
       return 0;
+    };
+  });
+}
+
+void add_sweep_command(CLI::App& app, const GlobalOptions& g, Action& action) {
+  struct Opts {
+    std::string spec;
+    int workers = 1;
+    int cell = -1;
+    bool merge_only = false;
+  };
+  auto o = std::make_shared<Opts>();
+  CLI::App* cmd = app.add_subcommand(
+      "sweep", "Run configs x seeds x sizes x devices as independent cells (resumable) and merge a table");
+  cmd->add_option("spec", o->spec, "Sweep spec JSON (docs/sweep/README.md)")->required();
+  cmd->add_option("--workers", o->workers, "Cells run at once locally, each its own process (default 1)");
+  cmd->add_option("--cell", o->cell,
+                  "Run only this cell (0-based): one Slurm array task ($SLURM_ARRAY_TASK_ID) or Kubernetes "
+                  "indexed-Job pod ($JOB_COMPLETION_INDEX)");
+  cmd->add_flag("--merge", o->merge_only, "Only merge the finished cells' reports into summary.csv / summary.md");
+  cmd->callback([&g, &action, o] {
+    action = [&g, o]() -> int {
+      const inspect::SweepSpec spec = inspect::SweepSpec::load(o->spec);
+      const int n = static_cast<int>(spec.cells.size());
+      if (o->cell >= 0) {
+        const bool ran = inspect::run_sweep_cell(spec, o->cell);
+        std::printf("cell %d (%s): %s\n", o->cell, spec.cells[static_cast<std::size_t>(o->cell)].id.c_str(),
+                    ran ? "done" : "report exists, skipped");
+        return 0;
+      }
+      if (!o->merge_only) {
+        // Each cell in its own process: a crash or an out-of-memory kill costs one cell, and
+        // the same command line is what a Slurm or Kubernetes task runs.
+        const std::string exe = fs::read_symlink("/proc/self/exe").string();
+        std::vector<pid_t> running;
+        int next = 0, failed = 0;
+        auto wait_one = [&] {
+          int status = 0;
+          const pid_t pid = ::wait(&status);
+          if (pid <= 0) return;
+          running.erase(std::remove(running.begin(), running.end(), pid), running.end());
+          if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) ++failed;
+        };
+        while (next < n || !running.empty()) {
+          while (next < n && static_cast<int>(running.size()) < std::max(1, o->workers)) {
+            if (fs::exists(spec.report_path(spec.cells[static_cast<std::size_t>(next)]))) {
+              std::printf("cell %d (%s): report exists, skipped\n", next,
+                          spec.cells[static_cast<std::size_t>(next)].id.c_str());
+              ++next;
+              continue;
+            }
+            std::vector<std::string> args = {exe, "sweep", o->spec, "--cell", std::to_string(next)};
+            if (!g.kernel_cache.empty()) args.insert(args.begin() + 1, {"--kernel-cache", g.kernel_cache});
+            std::vector<char*> argv;
+            for (auto& a : args) argv.push_back(a.data());
+            argv.push_back(nullptr);
+            pid_t pid = 0;
+            if (posix_spawn(&pid, exe.c_str(), nullptr, nullptr, argv.data(), environ) != 0) {
+              throw Error("sweep: cannot start a worker process for cell " + std::to_string(next));
+            }
+            running.push_back(pid);
+            ++next;
+          }
+          if (!running.empty()) wait_one();
+        }
+        if (failed > 0) std::fprintf(stderr, "sweep: %d cell(s) failed; rerun the same command to retry them\n", failed);
+      }
+      const int done = inspect::merge_sweep(spec);
+      std::printf("%d of %d cells finished; wrote %s and %s\n", done, n, (spec.out / "summary.csv").c_str(),
+                  (spec.out / "summary.md").c_str());
+      return done == n ? 0 : 1;
     };
   });
 }

@@ -46,5 +46,6 @@ void add_generate_command(CLI::App& app, const GlobalOptions& g, Action& action)
 void add_inspect_command(CLI::App& app, const GlobalOptions& g, Action& action);   // cmd_inspect.cpp
 void add_scenario_command(CLI::App& app, const GlobalOptions& g, Action& action);  // scenario list/run (cmd_inspect.cpp)
 void add_ab_command(CLI::App& app, const GlobalOptions& g, Action& action);        // ab (cmd_inspect.cpp)
+void add_sweep_command(CLI::App& app, const GlobalOptions& g, Action& action);     // sweep (cmd_inspect.cpp)
 
 }  // namespace nanscope::cli

@@ -1,0 +1,72 @@
+// Sweeps: a spec expands into configs x seeds x sizes x devices cells; a cell
+// whose report exists is skipped (resume); the merge lists every cell with its
+// verdict. The runs use the embedded model (skipped when it is absent).
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "core/error.hpp"
+#include "inspect/sweep.hpp"
+#include "pipeline/sd_model.hpp"
+#include "support/oracle.hpp"
+
+namespace nanscope::inspect {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path write_spec(const fs::path& dir, const std::string& text) {
+  const fs::path p = dir / "spec.json";
+  std::ofstream(p) << text;
+  return p;
+}
+
+TEST(Sweep, ExpandsEveryCombinationIntoNamedCells) {
+  test::TempDir dir;
+  const auto spec = SweepSpec::load(write_spec(dir.path(), R"({
+    "nanscope_sweep": 1, "set": ["steps=3"],
+    "configs": {"f32": [], "f16": ["vae.dtype=f16"]},
+    "seeds": [1, 2], "sizes": ["64x64", "48x32"], "devices": ["reference"], "out": "o"})"));
+  ASSERT_EQ(spec.cells.size(), 8u);
+  EXPECT_EQ(spec.cells[0].id, "f16-seed1-64x64-reference");  // configs in name order (JSON object)
+  EXPECT_EQ(spec.cells[7].id, "f32-seed2-48x32-reference");
+  EXPECT_EQ(spec.cells[7].config.width, 48);
+  EXPECT_EQ(spec.cells[7].config.height, 32);
+  EXPECT_EQ(spec.cells[7].config.seed, 2u);
+  EXPECT_EQ(spec.cells[7].config.steps, 3);
+  EXPECT_EQ(spec.cells[0].config.component(Component::vae).precision.dtype, DType::f16);
+  EXPECT_EQ(spec.out, dir.path() / "o");
+  EXPECT_THROW(SweepSpec::load(write_spec(dir.path(), R"({"nanscope_sweep": 1, "seed": [1]})")), ConfigError);
+  EXPECT_THROW(run_sweep_cell(spec, 8), ConfigError);
+}
+
+TEST(Sweep, FinishedCellsAreSkippedAndTheMergeListsEveryCell) {
+  try {
+    pipeline::embedded_model_dir();
+  } catch (const FileError& e) {
+    GTEST_SKIP() << "the embedded model is absent (set NANSCOPE_MODEL_DIR): " << e.what();
+  }
+  test::TempDir dir;
+  const auto spec = SweepSpec::load(write_spec(dir.path(), R"({
+    "nanscope_sweep": 1, "set": ["steps=2"],
+    "configs": {"vae": ["vae.dtype=f16"], "fix": ["vae=vae-fp16-fix", "vae.dtype=f16"]}, "seeds": [5]})"));
+  ASSERT_EQ(spec.cells.size(), 2u);
+  EXPECT_EQ(merge_sweep(spec), 0);
+  EXPECT_TRUE(run_sweep_cell(spec, 1));  // "vae": the f16 VAE that overflows
+  EXPECT_FALSE(run_sweep_cell(spec, 1));  // resumed: skipped
+  EXPECT_EQ(merge_sweep(spec), 1);
+  std::ifstream md(spec.out / "summary.md");
+  const std::string text((std::istreambuf_iterator<char>(md)), {});
+  EXPECT_NE(text.find("| 0 | fix | 5 | default | default | not run |"), std::string::npos) << text;
+  EXPECT_NE(text.find("| 1 | vae | 5 | default | default | non-finite | `vae.decoder.up_blocks.2.resnets.0.conv1` |"),
+            std::string::npos)
+      << text;
+  std::ifstream csv(spec.out / "summary.csv");
+  std::string header;
+  std::getline(csv, header);
+  EXPECT_EQ(header.rfind("cell,id,config,seed,size,device,verdict,origin", 0), 0u);
+}
+
+}  // namespace
+}  // namespace nanscope::inspect
