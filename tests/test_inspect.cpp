@@ -286,7 +286,7 @@ TEST(InspectPreview, AppliesTheFactorsToTheUnitVarianceLatent) {
   EXPECT_FALSE(latent_rgb_factors("sd3"));
 }
 
-TEST(InspectStep, LatentBandsCountOnlyOnceTheLatentIsMostlySignal) {
+TEST(InspectStep, BandsAndSaturationAreMeasuredAndNonFiniteValuesJudged) {
   LatentRgbFactors f;
   f.factors = {{1, 1, 1}, {0, 0, 0}, {0, 0, 0}, {0, 0, 0}};
   Map lat = noise(8, 4, 16, 16, 0.5f);
@@ -297,19 +297,22 @@ TEST(InspectStep, LatentBandsCountOnlyOnceTheLatentIsMostlySignal) {
   EXPECT_EQ(noisy.latent.verdict, Verdict::clean);
   EXPECT_FALSE(noisy.noise_uncond.has_value());
   const StepStats last = analyze_step(lat.v, eps.v, eps.v, 4, 16, 16, limit, &f, 0.0);
-  EXPECT_EQ(last.latent.verdict, Verdict::bands);
-  EXPECT_EQ(last.verdict, Verdict::bands);
+  EXPECT_TRUE(last.latent.bands.bands());
+  EXPECT_EQ(last.latent.bands.band_rows, (std::vector<int>{2}));
+  EXPECT_GT(last.latent.saturation, 0.0);
+  EXPECT_EQ(last.verdict, Verdict::clean);
   ASSERT_TRUE(last.noise_uncond.has_value());
   EXPECT_EQ(last.preview.width, 16);
-  EXPECT_GT(last.latent.saturation, 0.0);  // the preview's overshoot is measured...
   Map flat(4, 16, 16, 4.0f);
-  EXPECT_EQ(analyze_step(flat.v, eps.v, {}, 4, 16, 16, limit, &f, 0.0).latent.verdict, Verdict::clean);  // ...not judged
   // Bands in a noise prediction are measured, not judged.
   Map banded_eps = eps;
   for (std::int64_t x = 0; x < 16; ++x) banded_eps.at(1, 5, x) = 9.0f;
   const StepStats be = analyze_step(flat.v, banded_eps.v, {}, 4, 16, 16, limit, nullptr, 0.0);
   EXPECT_TRUE(be.noise_cond.bands.bands());
   EXPECT_EQ(be.noise_cond.verdict, Verdict::clean);
+  // Near f16's limit in the latent is judged.
+  Map hot(4, 16, 16, 60000.0f);
+  EXPECT_EQ(analyze_step(hot.v, eps.v, {}, 4, 16, 16, limit, nullptr, 0.0).verdict, Verdict::near_limit);
   // A NaN in the unconditional branch alone makes the step non-finite.
   Map bad = eps;
   bad.at(3, 7, 7) = kNaN;

@@ -359,7 +359,10 @@ StepStats analyze_step(std::span<const float> latent, std::span<const float> noi
   // rms error), so its overshoot is reported but never decides the verdict:
   // saturation is judged on the decoded image.
   lo.saturation_verdict = false;
-  lo.band_verdict = sigma_after < 1.0;
+  // Latent bands are measured, not judged: on the embedded model's 16x16
+  // latents a clean 4-step run can score 8 at its last step; bands are judged
+  // on the decoded image, where R0's lines are.
+  lo.band_verdict = false;
   lo.band_min_deviation = 0.5 * std::sqrt(1.0 + sigma_after * sigma_after);
   if (factors) {
     double over = 0, clipped = 0;

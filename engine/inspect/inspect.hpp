@@ -167,10 +167,9 @@ struct StepStats {
 // Analyses one step of one image: latent, noise_cond and (when not empty)
 // noise_uncond, each [C, H, W]. limit: the UNet storage dtype's largest
 // finite value (the latent is uploaded in it). factors: null for no preview.
-// Latent bands count into the verdict only once the latent is mostly signal
-// (sigma_after < 1); the preview's saturation is measured but never decides
-// (the image check does); for noise predictions bands and saturation are
-// measured but only non-finite and near-limit values decide the verdict.
+// Bands and the preview's saturation are measured on every map but only
+// non-finite and near-limit values decide a step's verdict: bands and
+// saturation are judged on the decoded image (analyze_image).
 StepStats analyze_step(std::span<const float> latent, std::span<const float> noise_cond,
                        std::span<const float> noise_uncond, std::int64_t channels, std::int64_t height,
                        std::int64_t width, double limit, const LatentRgbFactors* factors, double sigma_after);
