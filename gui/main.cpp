@@ -29,7 +29,9 @@ int main(int argc, char** argv) {
   QCommandLineOption run("run", "Start a run as soon as the window is ready.");
   QCommandLineOption screenshot("screenshot", "After the run, save a screenshot to FILE and exit.", "FILE");
   QCommandLineOption panel("panel", "With --screenshot: capture only this panel.", "NAME");
-  cli.addOptions({preset, scenario, fixed, run, screenshot, panel});
+  QCommandLineOption ab("ab", "With --run: compare the settings (A) with them changed by CHANGES (B), e.g. "
+                        "'unet.dtype=f16' or 'device=reference'.", "CHANGES");
+  cli.addOptions({preset, scenario, fixed, run, screenshot, panel, ab});
   cli.addPositionalArgument("file", "A preset or PNG to open (same as --preset).", "[file]");
   cli.process(app);
 
@@ -86,7 +88,8 @@ int main(int argc, char** argv) {
     QObject::connect(&window, &MainWindow::devicesListed, &window, [&, started = false]() mutable {
       if (started) return;
       started = true;
-      if (!window.start_run()) {
+      const bool ok = cli.isSet(ab) ? window.start_ab(cli.value(ab).split(';', Qt::SkipEmptyParts)) : window.start_run();
+      if (!ok) {
         exit_code = 1;
         if (scripted) window.close();
       }

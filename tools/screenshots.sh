@@ -36,4 +36,6 @@ for id in R0 R1 R2 R3 R4; do
   shoot "scenario-$id-fixed" --scenario "$id" --fixed
 done
 shoot scenario-R1-trace --scenario R1 --panel trace
+# A/B: the same seed with the UNet in f16 (B) against f32 (A).
+shoot ab-unet-f16 --preset "$preset_dir/default.json" --ab "unet.dtype=f16"
 echo "screenshots: written to $out/"

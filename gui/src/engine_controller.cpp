@@ -5,6 +5,7 @@
 
 #include "backend/opencl/opencl_backend.hpp"
 #include "core/log.hpp"
+#include "inspect/ab.hpp"
 #include "inspect/scenario.hpp"
 #include "pipeline/sd_model.hpp"
 #include "pipeline/session.hpp"
@@ -185,6 +186,64 @@ void EngineController::runScenario(const QString& id, bool fixed, const QStringL
   done.cancelled = cancel_.load();
   done.seconds = static_cast<double>(timer.elapsed()) / 1000.0;
   done.images = forwarder.images;
+  emit runFinished(done);
+}
+
+namespace {
+// A/B runs report only their status and honour Cancel; the inspector keeps the last normal run.
+class AbObserver final : public pipeline::RunObserver {
+ public:
+  AbObserver(EngineController& c, const std::atomic<bool>& cancel) : c_(c), cancel_(cancel) {}
+  void on_status(std::string_view m) override {
+    emit c_.status(QObject::tr("A/B: %1").arg(QString::fromUtf8(m.data(), static_cast<int>(m.size()))));
+  }
+  bool cancelled() const override { return cancel_.load(); }
+
+ private:
+  EngineController& c_;
+  const std::atomic<bool>& cancel_;
+};
+
+QString side_summary(const inspect::InspectedRun& r) {
+  if (!r.error.empty()) return QString::fromStdString(r.error);
+  return QString::fromStdString(std::string(inspect::verdict_name(r.verdict)) +
+                                (r.summary.empty() || r.summary == inspect::verdict_name(r.verdict) ? "" : ": " + r.summary));
+}
+}  // namespace
+
+void EngineController::runAb(const nanscope::RunConfig& a, const QStringList& b_sets) {
+  cancel_.store(false);
+  QElapsedTimer timer;
+  timer.start();
+  RunFinished done;
+  AbView view;
+  emit runStarted(a);
+  try {
+    RunConfig b = a;
+    for (const QString& s : b_sets) b.set(s.toStdString());
+    b.validate();
+    AbObserver observer(*this, cancel_);
+    const inspect::AbResult r = inspect::run_ab(a, b, 1e-2, &observer);
+    for (const auto& s : r.steps) view.rel_l2.push_back(s.latent_rel_l2);
+    view.first_divergent_step = r.first_divergent_step;
+    view.threshold = r.threshold;
+    view.image_rel_l2 = r.image_rel_l2;
+    view.image_max_diff = r.image_max_diff;
+    if (!r.a.images.empty()) view.image_a = to_qimage(r.a.images.front().image);
+    if (!r.b.images.empty()) view.image_b = to_qimage(r.b.images.front().image);
+    view.summary_a = side_summary(r.a);
+    view.summary_b = side_summary(r.b);
+    log::info("A/B ({}): first divergent step {}, image relative L2 {:.3g}", b_sets.join("; ").toStdString(),
+              r.first_divergent_step, r.image_rel_l2);
+  } catch (const std::exception& e) {
+    view.error = QString::fromUtf8(e.what());
+    done.ok = false;
+    done.error = view.error;
+    log::error("A/B failed: {}", e.what());
+  }
+  emit abFinished(view);
+  done.cancelled = cancel_.load();
+  done.seconds = static_cast<double>(timer.elapsed()) / 1000.0;
   emit runFinished(done);
 }
 

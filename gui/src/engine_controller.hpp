@@ -42,6 +42,8 @@ class EngineController : public QObject {
   // stress variant of the model, R4's cold kernel cache), with the user's
   // edits to the preset applied as key=value assignments.
   void runScenario(const QString& id, bool fixed, const QStringList& sets);
+  // A/B: the config as side A, the config with `b_sets` applied as side B.
+  void runAb(const nanscope::RunConfig& a, const QStringList& b_sets);
 
  signals:
   void devicesReady(const nanscope::DeviceList& devices, const QString& default_model, const QString& model_error);
@@ -51,6 +53,7 @@ class EngineController : public QObject {
   void kernels(const nanscope::gui::KernelStats& stats);
   void runStarted(const nanscope::RunConfig& config);
   void runFinished(const nanscope::gui::RunFinished& result);
+  void abFinished(const nanscope::gui::AbView& result);
 
  private:
   pipeline::Session& session();

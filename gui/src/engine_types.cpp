@@ -156,6 +156,7 @@ void register_metatypes() {
   qRegisterMetaType<ImageView>("nanscope::gui::ImageView");
   qRegisterMetaType<KernelStats>("nanscope::gui::KernelStats");
   qRegisterMetaType<RunFinished>("nanscope::gui::RunFinished");
+  qRegisterMetaType<AbView>("nanscope::gui::AbView");
 }
 
 }  // namespace nanscope::gui

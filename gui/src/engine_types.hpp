@@ -44,6 +44,18 @@ struct KernelStats {
   bool opencl = false;
 };
 
+// An A/B comparison: per-step relative L2 of B's latent against A's.
+struct AbView {
+  QVector<double> rel_l2;       // per step; +inf where only one side is finite
+  int first_divergent_step = -1;  // 1-based; -1: none
+  double threshold = 0;
+  double image_rel_l2 = 0;
+  int image_max_diff = 0;
+  QImage image_a, image_b;
+  QString summary_a, summary_b;  // each side's verdict in one line
+  QString error;
+};
+
 // The end of a request: how it went, in plain words.
 struct RunFinished {
   QString verdict, summary, note;  // scenario runs: the engine's verdict, summary and scenario facts
@@ -66,6 +78,7 @@ Q_DECLARE_METATYPE(nanscope::gui::StepView)
 Q_DECLARE_METATYPE(nanscope::gui::ImageView)
 Q_DECLARE_METATYPE(nanscope::gui::KernelStats)
 Q_DECLARE_METATYPE(nanscope::gui::RunFinished)
+Q_DECLARE_METATYPE(nanscope::gui::AbView)
 
 namespace nanscope::gui {
 // qRegisterMetaType for every type above (call once before connecting).

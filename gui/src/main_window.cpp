@@ -27,6 +27,7 @@
 #include "inspector_panel.hpp"
 #include "inspect/scenario.hpp"
 #include "layer_trace_panel.hpp"
+#include "ab_panel.hpp"
 #include "config_diff.hpp"
 #include "io/png_metadata.hpp"
 #include "log_panel.hpp"
@@ -153,6 +154,7 @@ void MainWindow::build_docks() {
   inspector_ = new InspectorPanel;
   result_ = new ResultPanel(save_image_, copy_image_);
   layer_trace_ = new LayerTracePanel;
+  ab_ = new AbPanel;
   config_panels_ = {model_, prompt_, precision_, attention_, vae_};
   for (ConfigPanel* p : config_panels_) connect(p, &ConfigPanel::changed, this, &MainWindow::mark_dirty);
 
@@ -167,6 +169,9 @@ void MainWindow::build_docks() {
   auto* log = add_dock(log_, "log", tr("Log"), Qt::BottomDockWidgetArea);
   auto* trace = add_dock(layer_trace_, "trace", tr("Layer trace"), Qt::BottomDockWidgetArea);
   tabifyDockWidget(log, trace);
+  auto* ab = add_dock(ab_, "ab", tr("A/B"), Qt::BottomDockWidgetArea);
+  tabifyDockWidget(trace, ab);
+  connect(ab_, &AbPanel::compareRequested, this, [this](const QStringList& changes) { start_ab(changes); });
   log->raise();
   splitDockWidget(prompt, model, Qt::Vertical);
   tabifyDockWidget(model, precision);
@@ -283,6 +288,8 @@ void MainWindow::connect_engine() {
   connect(this, &MainWindow::requestRun, c, &EngineController::run);
   connect(this, &MainWindow::requestRedecode, c, &EngineController::redecode);
   connect(this, &MainWindow::requestScenario, c, &EngineController::runScenario);
+  connect(this, &MainWindow::requestAb, c, &EngineController::runAb);
+  connect(c, &EngineController::abFinished, this, [this](const AbView& v) { ab_->show_result(v); });
   connect(c, &EngineController::devicesReady, this,
           [this](const DeviceList& devices, const QString& model, const QString& model_error) {
             model_->set_devices(devices, model, model_error);
@@ -342,6 +349,7 @@ void MainWindow::set_running(bool on) {
   cancel_->setEnabled(on);
   progress_->setVisible(on);
   for (ConfigPanel* p : config_panels_) p->setEnabled(!on);
+  if (ab_) ab_->set_busy(on);
   const bool image = !on && result_->has_image();
   save_image_->setEnabled(image);
   copy_image_->setEnabled(image);
@@ -394,6 +402,27 @@ bool MainWindow::start_run() {
               scenario_id_.toStdString());
   }
   emit requestRun(config);
+  return true;
+}
+
+bool MainWindow::start_ab(const QStringList& b_changes) {
+  if (running_) return false;
+  RunConfig config;
+  try {
+    config = current_config();
+    RunConfig b = config;
+    for (const QString& s : b_changes) b.set(s.toStdString());
+    b.validate();
+  } catch (const std::exception& e) {
+    show_error(tr("These settings cannot run"), QString::fromUtf8(e.what()));
+    return false;
+  }
+  docks_["ab"]->raise();
+  ab_->set_changes(b_changes);
+  progress_->setRange(0, 0);  // two runs: a busy indicator rather than a step count
+  set_running(true);
+  log::info("A/B: B = A with {}", b_changes.join("; ").toStdString());
+  emit requestAb(config, b_changes);
   return true;
 }
 

@@ -19,6 +19,7 @@ namespace nanscope::gui {
 
 class AttentionPanel;
 class ConfigPanel;
+class AbPanel;
 class InspectorPanel;
 class LayerTracePanel;
 class LogPanel;
@@ -66,6 +67,9 @@ class MainWindow : public QMainWindow {
   PromptPanel* prompt_panel() const { return prompt_; }
   ResultPanel* result_panel() const { return result_; }
   LayerTracePanel* layer_trace_panel() const { return layer_trace_; }
+  AbPanel* ab_panel() const { return ab_; }
+  // Starts an A/B comparison of the panels' config against it with `b_changes` applied.
+  bool start_ab(const QStringList& b_changes);
   LogPanel* log_panel() const { return log_; }
   EngineController* controller() const { return engine_->controller(); }
 
@@ -73,6 +77,7 @@ class MainWindow : public QMainWindow {
   void requestRun(const nanscope::RunConfig& config);
   void requestRedecode(int image, const QString& vae, const QString& dtype);
   void requestScenario(const QString& id, bool fixed, const QStringList& sets);
+  void requestAb(const nanscope::RunConfig& a, const QStringList& b_changes);
   void runCompleted(const nanscope::gui::RunFinished& result);
   void devicesListed();
 
@@ -109,6 +114,7 @@ class MainWindow : public QMainWindow {
   InspectorPanel* inspector_ = nullptr;
   ResultPanel* result_ = nullptr;
   LayerTracePanel* layer_trace_ = nullptr;
+  AbPanel* ab_ = nullptr;
   QString scenario_id_;
   bool scenario_fixed_ = false;
   RunConfig scenario_base_;

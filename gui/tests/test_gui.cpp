@@ -20,6 +20,7 @@
 #include "inspect/scenario.hpp"
 #include "inspector_panel.hpp"
 #include "layer_trace_panel.hpp"
+#include "ab_panel.hpp"
 #include "main_window.hpp"
 #include "pipeline/sd_model.hpp"
 #include "result_panel.hpp"
@@ -181,6 +182,22 @@ class GuiTest : public QObject {
     QVERIFY(w->layer_trace_panel()->rows() > 0);
     QVERIFY(w->layer_trace_panel()->origin_row() >= 0);
     QVERIFY(w->inspector()->verdict().contains(QString::fromStdString(broken->report.inspection.origin).toHtmlEscaped()));
+  }
+
+  void ab_compare_plots_every_step() {
+    if (!have_model_) QSKIP(qPrintable("no embedded model: " + model_note_));
+    auto w = make_window();
+    w->findChild<QSpinBox*>("steps")->setValue(5);
+    QSignalSpy done(w.get(), &MainWindow::runCompleted);
+    QSignalSpy ab(w->controller(), &EngineController::abFinished);
+    QVERIFY(w->start_ab({"unet.dtype=f16"}));
+    QVERIFY(done.wait(300000));
+    QCOMPARE(ab.size(), 1);
+    const AbView v = ab.front().front().value<AbView>();
+    QVERIFY2(v.error.isEmpty(), qPrintable(v.error));
+    QCOMPARE(v.rel_l2.size(), 5);
+    QCOMPARE(w->ab_panel()->points(), 5);
+    QVERIFY(!v.image_a.isNull() && !v.image_b.isNull());
   }
 
   void preset_round_trip() {
