@@ -249,7 +249,15 @@ DeviceList enumerate_devices() {
 const DeviceInfo& select_device(const DeviceList& list, std::string_view pin_in) {
   const std::string pin = trim(std::string(pin_in));
   auto chosen = [&](const DeviceInfo& d, const std::string& why) -> const DeviceInfo& {
-    log::info("device: {} \"{}\" ({}): {}", d.index, d.name, d.id, why);
+    // Said once per thread and choice: a front end resolves the device on every run.
+    thread_local std::string last;
+    std::string key = pin + "|" + d.id;
+    if (key != last) {
+      log::info("device: {} \"{}\" ({}): {}", d.index, d.name, d.id, why);
+      last = std::move(key);
+    } else {
+      log::debug("device: {} \"{}\" ({}): {}", d.index, d.name, d.id, why);
+    }
     return d;
   };
   if (pin.empty()) {
