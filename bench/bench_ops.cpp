@@ -38,22 +38,28 @@ double seconds_since(Clock::time_point t0) {
 }
 
 // Peak FP32 FLOP/s: independent FMA chains on every hardware thread.
+// Twelve named accumulators (not an array, which the compiler may keep in
+// memory and so chain every FMA through a store and a load).
+#define NANSCOPE_FMA12(V, FMA)                                                                       \
+  V a0 = one, a1 = one, a2 = one, a3 = one, a4 = one, a5 = one, a6 = one, a7 = one, a8 = one, a9 = one, \
+    a10 = one, a11 = one;                                                                              \
+  for (long i = 0; i < iters; ++i) {                                                                   \
+    a0 = FMA(a0, m, c), a1 = FMA(a1, m, c), a2 = FMA(a2, m, c), a3 = FMA(a3, m, c);                    \
+    a4 = FMA(a4, m, c), a5 = FMA(a5, m, c), a6 = FMA(a6, m, c), a7 = FMA(a7, m, c);                    \
+    a8 = FMA(a8, m, c), a9 = FMA(a9, m, c), a10 = FMA(a10, m, c), a11 = FMA(a11, m, c);                \
+  }                                                                                                    \
+  const V acc[12] = {a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11};
+
 __attribute__((target("avx512f"))) double fma_chains_avx512(long iters) {
-  __m512 acc[12];
-  for (auto& a : acc) a = _mm512_set1_ps(1.0f);
-  const __m512 m = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-7f);
-  for (long i = 0; i < iters; ++i)
-    for (auto& a : acc) a = _mm512_fmadd_ps(a, m, c);
+  const __m512 one = _mm512_set1_ps(1.0f), m = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-7f);
+  NANSCOPE_FMA12(__m512, _mm512_fmadd_ps)
   float sink = 0;
-  for (auto& a : acc) sink += _mm512_reduce_add_ps(a);
+  for (const auto& a : acc) sink += _mm512_reduce_add_ps(a);
   return sink;
 }
 __attribute__((target("avx2,fma"))) double fma_chains_avx2(long iters) {
-  __m256 acc[12];
-  for (auto& a : acc) a = _mm256_set1_ps(1.0f);
-  const __m256 m = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(1e-7f);
-  for (long i = 0; i < iters; ++i)
-    for (auto& a : acc) a = _mm256_fmadd_ps(a, m, c);
+  const __m256 one = _mm256_set1_ps(1.0f), m = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(1e-7f);
+  NANSCOPE_FMA12(__m256, _mm256_fmadd_ps)
   alignas(32) float out[8];
   float sink = 0;
   for (auto& a : acc) {
@@ -115,7 +121,8 @@ std::map<std::string, double> run_torch() {
     std::fprintf(stderr, "PyTorch baseline failed (is .venv set up? run tools/setup.sh)\n");
     return out;
   }
-  for (auto& [k, v] : nlohmann::json::parse(text).items()) out[k] = v.get<double>();
+  const auto j = nlohmann::json::parse(text);
+  for (auto it = j.begin(); it != j.end(); ++it) out[it.key()] = it.value().get<double>();
   return out;
 }
 
