@@ -29,6 +29,7 @@
 #include "io/safetensors.hpp"
 #include "models/ldm_checkpoint.hpp"
 #include "pipeline/sd_model.hpp"
+#include "pipeline/session.hpp"
 #include "support/compare.hpp"
 #include "support/oracle.hpp"
 #include "support/random.hpp"
@@ -394,6 +395,45 @@ TEST(SingleFileCli, InfoAndGenerate) {
   EXPECT_TRUE(fs::exists(png));
   const auto back = test::run_process({NANSCOPE_CLI_PATH, "info", png.string()});
   EXPECT_NE(back.out.find(m.file.filename().string()), std::string::npos) << back.out;
+}
+
+}  // namespace
+}  // namespace nanscope
+
+namespace nanscope {
+namespace {
+
+// The NaN policy's f32 retry of an SDXL model with a lone VAE file (--vae)
+// reloads that file: it must keep SDXL's scaling factor (0.13025, not SD 1.x's
+// 0.18215), so the retried image equals the one an f32 VAE gives from the same
+// latent.
+TEST(SingleFileSession, F32RedecodeOfALoneVaeFileKeepsTheSdxlScalingFactor) {
+  NANSCOPE_REQUIRE_PYTHON();
+  const Made& m = fixture().get(LdmFamily::sdxl);
+  const auto src = io::SafetensorsFile::open(m.file);
+  const std::string prefix = "first_stage_model.";
+  std::vector<std::pair<std::string, HostTensor>> vae_only;
+  for (const auto& e : src.entries())
+    if (e.name.starts_with(prefix)) vae_only.emplace_back(e.name.substr(prefix.size()), src.read(e, DType::f32));
+  const fs::path lone = fixture().dir / "sdxl-vae-original.safetensors";
+  io::write_safetensors(lone, vae_only);
+
+  RunConfig config;
+  config.model = m.file.string();
+  config.vae = lone.string();
+  config.width = config.height = 64;
+  config.prompt = "a red circle";
+  config.steps = 2;
+  config.seed = 3;
+  pipeline::Session session;
+  const auto f32 = session.generate(config);
+  config.set("vae.dtype", "f16");
+  const auto f16 = session.generate(config);
+  ASSERT_EQ(f32.size(), 1u);
+  ASSERT_EQ(f16.size(), 1u);
+  ASSERT_EQ(f16[0].latent, f32[0].latent) << "the VAE's dtype must not change the sampled latent";
+  const auto retried = session.redecode(config, f16[0], lone, DType::f32);
+  EXPECT_EQ(retried.image.pixels, f32[0].image.pixels);
 }
 
 }  // namespace

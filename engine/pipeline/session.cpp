@@ -2,6 +2,7 @@
 
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "models/ldm_checkpoint.hpp"
 
 namespace nanscope::pipeline {
 
@@ -43,11 +44,16 @@ SdModel& Session::model(const RunConfig& config) {
   return *model_;
 }
 
-models::Vae& Session::vae_for(Backend& be, const fs::path& folder, DType dtype) {
+models::Vae& Session::vae_for(Backend& be, const fs::path& folder, DType dtype, ModelFamily family) {
   const std::string key = be.device().id + "|" + folder.string() + "|" + std::string(dtype_name(dtype));
   auto it = extra_vaes_.find(key);
   if (it != extra_vaes_.end()) return *it->second;
-  auto vae = std::make_unique<models::Vae>(models::Vae::load(folder, be, dtype));
+  const models::LdmFamily ldm = family == ModelFamily::sdxl  ? models::LdmFamily::sdxl
+                                : family == ModelFamily::sd2 ? models::LdmFamily::sd2
+                                                             : models::LdmFamily::sd1;
+  auto vae = std::make_unique<models::Vae>(fs::is_regular_file(folder)
+                                               ? models::load_vae_file(folder, be, dtype, false, ldm)
+                                               : models::Vae::load(folder, be, dtype));
   auto [pos, _] = extra_vaes_.emplace(key, std::move(vae));
   return *pos->second;
 }

@@ -46,7 +46,9 @@ class Session {
     ComponentDTypes dtypes;
     bool operator==(const ModelKey&) const = default;
   };
-  models::Vae& vae_for(Backend& backend, const std::filesystem::path& folder, DType dtype);
+  // A VAE other than the model's (or the model's in another dtype); a single
+  // file takes the model family's scaling factor.
+  models::Vae& vae_for(Backend& backend, const std::filesystem::path& folder, DType dtype, ModelFamily family);
 
   BackendOptions options_;
   DeviceList devices_;

@@ -507,7 +507,7 @@ GeneratedImage Session::redecode(const RunConfig& config, const GeneratedImage& 
   SdModel& m = model(config);
   Backend& be = backend(config.device);
   const bool own = vae_folder == m.vae_folder() && dtype == m.dtypes().vae;
-  models::Vae& vae = own ? *m.vae : vae_for(be, vae_folder, dtype);
+  models::Vae& vae = own ? *m.vae : vae_for(be, vae_folder, dtype, m.family());
   ComponentPolicy policy(config, Component::vae);
   OpContext ctx = make_context(be, config, Component::vae, &policy);
   ctx.precision.dtype = dtype;
