@@ -81,14 +81,23 @@ ModelDevicePanel::ModelDevicePanel(QWidget* parent)
   setObjectName("modelDevicePanel");
   setAcceptDrops(true);
   model_->setObjectName("modelFolder");
-  model_->setToolTip(tr("A diffusers model folder (with model_index.json). Empty: the embedded model. "
-                        "You can also drop a folder here."));
-  auto* browse = new QPushButton(tr("Browse..."));
+  model_->setToolTip(tr("A diffusers model folder (with model_index.json) or a single-file checkpoint "
+                        "(.safetensors, SD 1.x/2.x/SDXL). Empty: the embedded model. You can also drop one here."));
+  auto* browse = new QPushButton(tr("Folder..."));
+  browse->setToolTip(tr("Choose a diffusers model folder"));
+  auto* browse_file = new QPushButton(tr("File..."));
+  browse_file->setToolTip(tr("Choose a single-file checkpoint (.safetensors; the CLIP tokenizer is read from "
+                             "tokenizer/ beside it)"));
   auto* embedded = new QPushButton(tr("Embedded"));
   embedded->setToolTip(tr("Use the embedded nanscope-tiny model"));
   connect(browse, &QPushButton::clicked, this, [this] {
     const QString dir = QFileDialog::getExistingDirectory(this, tr("Choose a diffusers model folder"), model_folder());
     if (!dir.isEmpty()) set_model_folder(dir);
+  });
+  connect(browse_file, &QPushButton::clicked, this, [this] {
+    const QString file = QFileDialog::getOpenFileName(this, tr("Choose a single-file checkpoint"), model_folder(),
+                                                      tr("safetensors checkpoints (*.safetensors)"));
+    if (!file.isEmpty()) set_model_folder(file);
   });
   connect(embedded, &QPushButton::clicked, this, [this] { set_model_folder({}); });
   connect(model_, &QLineEdit::editingFinished, this, [this] {
@@ -102,10 +111,14 @@ ModelDevicePanel::ModelDevicePanel(QWidget* parent)
   vae_->setToolTip(tr("The VAE that decodes the latent: the model's own, a variant shipped beside it "
                       "(such as vae-fp16-fix), or any VAE folder"));
   connect(vae_, qOverload<int>(&QComboBox::activated), this, [this](int index) {
-    if (vae_->itemData(index).toString() == "\x01browse") {
-      const QString dir = QFileDialog::getExistingDirectory(this, tr("Choose a VAE folder"), model_folder());
-      if (!dir.isEmpty()) add_vae_choice(dir);
-      select_data(vae_, dir.isEmpty() ? QString() : QDir::cleanPath(dir));
+    const QString what = vae_->itemData(index).toString();
+    if (what == "\x01browse" || what == "\x01browse-file") {
+      const QString path = what == "\x01browse"
+                               ? QFileDialog::getExistingDirectory(this, tr("Choose a VAE folder"), model_folder())
+                               : QFileDialog::getOpenFileName(this, tr("Choose a VAE file"), model_folder(),
+                                                              tr("safetensors files (*.safetensors)"));
+      if (!path.isEmpty()) add_vae_choice(path);
+      select_data(vae_, path.isEmpty() ? QString() : QDir::cleanPath(path));
     }
     emit changed();
   });
@@ -136,6 +149,7 @@ ModelDevicePanel::ModelDevicePanel(QWidget* parent)
   auto* model_row = new QHBoxLayout;
   model_row->addWidget(model_, 1);
   model_row->addWidget(browse);
+  model_row->addWidget(browse_file);
   model_row->addWidget(embedded);
   auto* form = new QFormLayout;
   form->addRow(tr("Model:"), model_row);
@@ -223,7 +237,7 @@ void ModelDevicePanel::add_vae_choice(const QString& path) {
   for (const auto& c : vae_choices_)
     if (c.path == clean) return;
   vae_choices_.push_back({QFileInfo(clean).fileName() + "  (" + clean + ")", clean});
-  vae_->insertItem(vae_->count() - 1, vae_choices_.back().label, clean);
+  vae_->insertItem(vae_->count() - 2, vae_choices_.back().label, clean);  // before the two "Other VAE" items
   emit vaeChoicesChanged();
 }
 
@@ -240,6 +254,7 @@ void ModelDevicePanel::refresh_vae_choices(const QString& keep) {
   }
   for (const auto& c : vae_choices_) vae_->addItem(c.label, c.path);
   vae_->addItem(tr("Other VAE folder..."), QString("\x01browse"));
+  vae_->addItem(tr("Other VAE file..."), QString("\x01browse-file"));
   if (!keep.isEmpty() && vae_->findData(keep) < 0) add_vae_choice(keep);
   select_data(vae_, keep);
   emit vaeChoicesChanged();
@@ -266,7 +281,11 @@ void ModelDevicePanel::store(RunConfig& c) const {
 
 void ModelDevicePanel::dragEnterEvent(QDragEnterEvent* event) {
   const auto urls = event->mimeData()->urls();
-  if (urls.size() == 1 && QFileInfo(urls.front().toLocalFile()).isDir()) event->acceptProposedAction();
+  if (urls.size() != 1) return;
+  const QFileInfo info(urls.front().toLocalFile());
+  if (info.isDir() || (info.isFile() && info.suffix().compare("safetensors", Qt::CaseInsensitive) == 0)) {
+    event->acceptProposedAction();
+  }
 }
 
 void ModelDevicePanel::dropEvent(QDropEvent* event) {
