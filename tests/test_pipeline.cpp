@@ -42,15 +42,7 @@ struct Capture final : pipeline::RunObserver {
   }
 };
 
-const fs::path& model_dir() {
-  static test::TempDir dir;
-  static fs::path made;
-  if (made.empty()) {
-    test::run_oracle("pipeline_oracle.py", {"make", (dir / "tiny-sd").string()});
-    made = dir / "tiny-sd";
-  }
-  return made;
-}
+const fs::path& model_dir() { return test::tiny_sd_pipeline_dir(); }
 
 RunConfig base_config(const std::string& device, const std::string& sampler) {
   RunConfig c;

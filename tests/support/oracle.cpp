@@ -128,4 +128,14 @@ ProcessResult run_oracle(std::string_view script, const std::vector<std::string>
   return r;
 }
 
+const std::filesystem::path& tiny_sd_pipeline_dir() {
+  static TempDir dir;
+  static std::filesystem::path made;
+  if (made.empty()) {
+    run_oracle("pipeline_oracle.py", {"make", (dir / "tiny-sd").string()});
+    made = dir / "tiny-sd";
+  }
+  return made;
+}
+
 }  // namespace nanscope::test

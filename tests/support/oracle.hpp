@@ -68,4 +68,9 @@ ProcessResult run_process(const std::vector<std::string>& argv);
 // after NANSCOPE_REQUIRE_PYTHON().
 ProcessResult run_oracle(std::string_view script, const std::vector<std::string>& args);
 
+// A tiny SD 1.x diffusers pipeline with seeded random weights, made once per
+// process by pipeline_oracle.py (`make`) in a TempDir. Call only after
+// NANSCOPE_REQUIRE_PYTHON().
+const std::filesystem::path& tiny_sd_pipeline_dir();
+
 }  // namespace nanscope::test
