@@ -658,7 +658,10 @@ ALL_STAGES = ["data", "tokenizer", "vae", "vae_ft", "latents", "unet", "export",
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--work-dir", default="/work/train-run", help="data cache and checkpoints (outside the repo)")
+    default_work = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
+                                "nanscope", "train-tiny-sd")
+    ap.add_argument("--work-dir", default=default_work,
+                    help="data cache and checkpoints, outside the repo (default: $XDG_CACHE_HOME/nanscope/train-tiny-sd)")
     ap.add_argument("--out", default=os.path.join(REPO, "resources", "models", "nanscope-tiny"),
                     help="diffusers folder to write")
     ap.add_argument("--stages", default=",".join(ALL_STAGES), help="comma-separated subset of " + ",".join(ALL_STAGES))

@@ -439,7 +439,7 @@ def write_readme(args):
     sz = ex.get("sizes_bytes", {})
     pa = ex.get("params", {})
     cmd = ("HF_HUB_OFFLINE=1 .venv/bin/python tools/train_tiny_sd.py "
-           f"--seed {args.seed} --work-dir /work/train-run")
+           f"--seed {args.seed}")
     L = []
     w = L.append
     w("# nanscope-tiny: NaNscope's embedded default model\n")
@@ -537,7 +537,7 @@ def write_readme(args):
       f"{cmd}\n```\n")
     w("Defaults of that command are the shipped configuration; stages data, tokenizer, vae, vae_ft, "
       "latents, unet, export, eval run in order, each resumable from checkpoints in the work dir "
-      "(saved every 3 minutes; re-run the same command after a kill). Export and evaluation alone: "
+      "(`--work-dir`, default `$XDG_CACHE_HOME/nanscope/train-tiny-sd`; saved every 3 minutes; re-run the same command after a kill). Export and evaluation alone: "
       "`--stages export,eval`; evaluation of the folder alone: `--eval-only`.\n")
     w(f"- VAE: {args.vae_iters} iterations, batch {args.vae_batch}, AdamW lr {args.vae_lr} (200 warm-up, "
       f"cosine to 10%), loss L1 + MSE + {args.vae_kl} KL; then {args.vae_ft_iters} decoder-only "
