@@ -14,6 +14,7 @@ Stages (each resumable; a killed run resumes with the same command):
   latents   encode the whole image set once (posterior mean x scaling_factor)
   unet      train CLIPTextModel + UNet2DConditionModel jointly (v-prediction,
             zero-terminal-SNR scaled_linear schedule, EMA 0.999)
+  unet_more warm restart of the same training at a lower learning rate
   export    write the diffusers folder (model_index.json, text_encoder/,
             tokenizer/, unet/, vae/ (f16-overflowing re-parameterisation),
             vae-fp16-fix/, scheduler/)
@@ -529,11 +530,21 @@ def train_schedule():
     return s.alphas_cumprod.clone().float()  # alphas_cumprod[999] == 0 exactly
 
 
-def stage_unet(args):
-    final = os.path.join(args.work_dir, "unet.final.pt")
-    if os.path.exists(final):
+def stage_unet(args, more=False):
+    """Joint UNet + text encoder training.
+
+    more=False: from scratch, --unet-iters iterations at --lr (stage "unet").
+    more=True:  stage "unet_more", a warm restart (SGDR): starts from unet.final.pt
+    (raw weights and their EMA), fresh AdamW, a new cosine of --unet-more-iters at
+    --more-lr and its own sample stream. The first phase ends at 10% of its peak
+    learning rate; a second, lower cosine lets the model settle shapes further
+    (measured on the shipped model: shape accuracy 56-62% after phase one).
+    """
+    name = "unet_more" if more else "unet"
+    final = os.path.join(args.work_dir, f"{name}.final.pt")
+    if os.path.exists(final) or (more and args.unet_more_iters <= 0):
         return
-    ckpt = os.path.join(args.work_dir, "unet.ckpt.pt")
+    ckpt = os.path.join(args.work_dir, f"{name}.ckpt.pt")
     _, attrs, _ = load_data(args)
     lat = torch.load(os.path.join(args.work_dir, "latents.pt"))["latents"]
     ntrain = len(lat) - args.num_val
@@ -543,41 +554,49 @@ def stage_unet(args):
     te = make_text_encoder(args, len(ft.tok), ft.bos, ft.eos, ft.pad)
     unet = make_unet(args)
     log(f"unet: {nparams(unet) / 1e6:.3f} M params, text encoder {nparams(te) / 1e6:.3f} M; "
-        f"{args.unet_iters} iterations, batch {args.batch}")
+        f"{args.unet_more_iters if more else args.unet_iters} iterations ({name}), batch {args.batch}")
     params = list(unet.parameters()) + list(te.parameters())
     opt = torch.optim.AdamW(params, lr=args.lr, weight_decay=1e-2)
     ema_u = {k: v.clone() for k, v in unet.state_dict().items()}
     ema_t = {k: v.clone() for k, v in te.state_dict().items()}
     start = 0
+    if more and not os.path.exists(ckpt):
+        st = torch.load(os.path.join(args.work_dir, "unet.final.pt"))
+        unet.load_state_dict(st["unet"])
+        te.load_state_dict(st["te"])
+        ema_u, ema_t = st["ema_unet"], st["ema_te"]
+        log("unet_more: starting from unet.final.pt (warm restart)")
     if os.path.exists(ckpt):
         st = torch.load(ckpt)
         unet.load_state_dict(st["unet"])
         te.load_state_dict(st["te"])
         opt.load_state_dict(st["opt"])
         ema_u, ema_t, start = st["ema_unet"], st["ema_te"], st["it"]
-        log(f"unet: resumed at iteration {start}")
+        log(f"{name}: resumed at iteration {start}")
     ab = train_schedule()
-    total = args.unet_iters
+    total = args.unet_more_iters if more else args.unet_iters
+    base_lr = args.more_lr if more else args.lr
+    stream = 21 if more else 20
     unet.train()
     te.train()
-    prog = Progress("unet", start, total, args.log_every)
+    prog = Progress(name, start, total, args.log_every)
     last_save = time.time()
     gov = ThreadGovernor(args.threads, fixed=args.fixed_threads)
     for it in range(start, total):
         gov(it)
-        rng = np.random.default_rng([args.seed, 20, it])
+        rng = np.random.default_rng([args.seed, stream, it])
         idx = rng.integers(0, ntrain, args.batch)
         ids = np.stack([empty if rng.random() < args.cond_drop else ft.encode(make_caption(attrs[i], rng))
                         for i in idx])
         x0 = lat[idx]
-        g = torch.Generator().manual_seed(args.seed * 1000003 + it)
+        g = torch.Generator().manual_seed(args.seed * 1000003 + (stream - 20) * 7919 * 1000003 + it)
         noise = torch.randn(x0.shape, generator=g)
         t = torch.randint(0, 1000, (args.batch,), generator=g)
         a = ab[t].view(-1, 1, 1, 1)
         xt = a.sqrt() * x0 + (1 - a).sqrt() * noise
         v = a.sqrt() * noise - (1 - a).sqrt() * x0
         for gr in opt.param_groups:
-            gr["lr"] = lr_at(it, total, args.lr)
+            gr["lr"] = lr_at(it, total, base_lr, warmup=100 if more else 200)
         cond = te(torch.from_numpy(ids))[0]
         pred = unet(xt, t, encoder_hidden_states=cond).sample
         snr = ab[t] / (1 - ab[t])
@@ -593,7 +612,7 @@ def stage_unet(args):
         opt.step()
         lv = loss.item()
         if not math.isfinite(lv):
-            raise SystemExit(f"unet: non-finite loss at iteration {it}")
+            raise SystemExit(f"{name}: non-finite loss at iteration {it}")
         d = min(args.ema, (1 + it) / (10 + it))
         with torch.no_grad():
             for ema, m in ((ema_u, unet), (ema_t, te)):
@@ -611,7 +630,7 @@ def stage_unet(args):
     atomic_save({"ema_unet": {k: v.contiguous() for k, v in ema_u.items()},
                  "ema_te": {k: v.contiguous() for k, v in ema_t.items()},
                  "unet": contiguous_state(unet), "te": contiguous_state(te)}, final)
-    log("unet: done")
+    log(f"{name}: done")
 
 
 # ---------------------------------------------------------------------------
@@ -653,7 +672,7 @@ def probe(args):
 # ---------------------------------------------------------------------------
 # Main
 # ---------------------------------------------------------------------------
-ALL_STAGES = ["data", "tokenizer", "vae", "vae_ft", "latents", "unet", "export", "eval"]
+ALL_STAGES = ["data", "tokenizer", "vae", "vae_ft", "latents", "unet", "unet_more", "export", "eval"]
 
 
 def main():
@@ -696,6 +715,9 @@ def main():
     ap.add_argument("--snr-gamma", type=float, default=5.0)
     ap.add_argument("--cond-drop", type=float, default=0.1)
     ap.add_argument("--unet-iters", type=int, default=4000)
+    ap.add_argument("--unet-more-iters", type=int, default=3000,
+                    help="iterations of the warm-restart stage unet_more (0 skips it)")
+    ap.add_argument("--more-lr", type=float, default=5e-4, help="peak learning rate of unet_more")
     # bookkeeping
     ap.add_argument("--log-every", type=int, default=50)
     ap.add_argument("--val-every", type=int, default=500)
@@ -734,6 +756,8 @@ def main():
             stage_latents(args)
         elif s == "unet":
             stage_unet(args)
+        elif s == "unet_more":
+            stage_unet(args, more=True)
         elif s in ("export", "eval"):
             # imported late on purpose: lives in tools/tiny_sd/export_eval.py
             from tiny_sd import export_eval

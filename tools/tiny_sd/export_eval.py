@@ -196,16 +196,21 @@ def export(args):
     vae.load_state_dict(torch.load(os.path.join(wd, "vae_ft.final.pt"))["model"])
     vae.eval()
     tok = CLIPTokenizer.from_pretrained(os.path.join(wd, "tokenizer"))
-    unet_src = os.path.join(wd, "unet.final.pt")
+    # The last UNet stage configured: unet_more (warm restart) when it has iterations.
+    name = "unet_more" if args.unet_more_iters > 0 else "unet"
+    planned = args.unet_iters + (args.unet_more_iters if name == "unet_more" else 0)
+    unet_src = os.path.join(wd, f"{name}.final.pt")
     if os.path.exists(unet_src):
         st = torch.load(unet_src)
-        unet_it = args.unet_iters
+        unet_it = planned
     else:  # interim export while training is still running
-        unet_src = os.path.join(wd, "unet.ckpt.pt")
+        unet_src = os.path.join(wd, f"{name}.ckpt.pt")
+        if not os.path.exists(unet_src):
+            raise SystemExit(f"export: neither {name}.final.pt nor {name}.ckpt.pt in {wd}; run stage {name} first")
         st = torch.load(unet_src)
-        unet_it = st["it"]
-        log(f"export: WARNING unet.final.pt missing, exporting EMA weights of the checkpoint at "
-            f"iteration {unet_it}/{args.unet_iters} (interim model)")
+        unet_it = st["it"] + (args.unet_iters if name == "unet_more" else 0)
+        log(f"export: WARNING {name}.final.pt missing, exporting EMA weights of the checkpoint at "
+            f"iteration {unet_it}/{planned} (interim model)")
     te = T.make_text_encoder(args, len(tok), tok.bos_token_id, tok.eos_token_id, tok.pad_token_id)
     te.load_state_dict(st["ema_te"])
     unet = T.make_unet(args)
@@ -450,9 +455,9 @@ def write_readme(args):
       "(f16 overflow, v-prediction, zero-terminal-SNR, trailing spacing) are exercised by a model whose "
       "right answer is known. It is a diffusers folder: `StableDiffusionPipeline.from_pretrained` "
       "loads it (`safety_checker`/`feature_extractor` are null).\n")
-    if ex.get("unet_source") == "unet.ckpt.pt":
+    if ex.get("unet_source", "").endswith(".ckpt.pt"):
         w(f"**Interim export**: the UNet/text encoder are the EMA weights at iteration "
-          f"{ex['unet_iterations_trained']} of {args.unet_iters}; training had not finished. "
+          f"{ex['unet_iterations_trained']} of {args.unet_iters + args.unet_more_iters}; training had not finished. "
           "Re-run the export (below) when it has.\n")
     w("## Components\n")
     w("| folder | class | configuration | parameters | size (f32 safetensors) |")
@@ -551,6 +556,10 @@ def write_readme(args):
       "written for v-prediction so that it is 1 (not 0) at t=999 where snr = 0 -- the plain "
       "min(snr, 5)/(snr + 1) form would give the zero-SNR step, which decides the background "
       "colour, no gradient at all.")
+    if args.unet_more_iters > 0:
+        w(f"- Then a warm restart (stage unet_more): {args.unet_more_iters} more iterations from the "
+          f"phase-one weights and their EMA, fresh AdamW, lr {args.more_lr} (100 warm-up, cosine to 10%), "
+          "its own sample stream; same loss. Phase one alone drew the requested shape 56-62% of the time.")
     w("- Latents are pre-encoded once (posterior mean x scaling_factor).")
     w("- Batches, captions and noise come from generators seeded by (seed, stage, iteration), so a "
       "resumed run draws the same samples. The trainer uses 2 intra-op threads, dropping to 1 while "
