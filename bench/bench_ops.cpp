@@ -23,6 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/backend.hpp"
+#include "bench_util.hpp"
 #include "backend/device.hpp"
 #include "core/error.hpp"
 #include "ops/ops.hpp"
@@ -31,11 +32,8 @@ using namespace nanscope;
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
+using bench::Clock;
+using bench::seconds_since;
 
 // Peak FP32 FLOP/s: independent FMA chains on every hardware thread.
 // Twelve named accumulators (not an array, which the compiler may keep in
@@ -107,22 +105,10 @@ double time_op(Backend& be, const std::function<void()>& fn) {
 }
 
 std::map<std::string, double> run_torch() {
-  const char* py_env = std::getenv("NANSCOPE_PYTHON");
-  const std::string py = py_env ? py_env : NANSCOPE_SOURCE_DIR "/.venv/bin/python";
-  const std::string cmd = "env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE GLIBC_TUNABLES=glibc.malloc.hugetlb=1 '" +
-                          py + "' '" NANSCOPE_SOURCE_DIR "/bench/torch_ops.py' 2";
   std::map<std::string, double> out;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return out;
-  std::string text;
-  char buf[4096];
-  while (std::fgets(buf, sizeof buf, p)) text += buf;
-  if (pclose(p) != 0) {
-    std::fprintf(stderr, "PyTorch baseline failed (is .venv set up? run tools/setup.sh)\n");
-    return out;
-  }
-  const auto j = nlohmann::json::parse(text);
-  for (auto it = j.begin(); it != j.end(); ++it) out[it.key()] = it.value().get<double>();
+  const auto j = bench::run_python_baseline("torch_ops.py", "2");
+  if (!j) return out;
+  for (auto it = j->begin(); it != j->end(); ++it) out[it.key()] = it.value().get<double>();
   return out;
 }
 

@@ -19,6 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench_util.hpp"
 #include "core/error.hpp"
 #include "pipeline/sd_model.hpp"
 #include "pipeline/session.hpp"
@@ -27,14 +28,9 @@ using namespace nanscope;
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
-}
+using bench::Clock;
+using bench::median;
+using bench::seconds_since;
 
 // Wall-clock time of every step, as the observer sees it.
 class StepClock : public pipeline::RunObserver {
@@ -54,27 +50,15 @@ struct TorchResult {
 };
 
 TorchResult run_torch(const std::string& model, int steps, double cfg, int runs) {
-  const char* py_env = std::getenv("NANSCOPE_PYTHON");
-  const std::string py = py_env ? py_env : NANSCOPE_SOURCE_DIR "/.venv/bin/python";
   const unsigned threads = std::max(1u, std::thread::hardware_concurrency());
-  const std::string cmd = "env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE GLIBC_TUNABLES=glibc.malloc.hugetlb=1 "
-                          "HF_HUB_OFFLINE=1 '" + py + "' '" NANSCOPE_SOURCE_DIR "/bench/torch_txt2img.py' '" + model +
-                          "' " + std::to_string(steps) + " " + std::to_string(cfg) + " " + std::to_string(runs) + " " +
-                          std::to_string(threads);
   TorchResult r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return r;
-  std::string text;
-  char buf[4096];
-  while (std::fgets(buf, sizeof buf, p)) text += buf;
-  if (pclose(p) != 0) {
-    std::fprintf(stderr, "diffusers baseline failed (is .venv set up? run tools/setup.sh)\n");
-    return r;
-  }
-  const auto j = nlohmann::json::parse(text.substr(text.rfind('{')));
-  r.end_to_end = j.at("end_to_end").get<double>();
-  r.per_step = j.at("per_step").get<double>();
-  r.load = j.at("load").get<double>();
+  const auto j = bench::run_python_baseline("torch_txt2img.py", "'" + model + "' " + std::to_string(steps) + " " +
+                                                                    std::to_string(cfg) + " " + std::to_string(runs) +
+                                                                    " " + std::to_string(threads));
+  if (!j) return r;
+  r.end_to_end = j->at("end_to_end").get<double>();
+  r.per_step = j->at("per_step").get<double>();
+  r.load = j->at("load").get<double>();
   r.ok = true;
   return r;
 }

@@ -54,9 +54,10 @@ std::string exact_math_options(const DeviceInfo& device) {
   return o;
 }
 
-ScratchBuffer::ScratchBuffer(OpenClBackend& be, std::size_t bytes, std::string_view what) : bytes_(bytes) {
+ScratchBuffer::ScratchBuffer(OpenClBackend& be, std::size_t bytes, std::string_view what)
+    : pool_(&be.pool()), bytes_(std::max<std::size_t>(bytes, 1)) {
   cl_int err = CL_SUCCESS;
-  mem_ = clCreateBuffer(be.context(), CL_MEM_READ_WRITE, std::max<std::size_t>(bytes, 1), nullptr, &err);
+  mem_ = pool_->acquire(bytes_, err);
   if (err != CL_SUCCESS) {
     char mib[32];
     std::snprintf(mib, sizeof(mib), "%.1f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
@@ -67,7 +68,7 @@ ScratchBuffer::ScratchBuffer(OpenClBackend& be, std::size_t bytes, std::string_v
 }
 
 ScratchBuffer::~ScratchBuffer() {
-  if (mem_) NS_CL_CHECK_NOTHROW(clReleaseMemObject(mem_));
+  if (mem_) pool_->release(mem_, bytes_);
 }
 
 }  // namespace nanscope::opencl::detail

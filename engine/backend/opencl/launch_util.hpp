@@ -42,8 +42,8 @@ size_t reduction_group_size(const DeviceInfo& device);
 std::string exact_math_options(const DeviceInfo& device);
 
 // A short-lived device buffer for intermediate results (packed GEMM panels,
-// im2col columns, attention scores). Released when it goes out of scope; the
-// OpenCL runtime keeps it alive until the kernels already queued on it finish.
+// im2col columns, attention scores), from the backend's buffer pool and given
+// back to it when it goes out of scope (the in-order queue makes reuse safe).
 class ScratchBuffer {
  public:
   ScratchBuffer(OpenClBackend& be, std::size_t bytes, std::string_view what);
@@ -54,6 +54,7 @@ class ScratchBuffer {
   std::size_t bytes() const { return bytes_; }
 
  private:
+  BufferPool* pool_;  // the backend's; a scratch buffer never outlives the op that made it
   cl_mem mem_ = nullptr;
   std::size_t bytes_ = 0;
 };

@@ -25,8 +25,9 @@ namespace {
 
 class ClStorage final : public Storage {
  public:
-  ClStorage(cl_mem mem, std::size_t bytes, const Backend* owner) : mem_(mem), bytes_(bytes), owner_(owner) {}
-  ~ClStorage() override { NS_CL_CHECK_NOTHROW(clReleaseMemObject(mem_)); }
+  ClStorage(cl_mem mem, std::size_t bytes, const Backend* owner, std::shared_ptr<BufferPool> pool)
+      : mem_(mem), bytes_(bytes), owner_(owner), pool_(std::move(pool)) {}
+  ~ClStorage() override { pool_->release(mem_, std::max<std::size_t>(bytes_, 1)); }
   ClStorage(const ClStorage&) = delete;
   ClStorage& operator=(const ClStorage&) = delete;
 
@@ -38,7 +39,18 @@ class ClStorage final : public Storage {
   cl_mem mem_;
   std::size_t bytes_;
   const Backend* owner_;
+  std::shared_ptr<BufferPool> pool_;  // outlives the backend while tensors do
 };
+
+// What the buffer pool may keep unused: a quarter of the device's memory, at
+// most 4 GiB; NANSCOPE_POOL_MB overrides (0 turns reuse off).
+std::size_t pool_limit(const DeviceInfo& info) {
+  if (const char* env = std::getenv("NANSCOPE_POOL_MB"); env && *env) {
+    return static_cast<std::size_t>(std::strtoull(env, nullptr, 10)) << 20;
+  }
+  const std::uint64_t quarter = info.global_mem_bytes / 4;
+  return static_cast<std::size_t>(std::min<std::uint64_t>(quarter ? quarter : (256u << 20), std::uint64_t{4} << 30));
+}
 
 std::string mib(std::uint64_t bytes) {
   char buf[64];
@@ -108,6 +120,7 @@ OpenClBackend::OpenClBackend(const DeviceInfo& device, const BackendOptions& opt
   context_ = clCreateContext(props, 1, &dev, nullptr, nullptr, &err);
   if (err != CL_SUCCESS) throw_cl_error(err, "clCreateContext", where);
   // In-order queue; profiling on so launch() can time kernels when asked.
+  pool_ = std::make_shared<BufferPool>(context_, pool_limit(info_));
   queue_ = clCreateCommandQueue(context_, dev, CL_QUEUE_PROFILING_ENABLE, &err);
   if (err != CL_SUCCESS) {
     NS_CL_CHECK_NOTHROW(clReleaseContext(context_));
@@ -117,6 +130,7 @@ OpenClBackend::OpenClBackend(const DeviceInfo& device, const BackendOptions& opt
   std::string dir;
   if (options.use_kernel_cache) dir = options.kernel_cache_dir.empty() ? ProgramCache::default_dir() : options.kernel_cache_dir;
   programs_ = std::make_unique<ProgramCache>(context_, dev, info_, dir);
+  programs_->set_listener(options.on_kernel_build);
 
   cl_std_ = opencl_c_version(info_.opencl_c_version) >= 1.2 || info_.opencl_c_version.empty() ? "-cl-std=CL1.2"
                                                                                                : "-cl-std=CL1.1";
@@ -130,7 +144,7 @@ OpenClBackend::~OpenClBackend() {
   if (profile_) {
     try {
       for (const auto& t : profile()) {
-        log::info("profile {:<24} {:>6} launches {:>10.2f} ms", t.op, t.launches, t.ms);
+        log::info("profile {:<44} {:>6} launches {:>10.2f} ms", t.op, t.launches, t.ms);
       }
     } catch (const std::exception& e) {
       log::warn("profile summary unavailable: {}", e.what());
@@ -154,14 +168,14 @@ Tensor OpenClBackend::empty(const Shape& shape, DType dtype) {
   }
   cl_int err = CL_SUCCESS;
   // Zero-sized buffers are invalid in OpenCL; a 1-byte buffer stands in for empty tensors.
-  cl_mem mem = clCreateBuffer(context_, CL_MEM_READ_WRITE, std::max<std::size_t>(bytes, 1), nullptr, &err);
+  cl_mem mem = pool_->acquire(std::max<std::size_t>(bytes, 1), err);
   if (err != CL_SUCCESS) {
     throw ClError("cannot allocate " + what + " on \"" + info_.name + "\" (global memory " +
                       mib(info_.global_mem_bytes) + "): " + cl_status_name(err) +
                       " in clCreateBuffer; free memory by using a smaller resolution or batch, or pick another device",
                   err);
   }
-  return Tensor(shape, dtype, std::make_shared<ClStorage>(mem, bytes, this));
+  return Tensor(shape, dtype, std::make_shared<ClStorage>(mem, bytes, this, pool_));
 }
 
 Tensor OpenClBackend::upload(const HostTensor& host) {
@@ -239,7 +253,8 @@ void OpenClBackend::launch(cl_kernel k, std::string_view op, cl_uint dims, const
                        sizes_str(dims, local) + " on \"" + info_.name + "\"");
   }
   if (ev) {
-    pending_events_.emplace_back(std::string(op), ev);
+    // Timed per op and kernel ("CONV2D conv_im2col_panels"): which part of an op costs what.
+    pending_events_.emplace_back(std::string(op) + " " + kernel_name(k), ev);
     // Bound the number of live events in long runs.
     if (pending_events_.size() >= 4096) collect_profile();
   }

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "backend/backend.hpp"
+#include "backend/opencl/buffer_pool.hpp"
 #include "backend/opencl/cl_check.hpp"
 #include "backend/opencl/program_cache.hpp"
 
@@ -77,6 +78,7 @@ class OpenClBackend final : public Backend {
   // The cl_mem of a tensor owned by this backend (throws OpError otherwise).
   cl_mem buffer(const Tensor& t) const;
   cl_context context() const { return context_; }
+  BufferPool& pool() const { return *pool_; }
   cl_command_queue queue() const { return queue_; }
   ProgramCache& programs() { return *programs_; }
 
@@ -109,6 +111,7 @@ class OpenClBackend final : public Backend {
   cl_context context_ = nullptr;
   cl_command_queue queue_ = nullptr;
   std::unique_ptr<ProgramCache> programs_;
+  std::shared_ptr<BufferPool> pool_;  // device buffers kept for reuse (buffer_pool.hpp)
   std::unordered_map<std::string, cl_kernel> kernels_;
   std::string cl_std_;  // "-cl-std=CL1.2" (or CL1.1 on devices that only speak OpenCL C 1.1)
   bool profile_ = false;

@@ -1,0 +1,194 @@
+// One UNet2DConditionModel call with Stable Diffusion 1.5's configuration
+// (random weights, latent 64x64 = a 512x512 image, batch 2 as with CFG,
+// context 2 x 77 x 768) in f32 and f16 storage on the selected device,
+// beside diffusers on PyTorch (CPU, f32) on the same folder in the same
+// bench, with each one's peak resident memory. Prints a table.
+//
+//   build/bench/bench_unet [--device D] [--model UNET_DIR] [--size LATENT] [--runs N] [--dtypes f32,f16] [--no-torch]
+//
+// The folder is made once by bench/make_sd15_unet.py (seeded, 3.4 GB, under
+// $XDG_CACHE_HOME/nanscope/bench/sd15-unet) unless --model names one. Every
+// configuration runs in its own process (this program re-run with --child)
+// so that each peak RSS is that configuration's alone.
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <optional>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "backend/backend.hpp"
+#include "backend/device.hpp"
+#include "bench_util.hpp"
+#include "core/error.hpp"
+#include "models/unet.hpp"
+#include "ops/op_context.hpp"
+
+using namespace nanscope;
+namespace fs = std::filesystem;
+
+namespace {
+
+using bench::Clock;
+using bench::seconds_since;
+
+double peak_rss_mb() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<double>(ru.ru_maxrss) / 1024.0;
+}
+
+// Resident memory now (VmRSS), MB.
+double rss_mb() {
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (!f) return 0;
+  char line[256];
+  double kb = 0;
+  while (std::fgets(line, sizeof line, f))
+    if (std::sscanf(line, "VmRSS: %lf kB", &kb) == 1) break;
+  std::fclose(f);
+  return kb / 1024.0;
+}
+
+std::vector<float> normal(std::mt19937& rng, std::size_t n) {
+  std::normal_distribution<float> d;
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+// The measured side, in this process: load, one warm-up call (kernel builds), then median of `runs`.
+int child(const std::string& pin, const fs::path& folder, DType dtype, int size, int runs) {
+  auto be = make_backend(select_device(enumerate_devices(), pin));
+  auto t0 = Clock::now();
+  const auto unet = models::UNet::load(folder, *be, dtype);
+  be->synchronize();
+  const double load = seconds_since(t0);
+  const double loaded_rss = rss_mb();
+  const double load_peak = peak_rss_mb();
+  std::mt19937 rng(0);
+  const std::int64_t cross = unet.config().cross_attention_dim.front();
+  const Shape sample_shape{2, 4, size, size}, context_shape{2, 77, cross};
+  const Tensor sample =
+      be->upload(HostTensor::from_f32(sample_shape, normal(rng, static_cast<std::size_t>(shape_numel(sample_shape))), dtype));
+  const Tensor context = be->upload(
+      HostTensor::from_f32(context_shape, normal(rng, static_cast<std::size_t>(shape_numel(context_shape))), dtype));
+  const std::vector<float> t{500.0f, 500.0f};
+  OpContext ctx;
+  ctx.backend = be.get();
+  ctx.precision.dtype = dtype;
+  auto call = [&] {
+    const auto s = Clock::now();
+    const Tensor out = unet.forward(ctx, sample, t, context);
+    be->download(out);
+    return seconds_since(s);
+  };
+  const double first = call();
+  std::vector<double> times;
+  for (int r = 0; r < runs; ++r) times.push_back(call());
+  nlohmann::json j{{"device", be->device().name}, {"load", load},           {"first", first},
+                   {"call", bench::median(times)}, {"peak_rss_mb", peak_rss_mb()},
+                   {"loaded_rss_mb", loaded_rss}, {"load_peak_rss_mb", load_peak}};
+  std::printf("%s\n", j.dump().c_str());
+  return 0;
+}
+
+std::optional<nlohmann::json> run_child(const std::string& pin, const fs::path& folder, const std::string& dtype,
+                                        int size, int runs) {
+  std::ostringstream cmd;
+  cmd << "'" << fs::read_symlink("/proc/self/exe").string() << "' --child " << dtype << " --model '" << folder.string()
+      << "' --size " << size << " --runs " << runs;
+  if (!pin.empty()) cmd << " --device '" << pin << "'";
+  FILE* p = popen(cmd.str().c_str(), "r");
+  if (!p) return std::nullopt;
+  std::string text;
+  char buf[4096];
+  while (std::fgets(buf, sizeof buf, p)) text += buf;
+  if (pclose(p) != 0 || text.empty()) {
+    std::fprintf(stderr, "bench_unet: the %s run failed\n", dtype.c_str());
+    return std::nullopt;
+  }
+  return nlohmann::json::parse(text.substr(text.rfind('{')));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string pin, model, child_dtype, dtypes = "f32,f16";
+  int size = 64, runs = 2;
+  bool torch = true;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--device" && i + 1 < argc) pin = argv[++i];
+    else if (a == "--model" && i + 1 < argc) model = argv[++i];
+    else if (a == "--size" && i + 1 < argc) size = std::atoi(argv[++i]);
+    else if (a == "--runs" && i + 1 < argc) runs = std::max(1, std::atoi(argv[++i]));
+    else if (a == "--dtypes" && i + 1 < argc) dtypes = argv[++i];
+    else if (a == "--child" && i + 1 < argc) child_dtype = argv[++i];
+    else if (a == "--no-torch") torch = false;
+    else {
+      std::fprintf(stderr,
+                   "usage: %s [--device D] [--model UNET_DIR] [--size LATENT] [--runs N] [--dtypes f32,f16] [--no-torch]\n",
+                   argv[0]);
+      return 2;
+    }
+  }
+  try {
+    if (!child_dtype.empty()) {
+      const auto dt = parse_dtype(child_dtype);
+      if (!dt) throw ConfigError("unknown dtype \"" + child_dtype + "\" (f32, f16, bf16)");
+      return child(pin, model, *dt, size, runs);
+    }
+    if (model.empty()) {
+      const char* xdg = std::getenv("XDG_CACHE_HOME");
+      const char* home = std::getenv("HOME");
+      const fs::path cache = xdg && *xdg ? fs::path(xdg) : fs::path(home ? home : "/tmp") / ".cache";
+      model = (cache / "nanscope" / "bench" / "sd15-unet").string();
+      fs::create_directories(fs::path(model).parent_path());
+      std::fprintf(stderr, "bench_unet: making the SD 1.5 UNet with random weights in %s (once; 3.4 GB)\n",
+                   model.c_str());
+      if (!bench::run_python_baseline("make_sd15_unet.py", "'" + model + "' 0")) return 1;
+    }
+    struct Row {
+      std::string name;
+      nlohmann::json r;
+    };
+    std::vector<Row> rows;
+    std::stringstream ss(dtypes);
+    for (std::string dt; std::getline(ss, dt, ',');)
+      if (auto r = run_child(pin, model, dt, size, runs)) rows.push_back({"NaNscope " + dt, *r});
+    std::optional<nlohmann::json> base;
+    if (torch) {
+      const unsigned threads = std::max(1u, std::thread::hardware_concurrency());
+      base = bench::run_python_baseline("torch_unet.py", "'" + model + "' " + std::to_string(size) + " " +
+                                                             std::to_string(runs) + " " + std::to_string(threads));
+      if (base) rows.push_back({"diffusers f32 (PyTorch CPU)", *base});
+    }
+    std::printf("\nbench_unet: SD 1.5 UNet (random weights), latent %dx%d, batch 2, context 2x77; %s; median of %d calls\n\n",
+                size, size, rows.empty() || !rows.front().r.contains("device") ? "" :
+                rows.front().r["device"].get<std::string>().c_str(), runs);
+    std::printf("| | load s | first call s | call s | RSS after load MB | peak RSS MB | PyTorch call / this |\n"
+                "|---|---:|---:|---:|---:|---:|---:|\n");
+    for (const auto& [name, r] : rows) {
+      const double call = r.at("call").get<double>();
+      std::printf("| %s | %.2f | %.2f | %.2f | %.0f | %.0f | %s |\n", name.c_str(), r.at("load").get<double>(),
+                  r.at("first").get<double>(), call, r.value("loaded_rss_mb", 0.0), r.at("peak_rss_mb").get<double>(),
+                  base ? (std::to_string(base->at("call").get<double>() / call).substr(0, 4) + "x").c_str() : "");
+    }
+    std::printf("\nf16 on a device without cl_khr_fp16 stores f16 and computes in f32 (conversions on every load/store);\n"
+                "PyTorch 1.13 has no f16 convolution on the CPU, so its baseline is f32.\n");
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_unet: %s\n", e.what());
+    return 1;
+  }
+}
