@@ -235,6 +235,38 @@ TEST(InspectPipeline, R0EmulationHitsOnlyFusedHalfAttentionAtPowerOfTwoSizesAndI
   EXPECT_FALSE(o.reports.at(0).inspection.emulation);
 }
 
+TEST(InspectPipeline, FullDecodePreviewEveryNStepsLeavesTheRunUnchanged) {
+  NANSCOPE_REQUIRE_PYTHON();
+  pipeline::Session session;
+  RunConfig cfg = base_config();
+  cfg.steps = 4;
+  const Capture plain = run(session, cfg);
+  cfg.set("inspect.decode_every", "2");
+  const Capture with = run(session, cfg);
+  ASSERT_EQ(with.steps.size(), 4u);
+  ASSERT_EQ(with.images.size(), 1u);
+  const io::RgbImage& final_image = with.images[0].image;
+  for (std::size_t i = 0; i < with.steps.size(); ++i) {
+    const auto& s = with.steps[i];
+    EXPECT_GT(s.inspect_seconds, 0.0);
+    EXPECT_LE(s.inspect_seconds + s.decode_seconds, s.seconds);
+    // Step 2 only: step 4 is the last (its decode is the image itself).
+    const bool expected = i == 1;
+    EXPECT_EQ(!s.stats.decoded.rgb.empty(), expected) << "step " << i + 1;
+    EXPECT_EQ(s.decode_seconds > 0, expected) << "step " << i + 1;
+    if (expected) {
+      EXPECT_EQ(s.stats.decoded.width, final_image.width);
+      EXPECT_EQ(s.stats.decoded.height, final_image.height);
+      EXPECT_EQ(s.stats.decoded.rgb.size(), final_image.pixels.size());
+      EXPECT_NE(s.stats.decoded.rgb, final_image.pixels);  // x0 predicted halfway is not the final image
+    }
+  }
+  // Previews are read-only: the same latents and the same image as without them.
+  ASSERT_EQ(plain.steps.size(), with.steps.size());
+  for (std::size_t i = 0; i < plain.steps.size(); ++i) EXPECT_EQ(plain.steps[i].latent_values, with.steps[i].latent_values);
+  EXPECT_EQ(plain.images.at(0).image, final_image);
+}
+
 TEST(InspectPipeline, BadInspectorSettingsAreConfigErrorsNamingTheKey) {
   pipeline::Session session;
   RunConfig cfg;  // checked before any model is loaded
@@ -248,6 +280,14 @@ TEST(InspectPipeline, BadInspectorSettingsAreConfigErrorsNamingTheKey) {
   cfg.inspect = nlohmann::json::object();
   cfg.set("inspect.tracing", "on");
   EXPECT_THROW(session.generate(cfg), ConfigError);
+  cfg.inspect = nlohmann::json::object();
+  cfg.set("inspect.decode_every", "-1");
+  try {
+    session.generate(cfg);
+    FAIL() << "a negative decode_every must be an error";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("inspect.decode_every"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -180,6 +180,33 @@ TEST_F(ProgramCacheTest, MissThenHitAndTheLoadedProgramRuns) {
   }
 }
 
+TEST_F(ProgramCacheTest, ListenerHearsEveryBuildAndLoadOnce) {
+  TempDir dir;
+  const std::string opts = "-cl-std=CL1.2 -DSCALE=3.0f";
+  std::vector<KernelBuildEvent> events;
+  const KernelBuildListener listen = [&events](const KernelBuildEvent& e) { events.push_back(e); };
+  {
+    auto c = cache(dir.path().string());
+    c->set_listener(listen);
+    c->get_source("vadd", kVaddSource, opts);
+    c->get_source("vadd", kVaddSource, opts);  // memoised: nothing to announce
+  }
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_FALSE(events[0].finished);
+  EXPECT_EQ(events[0].program, "vadd");
+  EXPECT_EQ(events[0].options, opts);
+  EXPECT_TRUE(events[1].finished);
+  EXPECT_FALSE(events[1].cache_hit);
+  EXPECT_GT(events[1].ms, 0.0);
+  auto again = cache(dir.path().string());
+  again->set_listener(listen);
+  again->get_source("vadd", kVaddSource, opts);
+  ASSERT_EQ(events.size(), 4u);
+  EXPECT_FALSE(events[2].finished);
+  EXPECT_TRUE(events[3].finished);
+  EXPECT_TRUE(events[3].cache_hit);
+}
+
 TEST_F(ProgramCacheTest, CorruptEntryIsDetectedAndRebuilt) {
   TempDir dir;
   const std::string opts = "-DSCALE=3.0f";

@@ -3,6 +3,7 @@
 // `reference` device (plain C++, f64 accumulation). The user may pin one;
 // a pinned device that is missing is an error listing what exists (report R3).
 
+#include <functional>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -59,9 +60,22 @@ const DeviceInfo& select_device(const DeviceList& list, std::string_view pin);
 std::string device_pin_from_env();
 
 class Backend;
+// A kernel program starting to load or build, and finishing: live progress
+// for front ends while a run waits on the compiler (report R4).
+struct KernelBuildEvent {
+  std::string program;     // kernel file, e.g. "attention"
+  std::string options;     // its build options
+  bool finished = false;   // false: started
+  bool cache_hit = false;  // finished: loaded from the kernel cache rather than compiled
+  double ms = 0.0;         // finished: wall time
+};
+using KernelBuildListener = std::function<void(const KernelBuildEvent&)>;
+
 struct BackendOptions {
   std::string kernel_cache_dir;  // empty: $NANSCOPE_KERNEL_CACHE, else $XDG_CACHE_HOME/nanscope/kernels, else ~/.cache/...
   bool use_kernel_cache = true;
+  // Called on the engine thread for every program load or build (empty: none).
+  KernelBuildListener on_kernel_build;
 };
 // Creates the backend for a device (reference or OpenCL).
 std::unique_ptr<Backend> make_backend(const DeviceInfo& device, const BackendOptions& options = {});

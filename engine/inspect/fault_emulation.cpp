@@ -47,8 +47,15 @@ InspectSettings InspectSettings::from_json(const nlohmann::json& inspect) {
       } else {
         throw ConfigError("inspect.trace: expected one of auto, always, off, found '" + t + "'");
       }
+    } else if (key == "decode_every") {
+      if (!v.is_number_integer() || v.get<long long>() < 0 || v.get<long long>() > 10000) {
+        throw ConfigError("inspect.decode_every: expected a whole number of steps from 0 (off) to 10000, found " +
+                          value_string(v));
+      }
+      s.decode_every = v.get<int>();
     } else {
-      throw ConfigError("inspect." + key + ": unknown inspector setting (known: emulate, emulate_min_tokens, trace)");
+      throw ConfigError("inspect." + key +
+                        ": unknown inspector setting (known: emulate, emulate_min_tokens, trace, decode_every)");
     }
   }
   return s;

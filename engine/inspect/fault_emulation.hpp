@@ -10,6 +10,10 @@
 //   inspect.trace               "auto" (default: trace the first failing UNet
 //                               call and decode), "always" (also the last step's
 //                               UNet call and the first decode), "off"
+//   inspect.decode_every        N > 0: every N steps, also decode the sampler's
+//                               x0 prediction with the run's VAE as a full
+//                               preview (StepStats::decoded); 0 (default): only
+//                               the latent -> RGB factor preview
 //
 // r0 (field report R0, Intel Arc + IPEX): fused attention in f16 or bf16 at a
 // power-of-two query count (1024x1024 and 2048x512 give 2^14 latent tokens in
@@ -36,6 +40,7 @@ struct InspectSettings {
   bool emulate_r0 = false;
   int emulate_min_tokens = 256;
   TraceMode trace = TraceMode::automatic;
+  int decode_every = 0;  // full-decode preview every N steps; 0: off
   // Reads RunConfig::inspect; throws ConfigError naming the key for unknown
   // keys or values.
   static InspectSettings from_json(const nlohmann::json& inspect);

@@ -160,6 +160,9 @@ struct StepStats {
   MapStats noise_cond;             // UNet output, conditional branch
   std::optional<MapStats> noise_uncond;  // UNet output, unconditional branch (CFG only)
   Preview preview;                 // empty when the model family has no factors
+  // Full preview: the VAE's decode of the sampler's x0 prediction after this
+  // step (inspect.decode_every); empty on the other steps.
+  Preview decoded;
   double sigma_after = 0;          // noise level of the latent after the step
   Verdict verdict = Verdict::clean;  // worst of the maps
 };

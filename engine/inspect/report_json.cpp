@@ -109,6 +109,8 @@ nlohmann::json report_json(const RunConfig& config, const std::vector<pipeline::
     sj["timestep"] = s.timestep;
     sj["sigma"] = s.sigma;
     sj["seconds"] = s.seconds;
+    sj["inspect_seconds"] = s.inspect_seconds;
+    if (s.decode_seconds > 0) sj["preview_decode_seconds"] = s.decode_seconds;
     st.push_back(std::move(sj));
   }
   j["steps"] = std::move(st);

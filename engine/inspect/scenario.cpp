@@ -255,7 +255,7 @@ ScenarioRun run_scenario(const Scenario& scenario, bool fixed, const ScenarioOpt
                                                         std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()));
     if (!fixed) fs::remove_all(cache);
     fs::create_directories(cache);
-    BackendOptions bo;
+    BackendOptions bo = options.backend;  // the caller's build listener too
     bo.kernel_cache_dir = cache.string();
     if (fixed) {
       pipeline::Session warmup(bo);  // fills the cache (what precompile or any earlier run does)

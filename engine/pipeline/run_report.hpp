@@ -33,7 +33,9 @@ struct StepReport {
   TensorSummary noise_uncond; // UNet output, unconditional branch (count 0 without CFG)
   Shape latent_shape;
   std::vector<float> latent_values;  // the latent after the step (f32, NCHW)
-  double seconds = 0;
+  double seconds = 0;          // the whole step, inspector included
+  double inspect_seconds = 0;  // of which the inspector's statistics, detectors and preview
+  double decode_seconds = 0;   // of which the full-decode preview (inspect.decode_every)
   inspect::StepStats stats;  // the inspector's view of this step: per channel, mask, bands, preview, verdict
 };
 

@@ -371,7 +371,9 @@ std::vector<GeneratedImage> Session::generate(const RunConfig& config, RunObserv
       const float* uncond = pred_h.data();
       const auto g = static_cast<float>(config.cfg_scale);
       for (std::int64_t k = 0; k < latent_n; ++k) guided[k] = cfg ? uncond[k] + g * (cond[k] - uncond[k]) : cond[k];
-      sampler->step(guided, latent, i, noise.get());
+      const bool decode_preview = insp.decode_every > 0 && (i + 1) % insp.decode_every == 0 && i + 1 < steps;
+      std::vector<float> denoised(decode_preview ? static_cast<std::size_t>(latent_n) : 0);
+      sampler->step(guided, latent, i, noise.get(), denoised);
 
       StepReport sr;
       sr.image = static_cast<int>(img);
@@ -384,6 +386,7 @@ std::vector<GeneratedImage> Session::generate(const RunConfig& config, RunObserv
       if (cfg) sr.noise_uncond = summarize({uncond, static_cast<std::size_t>(latent_n)});
       sr.latent_shape = latent_shape;
       sr.latent_values = latent;
+      const auto t_inspect = Clock::now();
       const auto& sigmas = sampler->sigmas();
       const double sigma_after = static_cast<std::size_t>(i + 1) < sigmas.size() ? sigmas[static_cast<std::size_t>(i + 1)] : 0.0;
       sr.stats = inspect::analyze_step(latent, {cond, static_cast<std::size_t>(latent_n)},
@@ -391,6 +394,20 @@ std::vector<GeneratedImage> Session::generate(const RunConfig& config, RunObserv
                                            : std::span<const float>(),
                                        latent_shape[1], latent_shape[2], latent_shape[3], unet_limit,
                                        preview_factors ? &*preview_factors : nullptr, sigma_after);
+      sr.inspect_seconds = since(t_inspect);
+      if (decode_preview) {
+        // The picture the run is heading for: x0 predicted at this step, through the run's own VAE and precision.
+        const auto t_preview = Clock::now();
+        GeneratedImage x0;
+        x0.config = out.config;
+        x0.latent_shape = latent_shape;
+        x0.latent = std::move(denoised);
+        const GeneratedImage d = redecode(config, x0, m.vae_folder(), vae_dtype);
+        sr.stats.decoded.width = d.image.width;
+        sr.stats.decoded.height = d.image.height;
+        sr.stats.decoded.rgb = d.image.pixels;
+        sr.decode_seconds = since(t_preview);
+      }
       sr.seconds = since(t_step);
 
       // Run-level view: the first bad step and, on demand, the layer trace of

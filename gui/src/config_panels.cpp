@@ -21,6 +21,7 @@
 #include <QLineEdit>
 #include <QMimeData>
 #include <QPlainTextEdit>
+#include <QProgressBar>
 #include <QPushButton>
 #include <QRandomGenerator>
 #include <QRegularExpressionValidator>
@@ -31,6 +32,7 @@
 #include <QVBoxLayout>
 
 #include "core/error.hpp"
+#include "inspect/fault_emulation.hpp"
 
 namespace nanscope::gui {
 
@@ -77,7 +79,9 @@ ModelDevicePanel::ModelDevicePanel(QWidget* parent)
       device_(new QComboBox),
       devices_(new QTreeWidget),
       device_notes_(new QLabel),
-      kernels_(new QLabel) {
+      kernels_(new QLabel),
+      kernel_live_(new QLabel),
+      kernel_busy_(new QProgressBar) {
   setObjectName("modelDevicePanel");
   setAcceptDrops(true);
   model_->setObjectName("modelFolder");
@@ -145,6 +149,14 @@ ModelDevicePanel::ModelDevicePanel(QWidget* parent)
   kernels_->setObjectName("kernelStatus");
   kernels_->setWordWrap(true);
   kernels_->setText(tr("Kernel programs: none built yet (they build on first use and are cached)."));
+  kernel_live_->setObjectName("kernelLive");
+  kernel_live_->setWordWrap(true);
+  kernel_live_->hide();
+  kernel_busy_->setObjectName("kernelBusy");
+  kernel_busy_->setRange(0, 0);  // busy: how long a compile takes is not known in advance
+  kernel_busy_->setTextVisible(false);
+  kernel_busy_->setMaximumHeight(fontMetrics().height() / 2 + 4);
+  kernel_busy_->hide();
 
   auto* model_row = new QHBoxLayout;
   model_row->addWidget(model_, 1);
@@ -162,6 +174,8 @@ ModelDevicePanel::ModelDevicePanel(QWidget* parent)
   layout->addWidget(devices_);
   layout->addWidget(device_notes_);
   layout->addWidget(kernels_);
+  layout->addWidget(kernel_live_);
+  layout->addWidget(kernel_busy_);
   layout->addStretch(1);
   refresh_vae_choices({});
 }
@@ -207,7 +221,42 @@ void ModelDevicePanel::set_devices(const DeviceList& list, const QString& embedd
   if (model_->text().isEmpty()) refresh_vae_choices(vae_->currentData().toString());
 }
 
+void ModelDevicePanel::kernel_build(const QString& program, const QString& options, bool finished, bool cache_hit,
+                                    double ms) {
+  // Short label for the options: the storage dtype and precision flags, not the -cl-std noise.
+  QStringList flags;
+  for (const QString& o : options.split(' ', Qt::SkipEmptyParts))
+    if (o.startsWith("-D")) flags << o.mid(2);
+  const QString what = flags.isEmpty() ? program : tr("%1 [%2]").arg(program, flags.join(' '));
+  if (!finished) {
+    kernel_live_->setText(tr("Loading or compiling %1 ... (%2 compiled, %3 from the cache so far)")
+                              .arg(what)
+                              .arg(live_built_)
+                              .arg(live_loaded_));
+    kernel_live_->show();
+    kernel_busy_->show();
+    return;
+  }
+  if (cache_hit) {
+    ++live_loaded_;
+  } else {
+    ++live_built_;
+    live_build_ms_ += ms;
+  }
+  kernel_live_->setText(tr("%1 %2 in %3 ms (%4 compiled in %5 s, %6 from the cache so far)")
+                            .arg(cache_hit ? tr("Loaded") : tr("Compiled"), what)
+                            .arg(ms, 0, 'f', 0)
+                            .arg(live_built_)
+                            .arg(live_build_ms_ / 1000.0, 0, 'f', 1)
+                            .arg(live_loaded_));
+  kernel_busy_->hide();
+}
+
 void ModelDevicePanel::set_kernel_stats(const KernelStats& s) {
+  kernel_busy_->hide();
+  kernel_live_->hide();
+  live_built_ = live_loaded_ = 0;
+  live_build_ms_ = 0;
   if (!s.opencl) {
     kernels_->setText(tr("Kernel programs: the reference device runs plain C++, nothing to compile."));
     return;
@@ -661,8 +710,26 @@ VaePolicyPanel::VaePolicyPanel(QWidget* parent)
       redecode_dtype_(combo({{"f32", "f32"}, {"f16", "f16"}, {"bf16", "bf16"}})),
       redecode_image_(new QSpinBox),
       redecode_(new QPushButton(tr("Decode again"))),
-      redecode_note_(new QLabel) {
+      redecode_note_(new QLabel),
+      decode_every_(new QSpinBox),
+      trace_(combo({{"When something breaks", "auto"}, {"Always (last step and decode too)", "always"}, {"Never", "off"}})),
+      emulate_(combo({{"None (real numerics)", "none"}, {"R0 bands (EMULATED device quirk)", "r0"}})) {
   setObjectName("vaePolicyPanel");
+  decode_every_->setObjectName("decodeEvery");
+  decode_every_->setRange(0, 1000);
+  decode_every_->setSpecialValueText(tr("off (latent preview only)"));
+  decode_every_->setPrefix(tr("every "));
+  decode_every_->setSuffix(tr(" steps"));
+  decode_every_->setToolTip(tr("Also decode the sampler's prediction of the final image with the VAE every N steps "
+                               "(one VAE decode each time); the inspector shows it instead of the latent preview"));
+  trace_->setObjectName("traceMode");
+  trace_->setToolTip(tr("When to record every op's output statistics and name the first op that broke"));
+  emulate_->setObjectName("emulateFault");
+  emulate_->setToolTip(tr("Reproduce a device's fault on this device so the detectors can be seen working. "
+                          "Everything an emulated run shows is labelled EMULATED."));
+  connect(decode_every_, qOverload<int>(&QSpinBox::valueChanged), this, [this] { emit changed(); });
+  for (QComboBox* c : {trace_, emulate_})
+    connect(c, qOverload<int>(&QComboBox::activated), this, [this] { emit changed(); });
   policy_->setObjectName("nanPolicy");
   policy_->setToolTip(tr("What to do when the latent or the decoded image holds NaN or Inf values"));
   retry_vae_->setPlaceholderText(tr("VAE folder for the retry, e.g. vae-fp16-fix"));
@@ -705,10 +772,17 @@ VaePolicyPanel::VaePolicyPanel(QWidget* parent)
   row->addWidget(redecode_, 1);
   box_form->addRow(row);
 
+  auto* inspector = new QGroupBox(tr("Inspector"));
+  auto* inspector_form = new QFormLayout(inspector);
+  inspector_form->addRow(tr("Full preview:"), decode_every_);
+  inspector_form->addRow(tr("Layer trace:"), trace_);
+  inspector_form->addRow(tr("Fault emulation:"), emulate_);
+
   auto* layout = new QVBoxLayout(this);
   layout->setContentsMargins(6, 6, 6, 6);
   layout->addLayout(form);
   layout->addWidget(box);
+  layout->addWidget(inspector);
   layout->addStretch();
   update_enabled();
 }
@@ -748,6 +822,17 @@ void VaePolicyPanel::load(const RunConfig& c) {
     case NanPolicy::Kind::retry_vae: select_data(policy_, "retry-vae"); break;
   }
   retry_vae_->setText(qs(c.nan_policy.vae_path));
+  inspect::InspectSettings insp;
+  try {
+    insp = inspect::InspectSettings::from_json(c.inspect);
+  } catch (const ConfigError&) {
+    // A bad inspect.* value is reported when the run starts; show the defaults meanwhile.
+  }
+  decode_every_->setValue(insp.decode_every);
+  select_data(trace_, insp.trace == inspect::TraceMode::always ? "always"
+                      : insp.trace == inspect::TraceMode::off  ? "off"
+                                                               : "auto");
+  select_data(emulate_, insp.emulate_r0 ? "r0" : "none");
   update_enabled();
 }
 
@@ -760,6 +845,17 @@ void VaePolicyPanel::store(RunConfig& c) const {
   } else {
     c.set("nan_policy", p.toStdString());
   }
+  // Defaults are left out of the preset (other inspect.* keys, e.g. emulate_min_tokens, are kept).
+  if (!c.inspect.is_object()) c.inspect = nlohmann::json::object();
+  auto put = [&c](const char* key, const nlohmann::json& value, bool is_default) {
+    if (is_default) c.inspect.erase(key);
+    else c.inspect[key] = value;
+  };
+  put("decode_every", decode_every_->value(), decode_every_->value() == 0);
+  const std::string trace = trace_->currentData().toString().toStdString();
+  put("trace", trace, trace == "auto");
+  const std::string emulate = emulate_->currentData().toString().toStdString();
+  put("emulate", emulate, emulate == "none");
 }
 
 }  // namespace nanscope::gui

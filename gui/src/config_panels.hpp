@@ -13,6 +13,7 @@ class QDoubleSpinBox;
 class QLabel;
 class QLineEdit;
 class QPlainTextEdit;
+class QProgressBar;
 class QPushButton;
 class QSpinBox;
 class QTableWidget;
@@ -45,6 +46,8 @@ class ModelDevicePanel : public ConfigPanel {
 
   void set_devices(const DeviceList& devices, const QString& embedded_model, const QString& model_error);
   void set_kernel_stats(const KernelStats& stats);
+  // Live: a kernel program started (finished=false) or finished loading/compiling.
+  void kernel_build(const QString& program, const QString& options, bool finished, bool cache_hit, double ms);
   void set_model_folder(const QString& folder);  // "" = the embedded model
   QString model_folder() const;                   // the folder in effect (embedded resolved)
   QList<VaeChoice> vae_choices() const { return vae_choices_; }
@@ -68,6 +71,10 @@ class ModelDevicePanel : public ConfigPanel {
   QTreeWidget* devices_;
   QLabel* device_notes_;
   QLabel* kernels_;
+  QLabel* kernel_live_;          // the program compiling now, and this run's counts
+  QProgressBar* kernel_busy_;    // shown while a program compiles
+  int live_built_ = 0, live_loaded_ = 0;
+  double live_build_ms_ = 0;
   QString embedded_;
   QList<VaeChoice> vae_choices_;
   bool loading_ = false;
@@ -156,6 +163,10 @@ class VaePolicyPanel : public ConfigPanel {
   QSpinBox* redecode_image_;
   QPushButton* redecode_;
   QLabel* redecode_note_;
+  // Inspector settings (RunConfig::inspect).
+  QSpinBox* decode_every_;
+  QComboBox* trace_;
+  QComboBox* emulate_;
   bool redecode_available_ = false;
 };
 

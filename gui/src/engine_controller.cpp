@@ -47,8 +47,17 @@ EngineController::EngineController() = default;
 EngineController::~EngineController() = default;
 
 pipeline::Session& EngineController::session() {
-  if (!session_) session_ = std::make_unique<pipeline::Session>();
+  if (!session_) session_ = std::make_unique<pipeline::Session>(backend_options());
   return *session_;
+}
+
+BackendOptions EngineController::backend_options() {
+  BackendOptions o;
+  o.on_kernel_build = [this](const KernelBuildEvent& e) {
+    emit kernelBuild(QString::fromStdString(e.program), QString::fromStdString(e.options), e.finished, e.cache_hit,
+                     e.ms);
+  };
+  return o;
 }
 
 void EngineController::listDevices() {
@@ -165,6 +174,7 @@ void EngineController::runScenario(const QString& id, bool fixed, const QStringL
     const inspect::Scenario* scenario = inspect::find_scenario(id.toStdString());
     if (!scenario) throw std::runtime_error("no scenario " + id.toStdString());
     inspect::ScenarioOptions options;
+    options.backend = backend_options();
     for (const QString& s : sets) options.sets.push_back(s.toStdString());
     options.observer = &forwarder;
     emit status(tr("running scenario %1%2").arg(id, fixed ? tr(" (fixed)") : QString()));

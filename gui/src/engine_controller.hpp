@@ -51,6 +51,8 @@ class EngineController : public QObject {
   void step(const nanscope::gui::StepView& step);
   void image(const nanscope::gui::ImageView& image);
   void kernels(const nanscope::gui::KernelStats& stats);
+  // A kernel program started (finished=false) or finished loading or compiling (report R4).
+  void kernelBuild(const QString& program, const QString& options, bool finished, bool cache_hit, double ms);
   void runStarted(const nanscope::RunConfig& config);
   void runFinished(const nanscope::gui::RunFinished& result);
   void abFinished(const nanscope::gui::AbView& result);
@@ -58,6 +60,8 @@ class EngineController : public QObject {
  private:
   pipeline::Session& session();
   void emit_kernel_stats(const std::string& pin);
+  // Backend options whose build listener re-emits kernelBuild.
+  BackendOptions backend_options();
 
   std::unique_ptr<pipeline::Session> session_;
   std::atomic<bool> cancel_{false};

@@ -82,6 +82,14 @@ StepView make_step_view_raw(const pipeline::StepReport& report) {
 
 }  // namespace
 
+QImage to_qimage(const inspect::Preview& p) {
+  if (p.width <= 0 || p.height <= 0 || p.rgb.size() < static_cast<std::size_t>(p.width) * p.height * 3) return {};
+  QImage img(p.width, p.height, QImage::Format_RGB888);
+  const std::size_t row = static_cast<std::size_t>(p.width) * 3;
+  for (int y = 0; y < p.height; ++y) std::copy_n(p.rgb.data() + static_cast<std::size_t>(y) * row, row, img.scanLine(y));
+  return img;
+}
+
 StepView make_step_view(const pipeline::StepReport& report) {
   StepView view = make_step_view_raw(report);
   const inspect::StepStats& st = report.stats;
@@ -97,14 +105,8 @@ StepView make_step_view(const pipeline::StepReport& report) {
     }
   }
   // The engine's preview uses factors fitted for the model family.
-  if (st.preview.width > 0 && st.preview.height > 0 &&
-      st.preview.rgb.size() >= static_cast<std::size_t>(st.preview.width) * st.preview.height * 3) {
-    QImage img(st.preview.width, st.preview.height, QImage::Format_RGB888);
-    const std::size_t row = static_cast<std::size_t>(st.preview.width) * 3;
-    for (int y = 0; y < st.preview.height; ++y)
-      std::copy_n(st.preview.rgb.data() + static_cast<std::size_t>(y) * row, row, img.scanLine(y));
-    view.preview = img;
-  }
+  if (QImage img = to_qimage(st.preview); !img.isNull()) view.preview = img;
+  view.decoded = to_qimage(st.decoded);
   // Heatmap over the latent grid: red by the share of non-finite values per
   // mask cell; rows and columns the band detector flagged in amber.
   const auto& mask = st.latent.mask;

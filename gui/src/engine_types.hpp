@@ -16,11 +16,15 @@ namespace nanscope::gui {
 
 // One sampling step as the inspector draws it: the engine's report (latent
 // values dropped) plus what the engine thread derived from the latent.
+// An 8-bit RGB preview from the engine as a QImage (null when empty or short).
+QImage to_qimage(const inspect::Preview& preview);
+
 struct StepView {
   pipeline::StepReport report;       // latent_values cleared
   QVector<double> channel_std;       // per latent channel, finite values only
   QVector<double> channel_max_abs;   // per latent channel
   QImage preview;                    // latent -> RGB through linear factors
+  QImage decoded;                    // full decode of x0 at this step (inspect.decode_every); null otherwise
   QImage nonfinite_mask;             // latent grid: red where any channel is non-finite
   qint64 nonfinite_pixels = 0;       // latent positions with any non-finite channel
   // From the engine's inspector (pipeline::StepReport::stats).

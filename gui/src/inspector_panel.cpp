@@ -74,6 +74,7 @@ InspectorPanel::InspectorPanel(QWidget* parent)
       scrubber_(new QSlider(Qt::Horizontal)),
       step_label_(new QLabel),
       preview_(new QLabel),
+      preview_caption_(new QLabel),
       mask_(new QLabel) {
   setObjectName("inspectorPanel");
   verdict_->setObjectName("verdict");
@@ -163,7 +164,9 @@ InspectorPanel::InspectorPanel(QWidget* parent)
 
   // Below the charts: the step's latent preview and mask, and the scrubber with the step's numbers.
   auto* images = new QGridLayout;
-  images->addWidget(new QLabel(tr("<b>Latent preview</b>")), 0, 0, Qt::AlignHCenter);
+  preview_caption_->setText(tr("<b>Latent preview</b>"));
+  preview_caption_->setObjectName("previewCaption");
+  images->addWidget(preview_caption_, 0, 0, Qt::AlignHCenter);
   images->addWidget(new QLabel(tr("<b>Non-finite mask and bands</b>")), 0, 1, Qt::AlignHCenter);
   images->addWidget(preview_, 1, 0);
   images->addWidget(mask_, 1, 1);
@@ -377,15 +380,23 @@ void InspectorPanel::show_step(int index) {
   }
   const StepView& s = steps[index];
   const int box = std::max(128, std::min(preview_->width(), preview_->height()) - 4);
-  preview_->setPixmap(scaled(s.preview, box));
+  // A full decode (inspect.decode_every) when this step has one, else the cheap latent preview.
+  const bool full = !s.decoded.isNull();
+  preview_->setPixmap(scaled(full ? s.decoded : s.preview, box));
+  preview_caption_->setText(full ? tr("<b>Full decode (x0 at this step)</b>") : tr("<b>Latent preview</b>"));
+  preview_->setToolTip(full ? tr("The sampler's prediction of the final latent at this step, decoded by the run's VAE")
+                            : tr("The latent after this step, through linear latent-to-RGB factors"));
   mask_->setPixmap(scaled(s.nonfinite_mask, box));
   const auto& r = s.report;
-  QString text = tr("<b>Step %1 of %2</b> &nbsp; t = %3, sigma = %4, %5 s<br>")
+  QString text = tr("<b>Step %1 of %2</b> &nbsp; t = %3, sigma = %4, %5 s, ")
                      .arg(r.index + 1)
                      .arg(r.steps)
                      .arg(static_cast<double>(r.timestep), 0, 'f', 1)
                      .arg(static_cast<double>(r.sigma), 0, 'g', 4)
                      .arg(r.seconds, 0, 'f', 3);
+  text += tr("inspector %1 ms").arg(r.inspect_seconds * 1e3, 0, 'f', 2);
+  if (r.decode_seconds > 0) text += tr(", full decode %1 ms").arg(r.decode_seconds * 1e3, 0, 'f', 1);
+  text += QStringLiteral("<br>");
   text += tr("latent: max |x| %1, mean %2, std %3<br>")
               .arg(r.latent.max_abs, 0, 'g', 4)
               .arg(r.latent.mean, 0, 'g', 3)
@@ -485,6 +496,13 @@ void InspectorPanel::update_verdict() {
 }
 
 int InspectorPanel::steps_received(int image) const { return images_.value(image).steps.size(); }
+const StepView* InspectorPanel::step_view(int image, int index) const {
+  if (image < 0 || image >= images_.size()) return nullptr;
+  const auto& steps = images_[image].steps;
+  if (index < 0 || index >= steps.size()) return nullptr;
+  return &steps[index];
+}
+QString InspectorPanel::preview_caption() const { return preview_caption_->text(); }
 int InspectorPanel::points_plotted() const { return max_latent_->count(); }
 QString InspectorPanel::verdict() const { return verdict_->text(); }
 

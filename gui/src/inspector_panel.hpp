@@ -39,6 +39,8 @@ class InspectorPanel : public QWidget {
 
   // For tests and the verdict: what the panel holds.
   int steps_received(int image) const;
+  const StepView* step_view(int image, int index) const;  // null when not received
+  QString preview_caption() const;
   int points_plotted() const;  // points in the max |x| latent series of the shown image
   QString verdict() const;
 
@@ -90,6 +92,7 @@ class InspectorPanel : public QWidget {
   QSlider* scrubber_;
   QLabel* step_label_;
   QLabel* preview_;
+  QLabel* preview_caption_;
   QLabel* mask_;
 };
 

@@ -324,6 +324,7 @@ void MainWindow::connect_engine() {
     log::info("image {}: {}", r.image + 1, r.outcome);
   });
   connect(c, &EngineController::kernels, this, [this](const KernelStats& k) { model_->set_kernel_stats(k); });
+  connect(c, &EngineController::kernelBuild, model_, &ModelDevicePanel::kernel_build);
   connect(c, &EngineController::runFinished, this, [this](const RunFinished& f) {
     set_running(false);
     if (!f.note.isEmpty()) inspector_->set_note(f.note);
@@ -357,8 +358,8 @@ void MainWindow::set_running(bool on) {
 
 RunConfig MainWindow::current_config() const {
   RunConfig c;
+  c.inspect = inspect_;  // as loaded; the inspector controls then set their own keys, others are kept
   for (const ConfigPanel* p : config_panels_) p->store(c);
-  c.inspect = inspect_;
   c.validate();
   return c;
 }

@@ -6,6 +6,7 @@
 #include <QElapsedTimer>
 #include <QPlainTextEdit>
 #include <QSettings>
+#include <QSlider>
 #include <QSignalSpy>
 #include <QSpinBox>
 #include <QTemporaryDir>
@@ -200,6 +201,38 @@ class GuiTest : public QObject {
     QVERIFY(!v.image_a.isNull() && !v.image_b.isNull());
   }
 
+  void full_decode_preview_and_live_kernel_builds() {
+    if (!have_model_) QSKIP(qPrintable("no embedded model: " + model_note_));
+    auto w = make_window();
+    QSignalSpy done(w.get(), &MainWindow::runCompleted);
+    QSignalSpy builds(w->controller(), &EngineController::kernelBuild);
+    auto* every = w->findChild<QSpinBox*>("decodeEvery");
+    QVERIFY(every);
+    every->setValue(2);
+    QCOMPARE(w->current_config().inspect.value("decode_every", 0), 2);
+    press_run(*w, 4, "a blue square");
+    QVERIFY(done.wait(300000));
+    QVERIFY2(done.front().front().value<RunFinished>().ok, qPrintable(done.front().front().value<RunFinished>().error));
+    // Step 2 carries a full decode of its x0 prediction; the last step (the image itself) and the others do not.
+    for (int i = 0; i < 4; ++i) {
+      const StepView* s = w->inspector()->step_view(0, i);
+      QVERIFY(s);
+      QCOMPARE(!s->decoded.isNull(), i == 1);
+      if (i == 1) QCOMPARE(s->decoded.size(), QSize(64, 64));
+    }
+    auto* scrub = w->findChild<QSlider*>("stepScrubber");
+    QVERIFY(scrub);
+    scrub->setValue(1);
+    QVERIFY2(w->inspector()->preview_caption().contains("Full decode"), qPrintable(w->inspector()->preview_caption()));
+    scrub->setValue(2);
+    QVERIFY(w->inspector()->preview_caption().contains("Latent preview"));
+    // Every kernel program the fresh session needed was announced when it started and when it finished.
+    int started = 0, finished = 0;
+    for (const auto& b : builds) (b.at(2).toBool() ? finished : started) += 1;
+    QVERIFY(started > 0);
+    QCOMPARE(started, finished);
+  }
+
   void preset_round_trip() {
     auto w = make_window();
     RunConfig c;
@@ -221,6 +254,8 @@ class GuiTest : public QObject {
     c.set("unet.up_blocks.*.attentions.*.attn1.accumulate", "f32");
     c.set("nan_policy", "retry-vae-f32");
     c.set("inspect.trace", "always");
+    c.set("inspect.decode_every", "3");
+    c.set("inspect.emulate_min_tokens", "64");  // no control of its own: kept as given
     c.validate();
     w->load_config(c);
     QCOMPARE(to_json(w->current_config()).dump(), to_json(c).dump());

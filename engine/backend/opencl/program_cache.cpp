@@ -309,6 +309,7 @@ cl_program ProgramCache::get_source(const std::string& program, const std::strin
 
   // Build or load outside the lock so different programs can build in parallel.
   const auto t0 = std::chrono::steady_clock::now();
+  if (listener_) listener_({program, options, false, false, 0.0});
   const Digest key_raw = unhex(key);
   const std::string path = entry_path(key);
   BuildRecord record;
@@ -386,6 +387,7 @@ cl_program ProgramCache::get_source(const std::string& program, const std::strin
   }
 
   record.ms = ms_since(t0);
+  if (listener_) listener_({program, options, true, record.cache_hit, record.ms});
   if (record.cache_hit) {
     log::info("loaded {} {} from cache in {:.0f} ms", program, options_label(options), record.ms);
   } else {
@@ -403,5 +405,7 @@ cl_program ProgramCache::get_source(const std::string& program, const std::strin
   records_.push_back(std::move(record));
   return built;
 }
+
+void ProgramCache::set_listener(KernelBuildListener listener) { listener_ = std::move(listener); }
 
 }  // namespace nanscope::opencl

@@ -9,6 +9,7 @@
 // Every build and hit is timed, logged and recorded.
 
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -52,6 +53,9 @@ class ProgramCache {
   static constexpr std::uint32_t kFormatVersion = 1;
 
   const std::string& dir() const { return dir_; }
+  // Called on the building thread for every program that is not yet in memory
+  // (empty: none). Set it while no build runs.
+  void set_listener(KernelBuildListener listener);
   std::vector<BuildRecord> records() const;
 
   // The default directory: $NANSCOPE_KERNEL_CACHE, else $XDG_CACHE_HOME/nanscope/kernels,
@@ -67,6 +71,7 @@ class ProgramCache {
   mutable std::mutex mutex_;
   std::vector<Entry*> entries_;
   std::vector<BuildRecord> records_;
+  KernelBuildListener listener_;
 };
 
 }  // namespace nanscope::opencl
