@@ -35,13 +35,33 @@ __kernel void conv_im2col_panels(__global const store_t* x, ulong x_off, ulong x
   for (uint v = 0; v < GEMM_NV; ++v) {
     const int iy = (int)(oy * stride + ky) - (int)pad;
     const int ix = (int)(ox * stride + kx) - (int)pad;
-    // Fast path: 16 consecutive positions in one output row, stride 1, all inside the image.
-    if (stride == 1u && q0 + 16u * v + 16u <= pc && ox + 16u <= OW && iy >= 0 && iy < (int)H && ix >= 0 &&
-        ix + 16 <= (int)W) {
-      vstore16(ld16(xp, (ulong)iy * W + (uint)ix), 0, d + 16u * v);
-      ox += 16u;
-      if (ox == OW) ox = 0, ++oy;
-      continue;
+    // Fast paths: 16 consecutive positions in one output row at stride 1: inside the image, a
+    // padding row (zeros), or one column over the left or right edge (3x3 with padding 1: one
+    // vector load and a lane shift instead of 16 bounds-checked scalar loads).
+    if (stride == 1u && q0 + 16u * v + 16u <= pc && ox + 16u <= OW && W >= 16u) {
+      float16 row;
+      bool done = true;
+      if (iy < 0 || iy >= (int)H) {
+        row = (float16)(0.0f);
+      } else if (ix >= 0 && ix + 16 <= (int)W) {
+        row = ld16(xp, (ulong)iy * W + (uint)ix);
+      } else if (ix == -1) {
+        const float16 a = ld16(xp, (ulong)iy * W);
+        row = (float16)(0.0f, a.s0, a.s1, a.s2, a.s3, a.s4, a.s5, a.s6, a.s7, a.s8, a.s9, a.sa, a.sb, a.sc, a.sd,
+                        a.se);
+      } else if (ix + 15 == (int)W) {
+        const float16 a = ld16(xp, (ulong)iy * W + (uint)(ix - 1));
+        row = (float16)(a.s1, a.s2, a.s3, a.s4, a.s5, a.s6, a.s7, a.s8, a.s9, a.sa, a.sb, a.sc, a.sd, a.se, a.sf,
+                        0.0f);
+      } else {
+        done = false;
+      }
+      if (done) {
+        vstore16(row, 0, d + 16u * v);
+        ox += 16u;
+        if (ox == OW) ox = 0, ++oy;
+        continue;
+      }
     }
     float t[16];
     for (uint j = 0; j < 16u; ++j) {
