@@ -348,5 +348,22 @@ TEST(EmbeddedModel, VaeVariantsAgreeInF32AndOnlyVaeOverflowsInF16) {
   EXPECT_EQ(f16_fix.nonfinite_pixels, 0) << "vae-fp16-fix/ must decode in f16";
 }
 
+TEST(EmbeddedModel, ASizeTheModelCannotTakeNamesTheNearestThatFit) {
+  REQUIRE_EMBEDDED_MODEL();
+  pipeline::Session session;
+  RunConfig cfg;
+  cfg.steps = 2;
+  cfg.width = cfg.height = 520;  // a multiple of 8, but the VAE divides by 4 and the UNet by 4
+  try {
+    session.generate(cfg);
+    FAIL() << "520x520 cannot run on the embedded model";
+  } catch (const ConfigError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("520x520"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("multiples of 16"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("512 or 528"), std::string::npos) << msg;
+  }
+}
+
 }  // namespace
 }  // namespace nanscope

@@ -183,8 +183,8 @@ Tensor UNet::forward(const OpContext& ctx, const Tensor& sample, std::span<const
   if (sample.dim(2) % factor != 0 || sample.dim(3) % factor != 0) {
     throw OpError(op_message(ctx, "UNET", {{"sample", &sample}},
                              "the latent height and width must be multiples of " + std::to_string(factor) +
-                                 " for this UNet; pick an image size that is a multiple of " +
-                                 std::to_string(factor * 8)));
+                                 " for this UNet (it halves them " + std::to_string(c.block_out_channels.size() - 1) +
+                                 " times)"));
   }
   if (static_cast<std::int64_t>(timesteps.size()) != batch) {
     throw OpError(op_message(ctx, "UNET", {{"sample", &sample}},

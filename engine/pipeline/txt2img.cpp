@@ -247,9 +247,17 @@ std::vector<GeneratedImage> Session::generate(const RunConfig& config, RunObserv
   const int width = config.width > 0 ? config.width : size;
   const int height = config.height > 0 ? config.height : size;
   const std::int64_t f = m.vae->config().downscale();
-  if (width % f != 0 || height % f != 0) {
-    throw ConfigError("size " + std::to_string(width) + "x" + std::to_string(height) + " is not a multiple of " +
-                      std::to_string(f) + " (the VAE's downscale factor)");
+  // The VAE divides the size by f and the UNet halves the latent once per level after the first.
+  const std::int64_t multiple = f * (std::int64_t{1} << (m.unet->config().block_out_channels.size() - 1));
+  if (width % multiple != 0 || height % multiple != 0) {
+    auto near = [multiple](int v) {
+      const std::int64_t down = v / multiple * multiple;
+      return std::to_string(down > 0 ? down : multiple) + " or " + std::to_string(down + multiple);
+    };
+    throw ConfigError("size " + std::to_string(width) + "x" + std::to_string(height) + " does not fit this model: " +
+                      "width and height must be multiples of " + std::to_string(multiple) + " (the VAE divides by " +
+                      std::to_string(f) + ", the UNet by " + std::to_string(multiple / f) + "); nearest widths " +
+                      near(width) + ", heights " + near(height));
   }
   const std::int64_t lat_c = m.unet->config().in_channels;
   const Shape latent_shape{1, lat_c, height / f, width / f};
