@@ -131,11 +131,12 @@ TEST(AttentionFailureModes, F16NativeSoftmaxOverflowsOnLargeLogits) {
   }
 }
 
-// The three implementations compute one function: fused (online softmax) may
-// differ from bmm only by rounding, within the fused tolerance, in every precision.
-TEST(AttentionImpls, FusedAgreesWithBmm) {
+// Runs check(shape, qkv, scale, backend, precision, bmm_result) for every odd
+// shape, backend and precision, on q/k/v seeded by `salt` and the shape.
+template <typename Check>
+void for_each_case_against_bmm(const std::string& salt, Check check) {
   for (const auto& s : odd_shapes()) {
-    Rng rng(seed_from("impls " + s.tag()));
+    Rng rng(seed_from(salt + " " + s.tag()));
     SCOPED_TRACE(s.tag() + " seed " + std::to_string(rng.seed()));
     const std::vector<HostTensor> qkv{random_normal(rng, {s.batch, s.sq, s.heads * s.d}, DType::f32),
                                       random_normal(rng, {s.batch, s.sk, s.heads * s.d}, DType::f32),
@@ -145,37 +146,35 @@ TEST(AttentionImpls, FusedAgreesWithBmm) {
       for (const Precision& p : precision_matrix(true)) {
         SCOPED_TRACE("device \"" + be->device().name + "\" " + p.describe());
         const auto bmm = run_attention(*be, qkv, p, {AttentionImpl::bmm, 1}, int(s.heads), scale, s.causal);
-        const auto fused = run_attention(*be, qkv, p, {AttentionImpl::fused, 1}, int(s.heads), scale, s.causal);
-        EXPECT_TRUE(tensors_close(fused, bmm, tolerance("attention_fused", p, Check::torch), false,
-                                  tolerance_key("attention_fused_vs_bmm", p, Check::torch) + " " +
-                                      std::string(device_kind_name(be->device().kind))));
+        check(s, qkv, scale, *be, p, bmm);
       }
     }
   }
 }
 
+// The three implementations compute one function: fused (online softmax) may
+// differ from bmm only by rounding, within the fused tolerance, in every precision.
+TEST(AttentionImpls, FusedAgreesWithBmm) {
+  for_each_case_against_bmm("impls", [](const auto& s, const auto& qkv, float scale, Backend& be, const Precision& p,
+                                        const HostTensor& bmm) {
+    const auto fused = run_attention(be, qkv, p, {AttentionImpl::fused, 1}, int(s.heads), scale, s.causal);
+    EXPECT_TRUE(tensors_close(fused, bmm, tolerance("attention_fused", p, Check::torch), false,
+                              tolerance_key("attention_fused_vs_bmm", p, Check::torch) + " " +
+                                  std::string(device_kind_name(be.device().kind))));
+  });
+}
+
 // Slicing only changes how many (batch, head) score matrices exist at once:
 // every slice size must reproduce bmm bit for bit, in every precision.
 TEST(AttentionImpls, SlicedEqualsBmmBitForBit) {
-  for (const auto& s : odd_shapes()) {
-    Rng rng(seed_from("sliced " + s.tag()));
-    SCOPED_TRACE(s.tag() + " seed " + std::to_string(rng.seed()));
-    const std::vector<HostTensor> qkv{random_normal(rng, {s.batch, s.sq, s.heads * s.d}, DType::f32),
-                                      random_normal(rng, {s.batch, s.sk, s.heads * s.d}, DType::f32),
-                                      random_normal(rng, {s.batch, s.sk, s.heads * s.dv}, DType::f32)};
-    const float scale = static_cast<float>(1.0 / std::sqrt(double(s.d)));
-    for (Backend* be : all_backends()) {
-      for (const Precision& p : precision_matrix(true)) {
-        SCOPED_TRACE("device \"" + be->device().name + "\" " + p.describe());
-        const auto bmm = run_attention(*be, qkv, p, {AttentionImpl::bmm, 1}, int(s.heads), scale, s.causal);
-        for (const int slice : {1, 3, 100}) {
-          SCOPED_TRACE("slice_size " + std::to_string(slice));
-          const auto sliced = run_attention(*be, qkv, p, {AttentionImpl::sliced, slice}, int(s.heads), scale, s.causal);
-          EXPECT_TRUE(bitwise_equal(sliced, bmm));
-        }
-      }
+  for_each_case_against_bmm("sliced", [](const auto& s, const auto& qkv, float scale, Backend& be,
+                                         const Precision& p, const HostTensor& bmm) {
+    for (const int slice : {1, 3, 100}) {
+      SCOPED_TRACE("slice_size " + std::to_string(slice));
+      const auto sliced = run_attention(be, qkv, p, {AttentionImpl::sliced, slice}, int(s.heads), scale, s.causal);
+      EXPECT_TRUE(bitwise_equal(sliced, bmm));
     }
-  }
+  });
 }
 
 TEST(AttentionBadInput, ShapesDtypesAndEmptyTensors) {
