@@ -5,6 +5,8 @@
 #include <QDockWidget>
 #include <QElapsedTimer>
 #include <QPlainTextEdit>
+#include <QMenu>
+#include <QMimeData>
 #include <QSettings>
 #include <QSlider>
 #include <QSignalSpy>
@@ -231,6 +233,50 @@ class GuiTest : public QObject {
     for (const auto& b : builds) (b.at(2).toBool() ? finished : started) += 1;
     QVERIFY(started > 0);
     QCOMPARE(started, finished);
+  }
+
+  void drop_model_files_and_recent_files() {
+    if (!have_model_) QSKIP(qPrintable("no embedded model: " + model_note_));
+    auto w = make_window();
+    auto* panel = w->findChild<ModelDevicePanel*>("modelDevicePanel");
+    QVERIFY(panel);
+    const QString model = QString::fromStdString(pipeline::embedded_model_dir().string());
+    // Returns whether the panel accepted the drag, and drops when it did.
+    auto drop = [panel](const QString& path) {
+      QMimeData mime;
+      mime.setUrls({QUrl::fromLocalFile(path)});
+      QDragEnterEvent enter(QPoint(5, 5), Qt::CopyAction, &mime, Qt::LeftButton, Qt::NoModifier);
+      enter.setAccepted(false);
+      QCoreApplication::sendEvent(panel, &enter);
+      if (!enter.isAccepted()) return false;
+      QDropEvent event(QPointF(5, 5), Qt::CopyAction, &mime, Qt::LeftButton, Qt::NoModifier);
+      QCoreApplication::sendEvent(panel, &event);
+      return true;
+    };
+    // A VAE folder becomes the VAE, a model folder the model.
+    QVERIFY(drop(model + "/vae-fp16-fix"));
+    QCOMPARE(QString::fromStdString(w->current_config().vae), QDir::cleanPath(model + "/vae-fp16-fix"));
+    QVERIFY(drop(model));
+    QCOMPARE(QString::fromStdString(w->current_config().model), QDir::cleanPath(model));
+    // A single-file checkpoint is accepted; a pickle checkpoint is not even taken.
+    QTemporaryDir dir;
+    QFile(dir.filePath("model.safetensors")).open(QIODevice::WriteOnly);
+    QFile(dir.filePath("model.ckpt")).open(QIODevice::WriteOnly);
+    QVERIFY(drop(dir.filePath("model.safetensors")));
+    QCOMPARE(QString::fromStdString(w->current_config().model), QDir::cleanPath(dir.filePath("model.safetensors")));
+    QVERIFY(!drop(dir.filePath("model.ckpt")));
+
+    // A preset saved and opened again leads the recent files.
+    panel->set_model_folder(QString());  // back to the embedded model
+    const QString preset = dir.filePath("recent-test.json");
+    QVERIFY(w->save_preset(preset));
+    QVERIFY(w->open_file(preset));
+    QMenu* recent = nullptr;
+    for (QMenu* m : w->findChildren<QMenu*>())
+      if (m->title().contains("Recent")) recent = m;
+    QVERIFY(recent);
+    QVERIFY(!recent->actions().isEmpty());
+    QVERIFY2(recent->actions().front()->text().startsWith("recent-test.json"), qPrintable(recent->actions().front()->text()));
   }
 
   void preset_round_trip() {
