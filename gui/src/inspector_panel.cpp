@@ -117,10 +117,12 @@ InspectorPanel::InspectorPanel(QWidget* parent)
     s->attachAxis(nf_y_);
   }
 
-  auto* std_view = make_chart(tr("Std per latent channel"), std_chart_);
+  // Log scale: the first steps' std is the noise level (4096 on zero-terminal-SNR models), the last ~1.
+  auto* std_view = make_chart(tr("Std per latent channel (log scale)"), std_chart_);
   std_x_ = new QValueAxis;
-  std_y_ = new QValueAxis;
-  std_y_->setLabelFormat("%.2f");
+  std_y_ = new QLogValueAxis;
+  std_y_->setLabelFormat("%.2g");
+  std_y_->setBase(10);
   std_chart_->addAxis(std_x_, Qt::AlignBottom);
   std_chart_->addAxis(std_y_, Qt::AlignLeft);
 
@@ -236,6 +238,7 @@ void InspectorPanel::rebuild_series() {
   max_lo_ = 1e30;
   max_hi_ = 0;
   nf_hi_ = 1;
+  std_lo_ = 1e30;
   std_hi_ = 0;
   for (auto* axis : {max_x_, nf_x_, std_x_, band_x_}) {
     axis->setRange(1, std::max(2, steps_));
@@ -246,11 +249,18 @@ void InspectorPanel::rebuild_series() {
   }
   max_y_->setRange(0.1, 10);
   nf_y_->setRange(0, 4);
-  std_y_->setRange(0, 1);
+  std_y_->setRange(0.1, 10);
   const auto& steps = images_[shown_].steps;
   for (const auto& s : steps) append_points(s);
   scrubber_->setRange(0, std::max(0, static_cast<int>(steps.size()) - 1));
   scrubber_->setEnabled(!steps.isEmpty());
+}
+
+// A log axis over whole decades around [lo, hi] (at least one decade).
+static void set_decades(QLogValueAxis* axis, double lo, double hi) {
+  const double a = std::pow(10.0, std::floor(std::log10(lo)));
+  const double b = std::pow(10.0, std::ceil(std::log10(hi * 1.01)));
+  axis->setRange(a, std::max(b, a * 10));
 }
 
 void InspectorPanel::append_points(const StepView& s) {
@@ -266,11 +276,7 @@ void InspectorPanel::append_points(const StepView& s) {
   log_point(max_latent_, r.latent);
   log_point(max_cond_, r.noise_cond);
   log_point(max_uncond_, r.noise_uncond);
-  if (max_hi_ > 0) {
-    const double lo = std::pow(10.0, std::floor(std::log10(max_lo_)));
-    const double hi = std::pow(10.0, std::ceil(std::log10(max_hi_ * 1.01)));
-    max_y_->setRange(lo, std::max(hi, lo * 10));
-  }
+  if (max_hi_ > 0) set_decades(max_y_, max_lo_, max_hi_);
   nf_latent_->append(x, static_cast<double>(r.latent.nonfinite()));
   nf_cond_->append(x, static_cast<double>(r.noise_cond.nonfinite()));
   if (r.noise_uncond.count > 0) nf_uncond_->append(x, static_cast<double>(r.noise_uncond.nonfinite()));
@@ -295,13 +301,12 @@ void InspectorPanel::append_points(const StepView& s) {
     std_series_.push_back(series_c);
   }
   for (int c = 0; c < s.channel_std.size(); ++c) {
-    std_series_[c]->append(x, s.channel_std[c]);
-    std_hi_ = std::max(std_hi_, s.channel_std[c]);
+    const double v = std::max(s.channel_std[c], 1e-6);
+    std_series_[c]->append(x, v);
+    std_lo_ = std::min(std_lo_, v);
+    std_hi_ = std::max(std_hi_, v);
   }
-  if (std_hi_ > 0) {
-    std_y_->setRange(0, std_hi_ * 1.1);
-    std_y_->applyNiceNumbers();
-  }
+  if (std_hi_ > 0) set_decades(std_y_, std_lo_, std_hi_);
 }
 
 void InspectorPanel::add_step(const StepView& s) {

@@ -86,8 +86,8 @@ class InspectorPanel : public QWidget {
   QtCharts::QValueAxis* nf_x_;
   QtCharts::QValueAxis* nf_y_;
   QtCharts::QValueAxis* std_x_;
-  QtCharts::QValueAxis* std_y_;
-  double max_lo_ = 1, max_hi_ = 1, nf_hi_ = 1, std_hi_ = 1;
+  QtCharts::QLogValueAxis* std_y_;
+  double max_lo_ = 1, max_hi_ = 1, nf_hi_ = 1, std_lo_ = 1, std_hi_ = 1;
 
   QSlider* scrubber_;
   QLabel* step_label_;

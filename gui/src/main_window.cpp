@@ -7,6 +7,7 @@
 #include <QCoreApplication>
 #include <QDir>
 #include <QDockWidget>
+#include <QElapsedTimer>
 #include <QFileDialog>
 #include <QFileInfo>
 #include <QKeySequence>
@@ -160,6 +161,9 @@ void MainWindow::build_docks() {
 
   setCentralWidget(inspector_);
   setDockOptions(QMainWindow::AnimatedDocks | QMainWindow::AllowTabbedDocks);
+  // The settings column and the result run the full height; the log and trace sit under the inspector.
+  setCorner(Qt::BottomLeftCorner, Qt::LeftDockWidgetArea);
+  setCorner(Qt::BottomRightCorner, Qt::RightDockWidgetArea);
   auto* prompt = add_dock(prompt_, "prompt", tr("Prompt and run"), Qt::LeftDockWidgetArea);
   auto* model = add_dock(model_, "model", tr("Model and device"), Qt::LeftDockWidgetArea);
   auto* precision = add_dock(precision_, "precision", tr("Precision"), Qt::LeftDockWidgetArea);
@@ -181,7 +185,7 @@ void MainWindow::build_docks() {
   resizeDocks({prompt}, {440}, Qt::Horizontal);
   resizeDocks({docks_["result"]}, {300}, Qt::Horizontal);
   resizeDocks({prompt, model}, {430, 470}, Qt::Vertical);
-  resizeDocks({log}, {190}, Qt::Vertical);
+  resizeDocks({log}, {170}, Qt::Vertical);
 
   connect(model_, &ModelDevicePanel::vaeChoicesChanged, this, [this] { vae_->set_vae_choices(model_->vae_choices()); });
   vae_->set_vae_choices(model_->vae_choices());
@@ -609,9 +613,13 @@ QImage MainWindow::screenshot(const QString& panel) {
   if (panel.isEmpty() || panel == "window") return grab().toImage();
   if (panel == "inspector") return inspector_->grab().toImage();
   if (QDockWidget* d = docks_.value(panel)) {
-    if (!d->isVisible() && d->toggleViewAction()->isChecked()) {
-      d->raise();  // tabbed behind another dock: bring it to the front first
-      QCoreApplication::processEvents();
+    // A dock tabbed behind another is hidden, or (before the window was first laid out) parked off-screen.
+    if ((!d->isVisible() || d->visibleRegion().isEmpty()) && d->toggleViewAction()->isChecked()) {
+      d->raise();  // tabbed behind another dock: bring it to the front, laid out at its tab's size
+      // The dock layout settles over a few event-loop turns (and animates with AnimatedDocks).
+      QElapsedTimer settle;
+      settle.start();
+      while (settle.elapsed() < 400) QCoreApplication::processEvents(QEventLoop::AllEvents, 20);
     }
     if (!d->isVisible()) return {};
     return d->grab().toImage();
