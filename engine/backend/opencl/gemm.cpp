@@ -114,7 +114,11 @@ std::int64_t k_block(const Tuning& t, std::int64_t k) {
 }
 
 std::string options(OpenClBackend& be, const Precision& p) {
-  return be.precision_options(p) + tuning_options(tuning(be.device()));
+  // GEMM and im2col kernels never touch softmax values: one program serves both
+  // softmax settings (precompile built four redundant matmul and conv2d variants).
+  Precision q = p;
+  q.softmax = SoftmaxPrecision::f32;
+  return be.precision_options(q) + tuning_options(tuning(be.device()));
 }
 
 bool uses_panels(const OpenClBackend& be, const Precision& p) {
