@@ -347,7 +347,18 @@ HostTensor SafetensorsFile::read(const TensorEntry& entry, DType target) const {
                     "st.save_file({k: v.float() for k, v in st.load_file(path).items()}, out_path).");
   }
   HostTensor out(entry.shape, target);
-  convert(bytes(entry), entry.file_dtype, out);
+  const auto src = bytes(entry);
+  convert(src, entry.file_dtype, out);
+  // The copy is what the caller keeps: give the mapped pages back so that loading
+  // a 3.4 GB UNet does not hold the file and its copy resident at once (peak RSS
+  // 6.7 -> ~3.5 GB). The mapping is private and never written, so the pages just
+  // leave this process (they stay in the page cache); a later read faults them in.
+  if (!src.empty()) {
+    static const std::uintptr_t page = static_cast<std::uintptr_t>(sysconf(_SC_PAGESIZE));
+    const auto begin = reinterpret_cast<std::uintptr_t>(src.data()) / page * page;
+    const auto end = reinterpret_cast<std::uintptr_t>(src.data() + src.size());
+    madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+  }
   return out;
 }
 
