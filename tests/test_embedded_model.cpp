@@ -255,13 +255,14 @@ std::vector<std::pair<std::string, Spec>> semantic_prompts() {
 }
 
 // Thresholds set once from the shipped model (its README has the training
-// evaluation: 100 diffusers images, fg 92%, bg 96%, shape 62%). On these 48
-// images (24 prompts x 2 seeds, large shapes and stripes) the engine measured
-// both colours right 88%, shape right 56% (squares drawn with rounded corners,
-// horizontal stripes mistaken for noise): below the 60% the product aims for,
-// which needs a longer-trained model. Kept a margin below what was measured.
+// evaluation: 100 diffusers images, foreground and background colour 100%,
+// shape 61%). On these 48 images (24 prompts x 2 seeds, large shapes and
+// stripes) the engine measured both colours right 98% and the shape right 71%
+// (misses: squares drawn with rounded corners, stripes whose direction is
+// mixed). The thresholds are the product's targets, 80% and 60%, a margin of
+// 18 and 11 points (8 and 5 images) below what was measured.
 constexpr double kColourThreshold = 0.80;  // both colours right
-constexpr double kShapeThreshold = 0.50;
+constexpr double kShapeThreshold = 0.60;
 
 TEST(EmbeddedModel, DrawsTheRequestedColoursAndShapes) {
   REQUIRE_EMBEDDED_MODEL();

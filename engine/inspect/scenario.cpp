@@ -88,7 +88,7 @@ double kernel_build_seconds(pipeline::Session& session, const std::string& pin, 
 const std::vector<Scenario>& scenarios() {
   static const std::vector<Scenario> list = {
       {"R0", "Intel Arc: power-of-two sizes corrupt a line at the top and bottom in f16/bf16 fused attention (EMULATED)",
-       "R0.json", "R0-fixed.json", "sliced attention in the VAE (a nearby size such as 528x528, or f32, fixes it too)", Verdict::bands},
+       "R0.json", "R0-fixed.json", "sliced attention in the VAE (a nearby size such as 80x80, or f32, fixes it too)", Verdict::bands},
       {"R1", "NaN on some GPUs: attention with half-precision accumulation overflows (stress variant of the weights)",
        "R1.json", "R1-fixed.json", "f32 accumulation for the self-attention (attn1) modules only", Verdict::non_finite},
       {"R2", "The VAE overflows in f16 at decode (SDXL-style VAE)", "R2.json", "R2-fixed.json",
