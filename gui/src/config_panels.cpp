@@ -229,10 +229,7 @@ void ModelDevicePanel::kernel_build(const QString& program, const QString& optio
     if (o.startsWith("-D")) flags << o.mid(2);
   const QString what = flags.isEmpty() ? program : tr("%1 [%2]").arg(program, flags.join(' '));
   if (!finished) {
-    kernel_live_->setText(tr("Loading or compiling %1 ... (%2 compiled, %3 from the cache so far)")
-                              .arg(what)
-                              .arg(live_built_)
-                              .arg(live_loaded_));
+    kernel_live_->setText(tr("Loading or compiling %1 ...").arg(what));
     kernel_live_->show();
     kernel_busy_->show();
     return;
@@ -243,12 +240,11 @@ void ModelDevicePanel::kernel_build(const QString& program, const QString& optio
     ++live_built_;
     live_build_ms_ += ms;
   }
-  kernel_live_->setText(tr("%1 %2 in %3 ms (%4 compiled in %5 s, %6 from the cache so far)")
-                            .arg(cache_hit ? tr("Loaded") : tr("Compiled"), what)
-                            .arg(ms, 0, 'f', 0)
-                            .arg(live_built_)
-                            .arg(live_build_ms_ / 1000.0, 0, 'f', 1)
-                            .arg(live_loaded_));
+  kernel_live_->setText(tr("%1 %2 in %3 ms").arg(cache_hit ? tr("Loaded") : tr("Compiled"), what).arg(ms, 0, 'f', 0));
+  kernels_->setText(tr("Kernel programs this run so far: %1 compiled (%2 s), %3 loaded from the cache.")
+                        .arg(live_built_)
+                        .arg(live_build_ms_ / 1000.0, 0, 'f', 1)
+                        .arg(live_loaded_));
   kernel_busy_->hide();
 }
 

@@ -300,7 +300,8 @@ void InspectorPanel::append_points(const StepView& s) {
     series_c->attachAxis(std_y_);
     std_series_.push_back(series_c);
   }
-  for (int c = 0; c < s.channel_std.size(); ++c) {
+  const bool any_finite = r.latent.count > r.latent.nonfinite();
+  for (int c = 0; any_finite && c < s.channel_std.size(); ++c) {  // nothing finite: no spread to plot
     const double v = std::max(s.channel_std[c], 1e-6);
     std_series_[c]->append(x, v);
     std_lo_ = std::min(std_lo_, v);
@@ -491,7 +492,10 @@ void InspectorPanel::update_verdict() {
     parts << tr("<span style='color:%1'><b>Decode:</b> %2.</span>")
                  .arg(color, QString::fromStdString(rep.outcome).toHtmlEscaped());
   }
-  if (!run_verdict_.isEmpty() && run_verdict_ != "clean")
+  // The run's verdict on top, unless it is this image's own, already said below.
+  const bool same_as_image =
+      im.has_report && QString::fromStdString(im.report.inspection.summary) == run_summary_;
+  if (!run_verdict_.isEmpty() && run_verdict_ != "clean" && !same_as_image)
     parts.prepend(tr("<span style='color:#b9770e'><b>Run verdict: %1.</b> %2</span><br>")
                       .arg(run_verdict_.toHtmlEscaped(), run_summary_.toHtmlEscaped()));
   if (parts.isEmpty()) parts << (note_.isEmpty() ? tr("Waiting for the first step...") : note_.toHtmlEscaped());
