@@ -334,5 +334,27 @@ TEST(InspectImage, CountsNonFinitePixelsOnce) {
   EXPECT_TRUE(s.map.mask.any());
 }
 
+// A decoder's padding frame: a dark line 2 pixels in from the right edge of a
+// clean picture (what the embedded VAE draws) is not a band on an image; the
+// same line further in is, and so are R0's lines a latent row in from the top
+// and bottom (rows 5 and 58 of a 64-pixel image at a VAE factor of 4).
+TEST(InspectImage, LinesInTheDecodersPaddingFrameAreNotBands) {
+  Map img = noise(11, 3, 64, 64, 0.02f);
+  for (auto& v : img.v) v += 0.3f;
+  for (std::int64_t y = 0; y < img.h; ++y)
+    for (std::int64_t c = 0; c < img.c; ++c) img.at(c, y, 61) = -0.6f;
+  EXPECT_EQ(analyze_image(img.v, 64, 64).map.verdict, Verdict::clean);
+  EXPECT_TRUE(img.bands().bands()) << "on a latent-sized map without the image margin the line still counts";
+  for (std::int64_t y = 0; y < img.h; ++y)
+    for (std::int64_t c = 0; c < img.c; ++c) img.at(c, y, 40) = -0.6f;
+  const ImageStats inner = analyze_image(img.v, 64, 64);
+  EXPECT_EQ(inner.map.verdict, Verdict::bands);
+  EXPECT_EQ(inner.map.bands.band_cols, (std::vector<int>{40}));
+  Map r0 = noise(12, 3, 64, 64, 0.02f);
+  for (std::int64_t x = 0; x < r0.w; ++x)
+    for (std::int64_t c = 0; c < r0.c; ++c) r0.at(c, 5, x) = r0.at(c, 58, x) = 1.0f;
+  EXPECT_EQ(analyze_image(r0.v, 64, 64).map.bands.band_rows, (std::vector<int>{5, 58}));
+}
+
 }  // namespace
 }  // namespace nanscope::inspect

@@ -35,9 +35,9 @@ double median_of(std::vector<double>& v) {
 // thick); its height min(|s - s[-k]|, |s - s[+k]|) is divided by the typical
 // line-to-line change (1.4826 * median |s[i+1] - s[i]|), at least `floor`.
 // Monotone transitions (shape edges, gradients) score 0; the first and last
-// kBandReach lines are not judged (decoders' padding makes border lines
+// max(border, kBandReach) lines are not judged (decoders' padding makes border lines
 // differ). NaN entries (lines without finite values) score 0.
-std::vector<double> peak_z(const std::vector<double>& s, double floor) {
+std::vector<double> peak_z(const std::vector<double>& s, double floor, int border) {
   const int n = static_cast<int>(s.size());
   std::vector<double> z(s.size(), 0.0);
   std::vector<double> steps;
@@ -47,7 +47,7 @@ std::vector<double> peak_z(const std::vector<double>& s, double floor) {
   }
   if (steps.empty()) return z;
   const double scale = std::max({1.4826 * median_of(steps), floor, 1e-12});
-  for (int r = kBandReach; r + kBandReach < n; ++r) {
+  for (int r = std::max(border, kBandReach); r + std::max(border, kBandReach) < n; ++r) {
     const double v = s[static_cast<std::size_t>(r)];
     double best = 0;
     for (int k = 1; k <= kBandReach; ++k) {
@@ -80,7 +80,7 @@ void line_stats(const float* base, std::int64_t n, std::int64_t stride, double& 
 
 // z over lines of one orientation: max over channels and the two statistics.
 void score_lines(std::span<const float> values, std::int64_t channels, std::int64_t height, std::int64_t width,
-                 bool rows, double min_deviation, std::vector<float>& z_out) {
+                 bool rows, double min_deviation, int border, std::vector<float>& z_out) {
   const std::int64_t lines = rows ? height : width;
   const std::int64_t len = rows ? width : height;
   const std::int64_t stride = rows ? 1 : width;
@@ -94,7 +94,7 @@ void score_lines(std::span<const float> values, std::int64_t channels, std::int6
       line_stats(base, len, stride, means[static_cast<std::size_t>(l)], stds[static_cast<std::size_t>(l)]);
     }
     for (const auto* stat : {&means, &stds}) {
-      const auto z = peak_z(*stat, floor);
+      const auto z = peak_z(*stat, floor, border);
       for (std::size_t l = 0; l < z.size(); ++l) z_out[l] = std::max(z_out[l], static_cast<float>(z[l]));
     }
   }
@@ -200,10 +200,10 @@ NonFiniteMask nonfinite_mask(std::span<const float> values, std::int64_t channel
 }
 
 BandScore band_score(std::span<const float> values, std::int64_t channels, std::int64_t height, std::int64_t width,
-                     double min_deviation) {
+                     double min_deviation, int border) {
   BandScore b;
-  score_lines(values, channels, height, width, true, min_deviation, b.row_z);
-  score_lines(values, channels, height, width, false, min_deviation, b.col_z);
+  score_lines(values, channels, height, width, true, min_deviation, border, b.row_z);
+  score_lines(values, channels, height, width, false, min_deviation, border, b.col_z);
   auto summarise = [](const std::vector<float>& z, double& score, int& worst_i, std::vector<int>& bands) {
     for (std::size_t i = 0; i < z.size(); ++i) {
       if (z[i] > score) {
@@ -297,7 +297,7 @@ MapStats analyze_map(std::span<const float> values, std::int64_t channels, std::
     }
   }
   m.mask = nonfinite_mask(values, channels, height, width);
-  m.bands = band_score(values, channels, height, width, options.band_min_deviation);
+  m.bands = band_score(values, channels, height, width, options.band_min_deviation, options.band_border);
   if (options.image_scale) {
     std::int64_t over = 0, clip = 0, n = 0;
     for (float v : values) {
@@ -393,6 +393,7 @@ ImageStats analyze_image(std::span<const float> chw, std::int64_t height, std::i
   const std::int64_t channels = height * width > 0 ? static_cast<std::int64_t>(chw.size()) / (height * width) : 0;
   MapOptions o;
   o.limit = 0;  // the image is compared with its range, not with a dtype's
+  o.band_border = kImageBandBorder;
   s.map = analyze_map(chw, channels, height, width, o);
   const std::int64_t plane = height * width;
   for (std::int64_t i = 0; i < plane; ++i) {

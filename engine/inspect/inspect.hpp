@@ -51,7 +51,13 @@ Verdict worst(Verdict a, Verdict b);
 
 inline constexpr double kNearLimitFraction = 0.9;  // |x| >= 0.9 * dtype_max counts as near the limit
 inline constexpr int kBandReach = 2;               // a band line is compared with the lines 1..2 away
-inline constexpr int kBandMaxLines = 4;            // more scoring lines than this (and than 1/8) is a pattern
+inline constexpr int kBandMaxLines = 4;
+// Decoded images: lines this close to an edge are not judged. A VAE decoder's
+// last 3x3 convolutions see the zero padding up to 3 pixels in, and the
+// embedded model's decoder draws a dark frame there that scored 8.1-8.9 on
+// clean pictures. R0's corrupted lines lie further in (one latent row in: 4-7
+// pixels at the embedded VAE's factor 4, 8-15 at SD's 8).
+inline constexpr int kImageBandBorder = 4;            // more scoring lines than this (and than 1/8) is a pattern
 inline constexpr double kBandThreshold = 8.0;      // robust z-score that makes "bands"
 // |x| beyond this on the -1..1 image scale is saturated. The embedded model's
 // VAE overshoots on flat colours (clean 8-step images reach -3.2; 2-step ones
@@ -135,6 +141,8 @@ struct MapOptions {
   // A line must stand out by at least this (in value units: a row mean 0.5
   // off on the -1..1 image scale) to reach kBandThreshold in a flat picture.
   double band_min_deviation = 0.5;
+  // Lines within this many of an edge are not judged (at least kBandReach; images: kImageBandBorder).
+  int band_border = kBandReach;
 };
 // values: [C, H, W] (one image of a batch), row-major.
 MapStats analyze_map(std::span<const float> values, std::int64_t channels, std::int64_t height,
@@ -143,7 +151,7 @@ MapStats analyze_map(std::span<const float> values, std::int64_t channels, std::
 NonFiniteMask nonfinite_mask(std::span<const float> values, std::int64_t channels, std::int64_t height,
                              std::int64_t width, int max_cells = kMaskCells);
 BandScore band_score(std::span<const float> values, std::int64_t channels, std::int64_t height,
-                     std::int64_t width, double min_deviation = 0.5);
+                     std::int64_t width, double min_deviation = 0.5, int border = kBandReach);
 
 // The latent preview: factors applied to latent / sqrt(1 + sigma^2) (the
 // sampler's latent at noise level sigma, scaled to unit variance), mapped
