@@ -13,6 +13,7 @@
 #include "common.hpp"
 #include "config/a1111.hpp"
 #include "config/preset.hpp"
+#include "inspect/report_json.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "io/png.hpp"
@@ -111,21 +112,6 @@ class CliObserver final : public pipeline::RunObserver {
   std::vector<std::pair<std::string, HostTensor>> tensors_;
 };
 
-nlohmann::json report_json(const pipeline::RunReport& r) {
-  nlohmann::json decodes = nlohmann::json::array();
-  for (const auto& d : r.decodes)
-    decodes.push_back({{"vae", d.vae}, {"dtype", dtype_name(d.dtype)}, {"nonfinite", d.nonfinite},
-                       {"seconds", d.seconds}});
-  return {{"device", r.device},
-          {"model", r.model},
-          {"family", r.family},
-          {"outcome", r.outcome},
-          {"first_nonfinite_step", r.first_nonfinite_step},
-          {"decodes", decodes},
-          {"seconds", {{"load", r.load_seconds}, {"text", r.text_seconds}, {"sampling", r.sampling_seconds},
-                       {"decode", r.decode_seconds}}}};
-}
-
 fs::path output_path(const std::string& out, std::size_t index, std::size_t count, std::uint64_t seed) {
   if (count == 1) return out;
   const fs::path p(out);
@@ -174,7 +160,7 @@ int run_generate(const GlobalOptions& g, const GenerateOptions& o) {
       continue;
     }
     const fs::path path = output_path(o.out, i, done.size(), img.config.seed);
-    nlohmann::json meta = {{"config", to_json(img.config)}, {"report", report_json(report)}};
+    nlohmann::json meta = {{"config", to_json(img.config)}, {"report", inspect::image_report_json(report)}};
     io::write_png(path, img.image, {{"parameters", a1111_parameters(img.config)}, {"nanscope", meta.dump()}});
     std::printf("%s  %dx%d  seed %llu  %.2f s sampling, %.2f s decode  %s\n", path.string().c_str(),
                 img.image.width, img.image.height, static_cast<unsigned long long>(img.config.seed),

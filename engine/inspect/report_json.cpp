@@ -131,4 +131,20 @@ nlohmann::json report_json(const RunConfig& config, const std::vector<pipeline::
   return j;
 }
 
+nlohmann::json image_report_json(const pipeline::RunReport& r) {
+  nlohmann::json decodes = nlohmann::json::array();
+  for (const auto& d : r.decodes)
+    decodes.push_back(
+        {{"vae", d.vae}, {"dtype", dtype_name(d.dtype)}, {"nonfinite", d.nonfinite}, {"seconds", d.seconds}});
+  return {{"device", r.device},
+          {"model", r.model},
+          {"family", r.family},
+          {"outcome", r.outcome},
+          {"first_nonfinite_step", r.first_nonfinite_step},
+          {"decodes", decodes},
+          {"seconds",
+           {{"load", r.load_seconds}, {"text", r.text_seconds}, {"sampling", r.sampling_seconds},
+            {"decode", r.decode_seconds}}}};
+}
+
 }  // namespace nanscope::inspect

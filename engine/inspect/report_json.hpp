@@ -39,6 +39,12 @@ nlohmann::json to_json(const StepStats& s);
 nlohmann::json to_json(const OpRecord& r);
 nlohmann::json to_json(const LayerTrace& t);
 
+// The short run report a PNG's `nanscope` chunk carries beside the config (CLI
+// generate and the workbench's Save write the same): device, model, family,
+// outcome, first_nonfinite_step, decodes [{vae, dtype, nonfinite, seconds}],
+// seconds {load, text, sampling, decode}.
+nlohmann::json image_report_json(const pipeline::RunReport& report);
+
 // The whole report of one image of a run.
 nlohmann::json report_json(const RunConfig& config, const std::vector<pipeline::StepReport>& steps,
                            const pipeline::RunReport& report);

@@ -22,6 +22,7 @@
 #include <QTimer>
 
 #include "config/preset.hpp"
+#include "inspect/report_json.hpp"
 #include "config_panels.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
@@ -43,22 +44,6 @@ constexpr int kMaxRecent = 8;
 QSettings settings() {
   const QByteArray scope = qgetenv("NANSCOPE_GUI_SETTINGS_SCOPE");
   return QSettings("NaNscope", scope.isEmpty() ? QString("nanscope") : QString::fromUtf8(scope));
-}
-
-nlohmann::json report_json(const pipeline::RunReport& r) {
-  nlohmann::json decodes = nlohmann::json::array();
-  for (const auto& d : r.decodes)
-    decodes.push_back(
-        {{"vae", d.vae}, {"dtype", dtype_name(d.dtype)}, {"nonfinite", d.nonfinite}, {"seconds", d.seconds}});
-  return {{"device", r.device},
-          {"model", r.model},
-          {"family", r.family},
-          {"outcome", r.outcome},
-          {"first_nonfinite_step", r.first_nonfinite_step},
-          {"decodes", decodes},
-          {"seconds",
-           {{"load", r.load_seconds}, {"text", r.text_seconds}, {"sampling", r.sampling_seconds},
-            {"decode", r.decode_seconds}}}};
 }
 
 }  // namespace
@@ -544,7 +529,7 @@ bool MainWindow::save_image(const QString& path) {
   if (!v || v->qimage.isNull()) return false;
   try {
     nlohmann::json extra = nlohmann::json::object();
-    if (!v->report.device.empty() || !v->report.decodes.empty()) extra["report"] = report_json(v->report);
+    if (!v->report.device.empty() || !v->report.decodes.empty()) extra["report"] = inspect::image_report_json(v->report);
     io::write_run_png(path.toStdString(), v->image.image, v->image.config, extra);
   } catch (const std::exception& e) {
     show_error(tr("Cannot save the image"), QString::fromUtf8(e.what()));
