@@ -108,16 +108,7 @@ std::optional<nlohmann::json> run_child(const std::string& pin, const fs::path& 
   cmd << "'" << fs::read_symlink("/proc/self/exe").string() << "' --child " << dtype << " --model '" << folder.string()
       << "' --size " << size << " --runs " << runs;
   if (!pin.empty()) cmd << " --device '" << pin << "'";
-  FILE* p = popen(cmd.str().c_str(), "r");
-  if (!p) return std::nullopt;
-  std::string text;
-  char buf[4096];
-  while (std::fgets(buf, sizeof buf, p)) text += buf;
-  if (pclose(p) != 0 || text.empty()) {
-    std::fprintf(stderr, "bench_unet: the %s run failed\n", dtype.c_str());
-    return std::nullopt;
-  }
-  return nlohmann::json::parse(text.substr(text.rfind('{')));
+  return bench::run_json_command(cmd.str(), "bench_unet: the " + dtype + " run");
 }
 
 }  // namespace
