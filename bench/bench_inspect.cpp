@@ -1,24 +1,28 @@
 // The live inspector's cost: per-step statistics, masks, band scores and the
-// latent preview (StepReport::inspect_seconds) against the whole step, for the
-// embedded model at several image sizes, and what a full-decode preview every
-// N steps adds (inspect.decode_every). Prints a table. Budget: the inspector
-// at most 3% of step time.
+// latent preview, as step time with them against step time without
+// (inspect.stats_every=0, the same run's baseline), for the embedded model at
+// several image sizes, and what a full-decode preview every N steps adds
+// (inspect.decode_every). Prints tables. Budget: at most 3% of step time.
 //
 //   build/bench/bench_inspect [--device D] [--model DIR] [--sizes 64,128,256] [--steps N] [--decode-every N]
 //
-// The statistics run on the host, where the sampler keeps the latent between
-// steps and where the UNet output is read back for guidance anyway; the work is
-// linear in the latent (a few passes over C x H x W floats) while a UNet step is
-// far more than linear in it, so the share shrinks as images grow.
+// The statistics are reduced on the device, where the latent and the UNet
+// output stay between steps, and read back as a few KB (StepReport::
+// inspect_bytes). The second table is the same-run baseline: the step's three
+// maps reduced on the device against reading them back whole and reducing them
+// on the host (what an inspector outside the device would do).
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "backend/backend.hpp"
 #include "bench_util.hpp"
 #include "core/error.hpp"
+#include "inspect/inspect.hpp"
 #include "pipeline/sd_model.hpp"
 #include "pipeline/session.hpp"
 
@@ -29,13 +33,28 @@ namespace {
 struct StepTimes final : pipeline::RunObserver {
   std::vector<double> step, inspect, decode;
   Shape latent;
+  std::size_t bytes = 0;
   void on_step(const pipeline::StepReport& s) override {
     latent = s.latent_shape;
+    bytes = s.inspect_bytes;
     step.push_back(s.seconds);
     inspect.push_back(s.inspect_seconds);
     decode.push_back(s.decode_seconds);
   }
 };
+
+// Median seconds of f() over `reps` calls after one warm-up.
+template <typename F>
+double time_median(int reps, F&& f) {
+  f();
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return bench::median(t);
+}
 
 double sum(const std::vector<double>& v) {
   double s = 0;
@@ -67,9 +86,10 @@ int main(int argc, char** argv) {
     const std::string device = session.backend(pin).device().name;
     std::printf("\nbench_inspect: %s on \"%s\", %d steps with CFG (steps 2..N timed; the first builds kernels)\n\n",
                 model.c_str(), device.c_str(), steps);
-    std::printf("| image | latent | step ms | inspector ms | inspector share | full decode every %d: ms | share |\n",
+    std::printf("| image | latent | step ms, no statistics | step ms | overhead | inspector host ms | read back per step | full decode every %d: ms | share |\n",
                 decode_every);
-    std::printf("|---|---|---:|---:|---:|---:|---:|\n");
+    std::printf("|---|---|---:|---:|---:|---:|---:|---:|---:|\n");
+    std::vector<Shape> shapes;
     std::stringstream ss(sizes);
     for (std::string tok; std::getline(ss, tok, ',');) {
       const int size = std::atoi(tok.c_str());
@@ -81,23 +101,74 @@ int main(int argc, char** argv) {
       config.width = config.height = size;
       config.seed = 1;
       session.generate(config);  // warm-up: kernels for this size
-      StepTimes plain;
-      session.generate(config, &plain);
+      // Baseline in the same run: no step statistics (inspect.stats_every=0). Runs alternate, three
+      // of each, so drifts of the machine hit both sides alike.
+      StepTimes bare, plain;
+      for (int round = 0; round < 3; ++round) {
+        config.set("inspect.stats_every", "0");
+        StepTimes b;
+        session.generate(config, &b);
+        config.set("inspect.stats_every", "1");
+        StepTimes p;
+        session.generate(config, &p);
+        // Drop the first step of each run (allocation at a new size).
+        bare.step.insert(bare.step.end(), b.step.begin() + 1, b.step.end());
+        plain.step.insert(plain.step.end(), p.step.begin() + 1, p.step.end());
+        plain.inspect.insert(plain.inspect.end(), p.inspect.begin() + 1, p.inspect.end());
+        plain.latent = p.latent;
+        plain.bytes = p.bytes;
+      }
       config.set("inspect.decode_every", std::to_string(decode_every));
       StepTimes with_decode;
       session.generate(config, &with_decode);
       // Drop the first step of each run (allocation at a new size).
       auto tail = [](std::vector<double> v) { return std::vector<double>(v.begin() + 1, v.end()); };
-      const double step = bench::median(tail(plain.step));
-      const double insp = bench::median(tail(plain.inspect));
+      const double step = bench::median(plain.step);
+      const double step_bare = bench::median(bare.step);
+      const double insp = bench::median(plain.inspect);
       const double dec_total = sum(with_decode.decode) / static_cast<double>(with_decode.step.size());
       const double step_dec = sum(tail(with_decode.step)) / static_cast<double>(with_decode.step.size() - 1);
-      std::printf("| %dx%d | %lldx%lld | %.2f | %.3f | %.2f%% | %.2f per step | %.1f%% |\n", size, size,
-                  static_cast<long long>(plain.latent.at(3)), static_cast<long long>(plain.latent.at(2)), step * 1e3, insp * 1e3,
-                  100.0 * insp / step, dec_total * 1e3, 100.0 * dec_total / step_dec);
+      std::printf("| %dx%d | %lldx%lld | %.2f | %.2f | %+.1f%% | %.3f | %.1f KB | %.2f per step | %.1f%% |\n", size,
+                  size, static_cast<long long>(plain.latent.at(3)), static_cast<long long>(plain.latent.at(2)),
+                  step_bare * 1e3, step * 1e3, 100.0 * (step - step_bare) / step_bare, insp * 1e3,
+                  static_cast<double>(plain.bytes) / 1024.0, dec_total * 1e3, 100.0 * dec_total / step_dec);
+      shapes.push_back(plain.latent);
     }
-    std::printf("\nBudget: inspector share <= 3%% of step time. The full-decode preview is opt-in and costs one\n"
-                "VAE decode per N steps.\n");
+    // Baseline in the same run: one step's maps (latent f32, both CFG branches f16, SD 1.x preview
+    // factors) reduced where they are, against read back whole and reduced on the host.
+    shapes.push_back({1, 4, 64, 64});    // SD 1.x at 512x512
+    shapes.push_back({1, 4, 128, 128});  // SDXL at 1024x1024
+    Backend& be = session.backend(pin);
+    const auto factors = inspect::latent_rgb_factors("sd1");
+    std::printf("\n| latent | on the device: ms | read back | read back whole + host: ms | read back | device / host time |\n");
+    std::printf("|---|---:|---:|---:|---:|---:|\n");
+    for (const Shape& s : shapes) {
+      const std::int64_t n = shape_numel(s);
+      std::vector<float> lat(static_cast<std::size_t>(n)), pred(static_cast<std::size_t>(2 * n));
+      for (std::size_t i = 0; i < lat.size(); ++i) lat[i] = static_cast<float>((i * 7919 % 1000) / 500.0 - 1.0);
+      for (std::size_t i = 0; i < pred.size(); ++i) pred[i] = static_cast<float>((i * 104729 % 1000) / 500.0 - 1.0);
+      Shape ps = s;
+      ps[0] = 2;
+      const Tensor tl = be.upload(HostTensor::from_f32(s, lat));
+      const Tensor tp = be.upload(HostTensor::from_f32(ps, pred, DType::f16));
+      std::size_t dev_bytes = 0;
+      const double dev = time_median(20, [&] {
+        inspect::analyze_step(be, tl, tp, 1, 0, 65504.0, &*factors, 1.0, &dev_bytes);
+      });
+      const double host = time_median(20, [&] {
+        const std::vector<float> l = be.download(tl).to_f32(), p = be.download(tp).to_f32();
+        const std::span<const float> sp(p);
+        inspect::analyze_step(l, sp.subspan(static_cast<std::size_t>(n)), sp.first(static_cast<std::size_t>(n)), s[1],
+                              s[2], s[3], 65504.0, &*factors, 1.0);
+      });
+      const double whole = static_cast<double>(tl.bytes() + tp.bytes());
+      std::printf("| %lldx%lldx%lld | %.3f | %.1f KB | %.3f | %.1f KB | %.2fx |\n", static_cast<long long>(s[1]),
+                  static_cast<long long>(s[2]), static_cast<long long>(s[3]), dev * 1e3,
+                  static_cast<double>(dev_bytes) / 1024.0, host * 1e3, whole / 1024.0, dev / host);
+    }
+    std::printf("\nBudget: overhead (step time with statistics against without) <= 3%%. Inspector host ms: the\n"
+                "inspector's own host time per step (its kernels run in the step's queue). The full-decode\n"
+                "preview is opt-in and costs one VAE decode per N steps.\n");
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_inspect: %s\n", e.what());

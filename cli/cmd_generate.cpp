@@ -64,6 +64,7 @@ class CliObserver final : public pipeline::RunObserver {
     tensors_.clear();
     tensors_.emplace_back("initial_noise", HostTensor::from_f32(shape, {v.begin(), v.end()}));
   }
+  bool wants_latents() const override { return !dump_.empty(); }
   void on_step(const pipeline::StepReport& s) override {
     if (!dump_.empty()) {
       char name[32];

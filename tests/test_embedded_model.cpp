@@ -52,12 +52,6 @@ int nearest_colour(const std::array<float, 3>& rgb) {
   return best;
 }
 
-int colour_index(const std::string& name) {
-  for (int i = 0; i < 8; ++i)
-    if (name == kColours[i].name) return i;
-  return -1;
-}
-
 std::array<float, 3> pixel(const io::RgbImage& img, int x, int y) {
   const auto* p = &img.pixels[static_cast<std::size_t>((y * img.width + x) * 3)];
   return {static_cast<float>(p[0]), static_cast<float>(p[1]), static_cast<float>(p[2])};

@@ -25,6 +25,7 @@ struct Capture final : pipeline::RunObserver {
   std::vector<pipeline::GeneratedImage> images;
   std::vector<pipeline::RunReport> reports;
   void on_step(const pipeline::StepReport& s) override { steps.push_back(s); }
+  bool wants_latents() const override { return true; }
   void on_image(const pipeline::GeneratedImage& img, const pipeline::RunReport& r) override {
     images.push_back(img);
     reports.push_back(r);
@@ -288,6 +289,75 @@ TEST(InspectPipeline, BadInspectorSettingsAreConfigErrorsNamingTheKey) {
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("inspect.decode_every"), std::string::npos) << e.what();
   }
+  cfg.inspect = nlohmann::json::object();
+  cfg.set("inspect.stats_every", "-2");
+  try {
+    session.generate(cfg);
+    FAIL() << "a negative stats_every must be an error";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("inspect.stats_every"), std::string::npos) << e.what();
+  }
+}
+
+// The step statistics come from the device (the default device: OpenCL where there is one) as a
+// few KB per step; the full latent comes back only to an observer that asks for it.
+TEST(InspectPipeline, StepStatisticsAreReadBackAsAFewKilobytesAndLatentsOnlyOnRequest) {
+  NANSCOPE_REQUIRE_PYTHON();
+  pipeline::Session session;
+  RunConfig cfg = base_config();
+  cfg.device = "";
+  cfg.steps = 4;
+  struct StatsOnly final : pipeline::RunObserver {
+    std::vector<pipeline::StepReport> steps;
+    void on_step(const pipeline::StepReport& s) override { steps.push_back(s); }
+  } stats_only;
+  session.generate(cfg, &stats_only);
+  const Capture with_latents = run(session, cfg);
+  ASSERT_EQ(stats_only.steps.size(), 4u);
+  ASSERT_EQ(with_latents.steps.size(), 4u);
+  const auto latent_n = static_cast<std::size_t>(shape_numel(stats_only.steps.at(0).latent_shape));
+  ASSERT_GT(latent_n, 0u);
+  for (std::size_t i = 0; i < 4; ++i) {
+    const auto& s = stats_only.steps[i];
+    EXPECT_TRUE(s.latent_values.empty()) << "step " << i + 1;
+    // Latent, two guidance branches and the preview: less than the maps themselves (f32 here).
+    EXPECT_GT(s.inspect_bytes, 0u);
+    EXPECT_LT(s.inspect_bytes, 3 * latent_n * sizeof(float)) << "step " << i + 1;
+    EXPECT_EQ(s.stats.latent.channels.size(), 4u);
+    ASSERT_EQ(with_latents.steps[i].latent_values.size(), latent_n);
+    // The statistics describe the latent that an observer asking for it receives.
+    const inspect::Stats direct = inspect::compute_stats(with_latents.steps[i].latent_values, 0);
+    EXPECT_NEAR(s.stats.latent.all.mean, direct.mean, 1e-5 * std::max(1.0, std::fabs(direct.mean)));
+    EXPECT_NEAR(s.stats.latent.all.std, direct.std, 1e-5 * std::max(1.0, direct.std));
+    EXPECT_EQ(s.stats.latent.all.max_abs, direct.max_abs);
+  }
+  EXPECT_EQ(with_latents.images.at(0).latent, with_latents.steps.back().latent_values);
+}
+
+TEST(InspectPipeline, StatisticsEveryNStepsAndTheLastLeaveTheRunUnchanged) {
+  NANSCOPE_REQUIRE_PYTHON();
+  pipeline::Session session;
+  RunConfig cfg = base_config();
+  cfg.device = "";
+  cfg.steps = 5;
+  const Capture every = run(session, cfg);
+  cfg.set("inspect.stats_every", "2");
+  const Capture second = run(session, cfg);
+  cfg.set("inspect.stats_every", "0");
+  const Capture none = run(session, cfg);
+  ASSERT_EQ(second.steps.size(), 5u);
+  ASSERT_EQ(none.steps.size(), 5u);
+  for (std::size_t i = 0; i < 5; ++i) {
+    const bool taken = (i + 1) % 2 == 0 || i == 4;
+    EXPECT_EQ(!second.steps[i].stats.latent.channels.empty(), taken) << "step " << i + 1;
+    EXPECT_EQ(second.steps[i].inspect_bytes > 0, taken) << "step " << i + 1;
+    EXPECT_TRUE(none.steps[i].stats.latent.channels.empty()) << "step " << i + 1;
+    EXPECT_EQ(second.steps[i].latent_values, every.steps[i].latent_values) << "step " << i + 1;
+  }
+  EXPECT_EQ(second.steps[1].stats.latent.all.std, every.steps[1].stats.latent.all.std);
+  EXPECT_EQ(none.images.at(0).image, every.images.at(0).image);
+  // The decoded image is checked either way.
+  EXPECT_EQ(none.reports.at(0).inspection.image->map.verdict, every.reports.at(0).inspection.image->map.verdict);
 }
 
 }  // namespace

@@ -4,9 +4,12 @@
 // Backends receive checked arguments from engine/ops and never see Qt.
 
 #include <string>
+#include <span>
 #include <string_view>
+#include <vector>
 
 #include "backend/device.hpp"
+#include "backend/map_reduce.hpp"
 #include "backend/op_args.hpp"
 #include "core/tensor.hpp"
 
@@ -41,6 +44,18 @@ class Backend {
   virtual void cast(const CastArgs& args) = 0;
   virtual void timestep_embedding(const TimestepEmbeddingArgs& args) = 0;
   virtual void attention(const AttentionArgs& args) = 0;
+  virtual void latent_step(const LatentStepArgs& args) = 0;
+
+  // The inspector's reductions (map_reduce.hpp): computed where the tensor
+  // lives, only the result is read back.
+  // Several maps at once (one wait on the device for all of them).
+  virtual std::vector<MapReduction> map_reduce_batch(std::span<const MapReduceArgs> maps) = 0;
+  MapReduction map_reduce(const MapReduceArgs& args) { return map_reduce_batch({&args, 1}).front(); }
+  virtual PreviewReduction latent_preview(const LatentPreviewArgs& args) = 0;
+  // Total time the reductions above spent waiting for the device to finish
+  // queued work (an asynchronous device runs the step's kernels meanwhile), so
+  // a caller can tell the inspector's own time from the step's.
+  virtual double inspect_wait_seconds() const { return 0; }
 
   // True when the tensor's buffer belongs to this backend instance.
   bool owns(const Tensor& t) const { return t.storage() && t.storage()->owner() == this; }

@@ -161,4 +161,37 @@ struct AttentionArgs {
   // and output (in f32, or in dtype when softmax=native) and never stores scores.
 };
 
+// LATENT_STEP: the samplers' element arithmetic (kernels/latent.cl, whose
+// NS_LATENT_* numbers these are). All tensors f32; offsets in elements.
+enum class LatentOp : int {
+  scale = 0,       // out = x / c0
+  mul = 1,         // out = x * c0
+  cfg = 2,         // out = x + c0 * (m - x)
+  euler = 3,       // c: sigma, dt, c_out, var
+  add_scaled = 4,  // out = x + m * c0
+  ddim = 5,        // c: sqrt(a_t), sqrt(1-a_t), dir_coef, sqrt(a_prev), clip range
+  dpm_x0 = 6,      // c: alpha_s, sigma_s
+  dpm1 = 7,        // c: a, b
+  dpm2 = 8,        // c: a, b, c, d1_coef (flag: heun)
+  dpm3 = 9,        // c: a, b, c, d, c10, c11, c1, c2
+};
+struct LatentStepArgs {
+  LatentOp op;
+  std::int64_t n;                    // elements
+  const Tensor& x;                   // read at x_offset
+  std::int64_t x_offset = 0;
+  const Tensor* m = nullptr;         // model output / cond / noise / newest data prediction, at m_offset
+  std::int64_t m_offset = 0;
+  const Tensor* h1 = nullptr;        // older data predictions (dpm2, dpm3), offset 0
+  const Tensor* h2 = nullptr;
+  Tensor& out;                       // written at out_offset; may be x itself
+  std::int64_t out_offset = 0;
+  Tensor* x0 = nullptr;              // receives the data prediction (euler, ddim), offset 0
+  std::array<float, 8> c{};
+  int prediction = 0;                // 0 epsilon, 1 v, 2 sample
+  int flag = 0;                      // ddim: clip_sample; dpm2: heun
+};
+// Throws OpError when a tensor is not f32, too small, or an input the op needs is missing.
+void check_latent_step(const LatentStepArgs& a);
+
 }  // namespace nanscope

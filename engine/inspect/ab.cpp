@@ -22,6 +22,7 @@ class LatentKeeper final : public pipeline::RunObserver {
     if (s.image == 0) latents.push_back(s.latent_values);
     if (forward_) forward_->on_step(s);
   }
+  bool wants_latents() const override { return true; }
   void on_image(const pipeline::GeneratedImage& i, const pipeline::RunReport& r) override {
     if (forward_) forward_->on_image(i, r);
   }

@@ -53,9 +53,16 @@ InspectSettings InspectSettings::from_json(const nlohmann::json& inspect) {
                           value_string(v));
       }
       s.decode_every = v.get<int>();
+    } else if (key == "stats_every") {
+      if (!v.is_number_integer() || v.get<long long>() < 0 || v.get<long long>() > 10000) {
+        throw ConfigError("inspect.stats_every: expected a whole number of steps from 0 (no step statistics) to 10000, "
+                          "found " + value_string(v));
+      }
+      s.stats_every = v.get<int>();
     } else {
       throw ConfigError("inspect." + key +
-                        ": unknown inspector setting (known: emulate, emulate_min_tokens, trace, decode_every)");
+                        ": unknown inspector setting (known: emulate, emulate_min_tokens, trace, decode_every, "
+                        "stats_every)");
     }
   }
   return s;

@@ -41,6 +41,10 @@ struct InspectSettings {
   int emulate_min_tokens = 256;
   TraceMode trace = TraceMode::automatic;
   int decode_every = 0;  // full-decode preview every N steps; 0: off
+  // Step statistics every N steps and at the last step; 0: none (the decoded
+  // image is still checked; nan_policy=stop and the first bad step then see
+  // only the steps with statistics).
+  int stats_every = 1;
   // Reads RunConfig::inspect; throws ConfigError naming the key for unknown
   // keys or values.
   static InspectSettings from_json(const nlohmann::json& inspect);

@@ -1,10 +1,13 @@
-// The inspector's detectors on host data. The pipeline reads each step's
-// latent and UNet output back anyway (the latent lives on the host between
-// steps), and they are small (4 x 16 x 16 for the embedded model, 4 x 128 x 128
-// for SDXL at 1024), so this first version computes on the host; a device
-// reduction can replace it behind the same value types.
+// The inspector's detectors. The per-step statistics are reduced where the
+// maps live (Backend::map_reduce, backend/map_reduce.hpp: on an OpenCL device
+// by kernels/inspect.cl, read back as a few KB); this file turns a reduction
+// into the value types the front ends draw (band score, mask, verdict and its
+// note). Host data (decoded images, tests) goes through the reference
+// reduction of the same struct, so both paths share every detector.
 
 #include "inspect/inspect.hpp"
+
+#include "backend/backend.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -59,45 +62,86 @@ std::vector<double> peak_z(const std::vector<double>& s, double floor, int borde
   return z;
 }
 
-// Mean and std of the finite values of one line (row or column) of one channel.
-void line_stats(const float* base, std::int64_t n, std::int64_t stride, double& mean, double& std) {
-  double sum = 0, sq = 0;
-  std::int64_t k = 0;
-  for (std::int64_t i = 0; i < n; ++i) {
-    const double v = base[i * stride];
-    if (!std::isfinite(v)) continue;
-    sum += v;
-    sq += v * v;
-    ++k;
-  }
-  if (k == 0) {
-    mean = std = std::numeric_limits<double>::quiet_NaN();
-    return;
-  }
-  mean = sum / static_cast<double>(k);
-  std = std::sqrt(std::max(0.0, sq / static_cast<double>(k) - mean * mean));
-}
-
-// z over lines of one orientation: max over channels and the two statistics.
-void score_lines(std::span<const float> values, std::int64_t channels, std::int64_t height, std::int64_t width,
-                 bool rows, double min_deviation, int border, std::vector<float>& z_out) {
-  const std::int64_t lines = rows ? height : width;
-  const std::int64_t len = rows ? width : height;
-  const std::int64_t stride = rows ? 1 : width;
-  z_out.assign(static_cast<std::size_t>(lines), 0.0f);
+// z over lines of one orientation from their moments (channel major, `lines`
+// per channel): max over channels and the two statistics.
+std::vector<float> score_lines(const std::vector<float>& mean, const std::vector<float>& sd, std::int64_t channels,
+                               std::int64_t lines, double min_deviation, int border) {
+  std::vector<float> z_out(static_cast<std::size_t>(lines), 0.0f);
   const double floor = min_deviation / kBandThreshold;
   for (std::int64_t c = 0; c < channels; ++c) {
-    std::vector<double> means(static_cast<std::size_t>(lines)), stds(static_cast<std::size_t>(lines));
-    const float* plane = values.data() + c * height * width;
-    for (std::int64_t l = 0; l < lines; ++l) {
-      const float* base = plane + (rows ? l * width : l);
-      line_stats(base, len, stride, means[static_cast<std::size_t>(l)], stds[static_cast<std::size_t>(l)]);
-    }
-    for (const auto* stat : {&means, &stds}) {
-      const auto z = peak_z(*stat, floor, border);
+    for (const auto* stat : {&mean, &sd}) {
+      const auto first = stat->begin() + c * lines;
+      const std::vector<double> s(first, first + lines);
+      const auto z = peak_z(s, floor, border);
       for (std::size_t l = 0; l < z.size(); ++l) z_out[l] = std::max(z_out[l], static_cast<float>(z[l]));
     }
   }
+  return z_out;
+}
+
+Stats channel_stats(const ChannelReduction& c) {
+  Stats s;
+  s.count = c.count;
+  s.nan = c.nan;
+  s.pos_inf = c.pos_inf;
+  s.neg_inf = c.neg_inf;
+  s.near_limit = c.near_limit;
+  if (c.finite > 0) {
+    s.min = c.min;
+    s.max = c.max;
+    s.mean = c.mean;
+    s.std = std::sqrt(std::max(0.0, c.m2 / static_cast<double>(c.finite)));
+    s.max_abs = std::max(std::fabs(c.min), std::fabs(c.max));
+  }
+  s.near_limit_share = s.count > 0 ? static_cast<double>(s.near_limit) / static_cast<double>(s.count) : 0;
+  return s;
+}
+
+NonFiniteMask mask_of(const MapReduction& r) {
+  NonFiniteMask m;
+  m.rows = r.mask_rows;
+  m.cols = r.mask_cols;
+  m.share.resize(r.mask_bad.size());
+  for (int cy = 0; cy < m.rows; ++cy) {
+    const std::int64_t ph = std::min(r.cell_h, r.height - cy * r.cell_h);
+    for (int cx = 0; cx < m.cols; ++cx) {
+      const std::int64_t pw = std::min(r.cell_w, r.width - cx * r.cell_w);
+      const auto i = static_cast<std::size_t>(cy * m.cols + cx);
+      const double total = static_cast<double>(r.channels * ph * pw);
+      m.share[i] = total > 0 ? static_cast<float>(static_cast<double>(r.mask_bad[i]) / total) : 0.0f;
+    }
+  }
+  return m;
+}
+
+BandScore bands_of(const MapReduction& r, double min_deviation, int border) {
+  BandScore b;
+  b.row_z = score_lines(r.row_mean, r.row_std, r.channels, r.height, min_deviation, border);
+  b.col_z = score_lines(r.col_mean, r.col_std, r.channels, r.width, min_deviation, border);
+  auto summarise = [](const std::vector<float>& z, double& score, int& worst_i, std::vector<int>& bands) {
+    for (std::size_t i = 0; i < z.size(); ++i) {
+      if (z[i] > score) {
+        score = z[i];
+        worst_i = static_cast<int>(i);
+      }
+      if (z[i] >= kBandThreshold) bands.push_back(static_cast<int>(i));
+    }
+  };
+  summarise(b.row_z, b.row_score, b.worst_row, b.band_rows);
+  summarise(b.col_z, b.col_score, b.worst_col, b.band_cols);
+  // Many peaking lines are a pattern (stripes, texture), not isolated bands.
+  auto pattern = [](const std::vector<int>& lines, std::size_t n) {
+    return lines.size() > std::max<std::size_t>(kBandMaxLines, n / 8);
+  };
+  b.pattern = pattern(b.band_rows, b.row_z.size()) || pattern(b.band_cols, b.col_z.size());
+  return b;
+}
+
+double near_threshold(double limit) { return limit > 0 ? kNearLimitFraction * limit : 0.0; }
+
+MapReduction host_reduction(std::span<const float> values, std::int64_t channels, std::int64_t height,
+                            std::int64_t width, double limit, int mask_cells = kMaskCells) {
+  return reduce_map(values.data(), channels, height, width, near_threshold(limit), kOvershoot, mask_cells);
 }
 
 }  // namespace
@@ -180,47 +224,13 @@ bool NonFiniteMask::any() const {
 
 NonFiniteMask nonfinite_mask(std::span<const float> values, std::int64_t channels, std::int64_t height,
                              std::int64_t width, int max_cells) {
-  NonFiniteMask m;
-  if (height <= 0 || width <= 0 || channels <= 0) return m;
-  const std::int64_t cell_h = (height + max_cells - 1) / max_cells, cell_w = (width + max_cells - 1) / max_cells;
-  m.rows = static_cast<int>((height + cell_h - 1) / cell_h);
-  m.cols = static_cast<int>((width + cell_w - 1) / cell_w);
-  std::vector<std::int64_t> bad(static_cast<std::size_t>(m.rows * m.cols), 0), total(bad.size(), 0);
-  for (std::int64_t c = 0; c < channels; ++c)
-    for (std::int64_t y = 0; y < height; ++y)
-      for (std::int64_t x = 0; x < width; ++x) {
-        const std::size_t cell = static_cast<std::size_t>((y / cell_h) * m.cols + x / cell_w);
-        ++total[cell];
-        if (!std::isfinite(values[static_cast<std::size_t>((c * height + y) * width + x)])) ++bad[cell];
-      }
-  m.share.resize(bad.size());
-  for (std::size_t i = 0; i < bad.size(); ++i)
-    m.share[i] = total[i] ? static_cast<float>(static_cast<double>(bad[i]) / static_cast<double>(total[i])) : 0.0f;
-  return m;
+  if (height <= 0 || width <= 0 || channels <= 0) return {};
+  return mask_of(host_reduction(values, channels, height, width, 0, max_cells));
 }
 
 BandScore band_score(std::span<const float> values, std::int64_t channels, std::int64_t height, std::int64_t width,
                      double min_deviation, int border) {
-  BandScore b;
-  score_lines(values, channels, height, width, true, min_deviation, border, b.row_z);
-  score_lines(values, channels, height, width, false, min_deviation, border, b.col_z);
-  auto summarise = [](const std::vector<float>& z, double& score, int& worst_i, std::vector<int>& bands) {
-    for (std::size_t i = 0; i < z.size(); ++i) {
-      if (z[i] > score) {
-        score = z[i];
-        worst_i = static_cast<int>(i);
-      }
-      if (z[i] >= kBandThreshold) bands.push_back(static_cast<int>(i));
-    }
-  };
-  summarise(b.row_z, b.row_score, b.worst_row, b.band_rows);
-  summarise(b.col_z, b.col_score, b.worst_col, b.band_cols);
-  // Many peaking lines are a pattern (stripes, texture), not isolated bands.
-  auto pattern = [](const std::vector<int>& lines, std::size_t n) {
-    return lines.size() > std::max<std::size_t>(kBandMaxLines, n / 8);
-  };
-  b.pattern = pattern(b.band_rows, b.row_z.size()) || pattern(b.band_cols, b.col_z.size());
-  return b;
+  return bands_of(host_reduction(values, channels, height, width, 0), min_deviation, border);
 }
 
 std::optional<LatentRgbFactors> latent_rgb_factors(std::string_view family) {
@@ -250,61 +260,49 @@ std::optional<LatentRgbFactors> latent_rgb_factors(std::string_view family) {
   return std::nullopt;
 }
 
-Preview latent_preview(std::span<const float> latent, std::int64_t channels, std::int64_t height, std::int64_t width,
-                       const LatentRgbFactors& factors, double sigma, double* overshoot, double* clipped) {
-  Preview p;
-  p.width = static_cast<int>(width);
-  p.height = static_cast<int>(height);
-  p.rgb.assign(static_cast<std::size_t>(width * height * 3), 0);
-  const double scale = 1.0 / std::sqrt(1.0 + sigma * sigma);
-  const std::int64_t plane = width * height;
-  const std::int64_t used = std::min<std::int64_t>(channels, static_cast<std::int64_t>(factors.factors.size()));
-  std::int64_t over = 0, clip = 0, n = 0;
-  for (std::int64_t i = 0; i < plane; ++i) {
-    for (int k = 0; k < 3; ++k) {
-      double v = factors.bias[static_cast<std::size_t>(k)];
-      for (std::int64_t c = 0; c < used; ++c)
-        v += factors.factors[static_cast<std::size_t>(c)][static_cast<std::size_t>(k)] *
-             latent[static_cast<std::size_t>(c * plane + i)] * scale;
-      std::uint8_t byte = 0;
-      if (std::isfinite(v)) {
-        ++n;
-        if (std::fabs(v) > kOvershoot) ++over;
-        if (std::fabs(v) > 1.0) ++clip;
-        byte = static_cast<std::uint8_t>(std::lround(std::clamp((v + 1.0) / 2.0, 0.0, 1.0) * 255.0));
-      }
-      p.rgb[static_cast<std::size_t>(i * 3 + k)] = byte;
-    }
-  }
-  if (overshoot) *overshoot = n ? static_cast<double>(over) / static_cast<double>(n) : 0;
-  if (clipped) *clipped = n ? static_cast<double>(clip) / static_cast<double>(n) : 0;
-  return p;
+namespace {
+
+Preview preview_of(const PreviewReduction& r, double* overshoot, double* clipped) {
+  const auto n = static_cast<double>(r.finite);
+  if (overshoot) *overshoot = r.finite ? static_cast<double>(r.over) / n : 0;
+  if (clipped) *clipped = r.finite ? static_cast<double>(r.clipped) / n : 0;
+  return Preview{r.width, r.height, r.rgb};
 }
 
-MapStats analyze_map(std::span<const float> values, std::int64_t channels, std::int64_t height, std::int64_t width,
-                     const MapOptions& options) {
+LatentPreviewArgs preview_args(const Tensor& x, std::int64_t index, const LatentRgbFactors& factors, double sigma) {
+  std::vector<float> flat;
+  for (const auto& row : factors.factors) flat.insert(flat.end(), row.begin(), row.end());
+  return LatentPreviewArgs{x, index, std::move(flat), factors.bias, 1.0 / std::sqrt(1.0 + sigma * sigma), kOvershoot};
+}
+
+}  // namespace
+
+Preview latent_preview(std::span<const float> latent, std::int64_t channels, std::int64_t height, std::int64_t width,
+                       const LatentRgbFactors& factors, double sigma, double* overshoot, double* clipped) {
+  const Tensor none;
+  const LatentPreviewArgs a = preview_args(none, 0, factors, sigma);
+  return preview_of(reduce_preview(latent.data(), channels, height, width, a), overshoot, clipped);
+}
+
+MapStats analyze_reduction(const MapReduction& r, const MapOptions& options) {
   MapStats m;
-  const std::int64_t plane = height * width;
-  m.channels.reserve(static_cast<std::size_t>(channels));
-  for (std::int64_t c = 0; c < channels; ++c) {
-    m.channels.push_back(compute_stats(values.subspan(static_cast<std::size_t>(c * plane),
-                                                      static_cast<std::size_t>(plane)),
-                                       options.limit));
+  m.channels.reserve(r.per_channel.size());
+  for (std::size_t c = 0; c < r.per_channel.size(); ++c) {
+    m.channels.push_back(channel_stats(r.per_channel[c]));
     if (c == 0) {
       m.all = m.channels.back();
     } else {
       m.all.merge(m.channels.back());
     }
   }
-  m.mask = nonfinite_mask(values, channels, height, width);
-  m.bands = band_score(values, channels, height, width, options.band_min_deviation, options.band_border);
+  m.mask = mask_of(r);
+  m.bands = bands_of(r, options.band_min_deviation, options.band_border);
   if (options.image_scale) {
     std::int64_t over = 0, clip = 0, n = 0;
-    for (float v : values) {
-      if (!std::isfinite(v)) continue;
-      ++n;
-      if (std::fabs(v) > kOvershoot) ++over;
-      if (std::fabs(v) > 1.0f) ++clip;
+    for (const auto& c : r.per_channel) {
+      over += c.over;
+      clip += c.clipped;
+      n += c.finite;
     }
     m.saturation = n ? static_cast<double>(over) / static_cast<double>(n) : 0;
     m.clipped = n ? static_cast<double>(clip) / static_cast<double>(n) : 0;
@@ -347,13 +345,19 @@ MapStats analyze_map(std::span<const float> values, std::int64_t channels, std::
   return m;
 }
 
-StepStats analyze_step(std::span<const float> latent, std::span<const float> noise_cond,
-                       std::span<const float> noise_uncond, std::int64_t channels, std::int64_t height,
-                       std::int64_t width, double limit, const LatentRgbFactors* factors, double sigma_after) {
+MapStats analyze_map(std::span<const float> values, std::int64_t channels, std::int64_t height, std::int64_t width,
+                     const MapOptions& options) {
+  return analyze_reduction(host_reduction(values, channels, height, width, options.limit), options);
+}
+
+namespace {
+
+// The step's verdicts from its reductions (both analyze_step forms).
+StepStats assemble_step(const MapReduction& latent, const PreviewReduction* preview, const MapReduction& cond,
+                        const MapReduction* uncond, double sigma_after) {
   StepStats s;
   s.sigma_after = sigma_after;
   MapOptions lo;
-  lo.limit = limit;
   lo.image_scale = false;
   // The linear preview is only a sketch (the embedded model's fit leaves 0.34
   // rms error), so its overshoot is reported but never decides the verdict:
@@ -364,28 +368,60 @@ StepStats analyze_step(std::span<const float> latent, std::span<const float> noi
   // on the decoded image, where R0's lines are.
   lo.band_verdict = false;
   lo.band_min_deviation = 0.5 * std::sqrt(1.0 + sigma_after * sigma_after);
-  if (factors) {
-    double over = 0, clipped = 0;
-    s.preview = latent_preview(latent, channels, height, width, *factors, sigma_after, &over, &clipped);
+  double clipped = 0;
+  if (preview) {
+    double over = 0;
+    s.preview = preview_of(*preview, &over, &clipped);
     lo.saturation = over;
-    s.latent = analyze_map(latent, channels, height, width, lo);
-    s.latent.clipped = clipped;
-  } else {
-    lo.saturation_verdict = false;
-    s.latent = analyze_map(latent, channels, height, width, lo);
   }
+  s.latent = analyze_reduction(latent, lo);
+  if (preview) s.latent.clipped = clipped;
   MapOptions no;
-  no.limit = limit;
   no.image_scale = false;
   no.saturation_verdict = false;
   no.band_verdict = false;
-  s.noise_cond = analyze_map(noise_cond, channels, height, width, no);
+  s.noise_cond = analyze_reduction(cond, no);
   s.verdict = worst(s.latent.verdict, s.noise_cond.verdict);
-  if (!noise_uncond.empty()) {
-    s.noise_uncond = analyze_map(noise_uncond, channels, height, width, no);
+  if (uncond) {
+    s.noise_uncond = analyze_reduction(*uncond, no);
     s.verdict = worst(s.verdict, s.noise_uncond->verdict);
   }
   return s;
+}
+
+}  // namespace
+
+StepStats analyze_step(std::span<const float> latent, std::span<const float> noise_cond,
+                       std::span<const float> noise_uncond, std::int64_t channels, std::int64_t height,
+                       std::int64_t width, double limit, const LatentRgbFactors* factors, double sigma_after) {
+  const MapReduction lat = host_reduction(latent, channels, height, width, limit);
+  const MapReduction cond = host_reduction(noise_cond, channels, height, width, limit);
+  std::optional<MapReduction> uncond;
+  if (!noise_uncond.empty()) uncond = host_reduction(noise_uncond, channels, height, width, limit);
+  std::optional<PreviewReduction> preview;
+  if (factors) {
+    const Tensor none;
+    preview = reduce_preview(latent.data(), channels, height, width, preview_args(none, 0, *factors, sigma_after));
+  }
+  return assemble_step(lat, preview ? &*preview : nullptr, cond, uncond ? &*uncond : nullptr, sigma_after);
+}
+
+StepStats analyze_step(Backend& be, const Tensor& latent, const Tensor& noise, int cond_index, int uncond_index,
+                       double limit, const LatentRgbFactors* factors, double sigma_after, std::size_t* read_back) {
+  std::vector<MapReduceArgs> args{{latent, 0, near_threshold(limit), kOvershoot, kMaskCells},
+                                  {noise, cond_index, near_threshold(limit), kOvershoot, kMaskCells}};
+  if (uncond_index >= 0) args.push_back({noise, uncond_index, near_threshold(limit), kOvershoot, kMaskCells});
+  std::vector<MapReduction> maps = be.map_reduce_batch(args);
+  const MapReduction& lat = maps[0];
+  const MapReduction& cond = maps[1];
+  std::optional<MapReduction> uncond;
+  if (uncond_index >= 0) uncond = std::move(maps[2]);
+  std::optional<PreviewReduction> preview;
+  if (factors) preview = be.latent_preview(preview_args(latent, 0, *factors, sigma_after));
+  if (read_back) {
+    *read_back = lat.bytes() + cond.bytes() + (uncond ? uncond->bytes() : 0) + (preview ? preview->rgb.size() + 12 : 0);
+  }
+  return assemble_step(lat, preview ? &*preview : nullptr, cond, uncond ? &*uncond : nullptr, sigma_after);
 }
 
 ImageStats analyze_image(std::span<const float> chw, std::int64_t height, std::int64_t width) {

@@ -3,7 +3,10 @@
 // CLI, JSON report) draws or prints. Value types only: copyable across
 // threads, no references into engine state, no Qt.
 //
-// Detectors (all pure functions of host data):
+// Detectors. Their inputs are reductions (backend/map_reduce.hpp) computed
+// where the maps live: on the run's device for the step statistics
+// (analyze_step's Backend form), by the reference reduction for host data
+// (decoded images, the span forms). Everything below is a function of those:
 //   - tensor statistics per channel (min/max/mean/std over finite values,
 //     NaN/+Inf/-Inf counts, max |x|, share of values within 10% of the
 //     dtype's largest finite value);
@@ -28,8 +31,13 @@
 #include <string_view>
 #include <vector>
 
+#include "backend/map_reduce.hpp"
 #include "core/dtype.hpp"
 #include "core/tensor.hpp"
+
+namespace nanscope {
+class Backend;
+}
 
 namespace nanscope::inspect {
 
@@ -144,7 +152,9 @@ struct MapOptions {
   // Lines within this many of an edge are not judged (at least kBandReach; images: kImageBandBorder).
   int band_border = kBandReach;
 };
-// values: [C, H, W] (one image of a batch), row-major.
+// What a reduction (Backend::map_reduce) says under these options.
+MapStats analyze_reduction(const MapReduction& r, const MapOptions& options);
+// values: [C, H, W] (one image of a batch), row-major; the reference reduction, then analyze_reduction.
 MapStats analyze_map(std::span<const float> values, std::int64_t channels, std::int64_t height,
                      std::int64_t width, const MapOptions& options);
 // The pieces on their own (analyze_map uses them).
@@ -181,6 +191,15 @@ struct StepStats {
 // Bands and the preview's saturation are measured on every map but only
 // non-finite and near-limit values decide a step's verdict: bands and
 // saturation are judged on the decoded image (analyze_image).
+// This form reduces on the backend that holds the maps (the pipeline's): latent
+// [1, C, H, W] f32, noise [rows, C, H, W] in the UNet's storage dtype with the
+// conditional branch at row cond_index and the unconditional one at
+// uncond_index (-1: none). Only the reductions are read back; read_back, when
+// given, receives their size in bytes.
+StepStats analyze_step(Backend& be, const Tensor& latent, const Tensor& noise, int cond_index, int uncond_index,
+                       double limit, const LatentRgbFactors* factors, double sigma_after,
+                       std::size_t* read_back = nullptr);
+// The same on host data (the reference reductions).
 StepStats analyze_step(std::span<const float> latent, std::span<const float> noise_cond,
                        std::span<const float> noise_uncond, std::int64_t channels, std::int64_t height,
                        std::int64_t width, double limit, const LatentRgbFactors* factors, double sigma_after);

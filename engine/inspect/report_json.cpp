@@ -110,6 +110,7 @@ nlohmann::json report_json(const RunConfig& config, const std::vector<pipeline::
     sj["sigma"] = s.sigma;
     sj["seconds"] = s.seconds;
     sj["inspect_seconds"] = s.inspect_seconds;
+    sj["inspect_bytes"] = s.inspect_bytes;
     if (s.decode_seconds > 0) sj["preview_decode_seconds"] = s.decode_seconds;
     st.push_back(std::move(sj));
   }

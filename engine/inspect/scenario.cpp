@@ -45,6 +45,7 @@ class Recorder final : public pipeline::RunObserver {
     if (forward_) forward_->on_image(img, r);
   }
   bool cancelled() const override { return forward_ && forward_->cancelled(); }
+  bool wants_latents() const override { return forward_ && forward_->wants_latents(); }
 
  private:
   InspectedRun& run_;

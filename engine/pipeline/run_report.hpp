@@ -20,8 +20,6 @@ struct TensorSummary {
   std::int64_t count = 0, nan = 0, pos_inf = 0, neg_inf = 0;
   std::int64_t nonfinite() const { return nan + pos_inf + neg_inf; }
 };
-// Statistics over the finite values, plus counts of the non-finite ones.
-TensorSummary summarize(std::span<const float> values);
 
 struct StepReport {
   int image = 0;   // index in the batch
@@ -32,9 +30,10 @@ struct StepReport {
   TensorSummary noise_cond;   // UNet output, conditional branch
   TensorSummary noise_uncond; // UNet output, unconditional branch (count 0 without CFG)
   Shape latent_shape;
-  std::vector<float> latent_values;  // the latent after the step (f32, NCHW)
+  std::vector<float> latent_values;  // the latent after the step (f32, NCHW); only for observers that want_latents()
   double seconds = 0;          // the whole step, inspector included
   double inspect_seconds = 0;  // of which the inspector's statistics, detectors and preview
+  std::size_t inspect_bytes = 0;  // what the inspector read back from the device for this step
   double decode_seconds = 0;   // of which the full-decode preview (inspect.decode_every)
   inspect::StepStats stats;  // the inspector's view of this step: per channel, mask, bands, preview, verdict
 };
@@ -76,6 +75,9 @@ class RunObserver {
   virtual void on_text_embeddings(const HostTensor& embeddings) {}
   virtual void on_initial_noise(int image, const Shape& shape, std::span<const float> values) {}
   virtual void on_step(const StepReport& step) {}
+  // True to receive every step's full latent in StepReport::latent_values (a
+  // read-back of the whole latent per step; A/B divergence, tensor dumps).
+  virtual bool wants_latents() const { return false; }
   virtual void on_image(const GeneratedImage& image, const RunReport& report) {}
   // Checked between steps and between components; true stops the run.
   virtual bool cancelled() const { return false; }

@@ -1,15 +1,18 @@
 // The samplers, each a transcription of its diffusers 0.31 class (schedulers/
 // scheduling_*.py): set_timesteps() becomes make_schedule(), step() do_step().
-// Scalars are float32 like diffusers' 0-d tensors; every tensor op of diffusers is
-// one separately rounded statement here (named temporaries keep compilers from
-// fusing them), so the results match torch's to an ulp or so.
+// Scalars are float32 like diffusers' 0-d tensors, computed here; the tensor
+// arithmetic is a LATENT_STEP op on the backend that holds the latent
+// (kernels/latent.cl, one separately rounded statement per diffusers tensor
+// op), so the results match torch's to an ulp or so on every backend.
 
 #include "pipeline/samplers.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <string>
 
+#include "backend/backend.hpp"
 #include "core/error.hpp"
 #include "pipeline/noise.hpp"
 #include "pipeline/schedule.hpp"
@@ -19,23 +22,12 @@ namespace {
 
 using schedule::numpy_round;
 
-// The x0 prediction of the Euler samplers (model input scaled by 1/sqrt(sigma^2+1)).
-inline float euler_denoised(PredictionType p, float x, float m, float sigma) {
-  switch (p) {
-    case PredictionType::kEpsilon: {
-      const float scaled = sigma * m;
-      return x - scaled;
-    }
-    case PredictionType::kVPrediction: {
-      const float var = sigma * sigma + 1.0f;
-      const float c_out = -sigma / std::sqrt(var);
-      const float a = m * c_out;
-      const float b = x / var;
-      return a + b;
-    }
-    case PredictionType::kSample: return m;
-  }
-  return m;
+// LatentOp::euler's coefficients: sigma, dt, and for v-prediction
+// c_out = -sigma / sqrt(sigma^2 + 1) and var = sigma^2 + 1.
+std::array<float, 8> euler_coefficients(float sigma, float dt) {
+  const float var = sigma * sigma + 1.0f;
+  const float c_out = -sigma / std::sqrt(var);
+  return {sigma, dt, c_out, var};
 }
 
 // EulerDiscreteScheduler and EulerAncestralDiscreteScheduler share their spacing rules:
@@ -102,17 +94,10 @@ class EulerSampler final : public Sampler {
     init_noise_sigma_ = euler_init_noise_sigma(c, sigmas_);
   }
 
-  void do_step(std::span<const float> mo, std::span<float> x, int i, NoiseSource*, std::span<float> denoised) override {
-    const float sigma = sigmas_[i];
-    const float dt = sigmas_[i + 1] - sigma;
-    for (std::size_t k = 0; k < x.size(); ++k) {
-      const float x0 = euler_denoised(config_.prediction_type, x[k], mo[k], sigma);
-      const float diff = x[k] - x0;
-      const float derivative = diff / sigma;
-      const float delta = derivative * dt;
-      if (!denoised.empty()) denoised[k] = x0;
-      x[k] = x[k] + delta;
-    }
+  void do_step(Backend& be, const Tensor& mo, Tensor& x, int i, NoiseSource*, Tensor* denoised) override {
+    const float sigma = sigmas_[static_cast<std::size_t>(i)];
+    const float dt = sigmas_[static_cast<std::size_t>(i) + 1] - sigma;
+    apply(be, LatentOp::euler, x, &mo, x, euler_coefficients(sigma, dt), denoised);
   }
 };
 
@@ -133,31 +118,21 @@ class EulerAncestralSampler final : public Sampler {
     init_noise_sigma_ = euler_init_noise_sigma(c, sigmas_);
   }
 
-  void do_step(std::span<const float> mo, std::span<float> x, int i, NoiseSource* noise,
-               std::span<float> denoised) override {
-    const float from = sigmas_[i];
-    const float to = sigmas_[i + 1];
+  void do_step(Backend& be, const Tensor& mo, Tensor& x, int i, NoiseSource* noise, Tensor* denoised) override {
+    const float from = sigmas_[static_cast<std::size_t>(i)];
+    const float to = sigmas_[static_cast<std::size_t>(i) + 1];
     const float from2 = from * from;
     const float to2 = to * to;
     const float up2 = to2 * (from2 - to2) / from2;
     const float sigma_up = std::sqrt(up2);
     const float sigma_down = std::sqrt(to2 - sigma_up * sigma_up);
     const float dt = sigma_down - from;
-    for (std::size_t k = 0; k < x.size(); ++k) {
-      const float x0 = euler_denoised(config_.prediction_type, x[k], mo[k], from);
-      const float diff = x[k] - x0;
-      const float derivative = diff / from;
-      const float delta = derivative * dt;
-      if (!denoised.empty()) denoised[k] = x0;
-      x[k] = x[k] + delta;
-    }
+    apply(be, LatentOp::euler, x, &mo, x, euler_coefficients(from, dt), denoised);
     // diffusers draws the noise after the deterministic part, one tensor per step.
-    std::vector<float> z(x.size());
+    std::vector<float> z(static_cast<std::size_t>(x.numel()));
     noise->randn(z);
-    for (std::size_t k = 0; k < x.size(); ++k) {
-      const float scaled = z[k] * sigma_up;
-      x[k] = x[k] + scaled;
-    }
+    const Tensor zt = be.upload(HostTensor::from_f32({x.numel()}, z));
+    apply(be, LatentOp::add_scaled, x, &zt, x, {sigma_up});
   }
 };
 
@@ -200,9 +175,9 @@ class DdimSampler final : public Sampler {
     init_noise_sigma_ = 1.0f;
   }
 
-  void do_step(std::span<const float> mo, std::span<float> x, int i, NoiseSource*, std::span<float> denoised) override {
+  void do_step(Backend& be, const Tensor& mo, Tensor& x, int i, NoiseSource*, Tensor* denoised) override {
     const SchedulerConfig& c = config_;
-    const int t = static_cast<int>(timesteps_[i]);
+    const int t = static_cast<int>(timesteps_[static_cast<std::size_t>(i)]);
     const int prev_t = t - c.num_train_timesteps / requested_steps_;
     const float a_t = alpha_at(t);
     const float a_prev = prev_t >= 0 ? alpha_at(prev_t) : final_alpha();
@@ -215,34 +190,8 @@ class DdimSampler final : public Sampler {
     const float dir_coef = std::sqrt(1.0f - a_prev - std_dev * std_dev);
     const float sqrt_a_prev = std::sqrt(a_prev);
     const auto range = static_cast<float>(c.clip_sample_range);
-    for (std::size_t k = 0; k < x.size(); ++k) {
-      float x0;
-      float eps;
-      if (c.prediction_type == PredictionType::kEpsilon) {
-        const float scaled = sqrt_b * mo[k];
-        const float diff = x[k] - scaled;
-        x0 = diff / sqrt_a;
-        eps = mo[k];
-      } else if (c.prediction_type == PredictionType::kSample) {
-        x0 = mo[k];
-        const float scaled = sqrt_a * x0;
-        const float diff = x[k] - scaled;
-        eps = diff / sqrt_b;
-      } else {
-        const float ax = sqrt_a * x[k];
-        const float bm = sqrt_b * mo[k];
-        x0 = ax - bm;
-        const float am = sqrt_a * mo[k];
-        const float bx = sqrt_b * x[k];
-        eps = am + bx;
-      }
-      // torch.clamp: min then max, NaN passes through.
-      if (c.clip_sample) x0 = std::isnan(x0) ? x0 : std::min(std::max(x0, -range), range);
-      const float direction = dir_coef * eps;
-      const float kept = sqrt_a_prev * x0;
-      if (!denoised.empty()) denoised[k] = x0;
-      x[k] = kept + direction;
-    }
+    apply(be, LatentOp::ddim, x, &mo, x, {sqrt_a, sqrt_b, dir_coef, sqrt_a_prev, range}, denoised, nullptr, nullptr,
+          c.clip_sample ? 1 : 0);
   }
 
  private:
@@ -306,7 +255,7 @@ class DpmPpSampler final : public Sampler {
     next_step_ = 0;
   }
 
-  void do_step(std::span<const float> mo, std::span<float> x, int i, NoiseSource*, std::span<float> denoised) override {
+  void do_step(Backend& be, const Tensor& mo, Tensor& x, int i, NoiseSource*, Tensor* denoised) override {
     const SchedulerConfig& c = config_;
     if (i != next_step_) {
       throw Error("dpmpp_2m sampler: step " + std::to_string(i) + " called where step " + std::to_string(next_step_) +
@@ -320,30 +269,18 @@ class DpmPpSampler final : public Sampler {
 
     // convert_model_output: the data prediction x0.
     const Level s0 = level(i);
-    std::vector<float> x0(x.size());
-    for (std::size_t k = 0; k < x.size(); ++k) {
-      if (c.prediction_type == PredictionType::kEpsilon) {
-        const float scaled = s0.sigma * mo[k];
-        const float diff = x[k] - scaled;
-        x0[k] = diff / s0.alpha;
-      } else if (c.prediction_type == PredictionType::kVPrediction) {
-        const float ax = s0.alpha * x[k];
-        const float sm = s0.sigma * mo[k];
-        x0[k] = ax - sm;
-      } else {
-        x0[k] = mo[k];
-      }
-    }
-    if (!denoised.empty()) std::copy(x0.begin(), x0.end(), denoised.begin());
+    Tensor x0 = be.empty({x.numel()}, DType::f32);
+    apply(be, LatentOp::dpm_x0, x, &mo, x0, {s0.alpha, s0.sigma});
+    if (denoised) apply(be, LatentOp::mul, x0, nullptr, *denoised, {1.0f});
     std::rotate(history_.begin(), history_.begin() + 1, history_.end());
     history_.back() = std::move(x0);
 
     if (c.solver_order == 1 || lower_order_nums_ < 1 || lower_order_final) {
-      first_order(x, i);
+      first_order(be, x, i);
     } else if (c.solver_order == 2 || lower_order_nums_ < 2 || lower_order_second) {
-      second_order(x, i);
+      second_order(be, x, i);
     } else {
-      third_order(x, i);
+      third_order(be, x, i);
     }
     lower_order_nums_ = std::min(lower_order_nums_ + 1, c.solver_order);
     ++next_step_;
@@ -362,21 +299,16 @@ class DpmPpSampler final : public Sampler {
     return {alpha, sigma, std::log(alpha) - std::log(sigma)};
   }
 
-  void first_order(std::span<float> x, int i) const {
+  void first_order(Backend& be, Tensor& x, int i) const {
     const Level t = level(i + 1);
     const Level s = level(i);
     const float h = t.lambda - s.lambda;
     const float a = t.sigma / s.sigma;
     const float b = t.alpha * (std::exp(-h) - 1.0f);
-    const std::vector<float>& m0 = history_.back();
-    for (std::size_t k = 0; k < x.size(); ++k) {
-      const float ax = a * x[k];
-      const float bm = b * m0[k];
-      x[k] = ax - bm;
-    }
+    apply(be, LatentOp::dpm1, x, &history_.back(), x, {a, b});
   }
 
-  void second_order(std::span<float> x, int i) const {
+  void second_order(Backend& be, Tensor& x, int i) const {
     const Level t = level(i + 1);
     const Level s0 = level(i);
     const Level s1 = level(i - 1);
@@ -390,20 +322,11 @@ class DpmPpSampler final : public Sampler {
     // midpoint: - 0.5 * b * D1; heun: + alpha_t * ((exp(-h) - 1)/h + 1) * D1
     const bool heun = config_.solver_type == DpmSolverType::kHeun;
     const float c = heun ? t.alpha * (em1 / h + 1.0f) : 0.5f * b;
-    const std::vector<float>& m0 = history_[history_.size() - 1];
-    const std::vector<float>& m1 = history_[history_.size() - 2];
-    for (std::size_t k = 0; k < x.size(); ++k) {
-      const float dm = m0[k] - m1[k];
-      const float d1 = d1_coef * dm;
-      const float ax = a * x[k];
-      const float bd0 = b * m0[k];
-      const float cd1 = c * d1;
-      const float head = ax - bd0;
-      x[k] = heun ? head + cd1 : head - cd1;
-    }
+    apply(be, LatentOp::dpm2, x, &history_[history_.size() - 1], x, {a, b, c, d1_coef}, nullptr,
+          &history_[history_.size() - 2], nullptr, heun ? 1 : 0);
   }
 
-  void third_order(std::span<float> x, int i) const {
+  void third_order(Backend& be, Tensor& x, int i) const {
     const Level t = level(i + 1);
     const Level s0 = level(i);
     const Level s1 = level(i - 1);
@@ -423,26 +346,8 @@ class DpmPpSampler final : public Sampler {
     const float b = t.alpha * em1;
     const float c = t.alpha * (em1 / h + 1.0f);
     const float d = t.alpha * ((em1 + h) / (h * h) - 0.5f);
-    const std::vector<float>& m0 = history_[history_.size() - 1];
-    const std::vector<float>& m1 = history_[history_.size() - 2];
-    const std::vector<float>& m2 = history_[history_.size() - 3];
-    for (std::size_t k = 0; k < x.size(); ++k) {
-      const float dm01 = m0[k] - m1[k];
-      const float dm12 = m1[k] - m2[k];
-      const float d1_0 = c10 * dm01;
-      const float d1_1 = c11 * dm12;
-      const float dd = d1_0 - d1_1;
-      const float c1dd = c1 * dd;
-      const float d1 = d1_0 + c1dd;
-      const float d2 = c2 * dd;
-      const float ax = a * x[k];
-      const float bd0 = b * m0[k];
-      const float cd1 = c * d1;
-      const float dd2 = d * d2;
-      const float head = ax - bd0;
-      const float mid = head + cd1;
-      x[k] = mid - dd2;
-    }
+    apply(be, LatentOp::dpm3, x, &history_[history_.size() - 1], x, {a, b, c, d, c10, c11, c1, c2}, nullptr,
+          &history_[history_.size() - 2], &history_[history_.size() - 3]);
   }
 
   // searchsorted(flip(lambda_t), lambda_min_clipped): how many training timesteps at
@@ -457,7 +362,7 @@ class DpmPpSampler final : public Sampler {
                             lambdas.begin());
   }
 
-  std::vector<std::vector<float>> history_;  // data predictions, newest last
+  std::vector<Tensor> history_;  // data predictions on the sampling backend, newest last
   int lower_order_nums_ = 0;
   int next_step_ = 0;
 };

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <string>
 
+#include "backend/backend.hpp"
+#include "backend/reference/reference_backend.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "pipeline/samplers.hpp"
@@ -34,34 +36,87 @@ void Sampler::set_timesteps(int steps) {
   }
 }
 
-float Sampler::model_input_scale(int step_index) const {
-  if (!scales_model_input()) return 1.0f;
-  const float sigma = sigmas_.at(static_cast<std::size_t>(step_index));
-  return 1.0f / std::sqrt(sigma * sigma + 1.0f);
+namespace {
+
+// The host forms' backend: plain C++ on host memory, shared (it holds no state
+// of its own; every tensor owns its buffer).
+Backend& host_backend() {
+  static reference::ReferenceBackend be;
+  return be;
+}
+
+Tensor upload_f32(Backend& be, std::span<const float> v) {
+  return be.upload(HostTensor::from_f32({static_cast<std::int64_t>(v.size())}, std::vector<float>(v.begin(), v.end())));
+}
+
+void copy_back(Backend& be, const Tensor& t, std::span<float> out) {
+  const std::vector<float> v = be.download(t).to_f32();
+  std::copy(v.begin(), v.end(), out.begin());
+}
+
+}  // namespace
+
+void Sampler::apply(Backend& be, LatentOp op, const Tensor& x, const Tensor* m, Tensor& out, std::array<float, 8> c,
+                    Tensor* x0, const Tensor* h1, const Tensor* h2, int flag) const {
+  LatentStepArgs a{op, x.numel(), x, 0, m, 0, h1, h2, out, 0, x0, c, static_cast<int>(config_.prediction_type), flag};
+  be.latent_step(a);
+}
+
+void Sampler::scale_model_input(Backend& be, const Tensor& sample, Tensor& out, int step_index,
+                                std::int64_t out_offset) const {
+  float divisor = 1.0f;
+  if (scales_model_input()) {
+    const float sigma = sigmas_.at(static_cast<std::size_t>(step_index));
+    divisor = std::sqrt(sigma * sigma + 1.0f);
+  }
+  // x / 1 is x: the unscaled samplers copy through the same op.
+  LatentStepArgs a{LatentOp::scale, sample.numel(), sample, 0, nullptr, 0, nullptr, nullptr, out, out_offset,
+                   nullptr, {divisor}, 0, 0};
+  be.latent_step(a);
 }
 
 void Sampler::scale_model_input(std::span<float> sample, int step_index) const {
   if (!scales_model_input()) return;
-  const float sigma = sigmas_.at(static_cast<std::size_t>(step_index));
-  const float divisor = std::sqrt(sigma * sigma + 1.0f);
-  for (float& v : sample) v = v / divisor;
+  Backend& be = host_backend();
+  const Tensor x = upload_f32(be, sample);
+  Tensor out = be.empty(x.shape(), DType::f32);
+  scale_model_input(be, x, out, step_index);
+  copy_back(be, out, sample);
 }
 
-void Sampler::step(std::span<const float> model_output, std::span<float> sample, int step_index,
-                   NoiseSource* noise, std::span<float> denoised) {
+void Sampler::step(Backend& be, const Tensor& model_output, Tensor& sample, int step_index, NoiseSource* noise,
+                   Tensor* denoised) {
   const std::string name(to_string(kind()));
   if (timesteps_.empty()) throw Error(name + " sampler: step() before set_timesteps()");
   if (step_index < 0 || step_index >= num_steps()) {
     throw Error(name + " sampler: step " + std::to_string(step_index) + " is outside 0.." +
                 std::to_string(num_steps() - 1));
   }
+  if (model_output.numel() != sample.numel() || (denoised && denoised->numel() != sample.numel())) {
+    throw Error(name + " sampler: model output has " + std::to_string(model_output.numel()) + " values, sample " +
+                std::to_string(sample.numel()) + ", denoised " + std::to_string(denoised ? denoised->numel() : 0) +
+                "; they must match");
+  }
+  if (uses_noise() && noise == nullptr) throw Error(name + " sampler: step() needs a noise source");
+  do_step(be, model_output, sample, step_index, noise, denoised);
+}
+
+void Sampler::step(std::span<const float> model_output, std::span<float> sample, int step_index, NoiseSource* noise,
+                   std::span<float> denoised) {
+  const std::string name(to_string(kind()));
   if (model_output.size() != sample.size() || (!denoised.empty() && denoised.size() != sample.size())) {
     throw Error(name + " sampler: model output has " + std::to_string(model_output.size()) + " values, sample " +
                 std::to_string(sample.size()) + ", denoised " + std::to_string(denoised.size()) +
                 "; they must match");
   }
-  if (uses_noise() && noise == nullptr) throw Error(name + " sampler: step() needs a noise source");
-  do_step(model_output, sample, step_index, noise, denoised);
+  Backend& be = host_backend();
+  const Tensor m = upload_f32(be, model_output);
+  Tensor x = upload_f32(be, sample);
+  Tensor d;
+  if (!denoised.empty()) d = be.empty(x.shape(), DType::f32);
+  step(be, m, x, step_index, noise, denoised.empty() ? nullptr : &d);
+  copy_back(be, x, sample);
+  if (!denoised.empty()) copy_back(be, d, denoised);
 }
 
 std::unique_ptr<Sampler> make_sampler(const SchedulerConfig& config) {

@@ -4,25 +4,34 @@
 // and DPMSolverMultistepScheduler (dpmsolver++, "DPM++ 2M", with or without Karras
 // sigmas) for the same scheduler_config.json.
 //
-// The math runs on host floats: a latent is at most a few hundred thousand values
-// and a step is a handful of multiply-adds per value, so uploading is the
-// pipeline's business, not the sampler's. Every operation is done in float32 in
-// the order torch evaluates diffusers' expressions (each tensor op rounded on its
-// own, no fused multiply-add), so results agree with diffusers to a few ulps.
+// The schedule (sigmas, alphas and each step's coefficients) is computed on the
+// host; the tensor arithmetic runs on the backend that holds the latent
+// (Backend::latent_step, kernels/latent.cl), so a pipeline keeps its latent on
+// the device between steps. Every operation is done in float32 in the order
+// torch evaluates diffusers' expressions (each tensor op rounded on its own, no
+// fused multiply-add), so results agree with diffusers to a few ulps, and the
+// reference and OpenCL backends agree bit for bit where the device divides
+// correctly rounded. The span forms run the same code on host data.
 //
 // Use (as diffusers' StableDiffusionPipeline does):
 //   auto s = make_sampler(SchedulerConfig::from_json(j, SamplerKind::kEuler));
 //   s->set_timesteps(20);
 //   noise.randn(latent); multiply latent by s->init_noise_sigma();
 //   for i in 0..s->num_steps()-1:
-//     x = latent; s->scale_model_input(x, i); eps = unet(x, s->timesteps()[i]) (+ CFG);
-//     s->step(eps, latent, i, &noise);
+//     s->scale_model_input(be, latent, x, i); eps = unet(x, s->timesteps()[i]) (+ CFG);
+//     s->step(be, eps, latent, i, &noise);
 
 #include <memory>
 #include <span>
 #include <vector>
 
+#include "backend/op_args.hpp"
+#include "core/tensor.hpp"
 #include "pipeline/scheduler_config.hpp"
+
+namespace nanscope {
+class Backend;
+}
 
 namespace nanscope::pipeline {
 
@@ -55,10 +64,11 @@ class Sampler {
   float init_noise_sigma() const { return init_noise_sigma_; }
 
   // The model input at step i: sample / sqrt(sigma_i^2 + 1) for the Euler samplers,
-  // unchanged for DDIM and DPM++. In place, with torch's division.
+  // unchanged for DDIM and DPM++, with torch's division. The backend form writes
+  // sample (f32) into out at element offset out_offset (a row of a CFG batch).
+  void scale_model_input(Backend& be, const Tensor& sample, Tensor& out, int step_index,
+                         std::int64_t out_offset = 0) const;
   void scale_model_input(std::span<float> sample, int step_index) const;
-  // The same scaling as a factor, for a device kernel (may differ from the division by an ulp).
-  float model_input_scale(int step_index) const;
 
   // Whether step() draws noise (Euler ancestral).
   virtual bool uses_noise() const { return false; }
@@ -67,6 +77,11 @@ class Sampler {
   // (CFG-combined) UNet output for step `step_index`. `noise` must be given when
   // uses_noise(). `denoised`, when not empty, receives the model's x0 prediction.
   // DPM++ keeps earlier outputs, so its steps must run in order from 0.
+  // The backend form: model_output, sample and denoised are f32 tensors of the
+  // same size on `be`; sampler state (DPM++'s earlier outputs) stays there too.
+  void step(Backend& be, const Tensor& model_output, Tensor& sample, int step_index, NoiseSource* noise = nullptr,
+            Tensor* denoised = nullptr);
+  // The host form runs the same code on the reference backend.
   void step(std::span<const float> model_output, std::span<float> sample, int step_index,
             NoiseSource* noise = nullptr, std::span<float> denoised = {});
 
@@ -75,8 +90,11 @@ class Sampler {
   virtual void make_schedule(int steps) = 0;
   virtual void reset_state() {}
   virtual bool scales_model_input() const { return false; }
-  virtual void do_step(std::span<const float> model_output, std::span<float> sample, int i, NoiseSource* noise,
-                       std::span<float> denoised) = 0;
+  virtual void do_step(Backend& be, const Tensor& model_output, Tensor& sample, int i, NoiseSource* noise,
+                       Tensor* denoised) = 0;
+  // One LATENT_STEP over all of x's values with this sampler's prediction type.
+  void apply(Backend& be, LatentOp op, const Tensor& x, const Tensor* m, Tensor& out, std::array<float, 8> c,
+             Tensor* x0 = nullptr, const Tensor* h1 = nullptr, const Tensor* h2 = nullptr, int flag = 0) const;
 
   SchedulerConfig config_;
   std::vector<float> alphas_cumprod_;  // per training timestep

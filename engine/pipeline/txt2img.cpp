@@ -128,6 +128,34 @@ Tensor upload_as(Backend& be, const Shape& shape, std::span<const float> values,
 
 std::vector<float> download_f32(Backend& be, const Tensor& t) { return be.download(t).to_f32(); }
 
+// x in dtype `to` (x itself when it already is): RNE, as an upload of its values in that dtype would round them.
+Tensor cast_to(Backend& be, const Tensor& x, DType to) {
+  if (x.dtype() == to) return x;
+  Tensor out = be.empty(x.shape(), to);
+  be.cast(CastArgs{x, out});
+  return out;
+}
+
+// One LATENT_STEP over n values: out = op(x, m[m_off..]) with scalar c0.
+void latent_op(Backend& be, LatentOp op, std::int64_t n, const Tensor& x, const Tensor* m, std::int64_t m_off,
+               Tensor& out, float c0) {
+  be.latent_step(LatentStepArgs{op, n, x, 0, m, m_off, nullptr, nullptr, out, 0, nullptr, {c0}, 0, 0});
+}
+
+TensorSummary summary_of(const inspect::Stats& s) {
+  TensorSummary t;
+  t.min = s.min;
+  t.max = s.max;
+  t.mean = s.mean;
+  t.std = s.std;
+  t.max_abs = s.max_abs;
+  t.count = s.count;
+  t.nan = s.nan;
+  t.pos_inf = s.pos_inf;
+  t.neg_inf = s.neg_inf;
+  return t;
+}
+
 // Which latent -> RGB preview factors fit this model: the embedded model's
 // VAE (block_out_channels 16, 32, 64 with 4 latent channels) has its own fit;
 // others use their family's.
@@ -192,36 +220,6 @@ void finish_inspection(RunReport& report, const std::string& first_bad_note, con
 }
 
 }  // namespace
-
-TensorSummary summarize(std::span<const float> values) {
-  TensorSummary s;
-  s.count = static_cast<std::int64_t>(values.size());
-  double sum = 0, sq = 0;
-  std::int64_t n = 0;
-  s.min = std::numeric_limits<double>::infinity();
-  s.max = -std::numeric_limits<double>::infinity();
-  for (float v : values) {
-    if (std::isnan(v)) {
-      ++s.nan;
-    } else if (std::isinf(v)) {
-      ++(v > 0 ? s.pos_inf : s.neg_inf);
-    } else {
-      sum += v;
-      sq += static_cast<double>(v) * v;
-      s.min = std::min<double>(s.min, v);
-      s.max = std::max<double>(s.max, v);
-      ++n;
-    }
-  }
-  if (n == 0) {
-    s.min = s.max = 0;
-    return s;
-  }
-  s.mean = sum / static_cast<double>(n);
-  s.std = std::sqrt(std::max(0.0, sq / static_cast<double>(n) - s.mean * s.mean));
-  s.max_abs = std::max(std::fabs(s.min), std::fabs(s.max));
-  return s;
-}
 
 std::vector<GeneratedImage> Session::generate(const RunConfig& config, RunObserver* observer) {
   config.validate();
@@ -349,39 +347,45 @@ std::vector<GeneratedImage> Session::generate(const RunConfig& config, RunObserv
     bool traced_unet = false;
     std::string first_bad_note;
 
-    std::vector<float> latent(static_cast<std::size_t>(latent_n));
-    noise->randn(latent);
-    obs.on_initial_noise(static_cast<int>(img), latent_shape, latent);
-    for (auto& v : latent) v *= sampler->init_noise_sigma();
+    // The latent lives on the device from here to the decode: the samplers'
+    // arithmetic runs there (kernels/latent.cl) and the inspector reduces it
+    // there, so a step reads back only a few KB of statistics (and the full
+    // latent only for an observer that asks for it).
+    std::vector<float> initial(static_cast<std::size_t>(latent_n));
+    noise->randn(initial);
+    obs.on_initial_noise(static_cast<int>(img), latent_shape, initial);
+    Tensor latent = be.upload(HostTensor::from_f32(latent_shape, initial));
+    latent_op(be, LatentOp::mul, latent_n, latent, nullptr, 0, latent, sampler->init_noise_sigma());
 
     const auto t_sample = Clock::now();
     const int rows = cfg ? 2 : 1;
     const int steps = sampler->num_steps();
+    Shape in_shape = latent_shape;
+    in_shape[0] = rows;
     for (int i = 0; i < steps; ++i) {
       if (obs.cancelled()) {
         report.cancelled = true;
         break;
       }
       const auto t_step = Clock::now();
-      std::vector<float> model_in(latent);
-      sampler->scale_model_input(model_in, i);
-      std::vector<float> batch_in;
-      for (int r = 0; r < rows; ++r) batch_in.insert(batch_in.end(), model_in.begin(), model_in.end());
-      Shape in_shape = latent_shape;
-      in_shape[0] = rows;
+      // [uncond, cond] rows of the scaled latent, in the UNet's dtype.
+      Tensor batch_in = be.empty(in_shape, DType::f32);
+      for (int r = 0; r < rows; ++r) sampler->scale_model_input(be, latent, batch_in, i, r * latent_n);
+      const Tensor unet_in = cast_to(be, batch_in, unet_dtype);
       const float t = sampler->timesteps()[static_cast<std::size_t>(i)];
       const std::vector<float> ts(static_cast<std::size_t>(rows), t);
-      const Tensor pred = m.unet->forward(cc.unet, upload_as(be, in_shape, batch_in, unet_dtype), ts, context,
-                                          sdxl ? &added : nullptr);
-      const std::vector<float> pred_h = download_f32(be, pred);
-      std::vector<float> guided(static_cast<std::size_t>(latent_n));
-      const float* cond = pred_h.data() + (cfg ? latent_n : 0);
-      const float* uncond = pred_h.data();
-      const auto g = static_cast<float>(config.cfg_scale);
-      for (std::int64_t k = 0; k < latent_n; ++k) guided[k] = cfg ? uncond[k] + g * (cond[k] - uncond[k]) : cond[k];
+      const Tensor pred = m.unet->forward(cc.unet, unet_in, ts, context, sdxl ? &added : nullptr);
+      const Tensor pred32 = cast_to(be, pred, DType::f32);
+      Tensor guided = pred32;
+      if (cfg) {
+        // uncond + g * (cond - uncond)
+        guided = be.empty(latent_shape, DType::f32);
+        latent_op(be, LatentOp::cfg, latent_n, pred32, &pred32, latent_n, guided, static_cast<float>(config.cfg_scale));
+      }
       const bool decode_preview = insp.decode_every > 0 && (i + 1) % insp.decode_every == 0 && i + 1 < steps;
-      std::vector<float> denoised(decode_preview ? static_cast<std::size_t>(latent_n) : 0);
-      sampler->step(guided, latent, i, noise.get(), denoised);
+      Tensor denoised;
+      if (decode_preview) denoised = be.empty(latent_shape, DType::f32);
+      sampler->step(be, guided, latent, i, noise.get(), decode_preview ? &denoised : nullptr);
 
       StepReport sr;
       sr.image = static_cast<int>(img);
@@ -389,27 +393,32 @@ std::vector<GeneratedImage> Session::generate(const RunConfig& config, RunObserv
       sr.steps = steps;
       sr.timestep = t;
       sr.sigma = sampler->sigmas()[static_cast<std::size_t>(i)];
-      sr.latent = summarize(latent);
-      sr.noise_cond = summarize({cond, static_cast<std::size_t>(latent_n)});
-      if (cfg) sr.noise_uncond = summarize({uncond, static_cast<std::size_t>(latent_n)});
       sr.latent_shape = latent_shape;
-      sr.latent_values = latent;
-      const auto t_inspect = Clock::now();
       const auto& sigmas = sampler->sigmas();
       const double sigma_after = static_cast<std::size_t>(i + 1) < sigmas.size() ? sigmas[static_cast<std::size_t>(i + 1)] : 0.0;
-      sr.stats = inspect::analyze_step(latent, {cond, static_cast<std::size_t>(latent_n)},
-                                       cfg ? std::span<const float>(uncond, static_cast<std::size_t>(latent_n))
-                                           : std::span<const float>(),
-                                       latent_shape[1], latent_shape[2], latent_shape[3], unet_limit,
-                                       preview_factors ? &*preview_factors : nullptr, sigma_after);
-      sr.inspect_seconds = since(t_inspect);
+      if (insp.stats_every > 0 && ((i + 1) % insp.stats_every == 0 || i + 1 == steps)) {
+        // The inspector's kernels queue behind the step's; its reads wait for both. inspect_seconds
+        // is the inspector's own time: the call's wall time less what it waited for the device.
+        const auto t_inspect = Clock::now();
+        const double waited = be.inspect_wait_seconds();
+        sr.stats = inspect::analyze_step(be, latent, pred, cfg ? 1 : 0, cfg ? 0 : -1, unet_limit,
+                                         preview_factors ? &*preview_factors : nullptr, sigma_after, &sr.inspect_bytes);
+        sr.inspect_seconds = std::max(0.0, since(t_inspect) - (be.inspect_wait_seconds() - waited));
+        sr.latent = summary_of(sr.stats.latent.all);
+        sr.noise_cond = summary_of(sr.stats.noise_cond.all);
+        if (sr.stats.noise_uncond) sr.noise_uncond = summary_of(sr.stats.noise_uncond->all);
+      } else {
+        sr.stats.sigma_after = sigma_after;
+        be.synchronize();  // the step's time is its kernels' time
+      }
+      if (obs.wants_latents()) sr.latent_values = download_f32(be, latent);
       if (decode_preview) {
         // The picture the run is heading for: x0 predicted at this step, through the run's own VAE and precision.
         const auto t_preview = Clock::now();
         GeneratedImage x0;
         x0.config = out.config;
         x0.latent_shape = latent_shape;
-        x0.latent = std::move(denoised);
+        x0.latent = download_f32(be, denoised);
         const GeneratedImage d = redecode(config, x0, m.vae_folder(), vae_dtype);
         sr.stats.decoded.width = d.image.width;
         sr.stats.decoded.height = d.image.height;
@@ -446,7 +455,7 @@ std::vector<GeneratedImage> Session::generate(const RunConfig& config, RunObserv
         inspect::LayerTracer tracer("unet", "unet step " + std::to_string(i + 1));
         OpContext tctx = cc.unet;
         tctx.tracer = &tracer;
-        m.unet->forward(tctx, upload_as(be, in_shape, batch_in, unet_dtype), ts, context, sdxl ? &added : nullptr);
+        m.unet->forward(tctx, unet_in, ts, context, sdxl ? &added : nullptr);
         ri.traces.push_back(tracer.trace());
         traced_unet = true;
       }
@@ -463,7 +472,7 @@ std::vector<GeneratedImage> Session::generate(const RunConfig& config, RunObserv
       }
     }
     report.sampling_seconds = since(t_sample);
-    out.latent = latent;
+    out.latent = download_f32(be, latent);
     if (report.cancelled || report.stopped) {
       if (report.cancelled) report.outcome = "cancelled";
       finish_inspection(report, first_bad_note, emulator.get());

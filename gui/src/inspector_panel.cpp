@@ -400,7 +400,9 @@ void InspectorPanel::show_step(int index) {
                      .arg(static_cast<double>(r.timestep), 0, 'f', 1)
                      .arg(static_cast<double>(r.sigma), 0, 'g', 4)
                      .arg(r.seconds, 0, 'f', 3);
-  text += tr("inspector %1 ms").arg(r.inspect_seconds * 1e3, 0, 'f', 2);
+  text += tr("inspector %1 ms, %2 KB read back")
+              .arg(r.inspect_seconds * 1e3, 0, 'f', 2)
+              .arg(static_cast<double>(r.inspect_bytes) / 1024.0, 0, 'f', 1);
   if (r.decode_seconds > 0) text += tr(", full decode %1 ms").arg(r.decode_seconds * 1e3, 0, 'f', 1);
   text += QStringLiteral("<br>");
   text += tr("latent: max |x| %1, mean %2, std %3<br>")

@@ -65,6 +65,10 @@ class OpenClBackend final : public Backend {
   void cast(const CastArgs& args) override;
   void timestep_embedding(const TimestepEmbeddingArgs& args) override;
   void attention(const AttentionArgs& args) override;
+  void latent_step(const LatentStepArgs& args) override;
+  std::vector<MapReduction> map_reduce_batch(std::span<const MapReduceArgs> maps) override;
+  PreviewReduction latent_preview(const LatentPreviewArgs& args) override;
+  double inspect_wait_seconds() const override { return inspect_wait_; }
 
   // --- machinery for the op files ---
   // The -D set for a precision: -DSTORE_F16 / -DSTORE_BF16 / -DSTORE_F32,
@@ -115,6 +119,8 @@ class OpenClBackend final : public Backend {
   std::unordered_map<std::string, cl_kernel> kernels_;
   std::string cl_std_;  // "-cl-std=CL1.2" (or CL1.1 on devices that only speak OpenCL C 1.1)
   bool profile_ = false;
+  double inspect_wait_ = 0;  // inspect_wait_seconds()
+  void wait_for_device();     // clFinish, timed into inspect_wait_
   std::vector<std::pair<std::string, cl_event>> pending_events_;  // (op, event) not yet read
   std::map<std::string, OpTiming> timings_;
   void collect_profile();

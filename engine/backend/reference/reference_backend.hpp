@@ -52,6 +52,9 @@ class ReferenceBackend final : public Backend {
   void cast(const CastArgs& args) override;
   void timestep_embedding(const TimestepEmbeddingArgs& args) override;
   void attention(const AttentionArgs& args) override;
+  void latent_step(const LatentStepArgs& args) override;
+  std::vector<MapReduction> map_reduce_batch(std::span<const MapReduceArgs> maps) override;
+  PreviewReduction latent_preview(const LatentPreviewArgs& args) override;
 
  private:
   DeviceInfo info_;
