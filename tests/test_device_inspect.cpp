@@ -17,6 +17,7 @@
 #include <CL/cl.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -228,7 +229,7 @@ void expect_close(double want, double got, double rel, const std::string& what) 
   EXPECT_NEAR(got, want, rel * std::max(1.0, std::fabs(want))) << what;
 }
 
-TEST(MapReduce, DeviceReductionMatchesTheReferenceInEveryStorageDtype) {
+void check_map_reduce() {
   const std::int64_t c = 4, h = 24, w = 40;  // lines longer than a work-group on GPUs, odd mask cells
   const std::vector<float> values = rich_map(c, h, w, 11);
   Backend& ref = test::reference_backend();
@@ -287,6 +288,23 @@ TEST(MapReduce, DeviceReductionMatchesTheReferenceInEveryStorageDtype) {
       EXPECT_TRUE(ms_dev.mask.at(0, 0) > 0) << what;
       EXPECT_NEAR(ms_dev.saturation, ms_ref.saturation, 1e-12) << what;
     }
+  }
+}
+
+TEST(MapReduce, DeviceReductionMatchesTheReferenceInEveryStorageDtype) { check_map_reduce(); }
+
+// The other kernel family (a work-group per line, local-memory reductions) on the same device.
+TEST(MapReduce, TheOtherKernelStyleMatchesToo) {
+  const char* old = std::getenv("NANSCOPE_KERNEL_STYLE");
+  const std::string saved = old ? old : "";
+  bool gpu = false;
+  for (Backend* be : test::opencl_backends()) gpu = gpu || be->device().kind == DeviceKind::gpu;
+  setenv("NANSCOPE_KERNEL_STYLE", gpu ? "cpu" : "gpu", 1);
+  check_map_reduce();
+  if (old) {
+    setenv("NANSCOPE_KERNEL_STYLE", saved.c_str(), 1);
+  } else {
+    unsetenv("NANSCOPE_KERNEL_STYLE");
   }
 }
 

@@ -1,7 +1,9 @@
 // txt2img: tokenize, encode (uncond + cond in one batch), sample with CFG,
-// decode, check the image, apply the NaN policy. The latent lives on the host
-// between steps (a few KB..MB), so it is never lost: a failed decode can be
-// retried with another VAE or precision without re-sampling.
+// decode, check the image, apply the NaN policy. The latent lives on the
+// run's device while sampling (the samplers' arithmetic and the inspector's
+// reductions run there, so a step reads back a few KB of statistics); after
+// the last step it is read back and kept (GeneratedImage::latent), so a failed
+// decode can be retried with another VAE or precision without re-sampling.
 
 #include <algorithm>
 #include <chrono>
