@@ -5,6 +5,7 @@
 // (inspect.decode_every). Prints tables. Budget: at most 3% of step time.
 //
 //   build/bench/bench_inspect [--device D] [--model DIR] [--sizes 64,128,256] [--steps N] [--decode-every N]
+//                             [--rounds N]
 //
 // The statistics are reduced on the device, where the latent and the UNet
 // output stay between steps, and read back as a few KB (StepReport::
@@ -66,7 +67,7 @@ double sum(const std::vector<double>& v) {
 
 int main(int argc, char** argv) {
   std::string pin, model, sizes = "64,128,256";
-  int steps = 10, decode_every = 5;
+  int steps = 10, decode_every = 5, rounds = 5;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--device" && i + 1 < argc) pin = argv[++i];
@@ -74,8 +75,9 @@ int main(int argc, char** argv) {
     else if (a == "--sizes" && i + 1 < argc) sizes = argv[++i];
     else if (a == "--steps" && i + 1 < argc) steps = std::max(2, std::atoi(argv[++i]));
     else if (a == "--decode-every" && i + 1 < argc) decode_every = std::max(1, std::atoi(argv[++i]));
+    else if (a == "--rounds" && i + 1 < argc) rounds = std::max(1, std::atoi(argv[++i]));
     else {
-      std::fprintf(stderr, "usage: %s [--device D] [--model DIR] [--sizes 64,128,256] [--steps N] [--decode-every N]\n",
+      std::fprintf(stderr, "usage: %s [--device D] [--model DIR] [--sizes 64,128,256] [--steps N] [--decode-every N] [--rounds N]\n",
                    argv[0]);
       return 2;
     }
@@ -101,10 +103,10 @@ int main(int argc, char** argv) {
       config.width = config.height = size;
       config.seed = 1;
       session.generate(config);  // warm-up: kernels for this size
-      // Baseline in the same run: no step statistics (inspect.stats_every=0). Runs alternate, three
-      // of each, so drifts of the machine hit both sides alike.
+      // Baseline in the same run: no step statistics (inspect.stats_every=0). Runs alternate
+      // (--rounds of each), so drifts of the machine hit both sides alike.
       StepTimes bare, plain;
-      for (int round = 0; round < 3; ++round) {
+      for (int round = 0; round < rounds; ++round) {
         config.set("inspect.stats_every", "0");
         StepTimes b;
         session.generate(config, &b);

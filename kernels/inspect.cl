@@ -28,6 +28,59 @@ inline void ns_line(uint g, uint c_h, uint h, uint w, ulong base, ulong* first, 
   }
 }
 
+// What one work-item gathers from its values of a line (first pass): counters
+// in a struct of scalars, since a private array indexed at run time lives in
+// memory on CPU drivers.
+typedef struct {
+  uint fin, nan, pinf, ninf, near, over, clip;
+  float sum, lo, hi;
+} ns_line_acc;
+
+inline void ns_acc_init(ns_line_acc* a) {
+  a->fin = a->nan = a->pinf = a->ninf = a->near = a->over = a->clip = 0;
+  a->sum = 0.0f;
+  a->lo = INFINITY;
+  a->hi = -INFINITY;
+}
+
+// Branch-free on purpose: CPU drivers vectorise it across work-items.
+inline void ns_acc_add(ns_line_acc* a, float v, float near, float over) {
+  const int fin = isfinite(v);
+  const float m = fabs(v);
+  a->nan += isnan(v) ? 1u : 0u;
+  a->pinf += isinf(v) && v > 0.0f ? 1u : 0u;
+  a->ninf += isinf(v) && v < 0.0f ? 1u : 0u;
+  a->fin += fin ? 1u : 0u;
+  a->sum += fin ? v : 0.0f;
+  a->lo = fin ? fmin(a->lo, v) : a->lo;
+  a->hi = fin ? fmax(a->hi, v) : a->hi;
+  a->near += fin && m >= near ? 1u : 0u;
+  a->over += fin && m > over ? 1u : 0u;
+  a->clip += fin && m > 1.0f ? 1u : 0u;
+}
+
+// The first pass over elements begin, begin + step, ... of a line.
+inline ns_line_acc ns_first_pass(__global const store_t* x, ulong first, ulong stride, uint begin, uint len, uint step,
+                                 float near, float over) {
+  ns_line_acc acc;
+  ns_acc_init(&acc);
+  for (uint i = begin; i < len; i += step) ns_acc_add(&acc, ld(x, first + i * stride), near, over);
+  return acc;
+}
+
+// Sum of squared deviations from `mean` of the finite values (second pass).
+inline float ns_m2(__global const store_t* x, ulong first, ulong stride, uint begin, uint len, uint step, float mean) {
+  float m2 = 0.0f;
+  for (uint i = begin; i < len; i += step) {
+    const float v = ld(x, first + i * stride);
+    if (isfinite(v)) {
+      const float d = v - mean;
+      m2 += d * d;
+    }
+  }
+  return m2;
+}
+
 // Sums of a __local array of n floats / uints into element 0 (one work-item);
 // n is the work-group size (at most 256), so a serial pass costs nothing next
 // to the loads.
@@ -48,33 +101,15 @@ __kernel void map_lines(__global const store_t* x, ulong base, uint c, uint h, u
   ulong first, stride;
   uint len;
   ns_line(g, c * h, h, w, base, &first, &stride, &len);
-
-  // Counters as scalars: a private array indexed at run time lives in memory on CPU drivers.
-  uint n_fin = 0, n_nan = 0, n_pinf = 0, n_ninf = 0, n_near = 0, n_over = 0, n_clip = 0;
-  float sum = 0.0f, lo = INFINITY, hi = -INFINITY;
-  for (uint i = lid; i < len; i += nl) {
-    const float v = ld(x, first + i * stride);
-    const int fin = isfinite(v);
-    const float a = fabs(v);
-    n_nan += isnan(v) ? 1u : 0u;
-    n_pinf += isinf(v) && v > 0.0f ? 1u : 0u;
-    n_ninf += isinf(v) && v < 0.0f ? 1u : 0u;
-    n_fin += fin ? 1u : 0u;
-    sum += fin ? v : 0.0f;
-    lo = fin ? fmin(lo, v) : lo;
-    hi = fin ? fmax(hi, v) : hi;
-    n_near += fin && a >= near ? 1u : 0u;
-    n_over += fin && a > over ? 1u : 0u;
-    n_clip += fin && a > 1.0f ? 1u : 0u;
-  }
+  const ns_line_acc acc = ns_first_pass(x, first, stride, lid, len, nl, near, over);
   __local float* s_sum = scratch;
   __local float* s_lo = scratch + nl;
   __local float* s_hi = scratch + 2 * nl;
   __local float* s_m2 = scratch + 3 * nl;
-  s_sum[lid] = sum;
-  s_lo[lid] = lo;
-  s_hi[lid] = hi;
-  const uint cnt[NS_NSTAT] = {n_fin, n_nan, n_pinf, n_ninf, n_near, n_over, n_clip, 0};
+  s_sum[lid] = acc.sum;
+  s_lo[lid] = acc.lo;
+  s_hi[lid] = acc.hi;
+  const uint cnt[NS_NSTAT] = {acc.fin, acc.nan, acc.pinf, acc.ninf, acc.near, acc.over, acc.clip, 0};
   for (uint k = 0; k < NS_NSTAT; ++k) ucount[k * nl + lid] = cnt[k];
   barrier(CLK_LOCAL_MEM_FENCE);
   if (lid == 0) {
@@ -95,15 +130,7 @@ __kernel void map_lines(__global const store_t* x, ulong base, uint c, uint h, u
   barrier(CLK_LOCAL_MEM_FENCE);
   const uint finite = ucount[0];
   const float mean = finite > 0 ? s_sum[0] / (float)finite : NAN;
-  float m2 = 0.0f;
-  for (uint i = lid; i < len; i += nl) {
-    const float v = ld(x, first + i * stride);
-    if (isfinite(v)) {
-      const float d = v - mean;
-      m2 += d * d;
-    }
-  }
-  s_m2[lid] = m2;
+  s_m2[lid] = ns_m2(x, first, stride, lid, len, nl, mean);
   barrier(CLK_LOCAL_MEM_FENCE);
   if (lid == 0) {
     const float total = ns_local_sum(s_m2, nl);
@@ -126,45 +153,21 @@ __kernel void map_lines_item(__global const store_t* x, ulong base, uint c, uint
   ulong first, stride;
   uint len;
   ns_line(g, c * h, h, w, base, &first, &stride, &len);
-  // Counters as scalars: a private array indexed at run time lives in memory on CPU drivers.
-  uint n_fin = 0, n_nan = 0, n_pinf = 0, n_ninf = 0, n_near = 0, n_over = 0, n_clip = 0;
-  float sum = 0.0f, lo = INFINITY, hi = -INFINITY;
-  for (uint i = 0; i < len; ++i) {
-    const float v = ld(x, first + i * stride);
-    const int fin = isfinite(v);
-    const float a = fabs(v);
-    n_nan += isnan(v) ? 1u : 0u;
-    n_pinf += isinf(v) && v > 0.0f ? 1u : 0u;
-    n_ninf += isinf(v) && v < 0.0f ? 1u : 0u;
-    n_fin += fin ? 1u : 0u;
-    sum += fin ? v : 0.0f;
-    lo = fin ? fmin(lo, v) : lo;
-    hi = fin ? fmax(hi, v) : hi;
-    n_near += fin && a >= near ? 1u : 0u;
-    n_over += fin && a > over ? 1u : 0u;
-    n_clip += fin && a > 1.0f ? 1u : 0u;
-  }
-  const uint finite = n_fin;
-  const float mean = finite > 0 ? sum / (float)finite : NAN;
-  float m2 = 0.0f;
-  for (uint i = 0; i < len; ++i) {
-    const float v = ld(x, first + i * stride);
-    if (isfinite(v)) {
-      const float d = v - mean;
-      m2 += d * d;
-    }
-  }
+  const ns_line_acc acc = ns_first_pass(x, first, stride, 0, len, 1, near, over);
+  const uint finite = acc.fin;
+  const float mean = finite > 0 ? acc.sum / (float)finite : NAN;
+  const float m2 = ns_m2(x, first, stride, 0, len, 1, mean);
   lines_out[g] = (float2)(mean, finite > 0 ? sqrt(m2 / (float)finite) : NAN);
   if (g < c * h) {
-    rows_f[g] = (float4)(finite > 0 ? mean : 0.0f, m2, lo, hi);
+    rows_f[g] = (float4)(finite > 0 ? mean : 0.0f, m2, acc.lo, acc.hi);
     __global uint* u = rows_u + (ulong)g * NS_NSTAT;
-    u[0] = n_fin;
-    u[1] = n_nan;
-    u[2] = n_pinf;
-    u[3] = n_ninf;
-    u[4] = n_near;
-    u[5] = n_over;
-    u[6] = n_clip;
+    u[0] = acc.fin;
+    u[1] = acc.nan;
+    u[2] = acc.pinf;
+    u[3] = acc.ninf;
+    u[4] = acc.near;
+    u[5] = acc.over;
+    u[6] = acc.clip;
     u[7] = 0;
   }
 }

@@ -15,11 +15,9 @@
 
 namespace nanscope::pipeline {
 
-struct TensorSummary {
-  double min = 0, max = 0, mean = 0, std = 0, max_abs = 0;
-  std::int64_t count = 0, nan = 0, pos_inf = 0, neg_inf = 0;
-  std::int64_t nonfinite() const { return nan + pos_inf + neg_inf; }
-};
+// Statistics over the finite values plus counts of the non-finite ones (the
+// inspector's overall Stats of a map).
+using TensorSummary = inspect::Stats;
 
 struct StepReport {
   int image = 0;   // index in the batch

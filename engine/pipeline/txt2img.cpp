@@ -144,19 +144,6 @@ void latent_op(Backend& be, LatentOp op, std::int64_t n, const Tensor& x, const 
   be.latent_step(LatentStepArgs{op, n, x, 0, m, m_off, nullptr, nullptr, out, 0, nullptr, {c0}, 0, 0});
 }
 
-TensorSummary summary_of(const inspect::Stats& s) {
-  TensorSummary t;
-  t.min = s.min;
-  t.max = s.max;
-  t.mean = s.mean;
-  t.std = s.std;
-  t.max_abs = s.max_abs;
-  t.count = s.count;
-  t.nan = s.nan;
-  t.pos_inf = s.pos_inf;
-  t.neg_inf = s.neg_inf;
-  return t;
-}
 
 // Which latent -> RGB preview factors fit this model: the embedded model's
 // VAE (block_out_channels 16, 32, 64 with 4 latent channels) has its own fit;
@@ -406,9 +393,9 @@ std::vector<GeneratedImage> Session::generate(const RunConfig& config, RunObserv
         sr.stats = inspect::analyze_step(be, latent, pred, cfg ? 1 : 0, cfg ? 0 : -1, unet_limit,
                                          preview_factors ? &*preview_factors : nullptr, sigma_after, &sr.inspect_bytes);
         sr.inspect_seconds = std::max(0.0, since(t_inspect) - (be.inspect_wait_seconds() - waited));
-        sr.latent = summary_of(sr.stats.latent.all);
-        sr.noise_cond = summary_of(sr.stats.noise_cond.all);
-        if (sr.stats.noise_uncond) sr.noise_uncond = summary_of(sr.stats.noise_uncond->all);
+        sr.latent = sr.stats.latent.all;
+        sr.noise_cond = sr.stats.noise_cond.all;
+        if (sr.stats.noise_uncond) sr.noise_uncond = sr.stats.noise_uncond->all;
       } else {
         sr.stats.sigma_after = sigma_after;
         be.synchronize();  // the step's time is its kernels' time
