@@ -310,7 +310,8 @@ void MainWindow::connect_engine() {
                                .arg(r.text_seconds, 0, 'f', 2)
                                .arg(r.sampling_seconds, 0, 'f', 2)
                                .arg(r.decode_seconds, 0, 'f', 2));
-    log::info("image {}: {}", r.image + 1, r.outcome);
+    // The decode's outcome and the inspector's verdict ("decode clean" can still be a banded image).
+    log::info("image {}: decode {}; verdict {}", r.image + 1, r.outcome, inspect::verdict_name(r.inspection.verdict));
   });
   connect(c, &EngineController::kernels, this, [this](const KernelStats& k) { model_->set_kernel_stats(k); });
   connect(c, &EngineController::kernelBuild, model_, &ModelDevicePanel::kernel_build);
