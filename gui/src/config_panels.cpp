@@ -708,6 +708,7 @@ VaePolicyPanel::VaePolicyPanel(QWidget* parent)
       redecode_(new QPushButton(tr("Decode again"))),
       redecode_note_(new QLabel),
       decode_every_(new QSpinBox),
+      stats_every_(new QSpinBox),
       trace_(combo({{"When something breaks", "auto"}, {"Always (last step and decode too)", "always"}, {"Never", "off"}})),
       emulate_(combo({{"None (real numerics)", "none"}, {"R0 bands (EMULATED device quirk)", "r0"}})) {
   setObjectName("vaePolicyPanel");
@@ -718,12 +719,32 @@ VaePolicyPanel::VaePolicyPanel(QWidget* parent)
   decode_every_->setSuffix(tr(" steps"));
   decode_every_->setToolTip(tr("Also decode the sampler's prediction of the final image with the VAE every N steps "
                                "(one VAE decode each time); the inspector shows it instead of the latent preview"));
+  // Long choices must not widen the dock: combos shrink to a short minimum and elide.
+  for (QComboBox* c : {policy_, redecode_vae_, trace_, emulate_}) {
+    c->setSizeAdjustPolicy(QComboBox::AdjustToMinimumContentsLengthWithIcon);
+    c->setMinimumContentsLength(10);
+  }
+  // "every 1 step", "every 2 steps"
+  for (QSpinBox* b : {decode_every_, stats_every_}) {
+    connect(b, qOverload<int>(&QSpinBox::valueChanged), b,
+            [b](int v) { b->setSuffix(v == 1 ? QObject::tr(" step") : QObject::tr(" steps")); });
+  }
+  stats_every_->setObjectName("statsEvery");
+  stats_every_->setRange(0, 1000);
+  stats_every_->setSpecialValueText(tr("off (image checks only)"));
+  stats_every_->setPrefix(tr("every "));
+  stats_every_->setSuffix(tr(" steps"));
+  stats_every_->setValue(1);
+  stats_every_->setToolTip(tr("Per-step statistics (counts, moments, mask, bands, preview) every N steps and at the "
+                              "last step; off leaves only the decoded image's checks. They are reduced on the device "
+                              "and cost about 1% of a step"));
   trace_->setObjectName("traceMode");
   trace_->setToolTip(tr("When to record every op's output statistics and name the first op that broke"));
   emulate_->setObjectName("emulateFault");
   emulate_->setToolTip(tr("Reproduce a device's fault on this device so the detectors can be seen working. "
                           "Everything an emulated run shows is labelled EMULATED."));
-  connect(decode_every_, qOverload<int>(&QSpinBox::valueChanged), this, [this] { emit changed(); });
+  for (QSpinBox* b : {decode_every_, stats_every_})
+    connect(b, qOverload<int>(&QSpinBox::valueChanged), this, [this] { emit changed(); });
   for (QComboBox* c : {trace_, emulate_})
     connect(c, qOverload<int>(&QComboBox::activated), this, [this] { emit changed(); });
   policy_->setObjectName("nanPolicy");
@@ -744,8 +765,9 @@ VaePolicyPanel::VaePolicyPanel(QWidget* parent)
   redecode_image_->setRange(1, 1);
   redecode_image_->setPrefix(tr("image "));
   redecode_note_->setWordWrap(true);
-  redecode_note_->setText(tr("The sampled latent is kept after every run: decode it again with another VAE "
-                             "or precision without sampling again (report R2)."));
+  redecode_note_->setText(tr("The last latent is kept: no new sampling (report R2)."));
+  redecode_note_->setToolTip(tr("The sampled latent is kept after every run: decode it again with another VAE or "
+                                "precision without sampling again"));
   connect(redecode_, &QPushButton::clicked, this, [this] {
     emit redecodeRequested(redecode_image_->value() - 1, redecode_vae_->currentData().toString(),
                            redecode_dtype_->currentData().toString());
@@ -770,6 +792,7 @@ VaePolicyPanel::VaePolicyPanel(QWidget* parent)
 
   auto* inspector = new QGroupBox(tr("Inspector"));
   auto* inspector_form = new QFormLayout(inspector);
+  inspector_form->addRow(tr("Step statistics:"), stats_every_);
   inspector_form->addRow(tr("Full preview:"), decode_every_);
   inspector_form->addRow(tr("Layer trace:"), trace_);
   inspector_form->addRow(tr("Fault emulation:"), emulate_);
@@ -825,6 +848,7 @@ void VaePolicyPanel::load(const RunConfig& c) {
     // A bad inspect.* value is reported when the run starts; show the defaults meanwhile.
   }
   decode_every_->setValue(insp.decode_every);
+  stats_every_->setValue(insp.stats_every);
   select_data(trace_, insp.trace == inspect::TraceMode::always ? "always"
                       : insp.trace == inspect::TraceMode::off  ? "off"
                                                                : "auto");
@@ -848,6 +872,7 @@ void VaePolicyPanel::store(RunConfig& c) const {
     else c.inspect[key] = value;
   };
   put("decode_every", decode_every_->value(), decode_every_->value() == 0);
+  put("stats_every", stats_every_->value(), stats_every_->value() == 1);
   const std::string trace = trace_->currentData().toString().toStdString();
   put("trace", trace, trace == "auto");
   const std::string emulate = emulate_->currentData().toString().toStdString();

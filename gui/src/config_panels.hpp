@@ -165,6 +165,7 @@ class VaePolicyPanel : public ConfigPanel {
   QLabel* redecode_note_;
   // Inspector settings (RunConfig::inspect).
   QSpinBox* decode_every_;
+  QSpinBox* stats_every_;
   QComboBox* trace_;
   QComboBox* emulate_;
   bool redecode_available_ = false;

@@ -265,6 +265,7 @@ static void set_decades(QLogValueAxis* axis, double lo, double hi) {
 
 void InspectorPanel::append_points(const StepView& s) {
   const auto& r = s.report;
+  if (r.latent.count == 0) return;  // no statistics at this step (inspect.stats_every): nothing to plot
   const double x = r.index + 1;
   auto log_point = [&](QLineSeries* series, const pipeline::TensorSummary& t) {
     if (t.count == 0 || t.nonfinite() == t.count) return;  // nothing finite to plot
@@ -400,11 +401,18 @@ void InspectorPanel::show_step(int index) {
                      .arg(static_cast<double>(r.timestep), 0, 'f', 1)
                      .arg(static_cast<double>(r.sigma), 0, 'g', 4)
                      .arg(r.seconds, 0, 'f', 3);
-  text += tr("inspector %1 ms, %2 KB read back")
-              .arg(r.inspect_seconds * 1e3, 0, 'f', 2)
-              .arg(static_cast<double>(r.inspect_bytes) / 1024.0, 0, 'f', 1);
+  if (r.latent.count > 0) {
+    text += tr("inspector %1 ms, %2 KB read back")
+                .arg(r.inspect_seconds * 1e3, 0, 'f', 2)
+                .arg(static_cast<double>(r.inspect_bytes) / 1024.0, 0, 'f', 1);
+  }
   if (r.decode_seconds > 0) text += tr(", full decode %1 ms").arg(r.decode_seconds * 1e3, 0, 'f', 1);
   text += QStringLiteral("<br>");
+  if (r.latent.count == 0) {
+    step_label_->setText(text + tr("no statistics at this step (step statistics are taken every few steps: "
+                                   "Inspector settings)"));
+    return;
+  }
   text += tr("latent: max |x| %1, mean %2, std %3<br>")
               .arg(r.latent.max_abs, 0, 'g', 4)
               .arg(r.latent.mean, 0, 'g', 3)

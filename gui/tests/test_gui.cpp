@@ -203,6 +203,27 @@ class GuiTest : public QObject {
     QVERIFY(!v.image_a.isNull() && !v.image_b.isNull());
   }
 
+  void step_statistics_every_n_steps() {
+    if (!have_model_) QSKIP(qPrintable("no embedded model: " + model_note_));
+    auto w = make_window();
+    QSignalSpy done(w.get(), &MainWindow::runCompleted);
+    auto* every = w->findChild<QSpinBox*>("statsEvery");
+    QVERIFY(every);
+    QCOMPARE(every->value(), 1);
+    every->setValue(3);
+    QCOMPARE(w->current_config().inspect.value("stats_every", 1), 3);
+    press_run(*w, 4, "a blue square");
+    QVERIFY(done.wait(300000));
+    QVERIFY2(done.front().front().value<RunFinished>().ok, qPrintable(done.front().front().value<RunFinished>().error));
+    // Steps 3 and 4 (the last) carry statistics; only they are plotted.
+    for (int i = 0; i < 4; ++i) {
+      const StepView* s = w->inspector()->step_view(0, i);
+      QVERIFY(s);
+      QCOMPARE(s->report.latent.count > 0, i >= 2);
+    }
+    QCOMPARE(w->inspector()->points_plotted(), 2);
+  }
+
   void full_decode_preview_and_live_kernel_builds() {
     if (!have_model_) QSKIP(qPrintable("no embedded model: " + model_note_));
     auto w = make_window();
@@ -301,6 +322,7 @@ class GuiTest : public QObject {
     c.set("nan_policy", "retry-vae-f32");
     c.set("inspect.trace", "always");
     c.set("inspect.decode_every", "3");
+    c.set("inspect.stats_every", "2");
     c.set("inspect.emulate_min_tokens", "64");  // no control of its own: kept as given
     c.validate();
     w->load_config(c);
