@@ -203,18 +203,25 @@ class GuiTest : public QObject {
     QVERIFY(!v.image_a.isNull() && !v.image_b.isNull());
   }
 
+  // Sets an inspector spin box, runs 4 steps of "a blue square" and waits: an empty string, or what went wrong.
+  static QString run_with_inspector_setting(MainWindow& w, const char* spin, int value) {
+    auto* box = w.findChild<QSpinBox*>(spin);
+    if (!box) return QStringLiteral("no spin box %1").arg(spin);
+    box->setValue(value);
+    QSignalSpy done(&w, &MainWindow::runCompleted);
+    press_run(w, 4, "a blue square");
+    if (!done.wait(300000)) return QStringLiteral("the run did not finish");
+    const auto finished = done.front().front().value<RunFinished>();
+    return finished.ok ? QString() : QStringLiteral("the run failed: %1").arg(finished.error);
+  }
+
   void step_statistics_every_n_steps() {
     if (!have_model_) QSKIP(qPrintable("no embedded model: " + model_note_));
     auto w = make_window();
-    QSignalSpy done(w.get(), &MainWindow::runCompleted);
-    auto* every = w->findChild<QSpinBox*>("statsEvery");
-    QVERIFY(every);
-    QCOMPARE(every->value(), 1);
-    every->setValue(3);
+    QCOMPARE(w->findChild<QSpinBox*>("statsEvery")->value(), 1);
+    const QString err = run_with_inspector_setting(*w, "statsEvery", 3);
+    QVERIFY2(err.isEmpty(), qPrintable(err));
     QCOMPARE(w->current_config().inspect.value("stats_every", 1), 3);
-    press_run(*w, 4, "a blue square");
-    QVERIFY(done.wait(300000));
-    QVERIFY2(done.front().front().value<RunFinished>().ok, qPrintable(done.front().front().value<RunFinished>().error));
     // Steps 3 and 4 (the last) carry statistics; only they are plotted.
     for (int i = 0; i < 4; ++i) {
       const StepView* s = w->inspector()->step_view(0, i);
@@ -227,15 +234,10 @@ class GuiTest : public QObject {
   void full_decode_preview_and_live_kernel_builds() {
     if (!have_model_) QSKIP(qPrintable("no embedded model: " + model_note_));
     auto w = make_window();
-    QSignalSpy done(w.get(), &MainWindow::runCompleted);
     QSignalSpy builds(w->controller(), &EngineController::kernelBuild);
-    auto* every = w->findChild<QSpinBox*>("decodeEvery");
-    QVERIFY(every);
-    every->setValue(2);
+    const QString err = run_with_inspector_setting(*w, "decodeEvery", 2);
+    QVERIFY2(err.isEmpty(), qPrintable(err));
     QCOMPARE(w->current_config().inspect.value("decode_every", 0), 2);
-    press_run(*w, 4, "a blue square");
-    QVERIFY(done.wait(300000));
-    QVERIFY2(done.front().front().value<RunFinished>().ok, qPrintable(done.front().front().value<RunFinished>().error));
     // Step 2 carries a full decode of its x0 prediction; the last step (the image itself) and the others do not.
     for (int i = 0; i < 4; ++i) {
       const StepView* s = w->inspector()->step_view(0, i);
