@@ -44,6 +44,11 @@ void print_steps(const inspect::InspectedRun& run) {
   for (const auto& s : run.steps) {
     if (s.image != 0) continue;
     const auto& st = s.stats;
+    if (st.latent.channels.empty()) {  // inspect.stats_every skipped this step
+      std::printf("%4d %7.1f %10.4g  (no statistics at this step: inspect.stats_every)\n", s.index + 1,
+                  static_cast<double>(s.timestep), static_cast<double>(s.sigma));
+      continue;
+    }
     std::printf("%4d %7.1f %10.4g %11.4g %8s %8s %8s %6.1f %6.2f  %s\n", s.index + 1, static_cast<double>(s.timestep),
                 static_cast<double>(s.sigma), st.latent.all.max_abs, count_str(st.latent.all.nonfinite()).c_str(),
                 count_str(st.noise_cond.all.nonfinite()).c_str(),

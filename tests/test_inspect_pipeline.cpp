@@ -11,6 +11,7 @@
 
 #include "config/run_config.hpp"
 #include "core/error.hpp"
+#include "inspect/report_json.hpp"
 #include "io/safetensors.hpp"
 #include "pipeline/session.hpp"
 #include "support/oracle.hpp"
@@ -355,6 +356,14 @@ TEST(InspectPipeline, StatisticsEveryNStepsAndTheLastLeaveTheRunUnchanged) {
     EXPECT_EQ(second.steps[i].latent_values, every.steps[i].latent_values) << "step " << i + 1;
   }
   EXPECT_EQ(second.steps[1].stats.latent.all.std, every.steps[1].stats.latent.all.std);
+  // The JSON step table says which steps have statistics and carries none for the others.
+  cfg.set("inspect.stats_every", "2");
+  const nlohmann::json report = inspect::report_json(cfg, second.steps, second.reports.at(0));
+  ASSERT_EQ(report["steps"].size(), 5u);
+  EXPECT_FALSE(report["steps"][0]["statistics"].get<bool>());
+  EXPECT_FALSE(report["steps"][0].contains("latent"));
+  EXPECT_TRUE(report["steps"][1]["statistics"].get<bool>());
+  EXPECT_TRUE(report["steps"][1].contains("latent"));
   EXPECT_EQ(none.images.at(0).image, every.images.at(0).image);
   // The decoded image is checked either way.
   EXPECT_EQ(none.reports.at(0).inspection.image->map.verdict, every.reports.at(0).inspection.image->map.verdict);

@@ -104,7 +104,10 @@ nlohmann::json report_json(const RunConfig& config, const std::vector<pipeline::
   nlohmann::json st = nlohmann::json::array();
   for (const auto& s : steps) {
     if (s.image != report.image) continue;
-    nlohmann::json sj = to_json(s.stats);
+    // A step inspect.stats_every skipped has its timings only.
+    const bool measured = !s.stats.latent.channels.empty();
+    nlohmann::json sj = measured ? to_json(s.stats) : nlohmann::json::object();
+    sj["statistics"] = measured;
     sj["step"] = s.index + 1;
     sj["timestep"] = s.timestep;
     sj["sigma"] = s.sigma;
