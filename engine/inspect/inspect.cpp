@@ -411,17 +411,16 @@ StepStats analyze_step(Backend& be, const Tensor& latent, const Tensor& noise, i
   std::vector<MapReduceArgs> args{{latent, 0, near_threshold(limit), kOvershoot, kMaskCells},
                                   {noise, cond_index, near_threshold(limit), kOvershoot, kMaskCells}};
   if (uncond_index >= 0) args.push_back({noise, uncond_index, near_threshold(limit), kOvershoot, kMaskCells});
-  std::vector<MapReduction> maps = be.map_reduce_batch(args);
-  const MapReduction& lat = maps[0];
-  const MapReduction& cond = maps[1];
-  std::optional<MapReduction> uncond;
-  if (uncond_index >= 0) uncond = std::move(maps[2]);
+  const std::vector<MapReduction> maps = be.map_reduce_batch(args);
+  const MapReduction* uncond = uncond_index >= 0 ? &maps[2] : nullptr;
   std::optional<PreviewReduction> preview;
   if (factors) preview = be.latent_preview(preview_args(latent, 0, *factors, sigma_after));
   if (read_back) {
-    *read_back = lat.bytes() + cond.bytes() + (uncond ? uncond->bytes() : 0) + (preview ? preview->rgb.size() + 12 : 0);
+    // The preview comes back as its pixels and three counts.
+    *read_back = maps[0].bytes() + maps[1].bytes() + (uncond ? uncond->bytes() : 0) +
+                 (preview ? preview->rgb.size() + 3 * sizeof(std::uint32_t) : 0);
   }
-  return assemble_step(lat, preview ? &*preview : nullptr, cond, uncond ? &*uncond : nullptr, sigma_after);
+  return assemble_step(maps[0], preview ? &*preview : nullptr, maps[1], uncond, sigma_after);
 }
 
 ImageStats analyze_image(std::span<const float> chw, std::int64_t height, std::int64_t width) {

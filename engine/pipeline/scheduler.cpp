@@ -103,12 +103,7 @@ void Sampler::step(Backend& be, const Tensor& model_output, Tensor& sample, int 
 
 void Sampler::step(std::span<const float> model_output, std::span<float> sample, int step_index, NoiseSource* noise,
                    std::span<float> denoised) {
-  const std::string name(to_string(kind()));
-  if (model_output.size() != sample.size() || (!denoised.empty() && denoised.size() != sample.size())) {
-    throw Error(name + " sampler: model output has " + std::to_string(model_output.size()) + " values, sample " +
-                std::to_string(sample.size()) + ", denoised " + std::to_string(denoised.size()) +
-                "; they must match");
-  }
+  // The backend form checks the sizes (and everything else) on the uploaded copies.
   Backend& be = host_backend();
   const Tensor m = upload_f32(be, model_output);
   Tensor x = upload_f32(be, sample);

@@ -144,7 +144,6 @@ void latent_op(Backend& be, LatentOp op, std::int64_t n, const Tensor& x, const 
   be.latent_step(LatentStepArgs{op, n, x, 0, m, m_off, nullptr, nullptr, out, 0, nullptr, {c0}, 0, 0});
 }
 
-
 // Which latent -> RGB preview factors fit this model: the embedded model's
 // VAE (block_out_channels 16, 32, 64 with 4 latent channels) has its own fit;
 // others use their family's.

@@ -47,6 +47,9 @@ void map_dims(const Tensor& x, std::int64_t index, const char* op, std::int64_t&
   }
 }
 
+// Queues a non-blocking read into a new vector. Its elements must stay where
+// they are until the queue is waited for: moving the vector keeps its heap
+// block, so returning and move-assigning it is safe; resizing is not.
 template <typename T>
 std::vector<T> read_back(cl_command_queue q, cl_mem mem, std::size_t count) {
   std::vector<T> v(count);
