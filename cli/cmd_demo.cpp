@@ -9,7 +9,6 @@
 #include <functional>
 #include <random>
 
-#include "backend/opencl/opencl_backend.hpp"
 #include "common.hpp"
 #include "ops/ops.hpp"
 
@@ -93,9 +92,7 @@ Diff compare(const HostTensor& got, const HostTensor& want) {
 
 // Kernel builds and cache loads since `from` (OpenCL only).
 std::string build_summary(Backend& be, std::size_t& from) {
-  auto* cl = dynamic_cast<opencl::OpenClBackend*>(&be);
-  if (!cl) return "-";
-  const auto recs = cl->programs().records();
+  const auto recs = be.kernel_builds();
   int built = 0, loaded = 0;
   double ms = 0.0;
   for (std::size_t i = from; i < recs.size(); ++i) {

@@ -12,8 +12,9 @@
 
 #include "common.hpp"
 #include "config/a1111.hpp"
+#include "config/png_metadata.hpp"
 #include "config/preset.hpp"
-#include "inspect/report_json.hpp"
+#include "studies/report_json.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "io/png.hpp"
@@ -161,8 +162,7 @@ int run_generate(const GlobalOptions& g, const GenerateOptions& o) {
       continue;
     }
     const fs::path path = output_path(o.out, i, done.size(), img.config.seed);
-    nlohmann::json meta = {{"config", to_json(img.config)}, {"report", inspect::image_report_json(report)}};
-    io::write_png(path, img.image, {{"parameters", a1111_parameters(img.config)}, {"nanscope", meta.dump()}});
+    write_run_png(path, img.image, img.config, {{"report", studies::image_report_json(report)}});
     std::printf("%s  %dx%d  seed %llu  %.2f s sampling, %.2f s decode  %s\n", path.string().c_str(),
                 img.image.width, img.image.height, static_cast<unsigned long long>(img.config.seed),
                 report.sampling_seconds, report.decode_seconds, report.outcome.c_str());

@@ -15,10 +15,10 @@
 #include "common.hpp"
 #include "config/preset.hpp"
 #include "core/error.hpp"
-#include "inspect/ab.hpp"
-#include "inspect/report_json.hpp"
-#include "inspect/sweep.hpp"
-#include "inspect/scenario.hpp"
+#include "studies/ab.hpp"
+#include "studies/report_json.hpp"
+#include "studies/sweep.hpp"
+#include "studies/scenario.hpp"
 #include "io/atomic_file.hpp"
 #include "pipeline/session.hpp"
 
@@ -37,7 +37,7 @@ class StatusObserver final : public pipeline::RunObserver {
 
 std::string count_str(std::int64_t n) { return n == 0 ? "-" : std::to_string(n); }
 
-void print_steps(const inspect::InspectedRun& run) {
+void print_steps(const studies::InspectedRun& run) {
   if (run.steps.empty()) return;
   std::printf("%4s %7s %10s %11s %8s %8s %8s %6s %6s  %s\n", "step", "t", "sigma", "latent|x|", "lat.bad",
               "cond.bad", "unc.bad", "band", "sat%", "verdict");
@@ -72,7 +72,7 @@ void print_trace(const inspect::LayerTrace& t) {
   }
 }
 
-void print_result(const inspect::InspectedRun& run, bool trace, const std::string& note) {
+void print_result(const studies::InspectedRun& run, bool trace, const std::string& note) {
   if (!run.error.empty()) std::printf("error: %s\n\n", run.error.c_str());
   print_steps(run);
   if (trace && !run.reports.empty())
@@ -120,10 +120,10 @@ void add_inspect_command(CLI::App& app, const GlobalOptions& g, Action& action) 
       for (const auto& s : o->sets) config.set(s);
       if (o->trace) config.set("inspect.trace", "always");
       if (config.device.empty()) config.device = device_pin(g);
-      inspect::resolve_vae_path(config);
+      studies::resolve_vae_path(config);
       pipeline::Session session(backend_options(g));
       StatusObserver status;
-      const inspect::InspectedRun run = inspect::run_inspected(session, config, &status);
+      const studies::InspectedRun run = studies::run_inspected(session, config, &status);
       print_result(run, o->trace, "");
       write_json(o->json, run.report);
       return 0;
@@ -137,7 +137,7 @@ void add_scenario_command(CLI::App& app, const GlobalOptions& g, Action& action)
   CLI::App* list = cmd->add_subcommand("list", "Name the scenarios, one line each");
   list->callback([&action] {
     action = [] {
-      for (const auto& s : inspect::scenarios()) {
+      for (const auto& s : studies::scenarios()) {
         std::printf("%s  %s\n    broken: %s -> expect %s; fixed (--fixed): %s\n", s.id.c_str(), s.title.c_str(),
                     s.preset.c_str(), std::string(inspect::verdict_name(s.broken_verdict)).c_str(), s.fix.c_str());
       }
@@ -158,16 +158,16 @@ void add_scenario_command(CLI::App& app, const GlobalOptions& g, Action& action)
   run->add_flag("--trace", o->trace, "Print the layer traces taken");
   run->callback([&g, &action, o] {
     action = [&g, o]() -> int {
-      const inspect::Scenario* s = inspect::find_scenario(o->id);
+      const studies::Scenario* s = studies::find_scenario(o->id);
       if (s == nullptr) throw ConfigError("scenario '" + o->id + "': expected one of R0, R1, R2, R3, R4");
-      inspect::ScenarioOptions so;
+      studies::ScenarioOptions so;
       so.sets = o->sets;
       so.backend = backend_options(g);
       if (!g.device.empty() && s->id != "R3") so.sets.push_back("device=" + g.device);
       StatusObserver status;
       so.observer = &status;
       std::printf("%s%s: %s\n\n", s->id.c_str(), o->fixed ? " (fixed)" : "", s->title.c_str());
-      const inspect::ScenarioRun r = inspect::run_scenario(*s, o->fixed, so);
+      const studies::ScenarioRun r = studies::run_scenario(*s, o->fixed, so);
       print_result(r.run, o->trace, r.note);
       if (r.run.verdict == inspect::Verdict::device_missing && r.run.report.contains("devices")) {
         std::printf("devices:\n");
@@ -205,10 +205,10 @@ void add_ab_command(CLI::App& app, const GlobalOptions& g, Action& action) {
       RunConfig a = base, b = base;
       for (const auto& s : o->a) a.set(s);
       for (const auto& s : o->b) b.set(s);
-      inspect::resolve_vae_path(a);
-      inspect::resolve_vae_path(b);
+      studies::resolve_vae_path(a);
+      studies::resolve_vae_path(b);
       StatusObserver status;
-      const inspect::AbResult r = inspect::run_ab(a, b, o->threshold, &status, backend_options(g));
+      const studies::AbResult r = studies::run_ab(a, b, o->threshold, &status, backend_options(g));
       std::printf("A: %s\nB: %s\n\n%4s %14s %12s %8s %8s\n", r.a.summary.c_str(), r.b.summary.c_str(), "step",
                   "latent rel L2", "max|a-b|", "A bad", "B bad");
       for (const auto& s : r.steps)
@@ -244,10 +244,10 @@ void add_sweep_command(CLI::App& app, const GlobalOptions& g, Action& action) {
   cmd->add_flag("--merge", o->merge_only, "Only merge the finished cells' reports into summary.csv / summary.md");
   cmd->callback([&g, &action, o] {
     action = [&g, o]() -> int {
-      const inspect::SweepSpec spec = inspect::SweepSpec::load(o->spec);
+      const studies::SweepSpec spec = studies::SweepSpec::load(o->spec);
       const int n = static_cast<int>(spec.cells.size());
       if (o->cell >= 0) {
-        const bool ran = inspect::run_sweep_cell(spec, o->cell);
+        const bool ran = studies::run_sweep_cell(spec, o->cell);
         std::printf("cell %d (%s): %s\n", o->cell, spec.cells[static_cast<std::size_t>(o->cell)].id.c_str(),
                     ran ? "done" : "report exists, skipped");
         return 0;
@@ -275,6 +275,7 @@ void add_sweep_command(CLI::App& app, const GlobalOptions& g, Action& action) {
             }
             std::vector<std::string> args = {exe, "sweep", o->spec, "--cell", std::to_string(next)};
             if (!g.kernel_cache.empty()) args.insert(args.begin() + 1, {"--kernel-cache", g.kernel_cache});
+            if (g.memory_limit_mib) args.insert(args.begin() + 1, {"--memory-limit", std::to_string(g.memory_limit_mib)});
             std::vector<char*> argv;
             for (auto& a : args) argv.push_back(a.data());
             argv.push_back(nullptr);
@@ -289,7 +290,7 @@ void add_sweep_command(CLI::App& app, const GlobalOptions& g, Action& action) {
         }
         if (failed > 0) std::fprintf(stderr, "sweep: %d cell(s) failed; rerun the same command to retry them\n", failed);
       }
-      const int done = inspect::merge_sweep(spec);
+      const int done = studies::merge_sweep(spec);
       std::printf("%d of %d cells finished; wrote %s and %s\n", done, n, (spec.out / "summary.csv").c_str(),
                   (spec.out / "summary.md").c_str());
       return done == n ? 0 : 1;

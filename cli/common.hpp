@@ -20,6 +20,7 @@ struct GlobalOptions {
   std::string log_level;     // empty: keep NANSCOPE_LOG / info
   std::string device;        // --device; empty: NANSCOPE_DEVICE, else the default device
   std::string kernel_cache;  // --kernel-cache; empty: NANSCOPE_KERNEL_CACHE, else the XDG cache dir
+  std::uint64_t memory_limit_mib = 0;  // --memory-limit; 0: the device's own memory
 };
 
 // What the chosen subcommand runs after parsing and after the global options took effect.

@@ -1,5 +1,6 @@
-// nanscope-cli: device listing, kernel precompilation and an engine demo
-// (more commands, e.g. generate and inspect, register themselves beside these).
+// nanscope-cli: the global options and the subcommands (each registers itself
+// from its cmd_*.cpp file). Global options are accepted before or after the
+// subcommand.
 #include <cstdio>
 #include <exception>
 
@@ -18,6 +19,7 @@ std::string device_pin(const GlobalOptions& g, const std::string& override_pin) 
 BackendOptions backend_options(const GlobalOptions& g) {
   BackendOptions o;
   o.kernel_cache_dir = g.kernel_cache;  // empty: ProgramCache::default_dir() reads NANSCOPE_KERNEL_CACHE
+  o.memory_limit_bytes = g.memory_limit_mib << 20;
   return o;
 }
 
@@ -37,12 +39,17 @@ int main(int argc, char** argv) {
   using namespace nanscope;
   CLI::App app{"NaNscope: the numerics workbench for diffusion image generation (command line)"};
   app.require_subcommand(1);
+  app.fallthrough();  // subcommands pass the global options below up: `generate --device 1` works
   cli::GlobalOptions g;
   app.add_flag("-v,--verbose", g.verbose, "Debug logs (device discovery, builds, cache)");
   app.add_option("--log", g.log_level, "Log level: trace, debug, info, warn, error, off");
   app.add_option("--device", g.device, "Device to run on: index, id, name or part of a name (also NANSCOPE_DEVICE)");
   app.add_option("--kernel-cache", g.kernel_cache,
                  "Kernel binary cache directory (also NANSCOPE_KERNEL_CACHE; default $XDG_CACHE_HOME/nanscope/kernels)");
+  app.add_option("--memory-limit", g.memory_limit_mib,
+                 "Use at most this much device memory, in MiB (as if the device were smaller; sizes that would not "
+                 "fit are refused before the run)")
+      ->check(CLI::Range(std::uint64_t{64}, std::uint64_t{1} << 30));
 
   cli::Action action;
   cli::add_devices_command(app, g, action);

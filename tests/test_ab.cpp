@@ -10,11 +10,13 @@
 #include <vector>
 
 #include "core/error.hpp"
-#include "inspect/ab.hpp"
+#include "studies/ab.hpp"
 #include "pipeline/sd_model.hpp"
 
-namespace nanscope::inspect {
+namespace nanscope::studies {
 namespace {
+
+using namespace inspect;
 
 TEST(Ab, RelativeL2) {
   const std::vector<float> b = {3.0f, 4.0f}, a = {3.0f, 4.5f};
@@ -55,4 +57,4 @@ TEST(Ab, SameConfigDoesNotDivergeAndF16DivergesALittle) {
 }
 
 }  // namespace
-}  // namespace nanscope::inspect
+}  // namespace nanscope::studies

@@ -11,7 +11,7 @@
 
 #include "config/run_config.hpp"
 #include "core/error.hpp"
-#include "inspect/report_json.hpp"
+#include "studies/report_json.hpp"
 #include "io/safetensors.hpp"
 #include "pipeline/session.hpp"
 #include "support/oracle.hpp"
@@ -358,7 +358,7 @@ TEST(InspectPipeline, StatisticsEveryNStepsAndTheLastLeaveTheRunUnchanged) {
   EXPECT_EQ(second.steps[1].stats.latent.all.std, every.steps[1].stats.latent.all.std);
   // The JSON step table says which steps have statistics and carries none for the others.
   cfg.set("inspect.stats_every", "2");
-  const nlohmann::json report = inspect::report_json(cfg, second.steps, second.reports.at(0));
+  const nlohmann::json report = studies::report_json(cfg, second.steps, second.reports.at(0));
   ASSERT_EQ(report["steps"].size(), 5u);
   EXPECT_FALSE(report["steps"][0]["statistics"].get<bool>());
   EXPECT_FALSE(report["steps"][0].contains("latent"));

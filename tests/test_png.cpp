@@ -17,7 +17,7 @@
 #include "config/preset.hpp"
 #include "core/error.hpp"
 #include "io/png.hpp"
-#include "io/png_metadata.hpp"
+#include "config/png_metadata.hpp"
 #include "support/oracle.hpp"
 
 namespace nanscope {
@@ -245,38 +245,38 @@ TEST(PngMetadata, RunConfigRoundTripThroughBothChunks) {
   c.set("unet.up_blocks.*.attentions.*.attn1.accumulate", "f32");
   c.set("inspect.trace", "true");
   const json extra = {{"inspector", {{"nonfinite", 0}, {"origin", "up_blocks.3.attentions.2"}}}};
-  io::write_run_png(dir / "run.png", gradient(16, 8), c, extra);
+  write_run_png(dir / "run.png", gradient(16, 8), c, extra);
   const io::PngContents png = io::read_png(dir / "run.png");
   EXPECT_EQ(png.image, gradient(16, 8));
   ASSERT_NE(png.find("parameters"), nullptr);
   EXPECT_EQ(*png.find("parameters"), a1111_parameters(c));
-  const auto chunk = io::nanscope_chunk(png, "run.png");
+  const auto chunk = nanscope_chunk(png, "run.png");
   ASSERT_TRUE(chunk);
   EXPECT_EQ((*chunk)["nanscope_png"], 1);
   EXPECT_EQ((*chunk)["inspector"], extra["inspector"]);
   EXPECT_EQ((*chunk)["config"], to_json(c));
-  EXPECT_EQ(io::config_from_png(png, "run.png"), c);
+  EXPECT_EQ(config_from_png(png, "run.png"), c);
   EXPECT_TRUE(has_chunk(slurp(dir / "run.png"), "iTXt", "parameters"));
 
   // Without the nanscope chunk the A1111 text still restores the basics.
   io::PngContents a1111_only = png;
   a1111_only.texts.erase(a1111_only.texts.begin() + 1);
-  const auto restored = io::config_from_png(a1111_only, "a.png");
+  const auto restored = config_from_png(a1111_only, "a.png");
   ASSERT_TRUE(restored);
   EXPECT_EQ(restored->prompt, c.prompt);
   EXPECT_EQ(restored->sampler, c.sampler);
-  EXPECT_EQ(io::config_from_png(io::PngContents{}, "none.png"), std::nullopt);
+  EXPECT_EQ(config_from_png(io::PngContents{}, "none.png"), std::nullopt);
 
-  EXPECT_THROW(io::run_png_texts(c, {{"config", 1}}), ConfigError);
+  EXPECT_THROW(run_png_texts(c, {{"config", 1}}), ConfigError);
   io::PngContents unversioned = png;
   unversioned.texts[1].text = json{{"config", to_json(c)}}.dump();
-  EXPECT_EQ(io::config_from_png(unversioned, "old.png"), c);
+  EXPECT_EQ(config_from_png(unversioned, "old.png"), c);
   unversioned.texts[1].text = json{{"nanscope_png", 2}, {"config", to_json(c)}}.dump();
-  EXPECT_THROW(io::config_from_png(unversioned, "new.png"), FileError);
+  EXPECT_THROW(config_from_png(unversioned, "new.png"), FileError);
   io::PngContents broken = png;
   broken.texts[1].text = "{not json";
   try {
-    io::config_from_png(broken, "broken.png");
+    config_from_png(broken, "broken.png");
     ADD_FAILURE() << "no error";
   } catch (const FileError& e) {
     EXPECT_NE(std::string(e.what()).find("broken.png"), std::string::npos) << e.what();
@@ -288,7 +288,7 @@ TEST(Png, PilReadsWhatWeWrite) {
   TempDir dir;
   RunConfig c = sample_config();
   c.prompt = "東京の猫 🙂, café";
-  io::write_run_png(dir / "ours.png", gradient(13, 7), c, {{"inspector", {{"bands", json::array({1, 2})}}}});
+  write_run_png(dir / "ours.png", gradient(13, 7), c, {{"inspector", {{"bands", json::array({1, 2})}}}});
   test::run_oracle("png_oracle.py", {"read", (dir / "ours.png").string(), (dir / "pil.json").string()});
   std::ifstream in(dir / "pil.json");
   const json pil = json::parse(in);
@@ -318,7 +318,7 @@ TEST(Png, WeReadWhatPilWrites) {
       ASSERT_NE(got.find(key), nullptr) << key;
       EXPECT_EQ(*got.find(key), text.get<std::string>()) << key;
     }
-    const auto cfg = io::config_from_png(got, name);
+    const auto cfg = config_from_png(got, name);
     ASSERT_TRUE(cfg);
     EXPECT_EQ(cfg->prompt, "café crème, naïve");
     EXPECT_EQ(cfg->sampler, SamplerId::dpmpp_2m_karras);

@@ -11,12 +11,14 @@
 #include "backend/device.hpp"
 #include "config/preset.hpp"
 #include "core/error.hpp"
-#include "inspect/scenario.hpp"
+#include "studies/scenario.hpp"
 #include "pipeline/session.hpp"
 #include "support/oracle.hpp"
 
-namespace nanscope::inspect {
+namespace nanscope::studies {
 namespace {
+
+using namespace inspect;
 
 namespace fs = std::filesystem;
 
@@ -140,4 +142,4 @@ TEST(Scenarios, R4AColdKernelCacheIsASlowStartAndAWarmOneIsNot) {
 }
 
 }  // namespace
-}  // namespace nanscope::inspect
+}  // namespace nanscope::studies

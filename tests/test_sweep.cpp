@@ -7,11 +7,11 @@
 #include <fstream>
 
 #include "core/error.hpp"
-#include "inspect/sweep.hpp"
+#include "studies/sweep.hpp"
 #include "pipeline/sd_model.hpp"
 #include "support/oracle.hpp"
 
-namespace nanscope::inspect {
+namespace nanscope::studies {
 namespace {
 
 namespace fs = std::filesystem;
@@ -69,4 +69,4 @@ TEST(Sweep, FinishedCellsAreSkippedAndTheMergeListsEveryCell) {
 }
 
 }  // namespace
-}  // namespace nanscope::inspect
+}  // namespace nanscope::studies

@@ -3,6 +3,7 @@
 // accumulation; ground truth and fallback) and `opencl` (any ICD device).
 // Backends receive checked arguments from engine/ops and never see Qt.
 
+#include <cstdint>
 #include <string>
 #include <span>
 #include <string_view>
@@ -57,8 +58,23 @@ class Backend {
   // a caller can tell the inspector's own time from the step's.
   virtual double inspect_wait_seconds() const { return 0; }
 
+  // The kernel programs this backend has loaded or built so far, oldest
+  // first, and the folder its program cache lives in ("" for a backend with
+  // no kernels or no cache).
+  virtual std::vector<KernelBuildRecord> kernel_builds() const { return {}; }
+  virtual std::string kernel_cache_dir() const { return {}; }
+
+  // Device memory held by this backend's live buffers (weights, activations,
+  // scratch), for memory plans and leak checks; 0 where it is not tracked.
+  virtual std::uint64_t allocated_bytes() const { return 0; }
+
   // True when the tensor's buffer belongs to this backend instance.
-  bool owns(const Tensor& t) const { return t.storage() && t.storage()->owner() == this; }
+  bool owns(const Tensor& t) const { return t.storage() && t.storage()->owner() == storage_owner(); }
+
+ protected:
+  // The owner() of the buffers this backend accepts: itself, except for a
+  // backend that stands in for another one (the memory planner's dry run).
+  virtual const void* storage_owner() const { return this; }
 };
 
 }  // namespace nanscope

@@ -299,8 +299,18 @@ std::string device_pin_from_env() {
   return v ? trim(v) : std::string();
 }
 
+DeviceInfo limited_device(DeviceInfo device, std::uint64_t memory_limit_bytes) {
+  if (memory_limit_bytes == 0) return device;
+  auto cap = [&](std::uint64_t v) { return v == 0 ? memory_limit_bytes : std::min(v, memory_limit_bytes); };
+  device.global_mem_bytes = cap(device.global_mem_bytes);
+  device.max_alloc_bytes = cap(device.max_alloc_bytes);
+  return device;
+}
+
 std::unique_ptr<Backend> make_backend(const DeviceInfo& device, const BackendOptions& options) {
-  if (device.kind == DeviceKind::reference) return std::make_unique<reference::ReferenceBackend>();
+  if (device.kind == DeviceKind::reference) {
+    return std::make_unique<reference::ReferenceBackend>(options.memory_limit_bytes);
+  }
   return std::make_unique<opencl::OpenClBackend>(device, options);
 }
 

@@ -71,12 +71,32 @@ struct KernelBuildEvent {
 };
 using KernelBuildListener = std::function<void(const KernelBuildEvent&)>;
 
+// One kernel program a backend loaded from its cache or built (report R4's
+// inventory: the workbench's kernel line, the scenario's build time).
+struct KernelBuildRecord {
+  std::string program;  // kernel file name, e.g. "group_norm"
+  std::string options;  // build options
+  bool cache_hit = false;
+  double ms = 0.0;      // wall time of the build or the load
+  std::string note;     // e.g. "cache entry corrupt (checksum mismatch); rebuilt"
+  bool failed = false;  // precompile(): the build failed; `error` holds the message with the build log
+  std::string error;
+};
+
 struct BackendOptions {
   std::string kernel_cache_dir;  // empty: $NANSCOPE_KERNEL_CACHE, else $XDG_CACHE_HOME/nanscope/kernels, else ~/.cache/...
   bool use_kernel_cache = true;
+  // Use at most this much device memory (0: the device's own): the backend
+  // reports min(limit, real) as its global memory and largest allocation, so
+  // the memory plan refuses what would not fit a smaller card.
+  std::uint64_t memory_limit_bytes = 0;
   // Called on the engine thread for every program load or build (empty: none).
   KernelBuildListener on_kernel_build;
 };
+// The device as a backend with options.memory_limit_bytes sees it: global
+// memory and largest allocation capped by the limit (unchanged when 0).
+DeviceInfo limited_device(DeviceInfo device, std::uint64_t memory_limit_bytes);
+
 // Creates the backend for a device (reference or OpenCL).
 std::unique_ptr<Backend> make_backend(const DeviceInfo& device, const BackendOptions& options = {});
 

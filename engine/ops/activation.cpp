@@ -12,7 +12,7 @@ Tensor unary(const OpContext& ctx, std::string_view op, const Tensor& x, UnaryOp
   call.check_tensor("x", x);
   call.check_rank("x", x, 1, 1 << 20);
   Tensor out = call.allocate(x.shape());
-  call.be().unary(UnaryArgs{x, out, kind, param, ctx.precision});
+  call.run(&Backend::unary, UnaryArgs{x, out, kind, param, ctx.precision});
   call.trace({&x}, out);
   return out;
 }
@@ -43,7 +43,7 @@ Tensor geglu(const OpContext& ctx, const Tensor& x) {
   Shape out_shape = x.shape();
   out_shape.back() = two_d / 2;
   Tensor out = call.allocate(out_shape);
-  call.be().geglu(GegluArgs{x, out, x.numel() / two_d, two_d / 2, ctx.precision});
+  call.run(&Backend::geglu, GegluArgs{x, out, x.numel() / two_d, two_d / 2, ctx.precision});
   call.trace({&x}, out);
   return out;
 }

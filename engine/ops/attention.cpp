@@ -25,8 +25,8 @@ Tensor attention(const OpContext& ctx, const Tensor& q, const Tensor& k, const T
                "attention.slice_size must be at least 1 for the sliced implementation");
   const std::int64_t d = q.dim(2) / heads, dv = v.dim(2) / heads;
   Tensor out = call.allocate({batch, sq, v.dim(2)});
-  call.be().attention(
-      AttentionArgs{q, k, v, out, batch, sq, sk, heads, d, dv, scale, causal, ctx.precision, ctx.attention});
+  call.run(&Backend::attention,
+           AttentionArgs{q, k, v, out, batch, sq, sk, heads, d, dv, scale, causal, ctx.precision, ctx.attention});
   if (ctx.faults != nullptr) ctx.faults->apply(ctx, "ATTENTION", out);
   call.trace({&q, &k, &v}, out);
   return out;

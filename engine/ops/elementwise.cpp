@@ -48,7 +48,7 @@ Tensor binary(const OpContext& ctx, std::string_view op, const Tensor& a, const 
     }
   }
   Tensor out = call.allocate(a.shape());
-  call.be().binary(BinaryArgs{a, b, out, kind, shape4, strides, ctx.precision});
+  call.run(&Backend::binary, BinaryArgs{a, b, out, kind, shape4, strides, ctx.precision});
   call.trace({&a, &b}, out);
   return out;
 }

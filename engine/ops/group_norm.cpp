@@ -18,7 +18,7 @@ Tensor group_norm(const OpContext& ctx, const Tensor& x, int groups, const Tenso
   call.check_vector("beta", beta, c);
   const std::int64_t s = detail::dims_product(x.shape(), 2, x.rank());
   Tensor out = call.allocate(x.shape());
-  call.be().group_norm(GroupNormArgs{x, gamma, beta, out, n, c, s, groups, eps, ctx.precision});
+  call.run(&Backend::group_norm, GroupNormArgs{x, gamma, beta, out, n, c, s, groups, eps, ctx.precision});
   call.trace({&x, gamma, beta}, out);
   return out;
 }

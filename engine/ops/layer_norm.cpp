@@ -14,7 +14,7 @@ Tensor layer_norm(const OpContext& ctx, const Tensor& x, const Tensor* gamma, co
   call.check_vector("gamma", gamma, d);
   call.check_vector("beta", beta, d);
   Tensor out = call.allocate(x.shape());
-  call.be().layer_norm(LayerNormArgs{x, gamma, beta, out, x.numel() / d, d, eps, ctx.precision});
+  call.run(&Backend::layer_norm, LayerNormArgs{x, gamma, beta, out, x.numel() / d, d, eps, ctx.precision});
   call.trace({&x, gamma, beta}, out);
   return out;
 }

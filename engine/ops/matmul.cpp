@@ -31,7 +31,7 @@ Tensor matmul(const OpContext& ctx, const Tensor& a, const Tensor& b, bool trans
   Shape out_shape(a.shape().begin(), a.shape().end() - 1);
   out_shape.push_back(n);
   Tensor out = call.allocate(out_shape);
-  call.be().matmul(MatmulArgs{a, b, bias, out, batch, m, n, k, trans_b, b_broadcast, alpha, ctx.precision});
+  call.run(&Backend::matmul, MatmulArgs{a, b, bias, out, batch, m, n, k, trans_b, b_broadcast, alpha, ctx.precision});
   call.trace({&a, &b, bias}, out);
   return out;
 }
@@ -51,7 +51,7 @@ Tensor linear(const OpContext& ctx, const Tensor& x, const Tensor& weight, const
   Shape out_shape(x.shape().begin(), x.shape().end() - 1);
   out_shape.push_back(n);
   Tensor out = call.allocate(out_shape);
-  call.be().matmul(MatmulArgs{x, weight, bias, out, 1, m, n, k, true, true, 1.0f, ctx.precision});
+  call.run(&Backend::matmul, MatmulArgs{x, weight, bias, out, 1, m, n, k, true, true, 1.0f, ctx.precision});
   call.trace({&x, &weight, bias}, out);
   return out;
 }

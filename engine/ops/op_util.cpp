@@ -60,6 +60,24 @@ Tensor OpCall::allocate(const Shape& shape, DType dtype) const {
   }
 }
 
+void OpCall::rethrow_in_context() const {
+  const auto in_context = [this](const Error& e) {
+    std::string_view what = e.what();
+    // Backend messages often start with the op's name already.
+    if (what.starts_with(op_ + ": ")) what.remove_prefix(op_.size() + 2);
+    return format_op_message(ctx_, op_, tensors_, what);
+  };
+  try {
+    throw;
+  } catch (const ClError& e) {
+    throw ClError(in_context(e), e.status());
+  } catch (const DeviceError& e) {
+    throw DeviceError(in_context(e));
+  } catch (const OpError& e) {
+    throw OpError(in_context(e));
+  }
+}
+
 void OpCall::trace(std::initializer_list<const Tensor*> inputs, const Tensor& out) const {
   if (ctx_.tracer == nullptr) return;
   std::vector<const Tensor*> present;

@@ -41,6 +41,19 @@ class OpCall {
   Tensor allocate(const Shape& shape, DType dtype) const;
   Tensor allocate(const Shape& shape) const { return allocate(shape, ctx_.precision.dtype); }
 
+  // Runs the backend's implementation of the op. A failure there (an allocation
+  // the device refuses, a count too large for a kernel argument, an OpenCL
+  // error) is rethrown as the same error type with this op's standard message
+  // prefix, so it names the module and the inputs as well as the buffer.
+  template <class Args>
+  void run(void (Backend::*fn)(const Args&), const Args& args) const {
+    try {
+      (be().*fn)(args);
+    } catch (const Error&) {
+      rethrow_in_context();
+    }
+  }
+
   // Reports the op to ctx.tracer (if any) with the non-null inputs.
   void trace(std::initializer_list<const Tensor*> inputs, const Tensor& out) const;
 
@@ -49,6 +62,8 @@ class OpCall {
   const std::string& op() const { return op_; }
 
  private:
+  [[noreturn]] void rethrow_in_context() const;
+
   const OpContext& ctx_;
   std::string op_;
   std::vector<std::pair<std::string_view, const Tensor*>> tensors_;

@@ -40,7 +40,7 @@ Tensor concat(const OpContext& ctx, std::span<const Tensor> parts, int dim) {
   Tensor out = call.allocate(out_shape);
   ConcatArgs args{inputs, out, detail::dims_product(out_shape, 0, d), detail::dims_product(out_shape, d + 1, r),
                   dims};
-  call.be().concat(args);
+  call.run(&Backend::concat, args);
   if (ctx.tracer) ctx.tracer->on_op(ctx, "CONCAT", inputs, out);
   return out;
 }
@@ -57,7 +57,7 @@ Tensor slice(const OpContext& ctx, const Tensor& x, int dim, std::int64_t begin,
   Shape out_shape = x.shape();
   out_shape[static_cast<std::size_t>(d)] = end - begin;
   Tensor out = call.allocate(out_shape);
-  call.be().slice(SliceArgs{x, out, detail::dims_product(x.shape(), 0, d), size,
+  call.run(&Backend::slice, SliceArgs{x, out, detail::dims_product(x.shape(), 0, d), size,
                             detail::dims_product(x.shape(), d + 1, x.rank()), begin, end});
   call.trace({&x}, out);
   return out;
@@ -88,7 +88,7 @@ Tensor permute(const OpContext& ctx, const Tensor& x, std::span<const int> perm)
     out_shape.push_back(x.dim(perm[static_cast<std::size_t>(i)]));
   }
   Tensor out = call.allocate(out_shape);
-  call.be().permute(PermuteArgs{x, out, in_shape, perm4});
+  call.run(&Backend::permute, PermuteArgs{x, out, in_shape, perm4});
   call.trace({&x}, out);
   return out;
 }
@@ -97,7 +97,7 @@ Tensor cast(const OpContext& ctx, const Tensor& x, DType to) {
   const OpCall call(ctx, "CAST", {{"x", &x}});
   call.check_tensor("x", x, /*check_dtype=*/false);
   Tensor out = call.allocate(x.shape(), to);
-  call.be().cast(CastArgs{x, out});
+  call.run(&Backend::cast, CastArgs{x, out});
   call.trace({&x}, out);
   return out;
 }

@@ -11,7 +11,7 @@ Tensor softmax(const OpContext& ctx, const Tensor& x) {
   call.check_rank("x", x, 1, 1 << 20);
   const std::int64_t d = x.dim(-1);
   Tensor out = call.allocate(x.shape());
-  call.be().softmax(SoftmaxArgs{x, out, x.numel() / d, d, ctx.precision});
+  call.run(&Backend::softmax, SoftmaxArgs{x, out, x.numel() / d, d, ctx.precision});
   call.trace({&x}, out);
   return out;
 }

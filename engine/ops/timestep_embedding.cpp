@@ -20,7 +20,7 @@ Tensor timestep_embedding(const OpContext& ctx, std::span<const float> timesteps
   Tensor out = call.allocate({static_cast<std::int64_t>(timesteps.size()), dim});
   TimestepEmbeddingArgs args{std::vector<float>(timesteps.begin(), timesteps.end()), out, dim, flip_sin_to_cos,
                              downscale_freq_shift, max_period};
-  call.be().timestep_embedding(args);
+  call.run(&Backend::timestep_embedding, args);
   call.trace({}, out);
   return out;
 }

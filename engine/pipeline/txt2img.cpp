@@ -19,6 +19,7 @@
 #include "core/log.hpp"
 #include "inspect/fault_emulation.hpp"
 #include "inspect/layer_trace.hpp"
+#include "pipeline/memory_plan.hpp"
 #include "pipeline/noise.hpp"
 #include "pipeline/scheduler.hpp"
 #include "pipeline/session.hpp"
@@ -209,6 +210,26 @@ void finish_inspection(RunReport& report, const std::string& first_bad_note, con
 
 }  // namespace
 
+namespace {
+
+// Refuses a size the device cannot hold before any work: the memory plan
+// (memory_plan.hpp) names the buffer, and the message the largest size that fits.
+void require_memory(const SdModel& m, const ComponentContexts& cc, int width, int height, bool cfg) {
+  PlanRequest r{&m, cc.unet, cc.vae, width, height, cfg, cc.unet.be().allocated_bytes()};
+  const MemoryPlan plan = plan_memory(r);
+  log::debug("memory plan {}x{} on \"{}\": largest buffer {}, peak {} ({}), resident {}", width, height, plan.device,
+             plan.largest.describe(), mib_str(plan.peak_bytes), plan.peak_component, mib_str(plan.resident_bytes));
+  if (plan.fits()) return;
+  const std::int64_t multiple = m.vae->config().downscale() *
+                                (std::int64_t{1} << (m.unet->config().block_out_channels.size() - 1));
+  const int largest = largest_square_size(r, static_cast<int>(multiple), std::min(width, height));
+  throw DeviceError(plan.refusal + (largest > 0 ? " The largest square size that fits is " + std::to_string(largest) +
+                                                      "x" + std::to_string(largest) + "."
+                                                : ""));
+}
+
+}  // namespace
+
 std::vector<GeneratedImage> Session::generate(const RunConfig& config, RunObserver* observer) {
   config.validate();
   check_overrides(config);
@@ -263,6 +284,8 @@ std::vector<GeneratedImage> Session::generate(const RunConfig& config, RunObserv
   const bool cfg = config.cfg_scale > 1.0;
   const DType unet_dtype = config.component(Component::unet).precision.dtype;
   const DType vae_dtype = config.component(Component::vae).precision.dtype;
+
+  require_memory(m, cc, width, height, cfg);
 
   // Text: [uncond, cond] in one batch when guidance is on (diffusers' order).
   obs.on_status("encoding the prompt");

@@ -3,10 +3,9 @@
 #include <QElapsedTimer>
 #include <exception>
 
-#include "backend/opencl/opencl_backend.hpp"
 #include "core/log.hpp"
-#include "inspect/ab.hpp"
-#include "inspect/scenario.hpp"
+#include "studies/ab.hpp"
+#include "studies/scenario.hpp"
 #include "pipeline/sd_model.hpp"
 #include "pipeline/session.hpp"
 
@@ -17,8 +16,7 @@ namespace {
 // Forwards the engine's callbacks as the controller's signals (called on the engine thread).
 class Forwarder final : public pipeline::RunObserver {
  public:
-  Forwarder(EngineController& c, const std::atomic<bool>& cancel, std::vector<pipeline::GeneratedImage>& keep)
-      : c_(c), cancel_(cancel), keep_(keep) {}
+  Forwarder(EngineController& c, std::vector<pipeline::GeneratedImage>& keep) : c_(c), keep_(keep) {}
   void on_status(std::string_view message) override {
     emit c_.status(QString::fromUtf8(message.data(), static_cast<int>(message.size())));
   }
@@ -32,12 +30,11 @@ class Forwarder final : public pipeline::RunObserver {
     ++images;
     emit c_.image(view);
   }
-  bool cancelled() const override { return cancel_.load(); }
+  bool cancelled() const override { return c_.cancel_requested(); }
   int images = 0;
 
  private:
   EngineController& c_;
-  const std::atomic<bool>& cancel_;
   std::vector<pipeline::GeneratedImage>& keep_;
 };
 
@@ -73,14 +70,14 @@ void EngineController::listDevices() {
 void EngineController::emit_kernel_stats(const std::string& pin) {
   KernelStats stats;
   try {
-    auto* cl = dynamic_cast<opencl::OpenClBackend*>(&session().backend(pin));
-    if (!cl) {
+    const Backend& be = session().backend(pin);
+    if (be.device().kind == DeviceKind::reference) {
       emit kernels(stats);
       return;
     }
     stats.opencl = true;
-    stats.cache_dir = QString::fromStdString(cl->programs().dir());
-    for (const auto& r : cl->programs().records()) {
+    stats.cache_dir = QString::fromStdString(be.kernel_cache_dir());
+    for (const auto& r : be.kernel_builds()) {
       if (r.failed) {
         ++stats.failed;
       } else if (r.cache_hit) {
@@ -98,14 +95,14 @@ void EngineController::emit_kernel_stats(const std::string& pin) {
 }
 
 void EngineController::run(const nanscope::RunConfig& config) {
-  cancel_.store(false);
+  begin_request();
   QElapsedTimer timer;
   timer.start();
   RunFinished done;
   emit runStarted(config);
   last_images_.clear();
   last_config_ = config;
-  Forwarder forwarder(*this, cancel_, last_images_);
+  Forwarder forwarder(*this, last_images_);
   try {
     session().generate(config, &forwarder);
   } catch (const std::exception& e) {
@@ -114,14 +111,14 @@ void EngineController::run(const nanscope::RunConfig& config) {
     log::error("run failed: {}", e.what());
   }
   emit_kernel_stats(config.device);
-  done.cancelled = cancel_.load();
+  done.cancelled = cancel_requested();
   done.seconds = static_cast<double>(timer.elapsed()) / 1000.0;
   done.images = forwarder.images;
   emit runFinished(done);
 }
 
 void EngineController::redecode(int index, const QString& vae, const QString& dtype) {
-  cancel_.store(false);
+  begin_request();
   QElapsedTimer timer;
   timer.start();
   RunFinished done;
@@ -164,21 +161,21 @@ void EngineController::redecode(int index, const QString& vae, const QString& dt
 }
 
 void EngineController::runScenario(const QString& id, bool fixed, const QStringList& sets) {
-  cancel_.store(false);
+  begin_request();
   QElapsedTimer timer;
   timer.start();
   RunFinished done;
   last_images_.clear();
-  Forwarder forwarder(*this, cancel_, last_images_);
+  Forwarder forwarder(*this, last_images_);
   try {
-    const inspect::Scenario* scenario = inspect::find_scenario(id.toStdString());
+    const studies::Scenario* scenario = studies::find_scenario(id.toStdString());
     if (!scenario) throw std::runtime_error("no scenario " + id.toStdString());
-    inspect::ScenarioOptions options;
+    studies::ScenarioOptions options;
     options.backend = backend_options();
     for (const QString& s : sets) options.sets.push_back(s.toStdString());
     options.observer = &forwarder;
     emit status(tr("running scenario %1%2").arg(id, fixed ? tr(" (fixed)") : QString()));
-    const inspect::ScenarioRun run = inspect::run_scenario(*scenario, fixed, options);
+    const studies::ScenarioRun run = studies::run_scenario(*scenario, fixed, options);
     last_config_ = run.run.config;
     if (!run.note.empty()) log::info("{}: {}", scenario->id, run.note);
     if (!run.run.error.empty()) {
@@ -193,7 +190,7 @@ void EngineController::runScenario(const QString& id, bool fixed, const QStringL
     done.error = QString::fromUtf8(e.what());
     log::error("scenario {} failed: {}", id.toStdString(), e.what());
   }
-  done.cancelled = cancel_.load();
+  done.cancelled = cancel_requested();
   done.seconds = static_cast<double>(timer.elapsed()) / 1000.0;
   done.images = forwarder.images;
   emit runFinished(done);
@@ -203,18 +200,17 @@ namespace {
 // A/B runs report only their status and honour Cancel; the inspector keeps the last normal run.
 class AbObserver final : public pipeline::RunObserver {
  public:
-  AbObserver(EngineController& c, const std::atomic<bool>& cancel) : c_(c), cancel_(cancel) {}
+  explicit AbObserver(EngineController& c) : c_(c) {}
   void on_status(std::string_view m) override {
     emit c_.status(QObject::tr("A/B: %1").arg(QString::fromUtf8(m.data(), static_cast<int>(m.size()))));
   }
-  bool cancelled() const override { return cancel_.load(); }
+  bool cancelled() const override { return c_.cancel_requested(); }
 
  private:
   EngineController& c_;
-  const std::atomic<bool>& cancel_;
 };
 
-QString side_summary(const inspect::InspectedRun& r) {
+QString side_summary(const studies::InspectedRun& r) {
   if (!r.error.empty()) return QString::fromStdString(r.error);
   return QString::fromStdString(std::string(inspect::verdict_name(r.verdict)) +
                                 (r.summary.empty() || r.summary == inspect::verdict_name(r.verdict) ? "" : ": " + r.summary));
@@ -222,7 +218,7 @@ QString side_summary(const inspect::InspectedRun& r) {
 }  // namespace
 
 void EngineController::runAb(const nanscope::RunConfig& a, const QStringList& b_sets) {
-  cancel_.store(false);
+  begin_request();
   QElapsedTimer timer;
   timer.start();
   RunFinished done;
@@ -232,8 +228,8 @@ void EngineController::runAb(const nanscope::RunConfig& a, const QStringList& b_
     RunConfig b = a;
     for (const QString& s : b_sets) b.set(s.toStdString());
     b.validate();
-    AbObserver observer(*this, cancel_);
-    const inspect::AbResult r = inspect::run_ab(a, b, 1e-2, &observer);
+    AbObserver observer(*this);
+    const studies::AbResult r = studies::run_ab(a, b, 1e-2, &observer);
     for (const auto& s : r.steps) view.rel_l2.push_back(s.latent_rel_l2);
     view.first_divergent_step = r.first_divergent_step;
     view.threshold = r.threshold;
@@ -252,7 +248,7 @@ void EngineController::runAb(const nanscope::RunConfig& a, const QStringList& b_
     log::error("A/B failed: {}", e.what());
   }
   emit abFinished(view);
-  done.cancelled = cancel_.load();
+  done.cancelled = cancel_requested();
   done.seconds = static_cast<double>(timer.elapsed()) / 1000.0;
   emit runFinished(done);
 }

@@ -3,12 +3,18 @@
 // in as queued slot calls; progress leaves as queued signals carrying value
 // types (engine_types.hpp). The GUI never sees a tensor or an OpenCL object.
 //
-// Cancel is an atomic flag the engine checks between steps and components
-// (RunObserver::cancelled()), so it takes effect within one step.
+// Cancel takes effect within one step: the engine asks between steps and
+// components (RunObserver::cancelled()). Requests carry ids: the GUI thread
+// counts the requests it queues (note_request(), before emitting one), the
+// worker counts those it starts (requests run in the order they were queued,
+// so both counts name the same request), and cancel() cancels every request
+// queued so far, started or not: a Cancel pressed before a queued run began
+// is not lost, and cannot cancel a run requested after it.
 
 #include <QObject>
 #include <QThread>
 #include <atomic>
+#include <cstdint>
 #include <memory>
 #include <optional>
 
@@ -26,9 +32,12 @@ class EngineController : public QObject {
   EngineController();
   ~EngineController() override;
 
-  // Thread-safe: asks the running request to stop at the next step.
-  void cancel() { cancel_.store(true); }
-  bool cancel_requested() const { return cancel_.load(); }
+  // GUI thread, just before queueing a run, decode, scenario or A/B request.
+  void note_request() { queued_.fetch_add(1); }
+  // Thread-safe: cancels every request queued so far (the running one stops at the next step).
+  void cancel() { cancel_upto_.store(queued_.load()); }
+  // True when the request the worker is running (or last ran) was cancelled.
+  bool cancel_requested() const { return current_.load() <= cancel_upto_.load(); }
 
  public slots:
   // Enumerates devices (creating the Session on first use) and emits devicesReady.
@@ -64,7 +73,10 @@ class EngineController : public QObject {
   BackendOptions backend_options();
 
   std::unique_ptr<pipeline::Session> session_;
-  std::atomic<bool> cancel_{false};
+  // Worker thread, first thing in every request slot: the request's id.
+  void begin_request() { current_.store(started_.fetch_add(1) + 1); }
+
+  std::atomic<std::uint64_t> queued_{0}, started_{0}, current_{0}, cancel_upto_{0};
   std::optional<RunConfig> last_config_;
   std::vector<pipeline::GeneratedImage> last_images_;
 };

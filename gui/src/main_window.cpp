@@ -22,16 +22,16 @@
 #include <QTimer>
 
 #include "config/preset.hpp"
-#include "inspect/report_json.hpp"
+#include "studies/report_json.hpp"
 #include "config_panels.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "inspector_panel.hpp"
-#include "inspect/scenario.hpp"
+#include "studies/scenario.hpp"
 #include "layer_trace_panel.hpp"
 #include "ab_panel.hpp"
 #include "config_diff.hpp"
-#include "io/png_metadata.hpp"
+#include "config/png_metadata.hpp"
 #include "log_panel.hpp"
 #include "result_panel.hpp"
 
@@ -177,6 +177,7 @@ void MainWindow::build_docks() {
   connect(vae_, &VaePolicyPanel::redecodeRequested, this, [this](int image, const QString& vae, const QString& dtype) {
     if (running_) return;
     set_running(true);
+    controller()->note_request();
     emit requestRedecode(image, vae, dtype);
   });
 }
@@ -195,14 +196,14 @@ void MainWindow::build_menus() {
 
   bool have_presets = true;
   try {
-    inspect::presets_dir();
+    studies::presets_dir();
   } catch (const std::exception&) {
     have_presets = false;  // an install without presets: no menu rather than a menu that fails
   }
   if (have_presets) {
     QMenu* menu = menuBar()->addMenu(tr("&Scenarios"));
     menu->setToolTipsVisible(true);
-    for (const auto& s : inspect::scenarios()) {
+    for (const auto& s : studies::scenarios()) {
       const QString id = QString::fromStdString(s.id);
       QAction* broken = menu->addAction(tr("%1: %2").arg(id, QString::fromStdString(s.title)), this, [this, id] {
         if (confirm_discard()) open_scenario(id, false);
@@ -386,12 +387,14 @@ bool MainWindow::start_run() {
       for (const auto& s : diff.sets) sets << QString::fromStdString(s);
       log::info("scenario {}{}{}", scenario_id_.toStdString(), scenario_fixed_ ? " (fixed)" : "",
                 sets.isEmpty() ? std::string() : " with " + sets.join(", ").toStdString());
+      controller()->note_request();
       emit requestScenario(scenario_id_, scenario_fixed_, sets);
       return true;
     }
     log::warn("these edits cannot be carried onto scenario {}: running the settings as a plain run",
               scenario_id_.toStdString());
   }
+  controller()->note_request();
   emit requestRun(config);
   return true;
 }
@@ -413,6 +416,7 @@ bool MainWindow::start_ab(const QStringList& b_changes) {
   progress_->setRange(0, 0);  // two runs: a busy indicator rather than a step count
   set_running(true);
   log::info("A/B: B = A with {}", b_changes.join("; ").toStdString());
+  controller()->note_request();
   emit requestAb(config, b_changes);
   return true;
 }
@@ -444,19 +448,19 @@ void MainWindow::update_title() {
 
 QStringList MainWindow::scenario_ids() {
   QStringList ids;
-  for (const auto& s : inspect::scenarios()) ids << QString::fromStdString(s.id);
+  for (const auto& s : studies::scenarios()) ids << QString::fromStdString(s.id);
   return ids;
 }
 
 bool MainWindow::open_scenario(const QString& id, bool fixed) {
-  const inspect::Scenario* s = inspect::find_scenario(id.toStdString());
+  const studies::Scenario* s = studies::find_scenario(id.toStdString());
   if (!s) {
     show_error(tr("No such scenario"), tr("'%1' is not one of %2.").arg(id, scenario_ids().join(", ")));
     return false;
   }
   QString path;
   try {
-    path = QString::fromStdString((inspect::presets_dir() / (fixed ? s->fixed_preset : s->preset)).string());
+    path = QString::fromStdString((studies::presets_dir() / (fixed ? s->fixed_preset : s->preset)).string());
     scenario_base_ = load_preset(path.toStdString());
   } catch (const std::exception& e) {
     show_error(tr("Cannot open scenario %1").arg(id), QString::fromUtf8(e.what()));
@@ -479,7 +483,7 @@ bool MainWindow::open_file(const QString& path) {
   try {
     if (path.endsWith(".png", Qt::CaseInsensitive)) {
       const io::PngContents png = io::read_png(path.toStdString());
-      const auto config = io::config_from_png(png, path.toStdString());
+      const auto config = config_from_png(png, path.toStdString());
       if (!config) {
         show_error(tr("No settings in this image"),
                    tr("%1 holds no NaNscope or A1111 generation settings.").arg(QFileInfo(path).fileName()));
@@ -530,8 +534,8 @@ bool MainWindow::save_image(const QString& path) {
   if (!v || v->qimage.isNull()) return false;
   try {
     nlohmann::json extra = nlohmann::json::object();
-    if (!v->report.device.empty() || !v->report.decodes.empty()) extra["report"] = inspect::image_report_json(v->report);
-    io::write_run_png(path.toStdString(), v->image.image, v->image.config, extra);
+    if (!v->report.device.empty() || !v->report.decodes.empty()) extra["report"] = studies::image_report_json(v->report);
+    write_run_png(path.toStdString(), v->image.image, v->image.config, extra);
   } catch (const std::exception& e) {
     show_error(tr("Cannot save the image"), QString::fromUtf8(e.what()));
     return false;

@@ -20,7 +20,7 @@
 #include "config/preset.hpp"
 #include "config_panels.hpp"
 #include "engine_types.hpp"
-#include "inspect/scenario.hpp"
+#include "studies/scenario.hpp"
 #include "inspector_panel.hpp"
 #include "layer_trace_panel.hpp"
 #include "ab_panel.hpp"
@@ -141,6 +141,40 @@ class GuiTest : public QObject {
     QVERIFY(!w->running());
   }
 
+  // A Cancel pressed while a run is queued but not yet started cancels that
+  // run (the worker no longer resets the flag when a request begins), and
+  // cannot cancel a run requested after it.
+  void cancel_before_a_queued_run_starts() {
+    if (!have_model_) QSKIP(qPrintable("no embedded model: " + model_note_));
+    EngineController c;  // on this thread: the slots below run in order, synchronously
+    QSignalSpy done(&c, &EngineController::runFinished);
+    RunConfig config;
+    config.steps = 2;
+    c.note_request();  // the GUI queues a run...
+    c.cancel();        // ...and the user cancels before the worker reaches it
+    c.run(config);
+    QCOMPARE(done.size(), 1);
+    RunFinished f = done.takeFirst().front().value<RunFinished>();
+    QVERIFY(f.cancelled);
+    QCOMPARE(f.images, 0);
+    c.note_request();  // the next run is not touched by the earlier Cancel
+    c.run(config);
+    QCOMPARE(done.size(), 1);
+    f = done.takeFirst().front().value<RunFinished>();
+    QVERIFY2(f.ok, qPrintable(f.error));
+    QVERIFY(!f.cancelled);
+    QCOMPARE(f.images, 1);
+    // Two runs queued, Cancel pressed once: both are cancelled.
+    c.note_request();
+    c.note_request();
+    c.cancel();
+    c.run(config);
+    c.run(config);
+    QCOMPARE(done.size(), 2);
+    QVERIFY(done.at(0).front().value<RunFinished>().cancelled);
+    QVERIFY(done.at(1).front().value<RunFinished>().cancelled);
+  }
+
   void close_during_run_is_clean() {
     if (!have_model_) QSKIP(qPrintable("no embedded model: " + model_note_));
     auto w = make_window();
@@ -167,7 +201,7 @@ class GuiTest : public QObject {
     auto w = make_window();
     const ImageView* broken = run_scenario(*w, "R0", false);
     QVERIFY(broken);
-    const auto expected = inspect::find_scenario("R0")->broken_verdict;
+    const auto expected = studies::find_scenario("R0")->broken_verdict;
     QCOMPARE(inspect::verdict_name(broken->report.inspection.verdict), inspect::verdict_name(expected));
     QVERIFY2(w->inspector()->verdict().contains(QString::fromStdString(std::string(inspect::verdict_name(expected)))),
              qPrintable(w->inspector()->verdict()));

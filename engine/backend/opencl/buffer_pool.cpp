@@ -33,6 +33,7 @@ cl_mem BufferPool::acquire(std::size_t bytes, cl_int& err) {
       cl_mem m = it->second.back();
       it->second.pop_back();
       kept_ -= size;
+      in_use_ += size;
       ++reused_;
       err = CL_SUCCESS;
       return m;
@@ -43,7 +44,10 @@ cl_mem BufferPool::acquire(std::size_t bytes, cl_int& err) {
     trim();  // the kept buffers may be what is missing
     m = clCreateBuffer(context_, CL_MEM_READ_WRITE, size, nullptr, &err);
   }
-  return err == CL_SUCCESS ? m : nullptr;
+  if (err != CL_SUCCESS) return nullptr;
+  std::lock_guard<std::mutex> lock(mu_);
+  in_use_ += size;
+  return m;
 }
 
 void BufferPool::release(cl_mem mem, std::size_t bytes) {
@@ -51,6 +55,7 @@ void BufferPool::release(cl_mem mem, std::size_t bytes) {
   const std::size_t size = size_class(bytes);
   {
     std::lock_guard<std::mutex> lock(mu_);
+    in_use_ -= std::min(in_use_, size);
     if (kept_ + size <= max_kept_) {
       free_[size].push_back(mem);
       kept_ += size;
@@ -74,6 +79,11 @@ void BufferPool::trim() {
 std::size_t BufferPool::kept_bytes() const {
   std::lock_guard<std::mutex> lock(mu_);
   return kept_;
+}
+
+std::size_t BufferPool::in_use_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return in_use_;
 }
 
 std::size_t BufferPool::reused() const {

@@ -40,6 +40,7 @@ class BufferPool {
   static std::size_t size_class(std::size_t bytes);
 
   std::size_t kept_bytes() const;
+  std::size_t in_use_bytes() const;  // handed out and not yet given back (size classes)
   std::size_t reused() const;
 
  private:
@@ -48,6 +49,7 @@ class BufferPool {
   mutable std::mutex mu_;
   std::map<std::size_t, std::vector<cl_mem>> free_;
   std::size_t kept_ = 0;
+  std::size_t in_use_ = 0;
   std::size_t reused_ = 0;
 };
 

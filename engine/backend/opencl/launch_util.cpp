@@ -32,6 +32,12 @@ KernelStyle kernel_style(const DeviceInfo& device) {
   return device.kind == DeviceKind::gpu || device.kind == DeviceKind::accelerator ? KernelStyle::gpu : KernelStyle::cpu;
 }
 
+size_t cpu_group_size(size_t global0) {
+  size_t g = kCpuGroupCap;
+  while (g > 1 && global0 % g != 0) g /= 2;
+  return g;
+}
+
 std::string_view kernel_style_name(KernelStyle s) { return s == KernelStyle::gpu ? "gpu" : "cpu"; }
 
 size_t reduction_group_size(const DeviceInfo& device) {

@@ -35,6 +35,18 @@ std::string_view kernel_style_name(KernelStyle s);
 // barriers to pay), up to 256 on GPUs.
 size_t reduction_group_size(const DeviceInfo& device);
 
+// The work-group size of a launch that leaves it to the driver, on a CPU
+// device: the largest power of two up to kCpuGroupCap that divides the first
+// global size (other dimensions get 1). A CPU driver runs a work-group's
+// work-items as a loop on one worker thread and keeps their private values
+// side by side on that thread's stack: PoCL, left to itself, picks groups of
+// up to 4096 work-items, and the GEMM's register blocks (about 1.2 KB each)
+// then overflow the stack (a SIGSEGV at 1024x1024, where a 1x1 conv first has
+// 8192 column panels). A bounded, predictable size also keeps PoCL from
+// compiling the kernel again for every new size it would have picked.
+inline constexpr size_t kCpuGroupCap = 64;
+size_t cpu_group_size(size_t global0);
+
 // Device options added to the precision -D set for programs whose exactness
 // needs them: correctly rounded f32 division and square root (the default
 // allows 2.5-3 ulp), and -DHAS_FP64 where the device has doubles (native

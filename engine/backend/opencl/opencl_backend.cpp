@@ -16,6 +16,7 @@
 
 #include "backend/opencl/gemm.hpp"
 #include "backend/opencl/kernel_sources.hpp"
+#include "backend/opencl/launch_util.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 
@@ -107,7 +108,8 @@ void register_program_options(const std::string& program, ProgramOptionsFn fn) {
   r.fns[program] = fn;
 }
 
-OpenClBackend::OpenClBackend(const DeviceInfo& device, const BackendOptions& options) : info_(device) {
+OpenClBackend::OpenClBackend(const DeviceInfo& device, const BackendOptions& options)
+    : info_(limited_device(device, options.memory_limit_bytes)) {
   if (info_.kind == DeviceKind::reference || !info_.cl_device) {
     throw DeviceError("OpenClBackend: device \"" + info_.name + "\" (" + info_.id + ") is not an OpenCL device");
   }
@@ -178,6 +180,10 @@ Tensor OpenClBackend::empty(const Shape& shape, DType dtype) {
   return Tensor(shape, dtype, std::make_shared<ClStorage>(mem, bytes, this, pool_));
 }
 
+std::uint64_t OpenClBackend::allocated_bytes() const { return pool_->in_use_bytes(); }
+std::vector<KernelBuildRecord> OpenClBackend::kernel_builds() const { return programs_->records(); }
+std::string OpenClBackend::kernel_cache_dir() const { return programs_->dir(); }
+
 Tensor OpenClBackend::upload(const HostTensor& host) {
   Tensor t = empty(host.shape, host.dtype);
   if (host.data.size() != t.bytes()) {
@@ -245,6 +251,11 @@ cl_kernel OpenClBackend::kernel(std::string_view program, std::string_view name,
 }
 
 void OpenClBackend::launch(cl_kernel k, std::string_view op, cl_uint dims, const size_t* global, const size_t* local) {
+  size_t chosen[3] = {1, 1, 1};
+  if (local == nullptr && info_.kind == DeviceKind::cpu && dims <= 3) {
+    chosen[0] = detail::cpu_group_size(global[0]);
+    local = chosen;
+  }
   cl_event ev = nullptr;
   const cl_int err = clEnqueueNDRangeKernel(queue_, k, dims, nullptr, global, local, 0, nullptr, profile_ ? &ev : nullptr);
   if (err != CL_SUCCESS) {

@@ -49,6 +49,7 @@ class OpenClBackend final : public Backend {
   Tensor upload(const HostTensor& host) override;
   HostTensor download(const Tensor& t) override;
   void synchronize() override;
+  std::uint64_t allocated_bytes() const override;
 
   void matmul(const MatmulArgs& args) override;
   void conv2d(const Conv2dArgs& args) override;
@@ -85,6 +86,8 @@ class OpenClBackend final : public Backend {
   BufferPool& pool() const { return *pool_; }
   cl_command_queue queue() const { return queue_; }
   ProgramCache& programs() { return *programs_; }
+  std::vector<KernelBuildRecord> kernel_builds() const override;
+  std::string kernel_cache_dir() const override;
 
   // Builds every program in every precision variant the ops use; returns one record per
   // program variant built or loaded here (failed builds included, with failed = true).

@@ -19,15 +19,7 @@
 
 namespace nanscope::opencl {
 
-struct BuildRecord {
-  std::string program;  // kernel file name, e.g. "group_norm"
-  std::string options;  // build options
-  bool cache_hit = false;
-  double ms = 0.0;      // wall time of the build or the load
-  std::string note;     // e.g. "cache entry corrupt (checksum mismatch); rebuilt"
-  bool failed = false;  // precompile(): the build failed; `error` holds the message with the build log
-  std::string error;
-};
+using BuildRecord = KernelBuildRecord;
 
 class ProgramCache {
  public:

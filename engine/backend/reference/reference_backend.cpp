@@ -30,7 +30,7 @@ std::uint64_t physical_memory_bytes() {
 
 }  // namespace
 
-ReferenceBackend::ReferenceBackend() {
+ReferenceBackend::ReferenceBackend(std::uint64_t memory_limit_bytes) {
   info_.id = "reference";
   info_.name = "reference";
   info_.vendor = "NaNscope";
@@ -46,6 +46,7 @@ ReferenceBackend::ReferenceBackend() {
   info_.max_alloc_bytes = info_.global_mem_bytes;
   info_.compute_units = std::max(1u, std::thread::hardware_concurrency());
   info_.reason = "built-in plain C++ device: ground truth, slow";
+  info_ = limited_device(std::move(info_), memory_limit_bytes);
 }
 
 Tensor ReferenceBackend::empty(const Shape& shape, DType dtype) {
@@ -53,6 +54,11 @@ Tensor ReferenceBackend::empty(const Shape& shape, DType dtype) {
     if (d < 0) throw OpError("cannot allocate " + shape_str(shape) + ": negative dimension");
   }
   const std::size_t bytes = static_cast<std::size_t>(shape_numel(shape)) * dtype_size(dtype);
+  if (info_.max_alloc_bytes && bytes > info_.max_alloc_bytes) {
+    throw DeviceError("cannot allocate " + shape_str(shape) + " " + std::string(dtype_name(dtype)) + " (" +
+                      std::to_string(bytes >> 20) + " MiB) on \"reference\": larger than its memory limit (" +
+                      std::to_string(info_.max_alloc_bytes >> 20) + " MiB)");
+  }
   std::shared_ptr<HostStorage> storage;
   try {
     // owns() compares against the Backend subobject: store exactly that pointer.

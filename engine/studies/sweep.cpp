@@ -1,4 +1,4 @@
-#include "inspect/sweep.hpp"
+#include "studies/sweep.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -10,10 +10,12 @@
 #include "config/preset.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
-#include "inspect/scenario.hpp"
+#include "studies/scenario.hpp"
 #include "io/atomic_file.hpp"
 
-namespace nanscope::inspect {
+namespace nanscope::studies {
+
+using namespace inspect;  // the inspector's values and detectors
 
 namespace fs = std::filesystem;
 
@@ -172,4 +174,4 @@ int merge_sweep(const SweepSpec& spec) {
   return done;
 }
 
-}  // namespace nanscope::inspect
+}  // namespace nanscope::studies

@@ -23,7 +23,7 @@
 
 #include "config/run_config.hpp"
 
-namespace nanscope::inspect {
+namespace nanscope::studies {
 
 struct SweepCell {
   int index = 0;
@@ -50,4 +50,4 @@ bool run_sweep_cell(const SweepSpec& spec, int index);
 // "not run"). Returns the number of finished cells.
 int merge_sweep(const SweepSpec& spec);
 
-}  // namespace nanscope::inspect
+}  // namespace nanscope::studies

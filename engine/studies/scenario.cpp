@@ -1,4 +1,4 @@
-#include "inspect/scenario.hpp"
+#include "studies/scenario.hpp"
 
 #include <unistd.h>
 
@@ -8,14 +8,15 @@
 #include <cstdlib>
 #include <fstream>
 
-#include "backend/opencl/opencl_backend.hpp"
 #include "config/preset.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
-#include "inspect/report_json.hpp"
+#include "studies/report_json.hpp"
 #include "io/safetensors.hpp"
 
-namespace nanscope::inspect {
+namespace nanscope::studies {
+
+using namespace inspect;  // the inspector's values and detectors
 
 namespace fs = std::filesystem;
 
@@ -74,10 +75,8 @@ nlohmann::json device_list_json(const DeviceList& list) {
 }
 
 double kernel_build_seconds(pipeline::Session& session, const std::string& pin, int* builds, int* hits) {
-  auto* cl = dynamic_cast<opencl::OpenClBackend*>(&session.backend(pin));
-  if (cl == nullptr) return 0;
   double ms = 0;  // compiling only; loading a cached binary is not the cost R4 is about
-  for (const auto& r : cl->programs().records()) {
+  for (const auto& r : session.backend(pin).kernel_builds()) {
     if (!r.cache_hit) ms += r.ms;
     ++(r.cache_hit ? *hits : *builds);
   }
@@ -301,4 +300,4 @@ ScenarioRun run_scenario(const Scenario& scenario, bool fixed, const ScenarioOpt
   return out;
 }
 
-}  // namespace nanscope::inspect
+}  // namespace nanscope::studies

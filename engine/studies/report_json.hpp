@@ -26,18 +26,12 @@
 #include <vector>
 
 #include "config/run_config.hpp"
-#include "inspect/inspect.hpp"
+#include "inspect/stats_json.hpp"
 #include "pipeline/run_report.hpp"
 
-namespace nanscope::inspect {
+namespace nanscope::studies {
 
 inline constexpr int kReportVersion = 1;
-
-nlohmann::json to_json(const Stats& s);
-nlohmann::json to_json(const MapStats& m);
-nlohmann::json to_json(const StepStats& s);
-nlohmann::json to_json(const OpRecord& r);
-nlohmann::json to_json(const LayerTrace& t);
 
 // The short run report a PNG's `nanscope` chunk carries beside the config (CLI
 // generate and the workbench's Save write the same): device, model, family,
@@ -49,4 +43,4 @@ nlohmann::json image_report_json(const pipeline::RunReport& report);
 nlohmann::json report_json(const RunConfig& config, const std::vector<pipeline::StepReport>& steps,
                            const pipeline::RunReport& report);
 
-}  // namespace nanscope::inspect
+}  // namespace nanscope::studies

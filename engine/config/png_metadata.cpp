@@ -1,10 +1,14 @@
-#include "io/png_metadata.hpp"
+#include "config/png_metadata.hpp"
 
 #include "config/a1111.hpp"
 #include "config/preset.hpp"
 #include "core/error.hpp"
 
-namespace nanscope::io {
+namespace nanscope {
+
+using io::PngContents;
+using io::PngText;
+using io::RgbImage;
 
 using nlohmann::json;
 
@@ -60,4 +64,4 @@ std::optional<RunConfig> config_from_png(const PngContents& png, std::string_vie
   return std::nullopt;
 }
 
-}  // namespace nanscope::io
+}  // namespace nanscope

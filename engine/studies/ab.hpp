@@ -9,9 +9,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "inspect/scenario.hpp"
+#include "studies/scenario.hpp"
 
-namespace nanscope::inspect {
+namespace nanscope::studies {
 
 struct AbStep {
   int step = 0;                // 1-based
@@ -40,4 +40,4 @@ double relative_l2(std::span<const float> a, std::span<const float> b, double* m
 AbResult run_ab(const RunConfig& a, const RunConfig& b, double threshold = 1e-2,
                 pipeline::RunObserver* forward = nullptr, const BackendOptions& backend = {});
 
-}  // namespace nanscope::inspect
+}  // namespace nanscope::studies

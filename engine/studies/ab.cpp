@@ -1,4 +1,4 @@
-#include "inspect/ab.hpp"
+#include "studies/ab.hpp"
 
 #include <cmath>
 #include <limits>
@@ -6,7 +6,9 @@
 #include "config/preset.hpp"
 #include "core/error.hpp"
 
-namespace nanscope::inspect {
+namespace nanscope::studies {
+
+using namespace inspect;  // the inspector's values and detectors
 
 namespace {
 
@@ -110,4 +112,4 @@ AbResult run_ab(const RunConfig& a, const RunConfig& b, double threshold, pipeli
   return r;
 }
 
-}  // namespace nanscope::inspect
+}  // namespace nanscope::studies

@@ -28,14 +28,14 @@
 #include "pipeline/run_report.hpp"
 #include "pipeline/session.hpp"
 
-namespace nanscope::inspect {
+namespace nanscope::studies {
 
 struct Scenario {
   std::string id;     // "R0"
   std::string title;  // one line
   std::string preset, fixed_preset;  // file names in presets_dir()
   std::string fix;    // what the fixed twin changes, one line
-  Verdict broken_verdict;  // what the broken preset must be detected as
+  inspect::Verdict broken_verdict;  // what the broken preset must be detected as
 };
 const std::vector<Scenario>& scenarios();
 // Case-insensitive ("r1"); null when unknown.
@@ -56,7 +56,7 @@ struct InspectedRun {
   std::vector<pipeline::StepReport> steps;
   std::vector<pipeline::RunReport> reports;
   std::vector<pipeline::GeneratedImage> images;
-  Verdict verdict = Verdict::clean;
+  inspect::Verdict verdict = inspect::Verdict::clean;
   std::string summary;
   std::string origin;
   nlohmann::json report;  // report_json() of the first image, or the device-missing report
@@ -89,4 +89,4 @@ ScenarioRun run_scenario(const Scenario& scenario, bool fixed, const ScenarioOpt
 std::filesystem::path make_attention_stress_model(const std::filesystem::path& model, const std::filesystem::path& out_dir,
                                                   const std::string& module, float factor);
 
-}  // namespace nanscope::inspect
+}  // namespace nanscope::studies

@@ -1,0 +1,249 @@
+#include "pipeline/memory_plan.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "pipeline/sd_model.hpp"
+
+namespace nanscope::pipeline {
+
+namespace {
+
+// Live and peak bytes of the stand-in backend's buffers.
+struct Ledger {
+  std::uint64_t live = 0, peak = 0;
+};
+
+// A buffer that exists only as a size.
+class PlanStorage final : public Storage {
+ public:
+  PlanStorage(std::size_t bytes, const void* owner, std::shared_ptr<Ledger> ledger)
+      : bytes_(bytes), owner_(owner), ledger_(std::move(ledger)) {
+    ledger_->live += bytes_;
+    ledger_->peak = std::max(ledger_->peak, ledger_->live);
+  }
+  ~PlanStorage() override { ledger_->live -= bytes_; }
+  PlanStorage(const PlanStorage&) = delete;
+  PlanStorage& operator=(const PlanStorage&) = delete;
+
+  std::size_t bytes() const override { return bytes_; }
+  const void* owner() const override { return owner_; }
+
+ private:
+  std::size_t bytes_;
+  const void* owner_;
+  std::shared_ptr<Ledger> ledger_;
+};
+
+// Stands in for the run's backend: same device limits, and it accepts the
+// real backend's tensors (the weights) as its own; every op is a no-op.
+class PlanBackend final : public Backend {
+ public:
+  explicit PlanBackend(const Backend& real) : real_(real), owner_(static_cast<const Backend*>(&real)) {}
+
+  const DeviceInfo& device() const override { return real_.device(); }
+  Tensor empty(const Shape& shape, DType dtype) override {
+    const std::size_t bytes = static_cast<std::size_t>(shape_numel(shape)) * dtype_size(dtype);
+    Tensor t(shape, dtype, std::make_shared<PlanStorage>(bytes, owner_, ledger_));
+    if (bytes > largest_.bytes) {
+      largest_ = PlannedBuffer{component_, "", "", shape, dtype, bytes};
+      largest_storage_ = t.storage_ptr();
+    }
+    if (shape_numel(shape) > kMaxKernelElements && !too_long_) {
+      too_long_ = PlannedBuffer{component_, "", "", shape, dtype, bytes};
+      too_long_storage_ = t.storage_ptr();
+    }
+    return t;
+  }
+  Tensor upload(const HostTensor& host) override { return empty(host.shape, host.dtype); }
+  HostTensor download(const Tensor& t) override { return HostTensor(t.shape(), t.dtype()); }
+
+  void matmul(const MatmulArgs&) override {}
+  void conv2d(const Conv2dArgs&) override {}
+  void group_norm(const GroupNormArgs&) override {}
+  void layer_norm(const LayerNormArgs&) override {}
+  void unary(const UnaryArgs&) override {}
+  void geglu(const GegluArgs&) override {}
+  void softmax(const SoftmaxArgs&) override {}
+  void upsample_nearest2x(const UpsampleArgs&) override {}
+  void binary(const BinaryArgs&) override {}
+  void concat(const ConcatArgs&) override {}
+  void slice(const SliceArgs&) override {}
+  void permute(const PermuteArgs&) override {}
+  void cast(const CastArgs&) override {}
+  void timestep_embedding(const TimestepEmbeddingArgs&) override {}
+  void attention(const AttentionArgs&) override {}
+  void latent_step(const LatentStepArgs&) override {}
+  std::vector<MapReduction> map_reduce_batch(std::span<const MapReduceArgs> maps) override {
+    return std::vector<MapReduction>(maps.size());
+  }
+  PreviewReduction latent_preview(const LatentPreviewArgs&) override { return {}; }
+
+  // Names the largest buffer when it turns out to be an op's output.
+  void on_output(const OpContext& ctx, std::string_view op, const Tensor& out) {
+    if (largest_.op.empty() && out.storage() == largest_storage_.lock().get()) {
+      largest_.op = std::string(op);
+      largest_.module = ctx.path;
+    }
+    if (too_long_ && too_long_->op.empty() && out.storage() == too_long_storage_.lock().get()) {
+      too_long_->op = std::string(op);
+      too_long_->module = ctx.path;
+    }
+  }
+  void set_component(std::string component) {
+    component_ = std::move(component);
+    ledger_->peak = ledger_->live;
+  }
+  const PlannedBuffer& largest() const { return largest_; }
+  const std::optional<PlannedBuffer>& too_long() const { return too_long_; }
+  std::uint64_t live() const { return ledger_->live; }
+  std::uint64_t peak() const { return ledger_->peak; }
+
+ protected:
+  const void* storage_owner() const override { return owner_; }
+
+ private:
+  const Backend& real_;
+  const void* owner_;
+  std::shared_ptr<Ledger> ledger_ = std::make_shared<Ledger>();
+  std::string component_;
+  PlannedBuffer largest_;
+  std::weak_ptr<Storage> largest_storage_;
+  std::optional<PlannedBuffer> too_long_;  // the first buffer with more elements than the kernels index
+  std::weak_ptr<Storage> too_long_storage_;
+};
+
+class PlanTracer final : public OpTracer {
+ public:
+  explicit PlanTracer(PlanBackend& be) : be_(be) {}
+  void on_op(const OpContext& ctx, std::string_view op, std::span<const Tensor* const>, const Tensor& out) override {
+    be_.on_output(ctx, op, out);
+  }
+
+ private:
+  PlanBackend& be_;
+};
+
+OpContext on_plan(const OpContext& run, PlanBackend& be, PlanTracer& tracer) {
+  OpContext c = run;
+  c.backend = &be;
+  c.tracer = &tracer;
+  c.faults = nullptr;
+  return c;
+}
+
+}  // namespace
+
+std::string mib_str(std::uint64_t bytes) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.1f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
+  return buf;
+}
+
+std::string PlannedBuffer::describe() const {
+  std::string s = op.empty() ? "a buffer" : op;
+  s += " " + component;
+  if (!module.empty()) s += " " + module;
+  s += op.empty() ? "" : " output";
+  return s + " " + shape_str(shape) + " " + std::string(dtype_name(dtype)) + " (" + mib_str(bytes) + ")";
+}
+
+MemoryPlan plan_memory(const PlanRequest& r) {
+  const SdModel& m = *r.model;
+  Backend& real = r.unet.be();
+  const DeviceInfo& dev = real.device();
+  PlanBackend be(real);
+  PlanTracer tracer(be);
+  MemoryPlan plan;
+  plan.width = r.width;
+  plan.height = r.height;
+  plan.resident_bytes = r.resident_bytes;
+  plan.max_alloc_bytes = dev.max_alloc_bytes;
+  plan.global_mem_bytes = dev.global_mem_bytes;
+  plan.device = dev.name;
+
+  const std::int64_t f = m.vae->config().downscale();
+  const Shape latent{1, m.unet->config().in_channels, r.height / f, r.width / f};
+  const std::int64_t rows = r.cfg ? 2 : 1;
+  const auto& uc = m.unet->config();
+  const DType unet_dtype = r.unet.precision.dtype, vae_dtype = r.vae.precision.dtype;
+
+  // What the run keeps on the device through sampling: the text embeddings,
+  // the latent, the sampler's state and a step's inputs and outputs.
+  be.set_component("unet");
+  const Tensor context = be.empty({rows, 77, uc.cross_attention_dim.front()}, unet_dtype);
+  models::AddedConditions added;
+  if (uc.text_time) {
+    added.text_embeds = be.empty({rows, uc.projection_class_embeddings_input_dim - 6 * uc.addition_time_embed_dim},
+                                 unet_dtype);
+    added.time_ids.assign(static_cast<std::size_t>(rows * 6), 0.0f);
+  }
+  std::vector<Tensor> run_state;
+  for (int i = 0; i < 4; ++i) run_state.push_back(be.empty(latent, DType::f32));  // latent, guided, denoised, sampler
+  Shape in = latent;
+  in[0] = rows;
+  run_state.push_back(be.empty(in, DType::f32));
+  const Tensor unet_in = be.empty(in, unet_dtype);
+  const std::vector<float> ts(static_cast<std::size_t>(rows), 999.0f);
+  std::uint64_t peak = 0;
+  {
+    const Tensor pred = m.unet->forward(on_plan(r.unet, be, tracer), unet_in, ts, context, uc.text_time ? &added : nullptr);
+    peak = be.peak();
+    plan.peak_component = "unet";
+  }
+
+  // The decode: the latent in the VAE's dtype through the decoder.
+  be.set_component("vae");
+  {
+    const Tensor z = be.empty(latent, vae_dtype);
+    const Tensor img = m.vae->decode(on_plan(r.vae, be, tracer), z);
+    if (be.peak() > peak) {
+      peak = be.peak();
+      plan.peak_component = "vae";
+    }
+  }
+  plan.largest = be.largest();
+  const std::optional<PlannedBuffer> too_long = be.too_long();
+  plan.peak_bytes = peak;
+
+  const std::string size = std::to_string(r.width) + "x" + std::to_string(r.height);
+  const std::string helps =
+      "Use a smaller width and height" + std::string(dev.kind == DeviceKind::reference ? "" : ", or a device with more memory") +
+      ".";
+  if (too_long) {
+    plan.refusal = size + " does not fit \"" + dev.name + "\": " + too_long->describe() + " has " +
+                   std::to_string(shape_numel(too_long->shape)) +
+                   " elements, more than the 4294967295 that NaNscope's kernels can index. " + helps;
+  } else if (dev.max_alloc_bytes && plan.largest.bytes > dev.max_alloc_bytes) {
+    plan.refusal = size + " does not fit \"" + dev.name + "\": " + plan.largest.describe() +
+                   " is larger than the device's largest single buffer (" + mib_str(dev.max_alloc_bytes) +
+                   ", CL_DEVICE_MAX_MEM_ALLOC_SIZE). " + helps;
+  } else if (dev.global_mem_bytes && plan.peak_bytes + plan.resident_bytes > dev.global_mem_bytes) {
+    plan.refusal = size + " does not fit \"" + dev.name + "\": the " + plan.peak_component + " needs " +
+                   mib_str(plan.peak_bytes) + " live at once on top of " + mib_str(plan.resident_bytes) +
+                   " of weights, more than the device's " + mib_str(dev.global_mem_bytes) +
+                   " of memory (its largest buffer: " + plan.largest.describe() + "). " +
+                   (r.cfg ? "Guidance off (cfg_scale 1) halves the UNet's part. " : "") + helps;
+  }
+  return plan;
+}
+
+int largest_square_size(const PlanRequest& request, int multiple, int limit) {
+  PlanRequest r = request;
+  auto fits = [&](int s) {
+    r.width = r.height = s;
+    return plan_memory(r).fits();
+  };
+  int lo = 0, hi = limit / multiple;  // in units of `multiple`; lo fits (0 trivially), answer in [lo, hi]
+  if (hi > 0 && fits(hi * multiple)) return hi * multiple;
+  while (hi - lo > 1) {
+    const int mid = lo + (hi - lo) / 2;
+    (fits(mid * multiple) ? lo : hi) = mid;
+  }
+  return lo * multiple;
+}
+
+}  // namespace nanscope::pipeline
