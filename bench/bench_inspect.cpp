@@ -85,7 +85,7 @@ int main(int argc, char** argv) {
   }
   try {
     if (model.empty()) model = pipeline::embedded_model_dir().string();
-    pipeline::Session session;
+    pipeline::Session session(backend_options_from_environment());
     const std::string device = session.backend(pin).device().name;
     std::printf("\nbench_inspect: %s on \"%s\", %d steps with CFG (steps 2..N timed; the first builds kernels)\n\n",
                 model.c_str(), device.c_str(), steps);

@@ -131,7 +131,7 @@ int main(int argc, char** argv) {
   try {
     const DeviceList devices = enumerate_devices();
     const DeviceInfo& dev = select_device(devices, pin);
-    auto be = make_backend(dev);
+    auto be = make_backend(dev, backend_options_from_environment());
     OpContext ctx;
     ctx.backend = be.get();
     ctx.path = "bench";

@@ -90,7 +90,7 @@ int main(int argc, char** argv) {
     config.steps = steps;
     config.cfg_scale = 7.0;
 
-    pipeline::Session session;
+    pipeline::Session session(backend_options_from_environment());
     const std::string device = session.backend(pin).device().name;
     // First run: model load and kernel builds/cache loads, timed apart.
     auto t0 = Clock::now();

@@ -68,7 +68,7 @@ std::vector<float> normal(std::mt19937& rng, std::size_t n) {
 
 // The measured side, in this process: load, one warm-up call (kernel builds), then median of `runs`.
 int child(const std::string& pin, const fs::path& folder, DType dtype, int size, int runs) {
-  auto be = make_backend(select_device(enumerate_devices(), pin));
+  auto be = make_backend(select_device(enumerate_devices(), pin), backend_options_from_environment());
   auto t0 = Clock::now();
   const auto unet = models::UNet::load(folder, *be, dtype);
   be->synchronize();

@@ -17,7 +17,8 @@ std::string device_pin(const GlobalOptions& g, const std::string& override_pin) 
 }
 
 BackendOptions backend_options(const GlobalOptions& g) {
-  BackendOptions o;
+  // The environment is read here, once, not deep in the engine.
+  BackendOptions o = backend_options_from_environment();
   o.kernel_cache_dir = g.kernel_cache;  // empty: ProgramCache::default_dir() reads NANSCOPE_KERNEL_CACHE
   o.memory_limit_bytes = g.memory_limit_mib << 20;
   return o;

@@ -166,6 +166,40 @@ TEST(Devices, PinFromEnvironment) {
   EXPECT_EQ(device_pin_from_env(), "");
 }
 
+// The engine reads no NANSCOPE_* backend variable itself: the front ends turn
+// the environment into BackendOptions once, and bad values are ignored.
+TEST(Devices, BackendOptionsFromTheEnvironment) {
+  for (const char* v : {"NANSCOPE_POOL_MB", "NANSCOPE_PROFILE", "NANSCOPE_KERNEL_STYLE"}) unsetenv(v);
+  BackendOptions o = backend_options_from_environment();
+  EXPECT_FALSE(o.pool_keep_bytes.has_value());
+  EXPECT_FALSE(o.profile);
+  EXPECT_EQ(o.kernel_style, KernelStyleChoice::by_device);
+  setenv("NANSCOPE_POOL_MB", "12", 1);
+  setenv("NANSCOPE_PROFILE", "1", 1);
+  setenv("NANSCOPE_KERNEL_STYLE", "gpu", 1);
+  BackendOptions base;
+  base.kernel_cache_dir = "/somewhere";
+  o = backend_options_from_environment(base);
+  EXPECT_EQ(o.pool_keep_bytes, std::uint64_t{12} << 20);
+  EXPECT_TRUE(o.profile);
+  EXPECT_EQ(o.kernel_style, KernelStyleChoice::gpu);
+  EXPECT_EQ(o.kernel_cache_dir, "/somewhere");  // the base is kept
+  setenv("NANSCOPE_POOL_MB", "lots", 1);
+  setenv("NANSCOPE_KERNEL_STYLE", "fast", 1);
+  o = backend_options_from_environment();
+  EXPECT_FALSE(o.pool_keep_bytes.has_value());
+  EXPECT_EQ(o.kernel_style, KernelStyleChoice::by_device);
+  for (const char* v : {"NANSCOPE_POOL_MB", "NANSCOPE_PROFILE", "NANSCOPE_KERNEL_STYLE"}) unsetenv(v);
+  // A backend made without options does not look at the environment.
+  setenv("NANSCOPE_KERNEL_STYLE", "gpu", 1);
+  for (const DeviceInfo& d : enumerate_devices().devices) {
+    if (d.kind != DeviceKind::cpu) continue;
+    auto be = make_backend(d);
+    EXPECT_EQ(static_cast<opencl::OpenClBackend&>(*be).kernel_style(), opencl::KernelStyle::cpu) << d.name;
+  }
+  unsetenv("NANSCOPE_KERNEL_STYLE");
+}
+
 TEST(Devices, ReferenceBackendFromTheList) {
   const DeviceList list = enumerate_devices();
   auto be = make_backend(select_device(list, "reference"));

@@ -9,7 +9,7 @@
 // by f32 rounding only. Data movement, casts and add/sub/mul (correctly
 // rounded) are bit-exact in every mode.
 //
-// NANSCOPE_KERNEL_STYLE=gpu forces the GPU-style kernels (local-memory tiles,
+// BackendOptions::kernel_style = gpu forces the GPU-style kernels (local-memory tiles,
 // work-group reductions) on a CPU device: the GpuStyle test does that.
 
 #include <gtest/gtest.h>
@@ -303,7 +303,15 @@ TEST_F(OpenClOps, Attention) {
 
 // The GPU-style kernels (local-memory GEMM tiles, work-group reductions), forced on this device.
 TEST_F(OpenClOps, GpuStyle) {
-  setenv("NANSCOPE_KERNEL_STYLE", "gpu", 1);
+  BackendOptions gpu_style;
+  gpu_style.kernel_style = KernelStyleChoice::gpu;
+  const std::unique_ptr<Backend> gpu = make_backend(cl_->device(), gpu_style);
+  Backend* const own = cl_;
+  cl_ = gpu.get();  // both() runs on cl_
+  struct Restore {
+    Backend* own;
+    ~Restore() { cl_ = own; }
+  } restore{own};
   for (const Mode& m : kModes) {
     const auto a = randn({2, 67, 70}, m.dtype, "gpu.a"), b = randn({2, 70, 77}, m.dtype, "gpu.b");
     const auto w = randn({77, 70}, m.dtype, "gpu.w"), bias = randn({77}, m.dtype, "gpu.bias");
@@ -324,7 +332,6 @@ TEST_F(OpenClOps, GpuStyle) {
     check(both({gx}, ms, [](const OpContext& c, auto& v) { return ops::softmax(c, v[0]); }), ms, "gpu softmax",
           m.dtype != DType::f32);
   }
-  unsetenv("NANSCOPE_KERNEL_STYLE");
 }
 
 }  // namespace

@@ -299,6 +299,30 @@ std::string device_pin_from_env() {
   return v ? trim(v) : std::string();
 }
 
+BackendOptions backend_options_from_environment(BackendOptions o) {
+  if (const char* v = std::getenv("NANSCOPE_POOL_MB"); v && *v) {
+    char* end = nullptr;
+    const unsigned long long mb = std::strtoull(v, &end, 10);
+    if (end && *end == '\0' && mb < (1ull << 40)) {
+      o.pool_keep_bytes = static_cast<std::uint64_t>(mb) << 20;
+    } else {
+      log::warn("NANSCOPE_POOL_MB={} is not a number of MiB; ignored", v);
+    }
+  }
+  if (const char* v = std::getenv("NANSCOPE_PROFILE"); v && *v) o.profile = std::string_view(v) == "1";
+  if (const char* v = std::getenv("NANSCOPE_KERNEL_STYLE"); v && *v) {
+    const std::string_view s(v);
+    if (s == "cpu") {
+      o.kernel_style = KernelStyleChoice::cpu;
+    } else if (s == "gpu") {
+      o.kernel_style = KernelStyleChoice::gpu;
+    } else {
+      log::warn("NANSCOPE_KERNEL_STYLE={} is neither cpu nor gpu; choosing by device kind", s);
+    }
+  }
+  return o;
+}
+
 DeviceInfo limited_device(DeviceInfo device, std::uint64_t memory_limit_bytes) {
   if (memory_limit_bytes == 0) return device;
   auto cap = [&](std::uint64_t v) { return v == 0 ? memory_limit_bytes : std::min(v, memory_limit_bytes); };

@@ -4,6 +4,7 @@
 // a pinned device that is missing is an error listing what exists (report R3).
 
 #include <functional>
+#include <optional>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -83,6 +84,11 @@ struct KernelBuildRecord {
   std::string error;
 };
 
+// Which kernel family the OpenCL backend runs: chosen by device kind (GPUs and
+// accelerators get the work-group/local-memory kernels, CPUs the
+// register-blocked ones), or forced, e.g. to test the GPU kernels on PoCL.
+enum class KernelStyleChoice { by_device, cpu, gpu };
+
 struct BackendOptions {
   std::string kernel_cache_dir;  // empty: $NANSCOPE_KERNEL_CACHE, else $XDG_CACHE_HOME/nanscope/kernels, else ~/.cache/...
   bool use_kernel_cache = true;
@@ -92,7 +98,21 @@ struct BackendOptions {
   std::uint64_t memory_limit_bytes = 0;
   // Called on the engine thread for every program load or build (empty: none).
   KernelBuildListener on_kernel_build;
+  // Most bytes of released device buffers the OpenCL buffer pool keeps for
+  // reuse (unset: a quarter of the device's memory, at most 4 GiB; 0: none).
+  std::optional<std::uint64_t> pool_keep_bytes;
+  bool profile = false;  // time every launch per op and kernel (OpenCL events)
+  KernelStyleChoice kernel_style = KernelStyleChoice::by_device;
 };
+
+// The options the environment asks for, on top of `base`. The engine reads no
+// environment variable for these itself: the front ends (CLI, workbench) call
+// this once at start-up.
+//   NANSCOPE_POOL_MB=N       pool_keep_bytes = N MiB (0 turns reuse off)
+//   NANSCOPE_PROFILE=1       profile
+//   NANSCOPE_KERNEL_STYLE=cpu|gpu   kernel_style
+// A value that cannot be used is logged as a warning and ignored.
+BackendOptions backend_options_from_environment(BackendOptions base = {});
 // The device as a backend with options.memory_limit_bytes sees it: global
 // memory and largest allocation capped by the limit (unchanged when 0).
 DeviceInfo limited_device(DeviceInfo device, std::uint64_t memory_limit_bytes);

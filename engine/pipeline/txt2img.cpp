@@ -81,7 +81,11 @@ std::unique_ptr<NoiseSource> make_noise(NoiseKind kind, std::uint64_t seed) {
     // ATEN_CPU_CAPABILITY=default forces it; the two differ in the last bits.
     const char* cap = std::getenv("ATEN_CPU_CAPABILITY");
     const bool forced_default = cap && std::string_view(cap) == "default";
+#if defined(__x86_64__) || defined(__i386__)
     const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+    const bool avx2 = false;  // torch's AVX2 kernel exists only on x86: other CPUs use the scalar path
+#endif
     return std::make_unique<TorchCpuNoise>(seed, avx2 && !forced_default ? TorchCpuNoise::Kernel::kAvx2
                                                                          : TorchCpuNoise::Kernel::kDefault);
   }

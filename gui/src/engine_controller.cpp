@@ -49,7 +49,7 @@ pipeline::Session& EngineController::session() {
 }
 
 BackendOptions EngineController::backend_options() {
-  BackendOptions o;
+  BackendOptions o = backend_options_from_environment();
   o.on_kernel_build = [this](const KernelBuildEvent& e) {
     emit kernelBuild(QString::fromStdString(e.program), QString::fromStdString(e.options), e.finished, e.cache_hit,
                      e.ms);

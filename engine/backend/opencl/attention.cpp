@@ -33,7 +33,7 @@ std::string softmax_options(OpenClBackend& be, const Precision& p) {
 
 void fused(OpenClBackend& be, const AttentionArgs& a) {
   const char* op = "ATTENTION";
-  const bool cpu = detail::kernel_style(be.device()) == detail::KernelStyle::cpu;
+  const bool cpu = be.kernel_style() == KernelStyle::cpu;
   // Private row buffers: the 512-wide default on CPUs (one program for every head size); GPUs get
   // them sized to the head (a power of two from 64) since private memory there is scarce.
   std::string opts = attention_options(be, a.precision);
@@ -102,7 +102,7 @@ void materialised_unit(OpenClBackend& be, const AttentionArgs& a, const Unit& u,
   }
 
   cl_kernel sm = be.kernel("softmax", scores_f32 ? "softmax_rows_f32in" : "softmax_rows", softmax_options(be, p));
-  const size_t local = detail::reduction_group_size(be.device());
+  const size_t local = detail::reduction_group_size(be);
   OpenClBackend::set_args(sm, scores, cl_ulong(0), probs, cl_ulong(0), to_uint(a.sk, op, "sk"),
                           cl_uint(a.causal ? a.sq : 0), to_uint(u.i0, op, "row"),
                           LocalMem{std::max<size_t>(local, 2) * sizeof(float)});

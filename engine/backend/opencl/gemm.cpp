@@ -122,7 +122,7 @@ std::string options(OpenClBackend& be, const Precision& p) {
 }
 
 bool uses_panels(const OpenClBackend& be, const Precision& p) {
-  return p.native_accumulation() || detail::kernel_style(be.device()) == detail::KernelStyle::cpu;
+  return p.native_accumulation() || be.kernel_style() == KernelStyle::cpu;
 }
 
 std::size_t scratch_budget(const DeviceInfo& device) {

@@ -21,7 +21,7 @@ void OpenClBackend::group_norm(const GroupNormArgs& a) {
   const char* op = "GROUP_NORM";
   if (a.n * a.c * a.s == 0) return;
   cl_kernel k = kernel("group_norm", "group_norm", norm_options(*this, a.precision));
-  const size_t local = detail::reduction_group_size(device());
+  const size_t local = detail::reduction_group_size(*this);
   set_args(k, buffer(a.x), a.gamma ? buffer(*a.gamma) : cl_mem{nullptr}, a.beta ? buffer(*a.beta) : cl_mem{nullptr},
            buffer(a.out), detail::to_uint(a.c, op, "c"), cl_ulong(a.s), cl_uint(a.groups), a.eps,
            cl_int(a.gamma ? 1 : 0), cl_int(a.beta ? 1 : 0), LocalMem{std::max<size_t>(local, 2) * sizeof(float)});

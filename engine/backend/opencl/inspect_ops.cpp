@@ -103,8 +103,8 @@ std::vector<MapReduction> OpenClBackend::map_reduce_batch(std::span<const MapRed
   // only where something is non-finite, is a second round for those maps.
   std::vector<PendingMap> pending(maps.size());
   // GPUs: a work-group per line; CPU-style devices: a work-item per line.
-  const bool cpu_style = detail::kernel_style(device()) == detail::KernelStyle::cpu;
-  const size_t local = std::max<size_t>(1, std::min<size_t>(64, detail::reduction_group_size(device())));
+  const bool cpu_style = kernel_style() == KernelStyle::cpu;
+  const size_t local = std::max<size_t>(1, std::min<size_t>(64, detail::reduction_group_size(*this)));
   for (std::size_t m = 0; m < maps.size(); ++m) {
     const MapReduceArgs& a = maps[m];
     PendingMap& p = pending[m];

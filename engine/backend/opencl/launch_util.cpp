@@ -18,20 +18,6 @@ cl_uint to_uint(std::int64_t v, std::string_view op, std::string_view what) {
   return static_cast<cl_uint>(v);
 }
 
-KernelStyle kernel_style(const DeviceInfo& device) {
-  if (const char* env = std::getenv("NANSCOPE_KERNEL_STYLE"); env && *env) {
-    const std::string s(env);
-    if (s == "cpu") return KernelStyle::cpu;
-    if (s == "gpu") return KernelStyle::gpu;
-    static bool warned = false;
-    if (!warned) {
-      warned = true;
-      log::warn("NANSCOPE_KERNEL_STYLE={} is neither cpu nor gpu; choosing by device kind", s);
-    }
-  }
-  return device.kind == DeviceKind::gpu || device.kind == DeviceKind::accelerator ? KernelStyle::gpu : KernelStyle::cpu;
-}
-
 size_t cpu_group_size(size_t global0) {
   size_t g = kCpuGroupCap;
   while (g > 1 && global0 % g != 0) g /= 2;
@@ -40,9 +26,9 @@ size_t cpu_group_size(size_t global0) {
 
 std::string_view kernel_style_name(KernelStyle s) { return s == KernelStyle::gpu ? "gpu" : "cpu"; }
 
-size_t reduction_group_size(const DeviceInfo& device) {
-  if (kernel_style(device) == KernelStyle::cpu) return 1;
-  const size_t max = device.max_work_group_size ? device.max_work_group_size : 64;
+size_t reduction_group_size(const OpenClBackend& be) {
+  if (be.kernel_style() == KernelStyle::cpu) return 1;
+  const size_t max = be.device().max_work_group_size ? be.device().max_work_group_size : 64;
   return std::min<size_t>(256, max);
 }
 

@@ -24,16 +24,15 @@ inline Precision storage_only(DType t) { return Precision{t, Accumulate::f32, So
 
 // Kernel families: `cpu` (each work-item owns a register block, no barriers:
 // what PoCL and other CPU drivers run well) or `gpu` (work-groups sharing local
-// memory tiles). Chosen by device kind; NANSCOPE_KERNEL_STYLE=cpu|gpu forces one
-// (used to test the GPU kernels on a CPU device).
-enum class KernelStyle { cpu, gpu };
-KernelStyle kernel_style(const DeviceInfo& device);
+// memory tiles). Chosen by device kind unless BackendOptions::kernel_style
+// forces one (used to test the GPU kernels on a CPU device).
+inline KernelStyle kernel_style(const OpenClBackend& be) { return be.kernel_style(); }
 std::string_view kernel_style_name(KernelStyle s);
 
 // Work-items per work-group for row/group reductions (norms, softmax): 1 on
 // CPU-style devices (one work-item walks its row with vector loads, no
 // barriers to pay), up to 256 on GPUs.
-size_t reduction_group_size(const DeviceInfo& device);
+size_t reduction_group_size(const OpenClBackend& be);
 
 // The work-group size of a launch that leaves it to the driver, on a CPU
 // device: the largest power of two up to kCpuGroupCap that divides the first

@@ -19,7 +19,7 @@ std::string norm_options(OpenClBackend& be, const Precision& p) {
 void OpenClBackend::layer_norm(const LayerNormArgs& a) {
   if (a.rows * a.d == 0) return;
   cl_kernel k = kernel("layer_norm", "layer_norm", norm_options(*this, a.precision));
-  const size_t local = detail::reduction_group_size(device());
+  const size_t local = detail::reduction_group_size(*this);
   set_args(k, buffer(a.x), a.gamma ? buffer(*a.gamma) : cl_mem{nullptr}, a.beta ? buffer(*a.beta) : cl_mem{nullptr},
            buffer(a.out), cl_ulong(a.d), a.eps, cl_int(a.gamma ? 1 : 0), cl_int(a.beta ? 1 : 0),
            LocalMem{std::max<size_t>(local, 2) * sizeof(float)});

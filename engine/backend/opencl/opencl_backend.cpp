@@ -44,11 +44,9 @@ class ClStorage final : public Storage {
 };
 
 // What the buffer pool may keep unused: a quarter of the device's memory, at
-// most 4 GiB; NANSCOPE_POOL_MB overrides (0 turns reuse off).
-std::size_t pool_limit(const DeviceInfo& info) {
-  if (const char* env = std::getenv("NANSCOPE_POOL_MB"); env && *env) {
-    return static_cast<std::size_t>(std::strtoull(env, nullptr, 10)) << 20;
-  }
+// most 4 GiB, unless the options say (0 turns reuse off).
+std::size_t pool_limit(const DeviceInfo& info, const BackendOptions& options) {
+  if (options.pool_keep_bytes) return static_cast<std::size_t>(*options.pool_keep_bytes);
   const std::uint64_t quarter = info.global_mem_bytes / 4;
   return static_cast<std::size_t>(std::min<std::uint64_t>(quarter ? quarter : (256u << 20), std::uint64_t{4} << 30));
 }
@@ -122,7 +120,7 @@ OpenClBackend::OpenClBackend(const DeviceInfo& device, const BackendOptions& opt
   context_ = clCreateContext(props, 1, &dev, nullptr, nullptr, &err);
   if (err != CL_SUCCESS) throw_cl_error(err, "clCreateContext", where);
   // In-order queue; profiling on so launch() can time kernels when asked.
-  pool_ = std::make_shared<BufferPool>(context_, pool_limit(info_));
+  pool_ = std::make_shared<BufferPool>(context_, pool_limit(info_, options));
   queue_ = clCreateCommandQueue(context_, dev, CL_QUEUE_PROFILING_ENABLE, &err);
   if (err != CL_SUCCESS) {
     NS_CL_CHECK_NOTHROW(clReleaseContext(context_));
@@ -136,7 +134,15 @@ OpenClBackend::OpenClBackend(const DeviceInfo& device, const BackendOptions& opt
 
   cl_std_ = opencl_c_version(info_.opencl_c_version) >= 1.2 || info_.opencl_c_version.empty() ? "-cl-std=CL1.2"
                                                                                                : "-cl-std=CL1.1";
-  if (const char* p = std::getenv("NANSCOPE_PROFILE"); p && std::string(p) == "1") profile_ = true;
+  profile_ = options.profile;
+  switch (options.kernel_style) {
+    case KernelStyleChoice::cpu: style_ = KernelStyle::cpu; break;
+    case KernelStyleChoice::gpu: style_ = KernelStyle::gpu; break;
+    case KernelStyleChoice::by_device:
+      style_ = info_.kind == DeviceKind::gpu || info_.kind == DeviceKind::accelerator ? KernelStyle::gpu
+                                                                                      : KernelStyle::cpu;
+      break;
+  }
   log::debug("OpenCL backend ready on \"{}\" ({}), kernel cache {}{}", info_.name, info_.id,
              dir.empty() ? "off" : dir, profile_ ? ", profiling on" : "");
 }

@@ -19,6 +19,8 @@
 
 namespace nanscope::opencl {
 
+enum class KernelStyle { cpu, gpu };
+
 // A __local kernel argument of `bytes` bytes (set_args(k, LocalMem{n * sizeof(float)}, ...)).
 struct LocalMem {
   size_t bytes;
@@ -86,6 +88,8 @@ class OpenClBackend final : public Backend {
   BufferPool& pool() const { return *pool_; }
   cl_command_queue queue() const { return queue_; }
   ProgramCache& programs() { return *programs_; }
+  // The kernel family this backend runs (launch_util.hpp).
+  KernelStyle kernel_style() const { return style_; }
   std::vector<KernelBuildRecord> kernel_builds() const override;
   std::string kernel_cache_dir() const override;
 
@@ -122,6 +126,7 @@ class OpenClBackend final : public Backend {
   std::unordered_map<std::string, cl_kernel> kernels_;
   std::string cl_std_;  // "-cl-std=CL1.2" (or CL1.1 on devices that only speak OpenCL C 1.1)
   bool profile_ = false;
+  KernelStyle style_ = KernelStyle::cpu;
   double inspect_wait_ = 0;  // inspect_wait_seconds()
   void wait_for_device();     // clFinish, timed into inspect_wait_
   std::vector<std::pair<std::string, cl_event>> pending_events_;  // (op, event) not yet read

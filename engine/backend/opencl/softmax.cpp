@@ -19,7 +19,7 @@ std::string softmax_options(OpenClBackend& be, const Precision& p) {
 void OpenClBackend::softmax(const SoftmaxArgs& a) {
   if (a.rows * a.d == 0) return;
   cl_kernel k = kernel("softmax", "softmax_rows", softmax_options(*this, a.precision));
-  const size_t local = detail::reduction_group_size(device());
+  const size_t local = detail::reduction_group_size(*this);
   set_args(k, buffer(a.x), cl_ulong(0), buffer(a.out), cl_ulong(0), detail::to_uint(a.d, "SOFTMAX", "d"), cl_uint(0),
            cl_uint(0), LocalMem{std::max<size_t>(local, 2) * sizeof(float)});
   const size_t global[1] = {local * static_cast<size_t>(a.rows)};
