@@ -17,6 +17,7 @@
 #include "studies/report_json.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "inspect/fault_emulation.hpp"
 #include "io/png.hpp"
 #include "io/safetensors.hpp"
 #include "pipeline/run_report.hpp"
@@ -151,7 +152,9 @@ int run_generate(const GlobalOptions& g, const GenerateOptions& o) {
   pipeline::Session session(backend_options(g));
   CliObserver observer(o.dump);
   int failures = 0;
-  session.generate(cfg, &observer);
+  // Fault emulation is the caller's decision (labelled in every output).
+  const auto faults = inspect::make_fault_emulator(inspect::InspectSettings::from_json(cfg.inspect));
+  session.generate(cfg, &observer, faults.get());
   const auto& done = observer.done;
 
   for (std::size_t i = 0; i < done.size(); ++i) {

@@ -11,6 +11,7 @@
 
 #include "config/run_config.hpp"
 #include "core/error.hpp"
+#include "inspect/fault_emulation.hpp"
 #include "studies/report_json.hpp"
 #include "io/safetensors.hpp"
 #include "pipeline/session.hpp"
@@ -46,9 +47,11 @@ RunConfig base_config() {
   return c;
 }
 
+// Runs as the front ends do: the fault emulation the config asks for is made here and handed in.
 Capture run(pipeline::Session& s, const RunConfig& c) {
   Capture cap;
-  s.generate(c, &cap);
+  const auto faults = inspect::make_fault_emulator(inspect::InspectSettings::from_json(c.inspect));
+  s.generate(c, &cap, faults.get());
   return cap;
 }
 
@@ -228,6 +231,14 @@ TEST(InspectPipeline, R0EmulationHitsOnlyFusedHalfAttentionAtPowerOfTwoSizesAndI
   nearby.width = nearby.height = 40;  // 20x20 = 400 tokens
   const Capture n = run(session, nearby);
   EXPECT_EQ(n.reports.at(0).inspection.verdict, inspect::Verdict::clean) << n.reports.at(0).inspection.summary;
+
+  // The pipeline never makes an emulator itself: asking for one without handing it in is an error.
+  try {
+    session.generate(f16);
+    FAIL() << "inspect.emulate=r0 without an emulator must be an error";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("inspect.emulate=r0"), std::string::npos) << e.what();
+  }
 
   // Off: bit-identical to a run that never heard of emulation.
   RunConfig off = cfg;

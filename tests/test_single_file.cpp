@@ -28,6 +28,7 @@
 #include "core/error.hpp"
 #include "io/safetensors.hpp"
 #include "models/ldm_checkpoint.hpp"
+#include "support/ldm_writer.hpp"
 #include "pipeline/sd_model.hpp"
 #include "pipeline/session.hpp"
 #include "support/compare.hpp"
@@ -104,7 +105,7 @@ struct Fixture {
     fs::create_directories(single);
     m.file = single / ("tiny-" + name + ".safetensors");
     const models::LdmNameMap names(folder_structure(m.folder, f));
-    models::write_ldm_checkpoint(m.file, names, folder_tensors(m.folder, f));
+    test::write_ldm_checkpoint(m.file, names, folder_tensors(m.folder, f));
     fs::copy(m.folder / "tokenizer", single / "tokenizer");
     if (f == LdmFamily::sdxl) fs::copy(m.folder / "tokenizer_2", single / "tokenizer_2");
     return made[f] = m;

@@ -68,8 +68,17 @@ InspectSettings InspectSettings::from_json(const nlohmann::json& inspect) {
   return s;
 }
 
-R0Emulator::R0Emulator(std::int64_t latent_height, std::int64_t latent_width, int min_tokens)
-    : latent_h_(latent_height), latent_w_(latent_width), min_tokens_(min_tokens) {}
+R0Emulator::R0Emulator(int min_tokens) : min_tokens_(min_tokens) {}
+
+void R0Emulator::begin_run(std::int64_t latent_height, std::int64_t latent_width) {
+  latent_h_ = latent_height;
+  latent_w_ = latent_width;
+}
+
+std::unique_ptr<FaultEmulator> make_fault_emulator(const InspectSettings& settings) {
+  if (!settings.emulate_r0) return nullptr;
+  return std::make_unique<R0Emulator>(settings.emulate_min_tokens);
+}
 
 bool R0Emulator::apply(const OpContext& ctx, std::string_view op, Tensor& output) {
   if (op != "ATTENTION" || ctx.attention.impl != AttentionImpl::fused) return false;

@@ -52,20 +52,27 @@ struct InspectSettings {
 
 class R0Emulator final : public FaultEmulator {
  public:
-  // The latent grid of the run (attention grids are it divided by powers of two).
-  R0Emulator(std::int64_t latent_height, std::int64_t latent_width, int min_tokens);
+  explicit R0Emulator(int min_tokens);
 
+  // The latent grid of the run (attention grids are it divided by powers of two).
+  void begin_run(std::int64_t latent_height, std::int64_t latent_width) override;
   bool apply(const OpContext& ctx, std::string_view op, Tensor& output) override;
   bool altered(const Tensor& t) const override;
   int hits() const { return hits_; }
   // "EMULATED fault (report R0): ..." — the label every output carries.
-  std::string describe() const;
+  std::string describe() const override;
 
  private:
-  std::int64_t latent_h_, latent_w_;
+  std::int64_t latent_h_ = 0, latent_w_ = 0;
   int min_tokens_;
   int hits_ = 0;
   std::map<std::weak_ptr<Storage>, bool, std::owner_less<std::weak_ptr<Storage>>> altered_;
 };
+
+// The fault emulation a run's inspector settings ask for (nullptr: none). The
+// pipeline never builds one: the front ends (CLI, workbench, studies) call
+// this and hand the emulator to Session::generate / redecode, so emulation is
+// always a decision made where the run is requested, and visible there.
+std::unique_ptr<FaultEmulator> make_fault_emulator(const InspectSettings& settings);
 
 }  // namespace nanscope::inspect

@@ -137,12 +137,4 @@ class LdmCheckpoint {
 Vae load_vae_file(const std::filesystem::path& path, Backend& backend, DType dtype, bool with_encoder,
                   LdmFamily family = LdmFamily::sd1);
 
-// Writes diffusers-named component tensors ("unet.conv_in.weight", ...) as an
-// LDM single file with this family's table: 1x1 convs for the VAE attention,
-// fused OpenCLIP in_proj, transposed text_projection, and for SD 2.x the
-// unused last text layer (a copy of the last one) that original files carry.
-// Throws FileError for a tensor no row covers.
-void write_ldm_checkpoint(const std::filesystem::path& path, const LdmNameMap& names,
-                          const std::vector<std::pair<std::string, HostTensor>>& diffusers_tensors);
-
 }  // namespace nanscope::models

@@ -52,6 +52,11 @@ class OpTracer {
 class FaultEmulator {
  public:
   virtual ~FaultEmulator() = default;
+  // A run (or a decode of a kept latent) starts with this latent grid (rows,
+  // columns); quirks that depend on the image size read it from here.
+  virtual void begin_run(std::int64_t latent_height, std::int64_t latent_width) = 0;
+  // The label every output of an emulated run carries.
+  virtual std::string describe() const = 0;
   // Returns true when it replaced `output`.
   virtual bool apply(const OpContext& ctx, std::string_view op, Tensor& output) = 0;
   // Whether `t` is an output this emulator corrupted (for the layer trace).

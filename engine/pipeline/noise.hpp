@@ -44,11 +44,13 @@ class NoiseSource {
 //    in the generator for its next scalar draw (the cache survives across calls
 //    and is not touched by the n >= 16 path).
 //  - The float transform of the n >= 16 path depends on the CPU torch dispatches
-//    to: with AVX2 (and no AVX-512) torch 1.13 uses avx_mathfun's log256_ps and
-//    sincos256_ps (Cephes polynomials in float) with theta = float(2 pi) * u
-//    (Kernel::kAvx2, the default); otherwise (AVX-512 machines, or
-//    ATEN_CPU_CAPABILITY=default) glibc's logf/cosf/sinf with theta = float(2 pi u
-//    in double) (Kernel::kDefault).
+//    to: on any CPU with AVX2 and FMA (AVX-512 ones included: torch's AVX-512
+//    kernels are compiled with AVX2 enabled and take the same branch) torch 1.13
+//    uses avx_mathfun's log256_ps and sincos256_ps (Cephes polynomials in float)
+//    with theta = float(2 pi) * u (Kernel::kAvx2, the default); without AVX2, or
+//    with ATEN_CPU_CAPABILITY=default, glibc's logf/cosf/sinf with
+//    theta = float(2 pi u in double) (Kernel::kDefault). make_noise
+//    (pipeline/txt2img.cpp) picks the kernel the same way.
 class TorchCpuNoise final : public NoiseSource {
  public:
   enum class Kernel { kAvx2, kDefault };

@@ -30,15 +30,19 @@ class Session {
   SdModel& model(const RunConfig& config);
 
   // Runs every image of the config's batch. Returns the images (also given to
-  // the observer as they finish).
-  std::vector<GeneratedImage> generate(const RunConfig& config, RunObserver* observer = nullptr);
+  // the observer as they finish). `faults`: the fault emulation the config's
+  // inspector settings ask for (inspect::make_fault_emulator), made by the
+  // caller; a config asking for emulation without one is a ConfigError.
+  std::vector<GeneratedImage> generate(const RunConfig& config, RunObserver* observer = nullptr,
+                                       FaultEmulator* faults = nullptr);
 
   // Decodes a kept latent again with another VAE folder and/or dtype: the
   // recovery path for a failed decode, without re-sampling.
-  // A tracer, when given, records the decode's layer trace. The config's
-  // inspector settings (fault emulation) apply to the decode.
+  // A tracer, when given, records the decode's layer trace; `faults` as for
+  // generate().
   GeneratedImage redecode(const RunConfig& config, const GeneratedImage& image, const std::filesystem::path& vae,
-                          DType dtype, DecodeAttempt* attempt = nullptr, OpTracer* tracer = nullptr);
+                          DType dtype, DecodeAttempt* attempt = nullptr, OpTracer* tracer = nullptr,
+                          FaultEmulator* faults = nullptr);
 
  private:
   struct ModelKey {
@@ -56,7 +60,6 @@ class Session {
   std::optional<ModelKey> model_key_;
   std::unique_ptr<SdModel> model_;
   std::map<std::string, std::unique_ptr<models::Vae>> extra_vaes_;  // key: device|folder|dtype
-  FaultEmulator* active_faults_ = nullptr;  // the running generate()'s fault emulation, shared by its decodes
 };
 
 }  // namespace nanscope::pipeline

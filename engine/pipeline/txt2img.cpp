@@ -165,7 +165,7 @@ std::string preview_family(const SdModel& m) {
 
 // The run's verdict, origin and one-line summary, from its steps (already in
 // report.inspection), its decodes and its layer traces.
-void finish_inspection(RunReport& report, const std::string& first_bad_note, const inspect::R0Emulator* emulator) {
+void finish_inspection(RunReport& report, const std::string& first_bad_note, const FaultEmulator* emulator) {
   inspect::RunInspection& ri = report.inspection;
   const inspect::Verdict steps_verdict = ri.verdict;
   if (!report.decodes.empty()) {
@@ -232,191 +232,224 @@ void require_memory(const SdModel& m, const ComponentContexts& cc, int width, in
                                                 : ""));
 }
 
-}  // namespace
-
-std::vector<GeneratedImage> Session::generate(const RunConfig& config, RunObserver* observer) {
-  config.validate();
-  check_overrides(config);
-  const inspect::InspectSettings insp = inspect::InspectSettings::from_json(config.inspect);
-  RunObserver fallback;
-  RunObserver& obs = observer ? *observer : fallback;
-  const auto t_load = Clock::now();
-  obs.on_status("loading model");
-  SdModel& m = model(config);
-  Backend& be = backend(config.device);
-  const double load_seconds = since(t_load);
-
-  ComponentContexts cc;
-  cc.te_policy = std::make_unique<ComponentPolicy>(config, Component::text_encoder);
-  cc.unet_policy = std::make_unique<ComponentPolicy>(config, Component::unet);
-  cc.vae_policy = std::make_unique<ComponentPolicy>(config, Component::vae);
-  cc.te = make_context(be, config, Component::text_encoder, cc.te_policy.get());
-  cc.unet = make_context(be, config, Component::unet, cc.unet_policy.get());
-  cc.vae = make_context(be, config, Component::vae, cc.vae_policy.get());
-
-  const int size = m.default_size();
-  const int width = config.width > 0 ? config.width : size;
-  const int height = config.height > 0 ? config.height : size;
-  const std::int64_t f = m.vae->config().downscale();
-  // The VAE divides the size by f and the UNet halves the latent once per level after the first.
-  const std::int64_t multiple = f * (std::int64_t{1} << (m.unet->config().block_out_channels.size() - 1));
-  if (width % multiple != 0 || height % multiple != 0) {
-    auto near = [multiple](int v) {
-      const std::int64_t down = v / multiple * multiple;
-      return std::to_string(down > 0 ? down : multiple) + " or " + std::to_string(down + multiple);
-    };
-    throw ConfigError("size " + std::to_string(width) + "x" + std::to_string(height) + " does not fit this model: " +
-                      "width and height must be multiples of " + std::to_string(multiple) + " (the VAE divides by " +
-                      std::to_string(f) + ", the UNet by " + std::to_string(multiple / f) + "); nearest widths " +
-                      near(width) + ", heights " + near(height));
+// A config that asks for fault emulation needs the emulator from its caller:
+// the pipeline never makes one up (inspect::make_fault_emulator).
+void require_faults(const inspect::InspectSettings& insp, const FaultEmulator* faults) {
+  if (insp.emulate_r0 && faults == nullptr) {
+    throw ConfigError("inspect.emulate=r0: this run was started without a fault emulator; the program that starts "
+                      "it must pass inspect::make_fault_emulator(settings) to Session::generate");
   }
-  const std::int64_t lat_c = m.unet->config().in_channels;
-  const Shape latent_shape{1, lat_c, height / f, width / f};
+}
 
-  // The inspector: settings, and fault emulation when asked for (labelled in every output).
-  std::unique_ptr<inspect::R0Emulator> emulator;
-  if (insp.emulate_r0) {
-    emulator = std::make_unique<inspect::R0Emulator>(latent_shape[2], latent_shape[3], insp.emulate_min_tokens);
-    cc.te.faults = cc.unet.faults = cc.vae.faults = emulator.get();
+// One generate() call, in the stages a reader expects: resolve the size and
+// contexts, encode the prompt, then per image sample, decode and apply the
+// NaN policy. The run's state lives here, not in the Session.
+class Txt2ImgRun {
+ public:
+  Txt2ImgRun(Session& session, const RunConfig& config, RunObserver& obs, FaultEmulator* faults)
+      : session_(session), config_(config), obs_(obs), faults_(faults),
+        insp_(inspect::InspectSettings::from_json(config.inspect)) {}
+
+  std::vector<GeneratedImage> run() {
+    require_faults(insp_, faults_);
+    prepare();
+    encode_prompt();
+    std::vector<GeneratedImage> images;
+    const auto seeds = config_.image_seeds();
+    for (std::size_t img = 0; img < seeds.size(); ++img) {
+      if (obs_.cancelled()) break;
+      RunReport report = new_report(static_cast<int>(img));
+      GeneratedImage out;
+      out.config = config_.image_config(img);
+      out.latent_shape = latent_shape_;
+      ImageState state;
+      sample(seeds[img], static_cast<int>(img), out, report, state);
+      if (!report.cancelled && !report.stopped) decode_with_policy(out, report, state);
+      if (report.cancelled) report.outcome = "cancelled";
+      finish_inspection(report, state.first_bad_note, faults_);
+      obs_.on_image(out, report);
+      images.push_back(std::move(out));
+      if (report.cancelled) break;
+    }
+    return images;
   }
-  struct ActiveFaults {
-    FaultEmulator*& slot;
-    ~ActiveFaults() { slot = nullptr; }
-  } active{active_faults_};
-  active_faults_ = emulator.get();
-  const std::int64_t latent_n = shape_numel(latent_shape);
-  const bool cfg = config.cfg_scale > 1.0;
-  const DType unet_dtype = config.component(Component::unet).precision.dtype;
-  const DType vae_dtype = config.component(Component::vae).precision.dtype;
 
-  require_memory(m, cc, width, height, cfg);
+ private:
+  // What one image's stages hand each other beyond the report.
+  struct ImageState {
+    std::string first_bad_note;
+    bool traced_unet = false;
+  };
+
+  // Loads the model, resolves each component's precision context and the size,
+  // and checks that the run fits the device.
+  void prepare() {
+    const auto t_load = Clock::now();
+    obs_.on_status("loading model");
+    m_ = &session_.model(config_);
+    be_ = &session_.backend(config_.device);
+    load_seconds_ = since(t_load);
+    SdModel& m = *m_;
+
+    cc_.te_policy = std::make_unique<ComponentPolicy>(config_, Component::text_encoder);
+    cc_.unet_policy = std::make_unique<ComponentPolicy>(config_, Component::unet);
+    cc_.vae_policy = std::make_unique<ComponentPolicy>(config_, Component::vae);
+    cc_.te = make_context(*be_, config_, Component::text_encoder, cc_.te_policy.get());
+    cc_.unet = make_context(*be_, config_, Component::unet, cc_.unet_policy.get());
+    cc_.vae = make_context(*be_, config_, Component::vae, cc_.vae_policy.get());
+    cc_.te.faults = cc_.unet.faults = cc_.vae.faults = faults_;
+
+    const int size = m.default_size();
+    width_ = config_.width > 0 ? config_.width : size;
+    height_ = config_.height > 0 ? config_.height : size;
+    const std::int64_t f = m.vae->config().downscale();
+    // The VAE divides the size by f and the UNet halves the latent once per level after the first.
+    const std::int64_t multiple = f * (std::int64_t{1} << (m.unet->config().block_out_channels.size() - 1));
+    if (width_ % multiple != 0 || height_ % multiple != 0) {
+      auto near = [multiple](int v) {
+        const std::int64_t down = v / multiple * multiple;
+        return std::to_string(down > 0 ? down : multiple) + " or " + std::to_string(down + multiple);
+      };
+      throw ConfigError("size " + std::to_string(width_) + "x" + std::to_string(height_) + " does not fit this model: " +
+                        "width and height must be multiples of " + std::to_string(multiple) + " (the VAE divides by " +
+                        std::to_string(f) + ", the UNet by " + std::to_string(multiple / f) + "); nearest widths " +
+                        near(width_) + ", heights " + near(height_));
+    }
+    latent_shape_ = Shape{1, m.unet->config().in_channels, height_ / f, width_ / f};
+    latent_n_ = shape_numel(latent_shape_);
+    if (faults_) faults_->begin_run(latent_shape_[2], latent_shape_[3]);
+    cfg_ = config_.cfg_scale > 1.0;
+    sdxl_ = m.family() == ModelFamily::sdxl;
+    unet_dtype_ = config_.component(Component::unet).precision.dtype;
+    vae_dtype_ = config_.component(Component::vae).precision.dtype;
+    require_memory(m, cc_, width_, height_, cfg_);
+  }
 
   // Text: [uncond, cond] in one batch when guidance is on (diffusers' order).
-  obs.on_status("encoding the prompt");
-  const auto t_text = Clock::now();
-  std::vector<std::vector<int>> ids, ids2;
-  if (cfg) ids.push_back(m.tokenizer.encode(config.negative_prompt).ids);
-  ids.push_back(m.tokenizer.encode(config.prompt).ids);
-  Tensor context;
-  models::AddedConditions added;
-  bool sdxl = m.family() == ModelFamily::sdxl;
-  if (!sdxl) {
-    context = m.text_encoder->forward(cc.te, ids, config.clip_skip).prompt_embeds;
-  } else {
-    if (config.clip_skip != 0) throw ConfigError("clip_skip: SDXL already conditions on the penultimate layer");
-    if (cfg) ids2.push_back(m.tokenizer_2->encode(config.negative_prompt).ids);
-    ids2.push_back(m.tokenizer_2->encode(config.prompt).ids);
-    const auto o1 = m.text_encoder->forward(cc.te, ids);
-    const auto o2 = m.text_encoder_2->forward(cc.te, ids2);
-    const Tensor parts[] = {o1.penultimate, o2.penultimate};
-    context = ops::concat(cc.te, parts, 2);
-    added.text_embeds = o2.pooled;
-    if (cfg && config.negative_prompt.empty() && m.force_zeros_for_empty_prompt()) {
-      // SDXL: an empty negative prompt means zero embeddings, not the encoded "".
-      HostTensor ctx_h = be.download(context), pooled_h = be.download(added.text_embeds);
-      std::memset(ctx_h.data.data(), 0, ctx_h.data.size() / 2);
-      std::memset(pooled_h.data.data(), 0, pooled_h.data.size() / 2);
-      context = be.upload(ctx_h);
-      added.text_embeds = be.upload(pooled_h);
+  void encode_prompt() {
+    SdModel& m = *m_;
+    Backend& be = *be_;
+    obs_.on_status("encoding the prompt");
+    const auto t_text = Clock::now();
+    std::vector<std::vector<int>> ids, ids2;
+    if (cfg_) ids.push_back(m.tokenizer.encode(config_.negative_prompt).ids);
+    ids.push_back(m.tokenizer.encode(config_.prompt).ids);
+    if (!sdxl_) {
+      context_ = m.text_encoder->forward(cc_.te, ids, config_.clip_skip).prompt_embeds;
+    } else {
+      if (config_.clip_skip != 0) throw ConfigError("clip_skip: SDXL already conditions on the penultimate layer");
+      if (cfg_) ids2.push_back(m.tokenizer_2->encode(config_.negative_prompt).ids);
+      ids2.push_back(m.tokenizer_2->encode(config_.prompt).ids);
+      const auto o1 = m.text_encoder->forward(cc_.te, ids);
+      const auto o2 = m.text_encoder_2->forward(cc_.te, ids2);
+      const Tensor parts[] = {o1.penultimate, o2.penultimate};
+      context_ = ops::concat(cc_.te, parts, 2);
+      added_.text_embeds = o2.pooled;
+      if (cfg_ && config_.negative_prompt.empty() && m.force_zeros_for_empty_prompt()) {
+        // SDXL: an empty negative prompt means zero embeddings, not the encoded "".
+        HostTensor ctx_h = be.download(context_), pooled_h = be.download(added_.text_embeds);
+        std::memset(ctx_h.data.data(), 0, ctx_h.data.size() / 2);
+        std::memset(pooled_h.data.data(), 0, pooled_h.data.size() / 2);
+        context_ = be.upload(ctx_h);
+        added_.text_embeds = be.upload(pooled_h);
+      }
+      const int rows = cfg_ ? 2 : 1;
+      for (int r = 0; r < rows; ++r) {
+        const float ids6[] = {static_cast<float>(height_), static_cast<float>(width_), 0, 0,
+                              static_cast<float>(height_), static_cast<float>(width_)};
+        added_.time_ids.insert(added_.time_ids.end(), std::begin(ids6), std::end(ids6));
+      }
     }
-    const int rows = cfg ? 2 : 1;
-    for (int r = 0; r < rows; ++r) {
-      const float ids6[] = {static_cast<float>(height), static_cast<float>(width), 0, 0,
-                            static_cast<float>(height), static_cast<float>(width)};
-      added.time_ids.insert(added.time_ids.end(), std::begin(ids6), std::end(ids6));
-    }
+    if (context_.dtype() != unet_dtype_) context_ = ops::cast(cc_.te.child("to_unet"), context_, unet_dtype_);
+    if (sdxl_ && added_.text_embeds.dtype() != unet_dtype_)
+      added_.text_embeds = ops::cast(cc_.te.child("to_unet"), added_.text_embeds, unet_dtype_);
+    obs_.on_text_embeddings(be.download(context_));
+    text_seconds_ = since(t_text);
   }
-  if (context.dtype() != unet_dtype) context = ops::cast(cc.te.child("to_unet"), context, unet_dtype);
-  if (sdxl && added.text_embeds.dtype() != unet_dtype)
-    added.text_embeds = ops::cast(cc.te.child("to_unet"), added.text_embeds, unet_dtype);
-  obs.on_text_embeddings(be.download(context));
-  const double text_seconds = since(t_text);
 
-  const auto preview_factors = inspect::latent_rgb_factors(preview_family(m));
-  const double unet_limit = dtype_max(unet_dtype);
-
-  std::vector<GeneratedImage> images;
-  const auto seeds = config.image_seeds();
-  for (std::size_t img = 0; img < seeds.size(); ++img) {
-    if (obs.cancelled()) break;
+  RunReport new_report(int img) const {
     RunReport report;
-    report.device = be.device().name;
-    report.model = m.folder().string();
-    report.family = std::string(family_name(m.family()));
-    report.image = static_cast<int>(img);
-    report.load_seconds = load_seconds;
-    report.text_seconds = text_seconds;
-    GeneratedImage out;
-    out.config = config.image_config(img);
-    out.latent_shape = latent_shape;
+    report.device = be_->device().name;
+    report.model = m_->folder().string();
+    report.family = std::string(family_name(m_->family()));
+    report.image = img;
+    report.load_seconds = load_seconds_;
+    report.text_seconds = text_seconds_;
+    report.inspection.emulation = faults_ != nullptr;
+    return report;
+  }
 
-    auto noise = make_noise(config.noise, seeds[img]);
-    SchedulerConfig sc = SchedulerConfig::from_json(m.scheduler_config(), sampler_kind(config.sampler),
+  // The sampling loop of one image: the latent lives on the device from here
+  // to the decode (the samplers' arithmetic runs there, kernels/latent.cl, and
+  // the inspector reduces it there, so a step reads back a few KB of
+  // statistics, and the full latent only for an observer that asks for it).
+  // Leaves the final latent in out.latent.
+  void sample(std::uint64_t seed, int img, GeneratedImage& out, RunReport& report, ImageState& state) {
+    SdModel& m = *m_;
+    Backend& be = *be_;
+    auto noise = make_noise(config_.noise, seed);
+    SchedulerConfig sc = SchedulerConfig::from_json(m.scheduler_config(), sampler_kind(config_.sampler),
                                                     (m.folder() / "scheduler" / "scheduler_config.json").string());
-    if (config.sampler == SamplerId::dpmpp_2m_karras) sc.use_karras_sigmas = true;
+    if (config_.sampler == SamplerId::dpmpp_2m_karras) sc.use_karras_sigmas = true;
     auto sampler = make_sampler(sc);
-    sampler->set_timesteps(config.steps);
+    sampler->set_timesteps(config_.steps);
+    const auto preview_factors = inspect::latent_rgb_factors(preview_family(m));
+    const double unet_limit = dtype_max(unet_dtype_);
 
-    inspect::RunInspection& ri = report.inspection;
-    ri.emulation = emulator != nullptr;
-    bool traced_unet = false;
-    std::string first_bad_note;
-
-    // The latent lives on the device from here to the decode: the samplers'
-    // arithmetic runs there (kernels/latent.cl) and the inspector reduces it
-    // there, so a step reads back only a few KB of statistics (and the full
-    // latent only for an observer that asks for it).
-    std::vector<float> initial(static_cast<std::size_t>(latent_n));
+    std::vector<float> initial(static_cast<std::size_t>(latent_n_));
     noise->randn(initial);
-    obs.on_initial_noise(static_cast<int>(img), latent_shape, initial);
-    Tensor latent = be.upload(HostTensor::from_f32(latent_shape, initial));
-    latent_op(be, LatentOp::mul, latent_n, latent, nullptr, 0, latent, sampler->init_noise_sigma());
+    obs_.on_initial_noise(img, latent_shape_, initial);
+    Tensor latent = be.upload(HostTensor::from_f32(latent_shape_, initial));
+    latent_op(be, LatentOp::mul, latent_n_, latent, nullptr, 0, latent, sampler->init_noise_sigma());
 
     const auto t_sample = Clock::now();
-    const int rows = cfg ? 2 : 1;
+    const int rows = cfg_ ? 2 : 1;
     const int steps = sampler->num_steps();
-    Shape in_shape = latent_shape;
+    Shape in_shape = latent_shape_;
     in_shape[0] = rows;
+    inspect::RunInspection& ri = report.inspection;
     for (int i = 0; i < steps; ++i) {
-      if (obs.cancelled()) {
+      if (obs_.cancelled()) {
         report.cancelled = true;
         break;
       }
       const auto t_step = Clock::now();
       // [uncond, cond] rows of the scaled latent, in the UNet's dtype.
       Tensor batch_in = be.empty(in_shape, DType::f32);
-      for (int r = 0; r < rows; ++r) sampler->scale_model_input(be, latent, batch_in, i, r * latent_n);
-      const Tensor unet_in = cast_to(be, batch_in, unet_dtype);
+      for (int r = 0; r < rows; ++r) sampler->scale_model_input(be, latent, batch_in, i, r * latent_n_);
+      const Tensor unet_in = cast_to(be, batch_in, unet_dtype_);
       const float t = sampler->timesteps()[static_cast<std::size_t>(i)];
       const std::vector<float> ts(static_cast<std::size_t>(rows), t);
-      const Tensor pred = m.unet->forward(cc.unet, unet_in, ts, context, sdxl ? &added : nullptr);
+      const Tensor pred = m.unet->forward(cc_.unet, unet_in, ts, context_, sdxl_ ? &added_ : nullptr);
       const Tensor pred32 = cast_to(be, pred, DType::f32);
       Tensor guided = pred32;
-      if (cfg) {
+      if (cfg_) {
         // uncond + g * (cond - uncond)
-        guided = be.empty(latent_shape, DType::f32);
-        latent_op(be, LatentOp::cfg, latent_n, pred32, &pred32, latent_n, guided, static_cast<float>(config.cfg_scale));
+        guided = be.empty(latent_shape_, DType::f32);
+        latent_op(be, LatentOp::cfg, latent_n_, pred32, &pred32, latent_n_, guided,
+                  static_cast<float>(config_.cfg_scale));
       }
-      const bool decode_preview = insp.decode_every > 0 && (i + 1) % insp.decode_every == 0 && i + 1 < steps;
+      const bool decode_preview = insp_.decode_every > 0 && (i + 1) % insp_.decode_every == 0 && i + 1 < steps;
       Tensor denoised;
-      if (decode_preview) denoised = be.empty(latent_shape, DType::f32);
+      if (decode_preview) denoised = be.empty(latent_shape_, DType::f32);
       sampler->step(be, guided, latent, i, noise.get(), decode_preview ? &denoised : nullptr);
 
       StepReport sr;
-      sr.image = static_cast<int>(img);
+      sr.image = img;
       sr.index = i;
       sr.steps = steps;
       sr.timestep = t;
       sr.sigma = sampler->sigmas()[static_cast<std::size_t>(i)];
-      sr.latent_shape = latent_shape;
+      sr.latent_shape = latent_shape_;
       const auto& sigmas = sampler->sigmas();
-      const double sigma_after = static_cast<std::size_t>(i + 1) < sigmas.size() ? sigmas[static_cast<std::size_t>(i + 1)] : 0.0;
-      if (insp.stats_every > 0 && ((i + 1) % insp.stats_every == 0 || i + 1 == steps)) {
+      const double sigma_after =
+          static_cast<std::size_t>(i + 1) < sigmas.size() ? sigmas[static_cast<std::size_t>(i + 1)] : 0.0;
+      if (insp_.stats_every > 0 && ((i + 1) % insp_.stats_every == 0 || i + 1 == steps)) {
         // The inspector's kernels queue behind the step's; its reads wait for both. inspect_seconds
         // is the inspector's own time: the call's wall time less what it waited for the device.
         const auto t_inspect = Clock::now();
         const double waited = be.inspect_wait_seconds();
-        sr.stats = inspect::analyze_step(be, latent, pred, cfg ? 1 : 0, cfg ? 0 : -1, unet_limit,
+        sr.stats = inspect::analyze_step(be, latent, pred, cfg_ ? 1 : 0, cfg_ ? 0 : -1, unet_limit,
                                          preview_factors ? &*preview_factors : nullptr, sigma_after, &sr.inspect_bytes);
         sr.inspect_seconds = std::max(0.0, since(t_inspect) - (be.inspect_wait_seconds() - waited));
         sr.latent = sr.stats.latent.all;
@@ -426,15 +459,15 @@ std::vector<GeneratedImage> Session::generate(const RunConfig& config, RunObserv
         sr.stats.sigma_after = sigma_after;
         be.synchronize();  // the step's time is its kernels' time
       }
-      if (obs.wants_latents()) sr.latent_values = download_f32(be, latent);
+      if (obs_.wants_latents()) sr.latent_values = download_f32(be, latent);
       if (decode_preview) {
         // The picture the run is heading for: x0 predicted at this step, through the run's own VAE and precision.
         const auto t_preview = Clock::now();
         GeneratedImage x0;
         x0.config = out.config;
-        x0.latent_shape = latent_shape;
+        x0.latent_shape = latent_shape_;
         x0.latent = download_f32(be, denoised);
-        const GeneratedImage d = redecode(config, x0, m.vae_folder(), vae_dtype);
+        const GeneratedImage d = session_.redecode(config_, x0, m.vae_folder(), vae_dtype_, nullptr, nullptr, faults_);
         sr.stats.decoded.width = d.image.width;
         sr.stats.decoded.height = d.image.height;
         sr.stats.decoded.rgb = d.image.pixels;
@@ -458,28 +491,29 @@ std::vector<GeneratedImage> Session::generate(const RunConfig& config, RunObserv
           bad = &st.noise_cond;
           ri.first_bad_branch = "noise_cond";
         }
-        first_bad_note = "step " + std::to_string(i + 1) + " " + ri.first_bad_branch + ": " + bad->note;
+        state.first_bad_note = "step " + std::to_string(i + 1) + " " + ri.first_bad_branch + ": " + bad->note;
       }
-      const bool unet_bad = st.noise_cond.all.nonfinite() > 0 || (st.noise_uncond && st.noise_uncond->all.nonfinite() > 0) ||
+      const bool unet_bad = st.noise_cond.all.nonfinite() > 0 ||
+                            (st.noise_uncond && st.noise_uncond->all.nonfinite() > 0) ||
                             st.noise_cond.all.near_limit > 0 || (st.noise_uncond && st.noise_uncond->all.near_limit > 0);
       const bool step_bad = static_cast<int>(st.verdict) >= static_cast<int>(inspect::Verdict::saturated);
       const bool last = i + 1 == steps;
-      if (!traced_unet && insp.trace != inspect::TraceMode::off &&
-          (unet_bad || step_bad || (last && insp.trace == inspect::TraceMode::always))) {
-        obs.on_status("tracing the UNet call of step " + std::to_string(i + 1));
+      if (!state.traced_unet && insp_.trace != inspect::TraceMode::off &&
+          (unet_bad || step_bad || (last && insp_.trace == inspect::TraceMode::always))) {
+        obs_.on_status("tracing the UNet call of step " + std::to_string(i + 1));
         inspect::LayerTracer tracer("unet", "unet step " + std::to_string(i + 1));
-        OpContext tctx = cc.unet;
+        OpContext tctx = cc_.unet;
         tctx.tracer = &tracer;
-        m.unet->forward(tctx, unet_in, ts, context, sdxl ? &added : nullptr);
+        m.unet->forward(tctx, unet_in, ts, context_, sdxl_ ? &added_ : nullptr);
         ri.traces.push_back(tracer.trace());
-        traced_unet = true;
+        state.traced_unet = true;
       }
-      obs.on_step(sr);
+      obs_.on_step(sr);
       if (sr.latent.nonfinite() > 0 && report.first_nonfinite_step < 0) {
         report.first_nonfinite_step = i;
         log::warn("step {}: the latent holds {} non-finite values (NaN {}, +Inf {}, -Inf {})", i + 1,
                   sr.latent.nonfinite(), sr.latent.nan, sr.latent.pos_inf, sr.latent.neg_inf);
-        if (config.nan_policy.kind == NanPolicy::Kind::stop) {
+        if (config_.nan_policy.kind == NanPolicy::Kind::stop) {
           report.stopped = true;
           report.outcome = "stopped at step " + std::to_string(i + 1) + ": the latent went non-finite";
           break;
@@ -488,29 +522,28 @@ std::vector<GeneratedImage> Session::generate(const RunConfig& config, RunObserv
     }
     report.sampling_seconds = since(t_sample);
     out.latent = download_f32(be, latent);
-    if (report.cancelled || report.stopped) {
-      if (report.cancelled) report.outcome = "cancelled";
-      finish_inspection(report, first_bad_note, emulator.get());
-      obs.on_image(out, report);
-      images.push_back(std::move(out));
-      if (report.cancelled) break;
-      continue;
-    }
+  }
 
-    obs.on_status("decoding");
+  // The decode of the kept latent, traced when it fails (or always, on
+  // request), then the NaN policy: decode the kept latent again in f32 or with
+  // another VAE when the first decode went non-finite.
+  void decode_with_policy(GeneratedImage& out, RunReport& report, ImageState&) {
+    SdModel& m = *m_;
+    inspect::RunInspection& ri = report.inspection;
+    obs_.on_status("decoding");
     const auto t_dec = Clock::now();
     DecodeAttempt first;
     std::optional<inspect::LayerTracer> decode_tracer;
-    if (insp.trace == inspect::TraceMode::always) decode_tracer.emplace("vae", "vae decode");
-    GeneratedImage decoded =
-        redecode(config, out, m.vae_folder(), vae_dtype, &first, decode_tracer ? &*decode_tracer : nullptr);
-    if (!decode_tracer && insp.trace == inspect::TraceMode::automatic &&
+    if (insp_.trace == inspect::TraceMode::always) decode_tracer.emplace("vae", "vae decode");
+    GeneratedImage decoded = session_.redecode(config_, out, m.vae_folder(), vae_dtype_, &first,
+                                               decode_tracer ? &*decode_tracer : nullptr, faults_);
+    if (!decode_tracer && insp_.trace == inspect::TraceMode::automatic &&
         (first.nonfinite > 0 ||
          static_cast<int>(first.image.map.verdict) >= static_cast<int>(inspect::Verdict::saturated))) {
       // Re-run the failing decode with the tracer to name the op that broke.
-      obs.on_status("tracing the decode");
+      obs_.on_status("tracing the decode");
       decode_tracer.emplace("vae", "vae decode");
-      redecode(config, out, m.vae_folder(), vae_dtype, nullptr, &*decode_tracer);
+      session_.redecode(config_, out, m.vae_folder(), vae_dtype_, nullptr, &*decode_tracer, faults_);
     }
     if (decode_tracer) ri.traces.push_back(decode_tracer->trace());
     report.decodes.push_back(first);
@@ -520,39 +553,66 @@ std::vector<GeneratedImage> Session::generate(const RunConfig& config, RunObserv
       report.outcome = report.first_nonfinite_step >= 0 ? "the latent went non-finite during sampling" : "clean";
     } else {
       report.outcome = "decode gave " + std::to_string(first.nonfinite) + " non-finite values (VAE " +
-                       std::string(dtype_name(vae_dtype)) + ")";
-      log::warn("decode: image {}x{} has {} non-finite values with the VAE in {} ({})", width, height,
-                first.nonfinite, dtype_name(vae_dtype), m.vae_folder().string());
-      const NanPolicy& policy = config.nan_policy;
-      std::optional<std::pair<fs::path, DType>> retry;
-      if (policy.kind == NanPolicy::Kind::retry_vae_f32 && vae_dtype != DType::f32) {
-        retry.emplace(m.vae_folder(), DType::f32);
-      } else if (policy.kind == NanPolicy::Kind::retry_vae) {
-        retry.emplace(policy.vae_path, vae_dtype);
-      }
-      if (retry) {
-        obs.on_status("decoding again");
-        DecodeAttempt second;
-        GeneratedImage again = redecode(config, out, retry->first, retry->second, &second);
-        report.decodes.push_back(second);
-        report.outcome += "; decoded the kept latent again with " + retry->first.filename().string() + " in " +
-                          std::string(dtype_name(retry->second)) + ": " +
-                          (second.nonfinite == 0 ? "clean" : std::to_string(second.nonfinite) + " non-finite");
-        log::info("{}", report.outcome);
-        out.image = std::move(again.image);
-        out.nonfinite_pixels = again.nonfinite_pixels;
-      }
+                       std::string(dtype_name(vae_dtype_)) + ")";
+      log::warn("decode: image {}x{} has {} non-finite values with the VAE in {} ({})", width_, height_,
+                first.nonfinite, dtype_name(vae_dtype_), m.vae_folder().string());
+      apply_nan_policy(out, report);
     }
     report.decode_seconds = since(t_dec);
-    finish_inspection(report, first_bad_note, emulator.get());
-    obs.on_image(out, report);
-    images.push_back(std::move(out));
   }
-  return images;
+
+  void apply_nan_policy(GeneratedImage& out, RunReport& report) {
+    const NanPolicy& policy = config_.nan_policy;
+    std::optional<std::pair<fs::path, DType>> retry;
+    if (policy.kind == NanPolicy::Kind::retry_vae_f32 && vae_dtype_ != DType::f32) {
+      retry.emplace(m_->vae_folder(), DType::f32);
+    } else if (policy.kind == NanPolicy::Kind::retry_vae) {
+      retry.emplace(policy.vae_path, vae_dtype_);
+    }
+    if (!retry) return;
+    obs_.on_status("decoding again");
+    DecodeAttempt second;
+    GeneratedImage again = session_.redecode(config_, out, retry->first, retry->second, &second, nullptr, faults_);
+    report.decodes.push_back(second);
+    report.outcome += "; decoded the kept latent again with " + retry->first.filename().string() + " in " +
+                      std::string(dtype_name(retry->second)) + ": " +
+                      (second.nonfinite == 0 ? "clean" : std::to_string(second.nonfinite) + " non-finite");
+    log::info("{}", report.outcome);
+    out.image = std::move(again.image);
+    out.nonfinite_pixels = again.nonfinite_pixels;
+  }
+
+  Session& session_;
+  const RunConfig& config_;
+  RunObserver& obs_;
+  FaultEmulator* faults_;
+  const inspect::InspectSettings insp_;
+
+  SdModel* m_ = nullptr;
+  Backend* be_ = nullptr;
+  ComponentContexts cc_;
+  double load_seconds_ = 0, text_seconds_ = 0;
+  int width_ = 0, height_ = 0;
+  Shape latent_shape_;
+  std::int64_t latent_n_ = 0;
+  bool cfg_ = false, sdxl_ = false;
+  DType unet_dtype_ = DType::f32, vae_dtype_ = DType::f32;
+  Tensor context_;
+  models::AddedConditions added_;
+};
+
+}  // namespace
+
+std::vector<GeneratedImage> Session::generate(const RunConfig& config, RunObserver* observer, FaultEmulator* faults) {
+  config.validate();
+  check_overrides(config);
+  RunObserver fallback;
+  return Txt2ImgRun(*this, config, observer ? *observer : fallback, faults).run();
 }
 
 GeneratedImage Session::redecode(const RunConfig& config, const GeneratedImage& image, const fs::path& vae_folder,
-                                 DType dtype, DecodeAttempt* attempt, OpTracer* tracer) {
+                                 DType dtype, DecodeAttempt* attempt, OpTracer* tracer, FaultEmulator* faults) {
+  require_faults(inspect::InspectSettings::from_json(config.inspect), faults);
   SdModel& m = model(config);
   Backend& be = backend(config.device);
   const bool own = vae_folder == m.vae_folder() && dtype == m.dtypes().vae;
@@ -561,16 +621,8 @@ GeneratedImage Session::redecode(const RunConfig& config, const GeneratedImage& 
   OpContext ctx = make_context(be, config, Component::vae, &policy);
   ctx.precision.dtype = dtype;
   ctx.tracer = tracer;
-  std::unique_ptr<inspect::R0Emulator> own_faults;
-  ctx.faults = active_faults_;
-  if (ctx.faults == nullptr) {
-    const inspect::InspectSettings insp = inspect::InspectSettings::from_json(config.inspect);
-    if (insp.emulate_r0) {
-      own_faults = std::make_unique<inspect::R0Emulator>(image.latent_shape[2], image.latent_shape[3],
-                                                         insp.emulate_min_tokens);
-      ctx.faults = own_faults.get();
-    }
-  }
+  ctx.faults = faults;
+  if (faults) faults->begin_run(image.latent_shape[2], image.latent_shape[3]);
   const auto t0 = Clock::now();
   const Tensor img = vae.decode(ctx, upload_as(be, image.latent_shape, image.latent, dtype));
   HostTensor host = be.download(img).converted(DType::f32);

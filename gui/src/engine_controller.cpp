@@ -4,6 +4,7 @@
 #include <exception>
 
 #include "core/log.hpp"
+#include "inspect/fault_emulation.hpp"
 #include "studies/ab.hpp"
 #include "studies/scenario.hpp"
 #include "pipeline/sd_model.hpp"
@@ -104,7 +105,8 @@ void EngineController::run(const nanscope::RunConfig& config) {
   last_config_ = config;
   Forwarder forwarder(*this, last_images_);
   try {
-    session().generate(config, &forwarder);
+    const auto faults = inspect::make_fault_emulator(inspect::InspectSettings::from_json(config.inspect));
+    session().generate(config, &forwarder, faults.get());
   } catch (const std::exception& e) {
     done.ok = false;
     done.error = QString::fromUtf8(e.what());
@@ -134,7 +136,8 @@ void EngineController::redecode(int index, const QString& vae, const QString& dt
     pipeline::DecodeAttempt attempt;
     std::filesystem::path vae_path = vae.toStdString();
     if (vae_path.empty()) vae_path = session().model(kept.config).vae_folder();
-    pipeline::GeneratedImage out = session().redecode(kept.config, kept, vae_path, *dt, &attempt);
+    const auto faults = inspect::make_fault_emulator(inspect::InspectSettings::from_json(kept.config.inspect));
+    pipeline::GeneratedImage out = session().redecode(kept.config, kept, vae_path, *dt, &attempt, nullptr, faults.get());
     // The image's config records what decoded it, so a saved PNG reproduces it.
     if (!vae.isEmpty()) out.config.vae = vae_path.string();
     out.config.component(Component::vae).precision.dtype = *dt;

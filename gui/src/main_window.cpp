@@ -4,6 +4,8 @@
 #include <QApplication>
 #include <QClipboard>
 #include <QCloseEvent>
+#include <QShowEvent>
+#include <QTabBar>
 #include <QCoreApplication>
 #include <QDir>
 #include <QDockWidget>
@@ -150,10 +152,10 @@ void MainWindow::build_docks() {
   setCorner(Qt::BottomLeftCorner, Qt::LeftDockWidgetArea);
   setCorner(Qt::BottomRightCorner, Qt::RightDockWidgetArea);
   auto* prompt = add_dock(prompt_, "prompt", tr("Prompt and run"), Qt::LeftDockWidgetArea);
-  auto* model = add_dock(model_, "model", tr("Model and device"), Qt::LeftDockWidgetArea);
+  auto* model = add_dock(model_, "model", tr("Model"), Qt::LeftDockWidgetArea);
   auto* precision = add_dock(precision_, "precision", tr("Precision"), Qt::LeftDockWidgetArea);
   auto* attention = add_dock(attention_, "attention", tr("Attention"), Qt::LeftDockWidgetArea);
-  auto* vae = add_dock(vae_, "vae", tr("VAE and NaN policy"), Qt::LeftDockWidgetArea);
+  auto* vae = add_dock(vae_, "vae", tr("VAE, NaN"), Qt::LeftDockWidgetArea);
   add_dock(result_, "result", tr("Result"), Qt::RightDockWidgetArea);
   auto* log = add_dock(log_, "log", tr("Log"), Qt::BottomDockWidgetArea);
   auto* trace = add_dock(layer_trace_, "trace", tr("Layer trace"), Qt::BottomDockWidgetArea);
@@ -633,10 +635,26 @@ void MainWindow::export_screenshot(const QString& panel) {
   statusBar()->showMessage(tr("Saved %1").arg(path), 4000);
 }
 
+void MainWindow::unelide_dock_tabs() {
+  for (QTabBar* bar : findChildren<QTabBar*>(QString(), Qt::FindDirectChildrenOnly)) {
+    bar->setElideMode(Qt::ElideNone);
+    bar->setUsesScrollButtons(true);
+    bar->setExpanding(false);
+  }
+}
+
+void MainWindow::showEvent(QShowEvent* event) {
+  QMainWindow::showEvent(event);
+  unelide_dock_tabs();
+  // The main window makes its dock tab bars while laying out: once more after that.
+  QTimer::singleShot(0, this, [this] { unelide_dock_tabs(); });
+}
+
 void MainWindow::restore_settings() {
   auto s = settings();
   if (s.contains("geometry")) restoreGeometry(s.value("geometry").toByteArray());
   if (s.contains("windowState")) restoreState(s.value("windowState").toByteArray());
+  unelide_dock_tabs();
   const QString last = s.value("lastConfig").toString();
   if (!last.isEmpty()) {
     try {

@@ -83,12 +83,17 @@ class MainWindow : public QMainWindow {
 
  protected:
   void closeEvent(QCloseEvent* event) override;
+  void showEvent(QShowEvent* event) override;
   void dragEnterEvent(QDragEnterEvent* event) override;
   void dropEvent(QDropEvent* event) override;
 
  private:
   void build_actions();
   void build_docks();
+  // The tab bars of tabified docks show their whole labels (Qt's style elides
+  // them to "Precis..." in a narrow column): no eliding, scroll buttons when
+  // the column is narrower than all the tabs.
+  void unelide_dock_tabs();
   void build_menus();
   void connect_engine();
   void set_running(bool on);

@@ -11,6 +11,7 @@
 #include <QSlider>
 #include <QSignalSpy>
 #include <QSpinBox>
+#include <QTabBar>
 #include <QTemporaryDir>
 #include <QTimer>
 #include <QToolButton>
@@ -173,6 +174,41 @@ class GuiTest : public QObject {
     QCOMPARE(done.size(), 2);
     QVERIFY(done.at(0).front().value<RunFinished>().cancelled);
     QVERIFY(done.at(1).front().value<RunFinished>().cancelled);
+  }
+
+  // The tab bars of the docks show every label whole at the default layout
+  // (1500x950): Qt's style elided them to "Precis..." and "Attent...".
+  void dock_tab_labels_are_readable() {
+    auto w = std::make_unique<MainWindow>();
+    w->set_interactive(false);
+    w->resize(1500, 950);
+    w->show();
+    QVERIFY(QTest::qWaitForWindowExposed(w.get()));
+    QTest::qWait(50);
+    int bars = 0;
+    for (QTabBar* bar : w->findChildren<QTabBar*>(QString(), Qt::FindDirectChildrenOnly)) {
+      if (!bar->isVisible() || bar->count() < 2) continue;
+      ++bars;
+      const QFontMetrics fm(bar->font());
+      int total = 0;
+      QString widths;
+      for (int i = 0; i < bar->count(); ++i) {
+        widths += QString(" '%1' %2").arg(bar->tabText(i)).arg(bar->tabRect(i).width());
+        const QString text = bar->tabText(i);
+        QVERIFY2(bar->tabRect(i).width() >= fm.horizontalAdvance(text),
+                 qPrintable(QString("tab '%1' is %2 px wide for %3 px of text")
+                                .arg(text)
+                                .arg(bar->tabRect(i).width())
+                                .arg(fm.horizontalAdvance(text))));
+        total += bar->tabRect(i).width();
+      }
+      QVERIFY2(total <= bar->width(),
+               qPrintable(QString("the tabs need %1 px, the bar has %2 (some are scrolled away):%3")
+                              .arg(total)
+                              .arg(bar->width())
+                              .arg(widths)));
+    }
+    QVERIFY(bars >= 2);  // the settings column and the bottom panels
   }
 
   void close_during_run_is_clean() {

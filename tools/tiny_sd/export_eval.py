@@ -19,7 +19,7 @@ import time
 import numpy as np
 import torch
 
-import train_tiny_sd as T
+from tiny_sd import common as T
 
 F16_MAX = 65504.0
 

@@ -1,5 +1,4 @@
-// LATENT_STEP and the inspector's reductions on the device (kernels/latent.cl,
-// kernels/inspect.cl). The reductions leave their inputs where they are and
+// The inspector's reductions on the device (kernels/inspect.cl). The reductions leave their inputs where they are and
 // read back only their results: for a 4 x 64 x 64 latent 8.4 KB of
 // statistics and 12 KB of preview pixels (backend/map_reduce.hpp).
 
@@ -19,13 +18,6 @@ namespace nanscope::opencl {
 namespace {
 
 constexpr int kCounters = 8;  // NS_NSTAT in inspect.cl
-
-// latent.cl is f32 only; its divisions must be correctly rounded to match the
-// reference (and torch) where the device allows it.
-std::string latent_options(OpenClBackend& be, const Precision&) {
-  return be.precision_options(detail::storage_only(DType::f32)) + detail::exact_math_options(be.device());
-}
-[[maybe_unused]] const bool kRegistered = (register_program_options("latent", latent_options), true);
 
 // inspect.cl reads maps in their storage dtype; accumulation does not apply.
 std::string inspect_options(OpenClBackend& be, const Precision& p) {
@@ -63,23 +55,6 @@ void OpenClBackend::wait_for_device() {
   const auto t0 = std::chrono::steady_clock::now();
   NS_CL_CHECK(clFinish(queue()));
   inspect_wait_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-void OpenClBackend::latent_step(const LatentStepArgs& a) {
-  if (a.n == 0) return;
-  check_latent_step(a);
-  const cl_mem x = buffer(a.x);
-  // Unused inputs are bound to x (the kernel does not read them).
-  const cl_mem m = a.m ? buffer(*a.m) : x, h1 = a.h1 ? buffer(*a.h1) : x, h2 = a.h2 ? buffer(*a.h2) : x;
-  const cl_mem x0 = a.x0 ? buffer(*a.x0) : x;
-  cl_float16 coef{};
-  for (std::size_t i = 0; i < a.c.size(); ++i) coef.s[i] = a.c[i];
-  cl_kernel k = kernel("latent", "latent_step", latent_options(*this, detail::storage_only(DType::f32)));
-  set_args(k, cl_int(static_cast<int>(a.op)), cl_int(a.prediction), cl_int(a.flag), x, cl_ulong(a.x_offset), m,
-           cl_ulong(a.m_offset), h1, h2, buffer(a.out), cl_ulong(a.out_offset), x0, cl_int(a.x0 ? 1 : 0), coef,
-           detail::to_uint(a.n, "LATENT_STEP", "n"));
-  const size_t global[1] = {detail::ceil_div(a.n, 64) * 64};
-  launch(k, "LATENT_STEP", 1, global, nullptr);
 }
 
 namespace {
