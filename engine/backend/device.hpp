@@ -103,6 +103,10 @@ struct BackendOptions {
   std::optional<std::uint64_t> pool_keep_bytes;
   bool profile = false;  // time every launch per op and kernel (OpenCL events)
   KernelStyleChoice kernel_style = KernelStyleChoice::by_device;
+  // Fault injection for tests: called before every device allocation with
+  // its size; returning true makes that allocation fail as the driver would
+  // (CL_MEM_OBJECT_ALLOCATION_FAILURE). Empty: never.
+  std::function<bool(std::size_t bytes)> fail_allocation;
 };
 
 // The options the environment asks for, on top of `base`. The engine reads no

@@ -50,9 +50,11 @@ Tensor OpCall::allocate(const Shape& shape, DType dtype) const {
   try {
     return backend.empty(shape, dtype);
   } catch (const DeviceError& e) {
-    throw DeviceError(format_op_message(ctx_, op_, tensors_,
-                                        "cannot allocate the output " + shape_str(shape) + " " +
-                                            std::string(dtype_name(dtype)) + ": " + e.what()));
+    // The backend's message names the buffer already ("cannot allocate [2,64,8,8] f32 (...) on ...").
+    std::string_view what = e.what();
+    const std::string_view prefix = "cannot allocate ";
+    if (what.starts_with(prefix)) what.remove_prefix(prefix.size());
+    throw DeviceError(format_op_message(ctx_, op_, tensors_, "cannot allocate the output " + std::string(what)));
   } catch (const std::bad_alloc&) {
     throw DeviceError(format_op_message(ctx_, op_, tensors_,
                                         "cannot allocate the output " + shape_str(shape) + " " +

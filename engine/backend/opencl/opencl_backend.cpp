@@ -135,6 +135,7 @@ OpenClBackend::OpenClBackend(const DeviceInfo& device, const BackendOptions& opt
   cl_std_ = opencl_c_version(info_.opencl_c_version) >= 1.2 || info_.opencl_c_version.empty() ? "-cl-std=CL1.2"
                                                                                                : "-cl-std=CL1.1";
   profile_ = options.profile;
+  fail_allocation_ = options.fail_allocation;
   switch (options.kernel_style) {
     case KernelStyleChoice::cpu: style_ = KernelStyle::cpu; break;
     case KernelStyleChoice::gpu: style_ = KernelStyle::gpu; break;
@@ -175,8 +176,13 @@ Tensor OpenClBackend::empty(const Shape& shape, DType dtype) {
                       "); use a smaller resolution, attention slicing (attention.impl=sliced), or another device");
   }
   cl_int err = CL_SUCCESS;
-  // Zero-sized buffers are invalid in OpenCL; a 1-byte buffer stands in for empty tensors.
-  cl_mem mem = pool_->acquire(std::max<std::size_t>(bytes, 1), err);
+  cl_mem mem = nullptr;
+  if (fail_allocation_ && fail_allocation_(bytes)) {
+    err = CL_MEM_OBJECT_ALLOCATION_FAILURE;  // injected (BackendOptions::fail_allocation)
+  } else {
+    // Zero-sized buffers are invalid in OpenCL; a 1-byte buffer stands in for empty tensors.
+    mem = pool_->acquire(std::max<std::size_t>(bytes, 1), err);
+  }
   if (err != CL_SUCCESS) {
     throw ClError("cannot allocate " + what + " on \"" + info_.name + "\" (global memory " +
                       mib(info_.global_mem_bytes) + "): " + cl_status_name(err) +
