@@ -6,6 +6,9 @@
 
 #include <atomic>
 #include <memory>
+#include <set>
+#include <string_view>
+#include <vector>
 #include <string>
 
 #include "core/error.hpp"
@@ -80,6 +83,86 @@ TEST(Faults, AnOpsAllocationFailureNamesTheOpAndItsModule) {
     EXPECT_TRUE(contains(msg, "cannot allocate the output")) << msg;
     EXPECT_TRUE(contains(msg, " on \"")) << msg;
     EXPECT_TRUE(std::isupper(static_cast<unsigned char>(msg.front()))) << msg;
+  }
+}
+
+// Cancels once it has been asked `after` times (the pipeline asks before every
+// op and every step); records what the run was doing then.
+class CancelAfter final : public pipeline::RunObserver {
+ public:
+  explicit CancelAfter(long after) : left_(after) {}
+  bool cancelled() const override {
+    ++asked_;
+    if (left_-- > 0) return false;
+    if (asked_after_ == 0) status_at_cancel = status;
+    ++asked_after_;
+    return true;
+  }
+  void on_status(std::string_view s) override {
+    status = std::string(s);
+    starts.emplace_back(status, asked_);
+  }
+  void on_image(const pipeline::GeneratedImage& img, const pipeline::RunReport& r) override {
+    images.push_back(img);
+    reports.push_back(r);
+  }
+  long asked() const { return asked_; }
+  long asked_after_cancel() const { return asked_after_; }
+
+  std::string status;
+  std::vector<std::pair<std::string, long>> starts;  // each status and the query count when it began
+  mutable std::string status_at_cancel;
+  std::vector<pipeline::GeneratedImage> images;
+  std::vector<pipeline::RunReport> reports;
+
+ private:
+  mutable long left_;
+  mutable long asked_ = 0, asked_after_ = 0;
+};
+
+TEST(Faults, CancelAtEveryPhaseStopsWithinOneOpAndTheNextRunWorks) {
+  pipeline::Session session;
+  RunConfig cfg;
+  cfg.prompt = "a blue square";
+  cfg.steps = 4;
+  (void)session.model(cfg);
+  CancelAfter never(1L << 40);
+  const auto clean = session.generate(cfg, &never);
+  ASSERT_EQ(clean.size(), 1u);
+  const long queries = never.asked();  // one per op and step
+  ASSERT_GT(queries, 100);
+
+  // A query in the middle of every phase the clean run went through, and the very first.
+  std::vector<long> points{0};
+  for (std::size_t i = 0; i < never.starts.size(); ++i) {
+    const long begin = never.starts[i].second;
+    const long end = i + 1 < never.starts.size() ? never.starts[i + 1].second : queries;
+    if (end - begin >= 2) points.push_back((begin + end) / 2);
+  }
+  std::set<std::string> phases;
+  for (long k : points) {
+    SCOPED_TRACE("cancel at query " + std::to_string(k) + " of " + std::to_string(queries));
+    CancelAfter obs(k);
+    std::vector<pipeline::GeneratedImage> got;
+    ASSERT_NO_THROW(got = session.generate(cfg, &obs));
+    phases.insert(obs.status_at_cancel);
+    // Stopped within one op: after the first "cancelled", at most the image loop asks once more.
+    EXPECT_LE(obs.asked_after_cancel(), 2) << obs.status_at_cancel;
+    EXPECT_LT(obs.asked(), queries);
+    for (const auto& r : obs.reports) {
+      EXPECT_TRUE(r.cancelled);
+      EXPECT_EQ(r.outcome, "cancelled");
+    }
+    // The next run is untouched by the cancelled one.
+    const auto again = session.generate(cfg);
+    ASSERT_EQ(again.size(), 1u);
+    EXPECT_EQ(again[0].image, clean[0].image);
+  }
+  // The Cancel landed in each phase of a run.
+  std::string hit;
+  for (const auto& p : phases) hit += " '" + p + "'";
+  for (const char* phase : {"loading model", "encoding the prompt", "sampling", "decoding"}) {
+    EXPECT_TRUE(phases.count(phase)) << phase << "; phases hit:" << hit;
   }
 }
 

@@ -47,4 +47,11 @@ class ConfigError : public Error {
   using Error::Error;
 };
 
+// The user cancelled the run; thrown between ops (OpContext::cancel) and
+// caught by the pipeline, which reports the run as cancelled. Not a failure.
+class Cancelled : public Error {
+ public:
+  using Error::Error;
+};
+
 }  // namespace nanscope

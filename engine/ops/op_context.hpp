@@ -23,6 +23,13 @@ class PrecisionPolicy {
   virtual void resolve(std::string_view module_path, Precision& precision, AttentionConfig& attention) const = 0;
 };
 
+// Asked before every op: a run the user cancelled stops within one op.
+class CancelProbe {
+ public:
+  virtual ~CancelProbe() = default;
+  virtual bool cancelled() const = 0;
+};
+
 struct OpContext {
   Backend* backend = nullptr;
   std::string path;  // e.g. "up_blocks.1.attentions.0.transformer_blocks.0.attn1"
@@ -31,6 +38,7 @@ struct OpContext {
   OpTracer* tracer = nullptr;
   const PrecisionPolicy* policy = nullptr;  // when set, child() re-resolves precision for the child's path
   FaultEmulator* faults = nullptr;  // the inspector's fault emulation; null: real numerics, untouched
+  const CancelProbe* cancel = nullptr;  // when set and cancelled, the next op throws Cancelled
 
   // The same context for a child module: path + "." + name.
   OpContext child(std::string_view name) const;

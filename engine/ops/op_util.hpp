@@ -20,7 +20,10 @@ using Named = std::initializer_list<std::pair<std::string_view, const Tensor*>>;
 // the standard message.
 class OpCall {
  public:
-  OpCall(const OpContext& ctx, std::string_view op, Named tensors) : ctx_(ctx), op_(op), tensors_(tensors) {}
+  // Throws Cancelled when the context's run was cancelled: no op starts after a Cancel.
+  OpCall(const OpContext& ctx, std::string_view op, Named tensors) : ctx_(ctx), op_(op), tensors_(tensors) {
+    if (ctx.cancel != nullptr && ctx.cancel->cancelled()) throw Cancelled("cancelled before " + op_);
+  }
 
   [[noreturn]] void fail(std::string_view what) const;
   void require(bool ok, std::string_view what) const {

@@ -39,10 +39,11 @@ class Session {
   // Decodes a kept latent again with another VAE folder and/or dtype: the
   // recovery path for a failed decode, without re-sampling.
   // A tracer, when given, records the decode's layer trace; `faults` as for
-  // generate().
+  // generate(); `cancel`, when given, stops the decode within one op
+  // (throws Cancelled).
   GeneratedImage redecode(const RunConfig& config, const GeneratedImage& image, const std::filesystem::path& vae,
                           DType dtype, DecodeAttempt* attempt = nullptr, OpTracer* tracer = nullptr,
-                          FaultEmulator* faults = nullptr);
+                          FaultEmulator* faults = nullptr, const CancelProbe* cancel = nullptr);
 
  private:
   struct ModelKey {

@@ -250,11 +250,19 @@ class Txt2ImgRun {
       : session_(session), config_(config), obs_(obs), faults_(faults),
         insp_(inspect::InspectSettings::from_json(config.inspect)) {}
 
+  // A Cancel stops the run within one op (OpContext::cancel): before the
+  // first image nothing is reported; during an image, that image is reported
+  // as cancelled with what it had (the latent, when sampling had finished).
   std::vector<GeneratedImage> run() {
     require_faults(insp_, faults_);
-    prepare();
-    encode_prompt();
     std::vector<GeneratedImage> images;
+    try {
+      prepare();
+      encode_prompt();
+    } catch (const Cancelled&) {
+      log::info("cancelled before sampling");
+      return images;
+    }
     const auto seeds = config_.image_seeds();
     for (std::size_t img = 0; img < seeds.size(); ++img) {
       if (obs_.cancelled()) break;
@@ -263,8 +271,13 @@ class Txt2ImgRun {
       out.config = config_.image_config(img);
       out.latent_shape = latent_shape_;
       ImageState state;
-      sample(seeds[img], static_cast<int>(img), out, report, state);
-      if (!report.cancelled && !report.stopped) decode_with_policy(out, report, state);
+      try {
+        sample(seeds[img], static_cast<int>(img), out, report, state);
+        if (!report.cancelled && !report.stopped) decode_with_policy(out, report, state);
+      } catch (const Cancelled& e) {
+        log::info("image {}: {}", img + 1, e.what());
+        report.cancelled = true;
+      }
       if (report.cancelled) report.outcome = "cancelled";
       finish_inspection(report, state.first_bad_note, faults_);
       obs_.on_image(out, report);
@@ -275,6 +288,13 @@ class Txt2ImgRun {
   }
 
  private:
+  // The observer's Cancel, asked before every op.
+  struct ObserverCancel final : CancelProbe {
+    explicit ObserverCancel(const RunObserver& o) : obs(o) {}
+    bool cancelled() const override { return obs.cancelled(); }
+    const RunObserver& obs;
+  };
+
   // What one image's stages hand each other beyond the report.
   struct ImageState {
     std::string first_bad_note;
@@ -298,6 +318,7 @@ class Txt2ImgRun {
     cc_.unet = make_context(*be_, config_, Component::unet, cc_.unet_policy.get());
     cc_.vae = make_context(*be_, config_, Component::vae, cc_.vae_policy.get());
     cc_.te.faults = cc_.unet.faults = cc_.vae.faults = faults_;
+    cc_.te.cancel = cc_.unet.cancel = cc_.vae.cancel = &cancel_;
 
     const int size = m.default_size();
     width_ = config_.width > 0 ? config_.width : size;
@@ -402,6 +423,7 @@ class Txt2ImgRun {
     Tensor latent = be.upload(HostTensor::from_f32(latent_shape_, initial));
     latent_op(be, LatentOp::mul, latent_n_, latent, nullptr, 0, latent, sampler->init_noise_sigma());
 
+    obs_.on_status("sampling");
     const auto t_sample = Clock::now();
     const int rows = cfg_ ? 2 : 1;
     const int steps = sampler->num_steps();
@@ -467,7 +489,7 @@ class Txt2ImgRun {
         x0.config = out.config;
         x0.latent_shape = latent_shape_;
         x0.latent = download_f32(be, denoised);
-        const GeneratedImage d = session_.redecode(config_, x0, m.vae_folder(), vae_dtype_, nullptr, nullptr, faults_);
+        const GeneratedImage d = session_.redecode(config_, x0, m.vae_folder(), vae_dtype_, nullptr, nullptr, faults_, &cancel_);
         sr.stats.decoded.width = d.image.width;
         sr.stats.decoded.height = d.image.height;
         sr.stats.decoded.rgb = d.image.pixels;
@@ -536,14 +558,14 @@ class Txt2ImgRun {
     std::optional<inspect::LayerTracer> decode_tracer;
     if (insp_.trace == inspect::TraceMode::always) decode_tracer.emplace("vae", "vae decode");
     GeneratedImage decoded = session_.redecode(config_, out, m.vae_folder(), vae_dtype_, &first,
-                                               decode_tracer ? &*decode_tracer : nullptr, faults_);
+                                               decode_tracer ? &*decode_tracer : nullptr, faults_, &cancel_);
     if (!decode_tracer && insp_.trace == inspect::TraceMode::automatic &&
         (first.nonfinite > 0 ||
          static_cast<int>(first.image.map.verdict) >= static_cast<int>(inspect::Verdict::saturated))) {
       // Re-run the failing decode with the tracer to name the op that broke.
       obs_.on_status("tracing the decode");
       decode_tracer.emplace("vae", "vae decode");
-      session_.redecode(config_, out, m.vae_folder(), vae_dtype_, nullptr, &*decode_tracer, faults_);
+      session_.redecode(config_, out, m.vae_folder(), vae_dtype_, nullptr, &*decode_tracer, faults_, &cancel_);
     }
     if (decode_tracer) ri.traces.push_back(decode_tracer->trace());
     report.decodes.push_back(first);
@@ -572,7 +594,8 @@ class Txt2ImgRun {
     if (!retry) return;
     obs_.on_status("decoding again");
     DecodeAttempt second;
-    GeneratedImage again = session_.redecode(config_, out, retry->first, retry->second, &second, nullptr, faults_);
+    GeneratedImage again =
+        session_.redecode(config_, out, retry->first, retry->second, &second, nullptr, faults_, &cancel_);
     report.decodes.push_back(second);
     report.outcome += "; decoded the kept latent again with " + retry->first.filename().string() + " in " +
                       std::string(dtype_name(retry->second)) + ": " +
@@ -587,6 +610,7 @@ class Txt2ImgRun {
   RunObserver& obs_;
   FaultEmulator* faults_;
   const inspect::InspectSettings insp_;
+  const ObserverCancel cancel_{obs_};
 
   SdModel* m_ = nullptr;
   Backend* be_ = nullptr;
@@ -611,7 +635,8 @@ std::vector<GeneratedImage> Session::generate(const RunConfig& config, RunObserv
 }
 
 GeneratedImage Session::redecode(const RunConfig& config, const GeneratedImage& image, const fs::path& vae_folder,
-                                 DType dtype, DecodeAttempt* attempt, OpTracer* tracer, FaultEmulator* faults) {
+                                 DType dtype, DecodeAttempt* attempt, OpTracer* tracer, FaultEmulator* faults,
+                                 const CancelProbe* cancel) {
   require_faults(inspect::InspectSettings::from_json(config.inspect), faults);
   SdModel& m = model(config);
   Backend& be = backend(config.device);
@@ -622,6 +647,7 @@ GeneratedImage Session::redecode(const RunConfig& config, const GeneratedImage& 
   ctx.precision.dtype = dtype;
   ctx.tracer = tracer;
   ctx.faults = faults;
+  ctx.cancel = cancel;
   if (faults) faults->begin_run(image.latent_shape[2], image.latent_shape[3]);
   const auto t0 = Clock::now();
   const Tensor img = vae.decode(ctx, upload_as(be, image.latent_shape, image.latent, dtype));
