@@ -17,6 +17,7 @@
 #include "studies/report_json.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "config/inspect_settings.hpp"
 #include "inspect/fault_emulation.hpp"
 #include "io/png.hpp"
 #include "io/safetensors.hpp"
@@ -153,7 +154,7 @@ int run_generate(const GlobalOptions& g, const GenerateOptions& o) {
   CliObserver observer(o.dump);
   int failures = 0;
   // Fault emulation is the caller's decision (labelled in every output).
-  const auto faults = inspect::make_fault_emulator(inspect::InspectSettings::from_json(cfg.inspect));
+  const auto faults = inspect::make_fault_emulator(inspect_settings(cfg.inspect));
   session.generate(cfg, &observer, faults.get());
   const auto& done = observer.done;
 

@@ -48,5 +48,6 @@ void add_inspect_command(CLI::App& app, const GlobalOptions& g, Action& action);
 void add_scenario_command(CLI::App& app, const GlobalOptions& g, Action& action);  // scenario list/run (cmd_inspect.cpp)
 void add_ab_command(CLI::App& app, const GlobalOptions& g, Action& action);        // ab (cmd_inspect.cpp)
 void add_sweep_command(CLI::App& app, const GlobalOptions& g, Action& action);     // sweep (cmd_inspect.cpp)
+void add_config_command(CLI::App& app, const GlobalOptions& g, Action& action);    // config keys (cmd_config.cpp)
 
 }  // namespace nanscope::cli

@@ -61,6 +61,7 @@ int main(int argc, char** argv) {
   cli::add_scenario_command(app, g, action);
   cli::add_ab_command(app, g, action);
   cli::add_sweep_command(app, g, action);
+  cli::add_config_command(app, g, action);
 
   try {
     app.parse(argc, argv);

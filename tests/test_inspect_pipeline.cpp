@@ -11,6 +11,7 @@
 
 #include "config/run_config.hpp"
 #include "core/error.hpp"
+#include "config/inspect_settings.hpp"
 #include "inspect/fault_emulation.hpp"
 #include "studies/report_json.hpp"
 #include "io/safetensors.hpp"
@@ -50,7 +51,7 @@ RunConfig base_config() {
 // Runs as the front ends do: the fault emulation the config asks for is made here and handed in.
 Capture run(pipeline::Session& s, const RunConfig& c) {
   Capture cap;
-  const auto faults = inspect::make_fault_emulator(inspect::InspectSettings::from_json(c.inspect));
+  const auto faults = inspect::make_fault_emulator(inspect_settings(c.inspect));
   s.generate(c, &cap, faults.get());
   return cap;
 }
@@ -281,33 +282,31 @@ TEST(InspectPipeline, FullDecodePreviewEveryNStepsLeavesTheRunUnchanged) {
 }
 
 TEST(InspectPipeline, BadInspectorSettingsAreConfigErrorsNamingTheKey) {
+  // --set refuses them at once, naming the key (the settings table's rows).
+  RunConfig cfg;
+  for (const auto& [key, value] : std::vector<std::pair<std::string, std::string>>{
+           {"inspect.emulate", "r9"}, {"inspect.tracing", "on"}, {"inspect.decode_every", "-1"},
+           {"inspect.stats_every", "-2"}}) {
+    try {
+      cfg.set(key, value);
+      FAIL() << key << "=" << value << " must be an error";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find(key), std::string::npos) << e.what();
+    }
+  }
+  // Settings that reach a run another way (JSON assigned by a front end) are
+  // checked before any model is loaded.
   pipeline::Session session;
-  RunConfig cfg;  // checked before any model is loaded
-  cfg.set("inspect.emulate", "r9");
-  try {
-    session.generate(cfg);
-    FAIL() << "an unknown emulation must be an error";
-  } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("inspect.emulate"), std::string::npos) << e.what();
-  }
-  cfg.inspect = nlohmann::json::object();
-  cfg.set("inspect.tracing", "on");
-  EXPECT_THROW(session.generate(cfg), ConfigError);
-  cfg.inspect = nlohmann::json::object();
-  cfg.set("inspect.decode_every", "-1");
-  try {
-    session.generate(cfg);
-    FAIL() << "a negative decode_every must be an error";
-  } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("inspect.decode_every"), std::string::npos) << e.what();
-  }
-  cfg.inspect = nlohmann::json::object();
-  cfg.set("inspect.stats_every", "-2");
-  try {
-    session.generate(cfg);
-    FAIL() << "a negative stats_every must be an error";
-  } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("inspect.stats_every"), std::string::npos) << e.what();
+  for (const char* bad : {R"({"emulate": "r9"})", R"({"tracing": "on"})", R"({"decode_every": -1})",
+                          R"({"stats_every": -2})"}) {
+    cfg.inspect = nlohmann::json::parse(bad);
+    const std::string key = "inspect." + cfg.inspect.begin().key();
+    try {
+      session.generate(cfg);
+      FAIL() << bad << " must be an error";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find(key), std::string::npos) << e.what();
+    }
   }
 }
 

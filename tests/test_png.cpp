@@ -243,7 +243,7 @@ TEST(PngMetadata, RunConfigRoundTripThroughBothChunks) {
   c.prompt = "東京の猫, (masterpiece:1.2)";
   c.set("unet.dtype", "f16");
   c.set("unet.up_blocks.*.attentions.*.attn1.accumulate", "f32");
-  c.set("inspect.trace", "true");
+  c.set("inspect.trace", "always");
   const json extra = {{"inspector", {{"nonfinite", 0}, {"origin", "up_blocks.3.attentions.2"}}}};
   write_run_png(dir / "run.png", gradient(16, 8), c, extra);
   const io::PngContents png = io::read_png(dir / "run.png");

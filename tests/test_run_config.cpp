@@ -78,9 +78,9 @@ RunConfig custom_config() {
   c.set("unet.up_blocks.*.attentions.*.attn1.attention.softmax", "f32");
   c.set("unet.up_blocks.3.*.attn1.attention.impl", "bmm");
   c.set("text_encoder.encoder.layers.11.dtype", "f32");
-  c.set("inspect.trace", "true");
-  c.set("inspect.preview.every", "5");
-  c.set("inspect.note", "not json");
+  c.set("inspect.trace", "always");
+  c.set("inspect.decode_every", "5");
+  c.set("inspect.layer_retry_limit", "3");
   return c;
 }
 
@@ -118,7 +118,7 @@ TEST(RunConfig, SetStoresEveryKey) {
   EXPECT_EQ(c.overrides[0].accumulate, Accumulate::f32);
   EXPECT_EQ(c.overrides[0].softmax, SoftmaxPrecision::f32);
   EXPECT_FALSE(c.overrides[0].dtype);
-  EXPECT_EQ(c.inspect, json::parse(R"({"trace": true, "preview": {"every": 5}, "note": "not json"})"));
+  EXPECT_EQ(c.inspect, json::parse(R"({"trace": "always", "decode_every": 5, "layer_retry_limit": 3})"));
 
   RunConfig d;
   d.set("unet.dtype=f16");  // the CLI's form
@@ -161,6 +161,8 @@ TEST(RunConfig, SetErrorsNameTheKeyAndTheAllowedValues) {
   expect_contains(err("unet.up_blocks..dtype", "f16"), {"empty segment"});
   expect_contains(err("unet.up-blocks.dtype", "f16"), {"bad segment \"up-blocks\""});
   expect_contains(err("inspect.", "1"), {"\"inspect.\""});
+  expect_contains(err("inspect.trace", "true"), {"\"inspect.trace\"", "auto, always, off"});
+  expect_contains(err("inspect.note", "x"), {"\"inspect.note\"", "unknown inspector setting", "inspect.emulate"});
   expect_contains(err("unet.dtype", ""), {"\"unet.dtype\"", "f32, f16, bf16"});  // defaults cannot be cleared
   expect_contains(error_of<ConfigError>([&] { c.set("unet.dtype f16"); }), {"expected key=value"});
   c.set("seeds", "1,2");

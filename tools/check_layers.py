@@ -4,7 +4,10 @@
 The engine's folders form layers; a file may include its own folder and the
 folders of lower layers, never a higher one or a sibling on the same layer:
 
-    core < backend < ops, io, text < inspect, config < models < pipeline < studies
+    core < backend < ops, io, text < inspect < config, models < pipeline < studies
+
+(config/ sits above inspect/: it reads the inspector's settings from the
+settings table into inspect's value types.)
 
 (cli/ and gui/ sit above all of them; the engine never includes them.)
 Run by CTest (test `Layers.IncludesPointDown`) and usable by hand:
@@ -21,7 +24,7 @@ RANK = {
     "io": 2,
     "text": 2,
     "inspect": 3,
-    "config": 3,
+    "config": 4,
     "models": 4,
     "pipeline": 5,
     "studies": 6,

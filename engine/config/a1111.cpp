@@ -1,16 +1,13 @@
 #include "config/a1111.hpp"
 
-#include <spdlog/fmt/fmt.h>
-
+#include <algorithm>
 #include <cctype>
-#include <cmath>
 #include <filesystem>
-#include <map>
 #include <regex>
 #include <vector>
 
+#include "config/settings.hpp"
 #include "core/error.hpp"
-#include "core/log.hpp"
 
 namespace nanscope {
 
@@ -20,11 +17,6 @@ namespace {
 std::string quote(const std::string& v) {
   if (v.find_first_of(",\n:") == std::string::npos) return v;
   return nlohmann::json(v).dump();
-}
-
-std::string number(double v) {
-  if (std::isfinite(v) && v == std::floor(v) && std::fabs(v) < 1e15) return std::to_string(static_cast<long long>(v));
-  return fmt::format("{}", v);  // shortest text that reads back as the same double
 }
 
 std::string_view strip(std::string_view s) {
@@ -64,16 +56,13 @@ std::string model_display_name(std::string_view model_path) {
 
 std::string a1111_parameters(const RunConfig& c) {
   std::vector<std::pair<std::string, std::string>> params;
-  params.emplace_back("Steps", std::to_string(c.steps));
-  params.emplace_back("Sampler", std::string(sampler_a1111_name(c.sampler)));
-  params.emplace_back("CFG scale", number(c.cfg_scale));
-  params.emplace_back("Seed", std::to_string(c.seed));
-  if (c.width > 0 && c.height > 0)
-    params.emplace_back("Size", std::to_string(c.width) + "x" + std::to_string(c.height));
-  params.emplace_back("Model", model_display_name(c.model));
-  if (!c.vae.empty()) params.emplace_back("VAE", model_display_name(c.vae));
-  if (c.clip_skip >= 1) params.emplace_back("Clip skip", std::to_string(c.clip_skip + 1));
-  if (c.noise == NoiseKind::torch_cpu) params.emplace_back("RNG", "CPU");
+  std::vector<std::string> seen;  // width and height share "Size": the first row writes it
+  for (const Setting& row : settings()) {
+    if (row.a1111.empty() || std::find(seen.begin(), seen.end(), row.a1111) != seen.end()) continue;
+    seen.push_back(row.a1111);
+    const std::optional<std::string> v = row.to_a1111 ? row.to_a1111(c) : row.format(row.get(c));
+    if (v) params.emplace_back(row.a1111, *v);
+  }
 
   std::string line;
   for (const auto& [k, v] : params) line += (line.empty() ? "" : ", ") + k + ": " + quote(v);
@@ -119,7 +108,7 @@ RunConfig run_config_from_a1111(std::string_view parameters, const RunConfig& ba
   c.prompt = prompt;
   c.negative_prompt = negative;
 
-  std::map<std::string, std::string> fields;
+  A1111Fields fields;
   for (auto& [k, v] : params) {
     if (v.size() >= 2 && v.front() == '"' && v.back() == '"') {
       try {
@@ -130,53 +119,22 @@ RunConfig run_config_from_a1111(std::string_view parameters, const RunConfig& ba
     }
     fields[k] = v;
   }
-  auto field = [&](const char* name) -> const std::string* {
-    auto it = fields.find(name);
-    return it == fields.end() ? nullptr : &it->second;
-  };
-  auto set = [&](const char* name, const char* key, const std::string& value) {
+  std::vector<std::string> read;  // names already read (width and height share "Size")
+  for (const Setting& row : settings()) {
+    if (row.a1111.empty() || !row.a1111_read) continue;
+    if (std::find(read.begin(), read.end(), row.a1111) != read.end()) continue;
+    read.push_back(row.a1111);
+    auto it = fields.find(row.a1111);
+    if (it == fields.end()) continue;
     try {
-      c.set(key, value);
+      if (row.from_a1111) {
+        row.from_a1111(c, it->second, fields);
+      } else {
+        c.set(row.key, it->second);
+      }
     } catch (const ConfigError& e) {
-      throw ConfigError(std::string("A1111 parameters \"") + name + ": " + value + "\": " + e.what());
+      throw ConfigError("A1111 parameters \"" + row.a1111 + ": " + it->second + "\": " + e.what());
     }
-  };
-  if (auto v = field("Steps")) set("Steps", "steps", *v);
-  if (auto v = field("CFG scale")) set("CFG scale", "cfg_scale", *v);
-  if (auto v = field("Seed")) set("Seed", "seed", *v);
-  if (auto v = field("Size")) {
-    static const std::regex size_re(R"((\d+)x(\d+))");
-    std::smatch m;
-    if (!std::regex_match(*v, m, size_re)) throw ConfigError("A1111 parameters \"Size: " + *v + "\": expected WxH");
-    set("Size", "width", m[1].str());
-    set("Size", "height", m[2].str());
-  }
-  if (auto v = field("Clip skip")) {
-    const std::string n = *v;
-    if (n == "1") {
-      c.clip_skip = 0;
-    } else {
-      try {
-        set("Clip skip", "clip_skip", std::to_string(std::stoi(n) - 1));
-      } catch (const std::logic_error&) {
-        throw ConfigError("A1111 parameters \"Clip skip: " + n + "\": expected an integer from 1 to 25");
-      }
-    }
-  }
-  if (auto v = field("RNG")) c.noise = *v == "CPU" ? NoiseKind::torch_cpu : c.noise;
-  if (auto v = field("Sampler")) {
-    std::string name = *v;
-    if (auto sched = field("Schedule type"); sched && *sched == "Karras") name += " Karras";
-    bool known = false;
-    for (SamplerId s :
-         {SamplerId::euler, SamplerId::euler_a, SamplerId::ddim, SamplerId::dpmpp_2m, SamplerId::dpmpp_2m_karras}) {
-      if (sampler_a1111_name(s) == name) {
-        c.sampler = s;
-        known = true;
-      }
-    }
-    if (!known)
-      log::warn("A1111 sampler \"{}\" has no NaNscope counterpart; keeping {}", name, sampler_name(c.sampler));
   }
   return c;
 }

@@ -13,6 +13,10 @@
 // "RNG: CPU" for torch-cpu noise (A1111's CPU generator draws the same
 // numbers). Values holding ',', ':' or a newline are JSON-quoted, as A1111's
 // quote() does.
+//
+// The fields are the settings table's rows that name an A1111 field
+// (config/settings.hpp: Setting::a1111), written and read in table order;
+// a row's to_a1111 / from_a1111 say how, where the text is not its --set text.
 
 #include <string>
 #include <string_view>
@@ -28,9 +32,10 @@ std::string a1111_parameters(const RunConfig& config);
 std::string model_display_name(std::string_view model_path);
 
 // Parses A1111 parameters text (A1111's parse_generation_parameters rules)
-// onto `base`: prompt, negative prompt, Steps, Sampler (+ Schedule type),
-// CFG scale, Seed, Size, Clip skip, RNG. Model and VAE names are not paths
-// and are ignored. Throws ConfigError naming the field for a bad value.
+// onto `base`: prompt, negative prompt, and the table's A1111 fields (Steps,
+// Sampler (+ Schedule type), CFG scale, Seed, Size, Clip skip, RNG). Model and
+// VAE names are not paths and are ignored. Throws ConfigError naming the field
+// for a bad value.
 RunConfig run_config_from_a1111(std::string_view parameters, const RunConfig& base = {});
 
 }  // namespace nanscope

@@ -16,8 +16,15 @@
 //       {"pattern": "unet.up_blocks.*.attentions.*.attn1", "accumulate": "f32",
 //        "attention": {"softmax": "f32"}}
 //     ],
-//     "inspect": {}
+//     "inspect": {"trace": "always"}
 //   }
+//
+// Every key but "nanscope_preset" and "overrides" is a row of the settings
+// table (config/settings.hpp), kept at the row's JSON path (`unet.dtype` at
+// precision.unet.dtype); the table decides the keys, the values allowed and
+// the order they are applied in. "inspect" holds only the inspector settings
+// that differ from their defaults, so presets stay readable by versions that
+// predate a newer inspector key.
 //
 // Reading overlays the file on the defaults (or on a given config): every key
 // is optional except "nanscope_preset"; "overrides" and "inspect" replace the

@@ -1,48 +1,19 @@
 #include "config/run_config.hpp"
 
 #include <algorithm>
-#include <charconv>
-#include <cmath>
-#include <cstdlib>
 
 #include "config/module_pattern.hpp"
+#include "config/settings.hpp"
 #include "core/error.hpp"
 
 namespace nanscope {
 
 namespace {
 
-constexpr std::array<std::string_view, 16> kTopKeys = {
-    "model",      "vae",   "prompt", "negative_prompt", "steps", "cfg_scale", "seed",      "seeds",
-    "batch_size", "width", "height", "sampler",         "noise", "device",    "clip_skip", "nan_policy"};
-
-constexpr std::array<std::string_view, 5> kFields = {"dtype", "accumulate", "attention.softmax", "attention.impl",
-                                                     "attention.slice_size"};
+using config_detail::fail;
+using nlohmann::json;
 
 std::string quoted(std::string_view s) { return "\"" + std::string(s) + "\""; }
-
-template <typename Int>
-std::optional<Int> parse_integer(std::string_view v) {
-  Int out{};
-  const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
-  if (ec != std::errc() || end != v.data() + v.size() || v.empty()) return std::nullopt;
-  return out;
-}
-
-long long int_value(std::string_view key, std::string_view v, long long lo, long long hi) {
-  const auto n = parse_integer<long long>(v);
-  if (!n)
-    config_detail::fail(
-        key, "expected an integer from " + std::to_string(lo) + " to " + std::to_string(hi) + ", found " + quoted(v));
-  config_detail::check_int(key, *n, lo, hi);
-  return *n;
-}
-
-std::uint64_t seed_value(std::string_view key, std::string_view v) {
-  const auto n = parse_integer<std::uint64_t>(v);
-  if (!n) config_detail::fail(key, "expected a seed from 0 to 18446744073709551615, found " + quoted(v));
-  return *n;
-}
 
 std::string_view trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
@@ -50,14 +21,23 @@ std::string_view trim(std::string_view s) {
   return s;
 }
 
-// Splits a precision key into (pattern, field); field is "" when the key is not one.
-std::pair<std::string, std::string> split_field(std::string_view key) {
-  for (std::string_view f : kFields) {
-    if (key.size() > f.size() + 1 && key.substr(key.size() - f.size()) == f && key[key.size() - f.size() - 1] == '.') {
-      return {std::string(key.substr(0, key.size() - f.size() - 1)), std::string(f)};
+// Splits an override key into its pattern and its precision field; field is
+// null when the key ends in none.
+std::pair<std::string, const PrecisionField*> split_field(std::string_view key) {
+  for (const PrecisionField& f : precision_fields()) {
+    const std::string_view name = f.spec.key;
+    if (key.size() > name.size() + 1 && key.ends_with(name) && key[key.size() - name.size() - 1] == '.') {
+      return {std::string(key.substr(0, key.size() - name.size() - 1)), &f};
     }
   }
-  return {std::string(key), ""};
+  return {std::string(key), nullptr};
+}
+
+std::string inspector_keys() {
+  std::string s;
+  for (const Setting& row : settings())
+    if (row.key.starts_with("inspect.")) s += (s.empty() ? "" : ", ") + row.key;
+  return s;
 }
 
 template <typename Fn>
@@ -79,54 +59,7 @@ namespace config_detail {
 
 void fail(std::string_view key, const std::string& what) { throw ConfigError("key " + quoted(key) + ": " + what); }
 
-void check_int(std::string_view key, long long v, long long lo, long long hi) {
-  if (v < lo || v > hi) {
-    fail(key, "expected an integer from " + std::to_string(lo) + " to " + std::to_string(hi) + ", found " +
-                  std::to_string(v));
-  }
-}
-
-void check_size(std::string_view key, long long v) {
-  if (v != 0 && (v < 8 || v > 16384 || v % 8 != 0)) {
-    fail(key, "expected 0 (the model's default) or a multiple of 8 from 8 to 16384, found " + std::to_string(v));
-  }
-}
-
-void check_cfg(std::string_view key, double v) {
-  if (!std::isfinite(v) || v < 0.0 || v > 100.0) {
-    fail(key, "expected a number from 0 to 100, found " + std::to_string(v));
-  }
-}
-
-template <typename T, typename Parser>
-T enum_value(std::string_view key, std::string_view v, Parser parse, std::string_view field) {
-  if (auto r = parse(v)) return *r;
-  fail(key, quoted(v) + " is not allowed; use one of: " + allowed_values(field));
-}
-
-DType dtype_value(std::string_view key, std::string_view v) { return enum_value<DType>(key, v, parse_dtype, "dtype"); }
-Accumulate accumulate_value(std::string_view key, std::string_view v) {
-  return enum_value<Accumulate>(key, v, parse_accumulate, "accumulate");
-}
-SoftmaxPrecision softmax_value(std::string_view key, std::string_view v) {
-  return enum_value<SoftmaxPrecision>(key, v, parse_softmax, "attention.softmax");
-}
-AttentionImpl impl_value(std::string_view key, std::string_view v) {
-  return enum_value<AttentionImpl>(key, v, parse_attention_impl, "attention.impl");
-}
-SamplerId sampler_value(std::string_view key, std::string_view v) {
-  return enum_value<SamplerId>(key, v, parse_sampler, "sampler");
-}
-NoiseKind noise_value(std::string_view key, std::string_view v) {
-  return enum_value<NoiseKind>(key, v, parse_noise, "noise");
-}
-NanPolicy nan_policy_value(std::string_view key, std::string_view v) {
-  return enum_value<NanPolicy>(key, v, NanPolicy::parse, "nan_policy");
-}
-
 }  // namespace config_detail
-
-using namespace config_detail;
 
 std::string_view component_name(Component c) {
   switch (c) {
@@ -167,8 +100,7 @@ std::string_view sampler_a1111_name(SamplerId s) {
 }
 
 std::optional<SamplerId> parse_sampler(std::string_view s) {
-  for (SamplerId id :
-       {SamplerId::euler, SamplerId::euler_a, SamplerId::ddim, SamplerId::dpmpp_2m, SamplerId::dpmpp_2m_karras}) {
+  for (SamplerId id : kSamplers) {
     if (sampler_name(id) == s) return id;
   }
   return std::nullopt;
@@ -203,25 +135,6 @@ std::optional<NanPolicy> NanPolicy::parse(std::string_view s) {
   return std::nullopt;
 }
 
-std::string allowed_values(std::string_view field) {
-  if (field == "dtype") return "f32, f16, bf16";
-  if (field == "accumulate" || field == "attention.softmax") return "f32, native";
-  if (field == "attention.impl") return "fused, bmm, sliced";
-  if (field == "attention.slice_size") return "an integer from 1 to 65536";
-  if (field == "sampler") return "euler, euler_a, ddim, dpmpp_2m, dpmpp_2m_karras";
-  if (field == "noise") return "nanscope, torch-cpu";
-  if (field == "nan_policy") return "report, stop, retry-vae-f32, retry-vae:PATH";
-  if (field == "component") return "text_encoder, unet, vae";
-  if (field == "key") {
-    std::string s;
-    for (auto k : kTopKeys) s += std::string(s.empty() ? "" : ", ") + std::string(k);
-    return s +
-           ", COMPONENT[.PATTERN].FIELD (COMPONENT: text_encoder, unet, vae; FIELD: dtype, accumulate, "
-           "attention.softmax, attention.impl, attention.slice_size), inspect.NAME";
-  }
-  return "";
-}
-
 Precision RunConfig::resolve(Component c, std::string_view module_path) const {
   Precision p = component(c).precision;
   for_matching_overrides(*this, c, module_path, [&p](const PrecisionOverride& o) {
@@ -250,108 +163,33 @@ void RunConfig::set(std::string_view assignment) {
 }
 
 void RunConfig::set(std::string_view key, std::string_view value) {
-  const std::string_view v = trim(value);
-  if (key == "model") {
-    model = std::string(v);
-  } else if (key == "vae") {
-    vae = std::string(v);
-  } else if (key == "prompt") {
-    prompt = std::string(value);  // prompts keep their spaces
-  } else if (key == "negative_prompt") {
-    negative_prompt = std::string(value);
-  } else if (key == "steps") {
-    steps = static_cast<int>(int_value(key, v, 1, 10000));
-  } else if (key == "cfg_scale") {
-    char* end = nullptr;
-    const std::string s(v);
-    const double d = std::strtod(s.c_str(), &end);
-    if (s.empty() || end != s.c_str() + s.size()) fail(key, "expected a number from 0 to 100, found " + quoted(v));
-    check_cfg(key, d);
-    cfg_scale = d;
-  } else if (key == "seed") {
-    seed = seed_value(key, v);
-    seeds.clear();
-  } else if (key == "seeds") {
-    std::vector<std::uint64_t> list;
-    std::string_view rest = v;
-    while (!rest.empty()) {
-      const std::size_t comma = rest.find(',');
-      list.push_back(seed_value(key, trim(rest.substr(0, comma))));
-      rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
-    }
-    check_int(key, static_cast<long long>(list.size()), 0, 64);
-    seeds = list;
-    if (!seeds.empty()) {
-      seed = seeds.front();
-      batch_size = static_cast<int>(seeds.size());
-    }
-  } else if (key == "batch_size") {
-    const int n = static_cast<int>(int_value(key, v, 1, 64));
-    if (!seeds.empty() && static_cast<std::size_t>(n) != seeds.size()) {
-      fail(key, std::to_string(n) + " conflicts with the " + std::to_string(seeds.size()) +
-                    " explicit seeds; set seeds= (empty) first, or set seeds to " + std::to_string(n) + " values");
-    }
-    batch_size = n;
-  } else if (key == "width" || key == "height") {
-    const auto n = parse_integer<long long>(v);
-    if (!n) fail(key, "expected 0 (the model's default) or a multiple of 8 from 8 to 16384, found " + quoted(v));
-    check_size(key, *n);
-    (key == "width" ? width : height) = static_cast<int>(*n);
-  } else if (key == "sampler") {
-    sampler = sampler_value(key, v);
-  } else if (key == "noise") {
-    noise = noise_value(key, v);
-  } else if (key == "device") {
-    device = std::string(v);
-  } else if (key == "clip_skip") {
-    clip_skip = static_cast<int>(int_value(key, v, 0, 24));
-  } else if (key == "nan_policy") {
-    nan_policy = nan_policy_value(key, v);
-  } else if (key.substr(0, 8) == "inspect.") {
-    const auto path = split_module_path(key.substr(8));
-    if (path.empty()) fail(key, "expected inspect.NAME");
-    nlohmann::json* node = &inspect;
-    for (std::size_t i = 0; i < path.size(); ++i) {
-      if (path[i].empty()) fail(key, "empty name after \"inspect\"");
-      if (!node->is_object()) *node = nlohmann::json::object();
-      node = &(*node)[std::string(path[i])];
-    }
-    *node = nlohmann::json::accept(v) ? nlohmann::json::parse(v) : nlohmann::json(std::string(v));
-  } else {
-    const auto [pattern, field] = split_field(key);
-    const std::size_t dot = pattern.find('.');
-    const auto comp = parse_component(std::string_view(pattern).substr(0, dot));
-    if (!comp || field.empty()) fail(key, "unknown key; use one of: " + allowed_values("key"));
-    if (dot == std::string::npos) {  // the component's default
-      ComponentPrecision& cp = component(*comp);
-      if (field == "dtype") cp.precision.dtype = dtype_value(key, v);
-      if (field == "accumulate") cp.precision.accumulate = accumulate_value(key, v);
-      if (field == "attention.softmax") cp.precision.softmax = softmax_value(key, v);
-      if (field == "attention.impl") cp.attention.impl = impl_value(key, v);
-      if (field == "attention.slice_size") cp.attention.slice_size = static_cast<int>(int_value(key, v, 1, 65536));
-      return;
-    }
-    try {
-      ModulePattern::parse(pattern);
-    } catch (const ConfigError& e) {
-      fail(key, e.what());
-    }
-    auto it = std::find_if(overrides.begin(), overrides.end(),
-                           [&pattern = pattern](const PrecisionOverride& o) { return o.pattern == pattern; });
-    PrecisionOverride o;
-    if (it != overrides.end()) o = *it;
-    o.pattern = pattern;
-    const bool clear = v.empty();
-    if (field == "dtype") o.dtype = clear ? std::nullopt : std::optional(dtype_value(key, v));
-    if (field == "accumulate") o.accumulate = clear ? std::nullopt : std::optional(accumulate_value(key, v));
-    if (field == "attention.softmax") o.softmax = clear ? std::nullopt : std::optional(softmax_value(key, v));
-    if (field == "attention.impl") o.impl = clear ? std::nullopt : std::optional(impl_value(key, v));
-    if (field == "attention.slice_size") {
-      o.slice_size = clear ? std::nullopt : std::optional(static_cast<int>(int_value(key, v, 1, 65536)));
-    }
-    if (it != overrides.end()) overrides.erase(it);
-    if (!o.empty()) overrides.push_back(std::move(o));  // last: the newest setting wins ties
+  if (const Setting* row = find_setting(key)) {
+    row->put(*this, row->parse(value));  // parse() throws before anything changes; put() checks before storing
+    return;
   }
+  if (key.starts_with("inspect.")) fail(key, "unknown inspector setting; use one of: " + inspector_keys());
+  // A per-module override: COMPONENT.PATTERN.FIELD (COMPONENT.FIELD is a table row).
+  const auto [pattern, field] = split_field(key);
+  const std::size_t dot = pattern.find('.');
+  const auto comp = parse_component(std::string_view(pattern).substr(0, dot));
+  if (!comp || !field || dot == std::string::npos) fail(key, "unknown key; use one of: " + allowed_keys());
+  try {
+    ModulePattern::parse(pattern);
+  } catch (const ConfigError& e) {
+    fail(key, e.what());
+  }
+  const std::string_view v = value.find_first_not_of(" \t") == std::string_view::npos ? std::string_view() : value;
+  Setting spec = field->spec;  // messages name the whole key
+  spec.key = std::string(key);
+  const json parsed = v.empty() ? json() : spec.parse(v);  // empty: remove the field
+  auto it = std::find_if(overrides.begin(), overrides.end(),
+                         [&pattern = pattern](const PrecisionOverride& o) { return o.pattern == pattern; });
+  PrecisionOverride o;
+  if (it != overrides.end()) o = *it;
+  o.pattern = pattern;
+  field->put_override(o, parsed);
+  if (it != overrides.end()) overrides.erase(it);
+  if (!o.empty()) overrides.push_back(std::move(o));  // last: the newest setting wins ties
 }
 
 std::vector<std::uint64_t> RunConfig::image_seeds() const {
@@ -374,30 +212,26 @@ RunConfig RunConfig::image_config(std::size_t index) const {
 }
 
 void RunConfig::validate() const {
-  check_int("steps", steps, 1, 10000);
-  check_cfg("cfg_scale", cfg_scale);
-  check_int("batch_size", batch_size, 1, 64);
-  check_int("seeds", static_cast<long long>(seeds.size()), 0, 64);
+  if (!inspect.is_object()) fail("inspect", "expected an object, found " + inspect.dump());
+  for (const auto& [name, value] : inspect.items()) {
+    if (!find_setting("inspect." + name))
+      fail("inspect." + name, "unknown inspector setting; use one of: " + inspector_keys());
+  }
+  for (const Setting& row : settings()) row.check(row.get(*this), row.key);
   if (!seeds.empty() && seeds.size() != static_cast<std::size_t>(batch_size)) {
     fail("batch_size",
          std::to_string(batch_size) + " conflicts with the " + std::to_string(seeds.size()) + " explicit seeds");
   }
-  check_size("width", width);
-  check_size("height", height);
-  check_int("clip_skip", clip_skip, 0, 24);
-  if (nan_policy.kind == NanPolicy::Kind::retry_vae && nan_policy.vae_path.empty()) {
-    fail("nan_policy", "retry-vae needs a path (retry-vae:PATH)");
-  }
-  for (Component c : kComponents) {
-    const std::string key = std::string(component_name(c)) + ".attention.slice_size";
-    check_int(key, component(c).attention.slice_size, 1, 65536);
-  }
   for (const PrecisionOverride& o : overrides) {
     ModulePattern::parse(o.pattern);
-    if (o.empty()) fail(o.pattern, "an override must set at least one field (" + std::string(kFields[0]) + ", ...)");
-    if (o.slice_size) check_int(o.pattern + ".attention.slice_size", *o.slice_size, 1, 65536);
+    if (o.empty()) {
+      fail(o.pattern, "an override must set at least one field (" + precision_fields()[0].spec.key + ", ...)");
+    }
+    for (const PrecisionField& f : precision_fields()) {
+      const json v = f.get_override(o);
+      if (!v.is_null()) f.spec.check(v, o.pattern + "." + f.spec.key);
+    }
   }
-  if (!inspect.is_object()) fail("inspect", "expected an object, found " + inspect.dump());
 }
 
 }  // namespace nanscope

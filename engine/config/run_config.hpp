@@ -3,37 +3,26 @@
 // The GUI edits it, the CLI builds it from a preset plus `--set key=value`,
 // PNGs carry it, presets store it (config/preset.hpp).
 //
-// Keys for set() (the CLI's --set) — the grammar:
+// Keys for set() (the CLI's --set): every row of the settings table
+// (config/settings.hpp; `nanscope-cli config keys` lists them with their
+// types, defaults, allowed values and help), plus per-module overrides:
 //
-//   key        := top | precision | inspect
-//   top        := model | vae | prompt | negative_prompt | steps | cfg_scale | seed | seeds
-//               | batch_size | width | height | sampler | noise | device | clip_skip | nan_policy
-//   precision  := component [ "." pattern-tail ] "." field
-//   component  := text_encoder | unet | vae
+//   override     := component "." pattern-tail "." field
+//   component    := text_encoder | unet | vae
 //   pattern-tail := segment ( "." segment )*    segment := [A-Za-z0-9_]+ | "*"
-//   field      := dtype | accumulate | attention.softmax | attention.impl | attention.slice_size
-//   inspect    := "inspect." name ( "." name )*
+//   field        := dtype | accumulate | attention.softmax | attention.impl | attention.slice_size
 //
 //   `vae` alone is the VAE override path; `vae.<field>` is the VAE's precision.
 //   Without a pattern tail the key sets the component's default
-//   (`unet.dtype=f16`); with one it sets that field of the override whose
+//   (`unet.dtype=f16`, a table row); with one it sets that field of the override whose
 //   pattern is component.pattern-tail (`unet.up_blocks.3.*.attn1.accumulate=f32`,
 //   see module_pattern.hpp for matching and specificity), creating it or, if it
 //   exists, updating it and moving it last (so it wins ties). An empty value
 //   removes the field from the override (and the override once it has none).
-//   `inspect.*` values are stored as JSON when they parse as JSON, else as a string.
+//   `inspect.*` keys are the inspector's settings; RunConfig::inspect holds the
+//   ones that differ from their defaults.
 //
-// Values: steps 1..10000; cfg_scale a finite number 0..100; seed 0..2^64-1;
-// seeds a comma-separated list (sets batch_size to its length; clears when
-// empty); batch_size 1..64; width/height 0 (the model's default size) or a
-// multiple of 8 from 8 to 16384; sampler euler, euler_a, ddim, dpmpp_2m,
-// dpmpp_2m_karras; noise nanscope, torch-cpu; clip_skip 0..24 (layers skipped
-// from the end of the text encoder, as diffusers' clip_skip: 0 = last layer;
-// A1111's "Clip skip: N" is N-1 here); nan_policy report, stop, retry-vae-f32,
-// retry-vae:PATH; dtype f32, f16, bf16; accumulate f32, native;
-// attention.softmax f32, native; attention.impl fused, bmm, sliced;
-// attention.slice_size 1..65536. Errors are ConfigError naming the key and
-// the allowed values.
+// Errors are ConfigError naming the key and the allowed values.
 
 #include <array>
 #include <cstdint>
@@ -53,6 +42,8 @@ std::string_view component_name(Component c);
 std::optional<Component> parse_component(std::string_view s);
 
 enum class SamplerId : std::uint8_t { euler, euler_a, ddim, dpmpp_2m, dpmpp_2m_karras };
+inline constexpr std::array<SamplerId, 5> kSamplers = {SamplerId::euler, SamplerId::euler_a, SamplerId::ddim,
+                                                       SamplerId::dpmpp_2m, SamplerId::dpmpp_2m_karras};
 std::string_view sampler_name(SamplerId s);        // "euler_a"
 std::string_view sampler_a1111_name(SamplerId s);  // "Euler a"
 std::optional<SamplerId> parse_sampler(std::string_view s);
@@ -112,7 +103,10 @@ struct RunConfig {
   NanPolicy nan_policy;
   std::array<ComponentPrecision, 3> precision{};  // indexed by Component
   std::vector<PrecisionOverride> overrides;
-  nlohmann::json inspect = nlohmann::json::object();  // inspector settings, kept as given
+  // Inspector settings (the settings table's inspect.* rows) that differ from
+  // their defaults, by name: {"trace": "always"}. Read for a run through
+  // config/inspect_settings.hpp.
+  nlohmann::json inspect = nlohmann::json::object();
 
   ComponentPrecision& component(Component c) { return precision[static_cast<std::size_t>(c)]; }
   const ComponentPrecision& component(Component c) const { return precision[static_cast<std::size_t>(c)]; }
@@ -123,7 +117,8 @@ struct RunConfig {
   Precision resolve(Component c, std::string_view module_path) const;
   AttentionConfig resolve_attention(Component c, std::string_view module_path) const;
 
-  // One key of the grammar above. Throws ConfigError naming the key and the allowed values.
+  // One key of the grammar above. Throws ConfigError naming the key and the
+  // allowed values; a failed set() changes nothing.
   void set(std::string_view key, std::string_view value);
   // "key=value" as the CLI passes it.
   void set(std::string_view assignment);
@@ -140,23 +135,8 @@ struct RunConfig {
   friend bool operator==(const RunConfig&, const RunConfig&) = default;
 };
 
-// Allowed-value lists for messages and GUI pickers ("f32, f16, bf16").
-std::string allowed_values(std::string_view field);
-
 namespace config_detail {
-// Shared by set() and the JSON reader: parse one value or throw ConfigError
-// naming `key` and the allowed values.
-DType dtype_value(std::string_view key, std::string_view v);
-Accumulate accumulate_value(std::string_view key, std::string_view v);
-SoftmaxPrecision softmax_value(std::string_view key, std::string_view v);
-AttentionImpl impl_value(std::string_view key, std::string_view v);
-SamplerId sampler_value(std::string_view key, std::string_view v);
-NoiseKind noise_value(std::string_view key, std::string_view v);
-NanPolicy nan_policy_value(std::string_view key, std::string_view v);
-// Range checks: throw ConfigError "key: expected ... found ...".
-void check_int(std::string_view key, long long v, long long lo, long long hi);
-void check_size(std::string_view key, long long v);
-void check_cfg(std::string_view key, double v);
+// Throws ConfigError "key \"KEY\": WHAT" (the form every settings message takes).
 [[noreturn]] void fail(std::string_view key, const std::string& what);
 }  // namespace config_detail
 

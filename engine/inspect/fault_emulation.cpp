@@ -4,7 +4,6 @@
 #include <limits>
 
 #include "backend/backend.hpp"
-#include "core/error.hpp"
 #include "core/log.hpp"
 
 namespace nanscope::inspect {
@@ -13,60 +12,7 @@ namespace {
 
 bool power_of_two(std::int64_t n) { return n > 0 && (n & (n - 1)) == 0; }
 
-std::string value_string(const nlohmann::json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
-
 }  // namespace
-
-InspectSettings InspectSettings::from_json(const nlohmann::json& inspect) {
-  InspectSettings s;
-  if (inspect.is_null()) return s;
-  if (!inspect.is_object()) throw ConfigError("inspect: expected an object of inspector settings, found " + inspect.dump());
-  for (const auto& [key, v] : inspect.items()) {
-    if (key == "emulate") {
-      const std::string e = value_string(v);
-      if (e == "r0") {
-        s.emulate_r0 = true;
-      } else if (e != "none" && !e.empty()) {
-        throw ConfigError("inspect.emulate: expected one of none, r0 (the field report whose device quirk to emulate), "
-                          "found '" + e + "'");
-      }
-    } else if (key == "emulate_min_tokens") {
-      if (!v.is_number_integer() || v.get<long long>() < 1 || v.get<long long>() > (1 << 24)) {
-        throw ConfigError("inspect.emulate_min_tokens: expected a whole number from 1 to 16777216, found " +
-                          value_string(v));
-      }
-      s.emulate_min_tokens = v.get<int>();
-    } else if (key == "trace") {
-      const std::string t = value_string(v);
-      if (t == "auto") {
-        s.trace = TraceMode::automatic;
-      } else if (t == "always") {
-        s.trace = TraceMode::always;
-      } else if (t == "off") {
-        s.trace = TraceMode::off;
-      } else {
-        throw ConfigError("inspect.trace: expected one of auto, always, off, found '" + t + "'");
-      }
-    } else if (key == "decode_every") {
-      if (!v.is_number_integer() || v.get<long long>() < 0 || v.get<long long>() > 10000) {
-        throw ConfigError("inspect.decode_every: expected a whole number of steps from 0 (off) to 10000, found " +
-                          value_string(v));
-      }
-      s.decode_every = v.get<int>();
-    } else if (key == "stats_every") {
-      if (!v.is_number_integer() || v.get<long long>() < 0 || v.get<long long>() > 10000) {
-        throw ConfigError("inspect.stats_every: expected a whole number of steps from 0 (no step statistics) to 10000, "
-                          "found " + value_string(v));
-      }
-      s.stats_every = v.get<int>();
-    } else {
-      throw ConfigError("inspect." + key +
-                        ": unknown inspector setting (known: emulate, emulate_min_tokens, trace, decode_every, "
-                        "stats_every)");
-    }
-  }
-  return s;
-}
 
 R0Emulator::R0Emulator(int min_tokens) : min_tokens_(min_tokens) {}
 

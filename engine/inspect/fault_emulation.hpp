@@ -4,16 +4,9 @@
 // numerics when off (the ops see a null OpContext::faults), and every output
 // that an emulated run produces says so (RunInspection::emulation).
 //
-// Settings live in RunConfig::inspect (`--set inspect.emulate=r0`):
-//   inspect.emulate             "none" (default) or "r0"
-//   inspect.emulate_min_tokens  R0: smallest query count that is hit (default 256)
-//   inspect.trace               "auto" (default: trace the first failing UNet
-//                               call and decode), "always" (also the last step's
-//                               UNet call and the first decode), "off"
-//   inspect.decode_every        N > 0: every N steps, also decode the sampler's
-//                               x0 prediction with the run's VAE as a full
-//                               preview (StepStats::decoded); 0 (default): only
-//                               the latent -> RGB factor preview
+// Settings live in RunConfig::inspect (`--set inspect.emulate=r0`): the
+// settings table (config/settings.cpp) lists and checks every inspect.* key,
+// and config/inspect_settings.hpp reads them into InspectSettings for a run.
 //
 // r0 (field report R0, Intel Arc + IPEX): fused attention in f16 or bf16 at a
 // power-of-two query count (1024x1024 and 2048x512 give 2^14 latent tokens in
@@ -28,26 +21,29 @@
 #include <optional>
 #include <string>
 
-#include <nlohmann/json.hpp>
-
 #include "ops/op_context.hpp"
 
 namespace nanscope::inspect {
 
 enum class TraceMode : std::uint8_t { automatic, always, off };
 
+// A run's inspector settings, as config/inspect_settings.hpp reads them from
+// RunConfig::inspect. The defaults are the settings table's inspect.* rows
+// (config/ sits above inspect/, so they are repeated here; a test holds them equal).
 struct InspectSettings {
-  bool emulate_r0 = false;
-  int emulate_min_tokens = 256;
+  bool emulate_r0 = false;        // inspect.emulate=r0
+  int emulate_min_tokens = 256;   // R0: smallest query count that is hit
+  // auto: trace the first failing UNet call and decode; always: also the last
+  // step's UNet call and the first decode; off.
   TraceMode trace = TraceMode::automatic;
-  int decode_every = 0;  // full-decode preview every N steps; 0: off
+  // N > 0: every N steps, also decode the sampler's x0 prediction with the
+  // run's VAE as a full preview (StepStats::decoded); 0: only the latent ->
+  // RGB factor preview.
+  int decode_every = 0;
   // Step statistics every N steps and at the last step; 0: none (the decoded
   // image is still checked; nan_policy=stop and the first bad step then see
   // only the steps with statistics).
   int stats_every = 1;
-  // Reads RunConfig::inspect; throws ConfigError naming the key for unknown
-  // keys or values.
-  static InspectSettings from_json(const nlohmann::json& inspect);
 };
 
 class R0Emulator final : public FaultEmulator {

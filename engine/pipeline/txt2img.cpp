@@ -15,6 +15,7 @@
 #include <memory>
 
 #include "config/a1111.hpp"
+#include "config/inspect_settings.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "inspect/fault_emulation.hpp"
@@ -248,7 +249,7 @@ class Txt2ImgRun {
  public:
   Txt2ImgRun(Session& session, const RunConfig& config, RunObserver& obs, FaultEmulator* faults)
       : session_(session), config_(config), obs_(obs), faults_(faults),
-        insp_(inspect::InspectSettings::from_json(config.inspect)) {}
+        insp_(inspect_settings(config.inspect)) {}
 
   // A Cancel stops the run within one op (OpContext::cancel): before the
   // first image nothing is reported; during an image, that image is reported
@@ -637,7 +638,7 @@ std::vector<GeneratedImage> Session::generate(const RunConfig& config, RunObserv
 GeneratedImage Session::redecode(const RunConfig& config, const GeneratedImage& image, const fs::path& vae_folder,
                                  DType dtype, DecodeAttempt* attempt, OpTracer* tracer, FaultEmulator* faults,
                                  const CancelProbe* cancel) {
-  require_faults(inspect::InspectSettings::from_json(config.inspect), faults);
+  require_faults(inspect_settings(config.inspect), faults);
   SdModel& m = model(config);
   Backend& be = backend(config.device);
   const bool own = vae_folder == m.vae_folder() && dtype == m.dtypes().vae;

@@ -11,6 +11,7 @@
 #include "config/preset.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "config/inspect_settings.hpp"
 #include "inspect/fault_emulation.hpp"
 #include "studies/report_json.hpp"
 #include "io/safetensors.hpp"
@@ -145,7 +146,7 @@ InspectedRun run_inspected(pipeline::Session& session, const RunConfig& config, 
   run.config = config;
   Recorder rec(run, forward);
   try {
-    const auto faults = make_fault_emulator(InspectSettings::from_json(config.inspect));
+    const auto faults = make_fault_emulator(inspect_settings(config.inspect));
     session.generate(config, &rec, faults.get());
   } catch (const DeviceError& e) {
     // Report R3: a pinned device that is missing is an error naming what exists.

@@ -31,8 +31,9 @@
 #include <QTreeWidget>
 #include <QVBoxLayout>
 
+#include "config/inspect_settings.hpp"
+#include "config/settings.hpp"
 #include "core/error.hpp"
-#include "inspect/fault_emulation.hpp"
 
 namespace nanscope::gui {
 
@@ -59,6 +60,27 @@ bool is_vae_folder(const QString& dir) {
   if (!f.open(QIODevice::ReadOnly)) return false;
   const auto doc = QJsonDocument::fromJson(f.readAll());
   return doc.object().value("_class_name").toString().startsWith("AutoencoderKL");
+}
+
+// A control's tooltip from its row of the settings table (config/settings.hpp):
+// the help text, then the `--set` key and what it allows, so the workbench
+// and the CLI describe a setting in the same words.
+void describe(QWidget* w, std::string_view key) {
+  const Setting& row = setting(key);
+  w->setToolTip(QString("%1\n\n--set %2: %3").arg(qs(row.help), qs(row.key), qs(row.allowed())));
+}
+
+// A spin box's range (a size's 0 stands for the model's default) and tooltip from the table.
+void from_table(QSpinBox* box, std::string_view key) {
+  const Setting& row = setting(key);
+  box->setRange(row.type == SettingType::size ? 0 : static_cast<int>(row.min), static_cast<int>(row.max));
+  describe(box, key);
+}
+
+void from_table(QDoubleSpinBox* box, std::string_view key) {
+  const Setting& row = setting(key);
+  box->setRange(row.min, row.max);
+  describe(box, key);
 }
 
 QComboBox* combo(std::initializer_list<std::pair<const char*, const char*>> items) {
@@ -371,33 +393,34 @@ PromptPanel::PromptPanel(QAction* run, QAction* cancel, QWidget* parent)
   prompt_->setFixedHeight(line * 3 + 12);
   negative_->setFixedHeight(line * 2 + 12);
   steps_->setObjectName("steps");
-  steps_->setRange(1, 10000);
-  cfg_->setRange(0, 100);
+  from_table(steps_, "steps");
+  from_table(cfg_, "cfg_scale");
   cfg_->setSingleStep(0.5);
   cfg_->setDecimals(1);
-  cfg_->setToolTip(tr("Classifier-free guidance scale; 1 or below turns guidance off (one UNet pass per step)"));
   seed_->setObjectName("seed");
   seed_->setValidator(new QRegularExpressionValidator(QRegularExpression("[0-9]{1,20}"), seed_));
   auto* randomise = new QToolButton;
   randomise->setText(tr("Randomise"));
   connect(randomise, &QToolButton::clicked, this, &PromptPanel::randomise_seed);
+  from_table(width_, "width");
+  from_table(height_, "height");
   for (QSpinBox* s : {width_, height_}) {
-    s->setRange(0, 4096);
     s->setSingleStep(8);
     s->setSpecialValueText(tr("model default"));
-    s->setToolTip(tr("A multiple of 8; 'model default' uses the size the model was trained at"));
   }
-  for (SamplerId id : {SamplerId::euler, SamplerId::euler_a, SamplerId::ddim, SamplerId::dpmpp_2m,
-                       SamplerId::dpmpp_2m_karras})
-    sampler_->addItem(qs(sampler_a1111_name(id)), qs(sampler_name(id)));
+  for (SamplerId id : kSamplers) sampler_->addItem(qs(sampler_a1111_name(id)), qs(sampler_name(id)));
+  describe(sampler_, "sampler");
+  describe(noise_, "noise");
+  describe(seed_, "seed");
+  describe(seeds_, "seeds");
+  describe(prompt_, "prompt");
+  describe(negative_, "negative_prompt");
   noise_->addItem(tr("NaNscope (same on every device)"), "nanscope");
   noise_->addItem(tr("torch CPU (as diffusers)"), "torch-cpu");
-  batch_->setRange(1, 64);
-  batch_->setToolTip(tr("Images per run, with seeds seed, seed+1, ..."));
+  from_table(batch_, "batch_size");
   seeds_->setPlaceholderText(tr("optional list, e.g. 1, 7, 42 (overrides the batch)"));
   seeds_->setValidator(new QRegularExpressionValidator(QRegularExpression("[0-9, ]*"), seeds_));
-  clip_skip_->setRange(0, 24);
-  clip_skip_->setToolTip(tr("Text encoder layers skipped from the end (0: the last layer)"));
+  from_table(clip_skip_, "clip_skip");
 
   auto* seed_row = new QHBoxLayout;
   seed_row->addWidget(seed_, 1);
@@ -516,14 +539,13 @@ PrecisionPanel::PrecisionPanel(QWidget* parent)
   grid->addWidget(new QLabel(tr("<b>Softmax</b>")), 0, 3);
   for (int c = 0; c < 3; ++c) {
     grid->addWidget(new QLabel(tr(kComponentLabels[c])), c + 1, 0);
+    const std::string comp(component_name(kComponents[c]));
     dtype_[c] = combo({{"f32", "f32"}, {"f16", "f16"}, {"bf16", "bf16"}});
-    dtype_[c]->setToolTip(tr("Storage type of weights and activations"));
+    describe(dtype_[c], comp + ".dtype");
     accumulate_[c] = combo({{"f32", "f32"}, {"native (storage type)", "native"}});
-    accumulate_[c]->setToolTip(
-        tr("Sums in matmul, convolution and attention: f32, or rounded to the storage type at every partial "
-           "sum, as half-precision hardware accumulation does (report R1)"));
+    describe(accumulate_[c], comp + ".accumulate");
     softmax_[c] = combo({{"f32 (upcast)", "f32"}, {"native", "native"}});
-    softmax_[c]->setToolTip(tr("Attention scores and softmax: upcast to f32, or kept in the storage type"));
+    describe(softmax_[c], comp + ".attention.softmax");
     dtype_[c]->setObjectName(QString("dtype_%1").arg(qs(component_name(kComponents[c]))));
     accumulate_[c]->setObjectName(QString("accumulate_%1").arg(qs(component_name(kComponents[c]))));
     softmax_[c]->setObjectName(QString("softmax_%1").arg(qs(component_name(kComponents[c]))));
@@ -660,9 +682,10 @@ AttentionPanel::AttentionPanel(QWidget* parent) : ConfigPanel(parent) {
                       {"bmm (full score matrix)", "bmm"},
                       {"sliced (score matrix in slices)", "sliced"}});
     impl_[c]->setObjectName(QString("impl_%1").arg(qs(component_name(kComponents[c]))));
+    const std::string comp(component_name(kComponents[c]));
+    describe(impl_[c], comp + ".attention.impl");
     slice_[c] = new QSpinBox;
-    slice_[c]->setRange(1, 65536);
-    slice_[c]->setToolTip(tr("Heads per slice for the sliced implementation"));
+    from_table(slice_[c], comp + ".attention.slice_size");
     grid->addWidget(impl_[c], c + 1, 1);
     grid->addWidget(slice_[c], c + 1, 2);
     connect(impl_[c], qOverload<int>(&QComboBox::currentIndexChanged), this,
@@ -713,12 +736,10 @@ VaePolicyPanel::VaePolicyPanel(QWidget* parent)
       emulate_(combo({{"None (real numerics)", "none"}, {"R0 bands (EMULATED device quirk)", "r0"}})) {
   setObjectName("vaePolicyPanel");
   decode_every_->setObjectName("decodeEvery");
-  decode_every_->setRange(0, 1000);
+  from_table(decode_every_, "inspect.decode_every");
   decode_every_->setSpecialValueText(tr("off (latent preview only)"));
   decode_every_->setPrefix(tr("every "));
   decode_every_->setSuffix(tr(" steps"));
-  decode_every_->setToolTip(tr("Also decode the sampler's prediction of the final image with the VAE every N steps "
-                               "(one VAE decode each time); the inspector shows it instead of the latent preview"));
   // Long choices must not widen the dock: combos shrink to a short minimum and elide.
   for (QComboBox* c : {policy_, redecode_vae_, trace_, emulate_}) {
     c->setSizeAdjustPolicy(QComboBox::AdjustToMinimumContentsLengthWithIcon);
@@ -730,25 +751,21 @@ VaePolicyPanel::VaePolicyPanel(QWidget* parent)
             [b](int v) { b->setSuffix(v == 1 ? QObject::tr(" step") : QObject::tr(" steps")); });
   }
   stats_every_->setObjectName("statsEvery");
-  stats_every_->setRange(0, 1000);
+  from_table(stats_every_, "inspect.stats_every");
   stats_every_->setSpecialValueText(tr("off (image checks only)"));
   stats_every_->setPrefix(tr("every "));
   stats_every_->setSuffix(tr(" steps"));
-  stats_every_->setValue(1);
-  stats_every_->setToolTip(tr("Per-step statistics (counts, moments, mask, bands, preview) every N steps and at the "
-                              "last step; off leaves only the decoded image's checks. They are reduced on the device "
-                              "and cost about 1% of a step"));
+  stats_every_->setValue(setting("inspect.stats_every").default_json().get<int>());
   trace_->setObjectName("traceMode");
-  trace_->setToolTip(tr("When to record every op's output statistics and name the first op that broke"));
+  describe(trace_, "inspect.trace");
   emulate_->setObjectName("emulateFault");
-  emulate_->setToolTip(tr("Reproduce a device's fault on this device so the detectors can be seen working. "
-                          "Everything an emulated run shows is labelled EMULATED."));
+  describe(emulate_, "inspect.emulate");
   for (QSpinBox* b : {decode_every_, stats_every_})
     connect(b, qOverload<int>(&QSpinBox::valueChanged), this, [this] { emit changed(); });
   for (QComboBox* c : {trace_, emulate_})
     connect(c, qOverload<int>(&QComboBox::activated), this, [this] { emit changed(); });
   policy_->setObjectName("nanPolicy");
-  policy_->setToolTip(tr("What to do when the latent or the decoded image holds NaN or Inf values"));
+  describe(policy_, "nan_policy");
   retry_vae_->setPlaceholderText(tr("VAE folder for the retry, e.g. vae-fp16-fix"));
   connect(policy_, qOverload<int>(&QComboBox::activated), this, [this] {
     update_enabled();
@@ -843,7 +860,7 @@ void VaePolicyPanel::load(const RunConfig& c) {
   retry_vae_->setText(qs(c.nan_policy.vae_path));
   inspect::InspectSettings insp;
   try {
-    insp = inspect::InspectSettings::from_json(c.inspect);
+    insp = inspect_settings(c.inspect);
   } catch (const ConfigError&) {
     // A bad inspect.* value is reported when the run starts; show the defaults meanwhile.
   }
@@ -865,18 +882,12 @@ void VaePolicyPanel::store(RunConfig& c) const {
   } else {
     c.set("nan_policy", p.toStdString());
   }
-  // Defaults are left out of the preset (other inspect.* keys, e.g. emulate_min_tokens, are kept).
-  if (!c.inspect.is_object()) c.inspect = nlohmann::json::object();
-  auto put = [&c](const char* key, const nlohmann::json& value, bool is_default) {
-    if (is_default) c.inspect.erase(key);
-    else c.inspect[key] = value;
-  };
-  put("decode_every", decode_every_->value(), decode_every_->value() == 0);
-  put("stats_every", stats_every_->value(), stats_every_->value() == 1);
-  const std::string trace = trace_->currentData().toString().toStdString();
-  put("trace", trace, trace == "auto");
-  const std::string emulate = emulate_->currentData().toString().toStdString();
-  put("emulate", emulate, emulate == "none");
+  // set() leaves defaults out of RunConfig::inspect (and so out of the
+  // preset); inspect.* keys without a control here (emulate_min_tokens) are kept.
+  c.set("inspect.decode_every", std::to_string(decode_every_->value()));
+  c.set("inspect.stats_every", std::to_string(stats_every_->value()));
+  c.set("inspect.trace", trace_->currentData().toString().toStdString());
+  c.set("inspect.emulate", emulate_->currentData().toString().toStdString());
 }
 
 }  // namespace nanscope::gui

@@ -4,6 +4,7 @@
 #include <exception>
 
 #include "core/log.hpp"
+#include "config/inspect_settings.hpp"
 #include "inspect/fault_emulation.hpp"
 #include "studies/ab.hpp"
 #include "studies/scenario.hpp"
@@ -105,7 +106,7 @@ void EngineController::run(const nanscope::RunConfig& config) {
   last_config_ = config;
   Forwarder forwarder(*this, last_images_);
   try {
-    const auto faults = inspect::make_fault_emulator(inspect::InspectSettings::from_json(config.inspect));
+    const auto faults = inspect::make_fault_emulator(inspect_settings(config.inspect));
     session().generate(config, &forwarder, faults.get());
   } catch (const std::exception& e) {
     done.ok = false;
@@ -136,7 +137,7 @@ void EngineController::redecode(int index, const QString& vae, const QString& dt
     pipeline::DecodeAttempt attempt;
     std::filesystem::path vae_path = vae.toStdString();
     if (vae_path.empty()) vae_path = session().model(kept.config).vae_folder();
-    const auto faults = inspect::make_fault_emulator(inspect::InspectSettings::from_json(kept.config.inspect));
+    const auto faults = inspect::make_fault_emulator(inspect_settings(kept.config.inspect));
     pipeline::GeneratedImage out = session().redecode(kept.config, kept, vae_path, *dt, &attempt, nullptr, faults.get());
     // The image's config records what decoded it, so a saved PNG reproduces it.
     if (!vae.isEmpty()) out.config.vae = vae_path.string();

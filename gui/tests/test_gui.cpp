@@ -19,6 +19,8 @@
 #include <memory>
 
 #include "config/preset.hpp"
+#include "config/settings.hpp"
+#include "config_diff.hpp"
 #include "config_panels.hpp"
 #include "engine_types.hpp"
 #include "studies/scenario.hpp"
@@ -370,6 +372,46 @@ class GuiTest : public QObject {
     QVERIFY(recent);
     QVERIFY(!recent->actions().isEmpty());
     QVERIFY2(recent->actions().front()->text().startsWith("recent-test.json"), qPrintable(recent->actions().front()->text()));
+  }
+
+  // Ranges and tooltips come from the settings table (config/settings.hpp), not literals.
+  void spin_boxes_follow_the_settings_table() {
+    auto w = make_window();
+    for (const auto& [name, key] : {std::pair{"steps", "steps"}, {"statsEvery", "inspect.stats_every"},
+                                    {"decodeEvery", "inspect.decode_every"}}) {
+      auto* box = w->findChild<QSpinBox*>(name);
+      QVERIFY2(box, name);
+      const Setting& row = setting(key);
+      QCOMPARE(box->minimum(), static_cast<int>(row.min));
+      QCOMPARE(box->maximum(), static_cast<int>(row.max));
+      QVERIFY2(box->toolTip().startsWith(QString::fromStdString(row.help)), qPrintable(box->toolTip()));
+      QVERIFY2(box->toolTip().contains(QString::fromStdString(row.allowed())), qPrintable(box->toolTip()));
+    }
+  }
+
+  // The scenario diff walks the table: every kind of row, overrides and inspector settings rebuild the target.
+  void config_diff_rebuilds_the_target() {
+    RunConfig base;
+    base.set("seeds", "3,5,8");
+    base.set("unet.up_blocks.*.dtype", "f16");
+    base.set("inspect.trace", "always");
+    RunConfig t;
+    t.set("prompt", "  a cat = a dog ");
+    t.set("cfg_scale", "4.25");
+    t.set("batch_size", "2");
+    t.set("sampler", "ddim");
+    t.set("vae.attention.slice_size", "4");
+    t.set("unet.*.attn1.accumulate", "native");
+    t.set("inspect.stats_every", "3");
+    t.set("inspect.layer_retry_limit", "2");
+    for (const auto& [from, to] : {std::pair{base, t}, {t, base}, {RunConfig{}, t}}) {
+      const ConfigDiff d = config_diff(from, to);
+      QVERIFY2(d.ok, qPrintable(QString::fromStdString(to_json(to).dump())));
+      RunConfig probe = from;
+      for (const auto& a : d.sets) probe.set(a);
+      QCOMPARE(QString::fromStdString(to_json(probe).dump()), QString::fromStdString(to_json(to).dump()));
+    }
+    QVERIFY(config_diff(t, t).sets.empty());
   }
 
   void preset_round_trip() {

@@ -1,0 +1,635 @@
+#include "config/settings.hpp"
+
+#include <spdlog/fmt/fmt.h>
+
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <regex>
+
+#include "config/a1111.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
+
+namespace nanscope {
+
+namespace {
+
+using config_detail::fail;
+using nlohmann::json;
+
+std::string in_quotes(std::string_view s) { return "\"" + std::string(s) + "\""; }
+
+std::string join(const std::vector<std::string>& items, std::string_view sep = ", ") {
+  std::string s;
+  for (const auto& i : items) s += (s.empty() ? "" : std::string(sep)) + i;
+  return s;
+}
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+template <typename Int>
+std::optional<Int> parse_integer(std::string_view v) {
+  Int out{};
+  const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
+  if (ec != std::errc() || end != v.data() + v.size() || v.empty()) return std::nullopt;
+  return out;
+}
+
+// The shortest text that reads back as the same double ("7", "7.5").
+std::string number_text(double v) { return fmt::format("{}", v); }
+std::string integer_text(double v) { return std::to_string(static_cast<long long>(v)); }
+
+// ---------------------------------------------------------------- enums as choices
+
+template <typename E>
+struct Codec {
+  std::string_view (*name)(E);
+  std::optional<E> (*parse)(std::string_view);
+  std::vector<E> all;
+
+  std::vector<std::string> names() const {
+    std::vector<std::string> out;
+    for (E e : all) out.emplace_back(name(e));
+    return out;
+  }
+  json to_json(E e) const { return std::string(name(e)); }
+  E from_json(const json& v) const { return *parse(v.get<std::string>()); }  // checked: a canonical name
+  // Accepts what parse accepts (dtype aliases such as fp16) and answers with the name.
+  std::function<std::optional<std::string>(std::string_view)> canonical() const {
+    return [name = name, parse = parse](std::string_view s) -> std::optional<std::string> {
+      if (auto e = parse(s)) return std::string(name(*e));
+      return std::nullopt;
+    };
+  }
+};
+
+const Codec<DType> kDTypeCodec{dtype_name, parse_dtype, {DType::f32, DType::f16, DType::bf16}};
+const Codec<Accumulate> kAccumulateCodec{accumulate_name, parse_accumulate, {Accumulate::f32, Accumulate::native}};
+const Codec<SoftmaxPrecision> kSoftmaxCodec{softmax_name, parse_softmax,
+                                            {SoftmaxPrecision::f32, SoftmaxPrecision::native}};
+const Codec<AttentionImpl> kImplCodec{attention_impl_name, parse_attention_impl,
+                                      {AttentionImpl::fused, AttentionImpl::bmm, AttentionImpl::sliced}};
+const Codec<SamplerId> kSamplerCodec{sampler_name, parse_sampler, {kSamplers.begin(), kSamplers.end()}};
+const Codec<NoiseKind> kNoiseCodec{noise_name, parse_noise, {NoiseKind::nanscope, NoiseKind::torch_cpu}};
+
+// ---------------------------------------------------------------- row accessors
+
+// get/put for a plain RunConfig member (text, integer, number, seed).
+template <typename T>
+Setting member(T RunConfig::*m, Setting s) {
+  s.get = [m](const RunConfig& c) { return json(c.*m); };
+  s.put = [m](RunConfig& c, const json& v) { c.*m = v.get<T>(); };
+  return s;
+}
+
+template <typename E>
+Setting enum_member(E RunConfig::*m, const Codec<E>& codec, Setting s) {
+  s.type = SettingType::choice;
+  s.choices = codec.names();
+  s.canonical = codec.canonical();
+  s.get = [m, codec](const RunConfig& c) { return codec.to_json(c.*m); };
+  s.put = [m, codec](RunConfig& c, const json& v) { c.*m = codec.from_json(v); };
+  return s;
+}
+
+// An inspector setting: kept in RunConfig::inspect under its name (the key
+// without "inspect."), and absent there while it holds its default, so that
+// presets leave it out and configs that differ only in spelling out a default
+// compare equal.
+Setting inspector(Setting s) {
+  const std::string name = s.key.substr(std::string_view("inspect.").size());
+  const json def = s.default_json();
+  s.omit_default = true;
+  s.get = [name, def](const RunConfig& c) {
+    return c.inspect.is_object() && c.inspect.contains(name) ? c.inspect.at(name) : def;
+  };
+  s.put = [name, def](RunConfig& c, const json& v) {
+    if (!c.inspect.is_object()) c.inspect = json::object();
+    if (v == def) {
+      c.inspect.erase(name);
+    } else {
+      c.inspect[name] = v;
+    }
+  };
+  return s;
+}
+
+template <typename Part, typename T>
+PrecisionField field(Setting spec, Part ComponentPrecision::*part, T Part::*m, std::optional<T> PrecisionOverride::*o,
+                     std::function<json(T)> to, std::function<T(const json&)> from) {
+  PrecisionField f;
+  f.spec = std::move(spec);
+  f.get = [=](const ComponentPrecision& cp) { return to((cp.*part).*m); };
+  f.put = [=](ComponentPrecision& cp, const json& v) { (cp.*part).*m = from(v); };
+  f.get_override = [=](const PrecisionOverride& po) { return po.*o ? to(*(po.*o)) : json(); };
+  f.put_override = [=](PrecisionOverride& po, const json& v) {
+    if (v.is_null()) {
+      (po.*o).reset();
+    } else {
+      po.*o = from(v);
+    }
+  };
+  return f;
+}
+
+template <typename Part, typename E>
+PrecisionField enum_field(Setting spec, const Codec<E>& codec, Part ComponentPrecision::*part, E Part::*m,
+                          std::optional<E> PrecisionOverride::*o) {
+  spec.type = SettingType::choice;
+  spec.choices = codec.names();
+  spec.canonical = codec.canonical();
+  return field<Part, E>(
+      std::move(spec), part, m, o, [codec](E e) { return codec.to_json(e); },
+      [codec](const json& v) { return codec.from_json(v); });
+}
+
+// ---------------------------------------------------------------- the table
+
+std::vector<PrecisionField> build_precision_fields() {
+  std::vector<PrecisionField> f;
+  f.push_back(enum_field({.key = "dtype", .default_value = "f32", .help = "Storage type of weights and activations"},
+                         kDTypeCodec, &ComponentPrecision::precision, &Precision::dtype, &PrecisionOverride::dtype));
+  f.push_back(enum_field({.key = "accumulate",
+                          .default_value = "f32",
+                          .help = "Sums in matmul, convolution and attention: f32, or rounded to the storage type at "
+                                  "every partial sum, as half-precision hardware accumulation does (report R1)"},
+                         kAccumulateCodec, &ComponentPrecision::precision, &Precision::accumulate,
+                         &PrecisionOverride::accumulate));
+  f.push_back(enum_field({.key = "attention.softmax",
+                          .default_value = "f32",
+                          .help = "Attention scores and softmax: upcast to f32, or kept in the storage type"},
+                         kSoftmaxCodec, &ComponentPrecision::precision, &Precision::softmax,
+                         &PrecisionOverride::softmax));
+  f.push_back(enum_field({.key = "attention.impl",
+                          .default_value = "fused",
+                          .help = "Attention algorithm: fused (one pass, online softmax), bmm (the full score "
+                                  "matrix), sliced (the score matrix in slices of slice_size heads)"},
+                         kImplCodec, &ComponentPrecision::attention, &AttentionConfig::impl, &PrecisionOverride::impl));
+  f.push_back(field<AttentionConfig, int>(
+      {.key = "attention.slice_size",
+       .type = SettingType::integer,
+       .default_value = "1",
+       .min = 1,
+       .max = 65536,
+       .help = "Heads per slice for the sliced attention implementation"},
+      &ComponentPrecision::attention, &AttentionConfig::slice_size, &PrecisionOverride::slice_size,
+      [](int n) { return json(n); }, [](const json& v) { return v.get<int>(); }));
+  return f;
+}
+
+std::string_view component_label(Component c) {
+  switch (c) {
+    case Component::text_encoder: return "text encoder";
+    case Component::unet: return "UNet";
+    case Component::vae: return "VAE";
+  }
+  return "?";
+}
+
+// One row per component and precision field: `unet.dtype`, kept at precision.unet.dtype.
+void add_precision_rows(std::vector<Setting>& t) {
+  for (Component comp : kComponents) {
+    for (const PrecisionField& f : precision_fields()) {
+      Setting s = f.spec;
+      s.key = std::string(component_name(comp)) + "." + f.spec.key;
+      s.json_path = "precision." + s.key;
+      s.help = f.spec.help + " (" + std::string(component_label(comp)) + ")";
+      s.get = [comp, get = f.get](const RunConfig& c) { return get(c.component(comp)); };
+      s.put = [comp, put = f.put](RunConfig& c, const json& v) { put(c.component(comp), v); };
+      t.push_back(std::move(s));
+    }
+  }
+}
+
+// "Clip skip: N" counts the last layer as 1; clip_skip counts the layers skipped.
+void clip_skip_from_a1111(RunConfig& c, const std::string& value, const A1111Fields&) {
+  const double most = setting("clip_skip").max + 1;
+  const auto n = parse_integer<long long>(trim(value));
+  if (!n || *n < 1 || *n > most) throw ConfigError("expected an integer from 1 to " + integer_text(most));
+  c.set("clip_skip", std::to_string(*n - 1));
+}
+
+// A1111 writes "DPM++ 2M Karras" or, since 1.7, "DPM++ 2M" with "Schedule type: Karras".
+void sampler_from_a1111(RunConfig& c, const std::string& value, const A1111Fields& all) {
+  std::string name = value;
+  if (auto sched = all.find("Schedule type"); sched != all.end() && sched->second == "Karras") name += " Karras";
+  for (SamplerId s : kSamplers) {
+    if (sampler_a1111_name(s) == name) {
+      c.sampler = s;
+      return;
+    }
+  }
+  log::warn("A1111 sampler \"{}\" has no NaNscope counterpart; keeping {}", name, sampler_name(c.sampler));
+}
+
+void size_from_a1111(RunConfig& c, const std::string& value, const A1111Fields&) {
+  static const std::regex size_re(R"((\d+)x(\d+))");
+  std::smatch m;
+  if (!std::regex_match(value, m, size_re)) throw ConfigError("expected WxH");
+  c.set("width", m[1].str());
+  c.set("height", m[2].str());
+}
+
+std::vector<Setting> build_table() {
+  std::vector<Setting> t;
+  const std::string size_help = " in pixels; 0: the size the model was trained at";
+  t.push_back(member(&RunConfig::prompt, {.key = "prompt",
+                                          .help = "What to draw (kept as written, spaces included)",
+                                          .keep_spaces = true}));
+  t.push_back(member(&RunConfig::negative_prompt, {.key = "negative_prompt",
+                                                   .help = "What to steer away from; empty: nothing",
+                                                   .keep_spaces = true}));
+  t.push_back(member(&RunConfig::steps, {.key = "steps",
+                                         .type = SettingType::integer,
+                                         .default_value = "20",
+                                         .min = 1,
+                                         .max = 10000,
+                                         .help = "Sampling steps",
+                                         .a1111 = "Steps"}));
+  t.push_back(enum_member(&RunConfig::sampler, kSamplerCodec,
+                          {.key = "sampler",
+                           .default_value = "euler",
+                           .help = "The sampler (in A1111's names: Euler, Euler a, DDIM, DPM++ 2M, DPM++ 2M Karras)",
+                           .a1111 = "Sampler",
+                           .to_a1111 = [](const RunConfig& c) -> std::optional<std::string> {
+                             return std::string(sampler_a1111_name(c.sampler));
+                           },
+                           .from_a1111 = sampler_from_a1111}));
+  t.push_back(member(&RunConfig::cfg_scale,
+                     {.key = "cfg_scale",
+                      .type = SettingType::number,
+                      .default_value = "7",
+                      .min = 0,
+                      .max = 100,
+                      .help = "Classifier-free guidance scale; 1 or below turns guidance off (one UNet pass per step)",
+                      .a1111 = "CFG scale"}));
+  Setting seed{.key = "seed",
+               .type = SettingType::seed,
+               .default_value = "1",
+               .help = "Seed of the first image (the others take seed+1, seed+2, ...); setting it drops an "
+                       "explicit seeds list",
+               .a1111 = "Seed"};
+  seed.get = [](const RunConfig& c) { return json(c.seed); };
+  seed.put = [](RunConfig& c, const json& v) {
+    c.seed = v.get<std::uint64_t>();
+    c.seeds.clear();
+  };
+  t.push_back(std::move(seed));
+  // Applied before batch_size (presets apply rows in table order): seeds sets
+  // the batch size, and a batch_size given beside it must agree.
+  Setting seeds{.key = "seeds",
+                .type = SettingType::seed_list,
+                .max = 64,
+                .help = "Explicit per-image seeds; sets batch_size to their count and seed to the first. "
+                        "Empty: seed, seed+1, ..."};
+  seeds.get = [](const RunConfig& c) { return json(c.seeds); };
+  seeds.put = [](RunConfig& c, const json& v) {
+    c.seeds = v.get<std::vector<std::uint64_t>>();
+    if (!c.seeds.empty()) {
+      c.seed = c.seeds.front();
+      c.batch_size = static_cast<int>(c.seeds.size());
+    }
+  };
+  t.push_back(std::move(seeds));
+  Setting batch{.key = "batch_size",
+                .type = SettingType::integer,
+                .default_value = "1",
+                .min = 1,
+                .max = 64,
+                .help = "Images per run, with seeds seed, seed+1, ... (an explicit seeds list fixes it)"};
+  batch.get = [](const RunConfig& c) { return json(c.batch_size); };
+  batch.put = [](RunConfig& c, const json& v) {
+    const int n = v.get<int>();
+    if (!c.seeds.empty() && static_cast<std::size_t>(n) != c.seeds.size()) {
+      fail("batch_size", std::to_string(n) + " conflicts with the " + std::to_string(c.seeds.size()) +
+                             " explicit seeds; set seeds= (empty) first, or set seeds to " + std::to_string(n) +
+                             " values");
+    }
+    c.batch_size = n;
+  };
+  t.push_back(std::move(batch));
+  t.push_back(member(&RunConfig::width, {.key = "width",
+                                         .type = SettingType::size,
+                                         .default_value = "0",
+                                         .min = 8,
+                                         .max = 16384,
+                                         .help = "Image width" + size_help,
+                                         .a1111 = "Size",
+                                         .to_a1111 = [](const RunConfig& c) -> std::optional<std::string> {
+                                           if (c.width <= 0 || c.height <= 0) return std::nullopt;
+                                           return std::to_string(c.width) + "x" + std::to_string(c.height);
+                                         },
+                                         .from_a1111 = size_from_a1111}));
+  t.push_back(member(&RunConfig::height, {.key = "height",
+                                          .type = SettingType::size,
+                                          .default_value = "0",
+                                          .min = 8,
+                                          .max = 16384,
+                                          .help = "Image height" + size_help,
+                                          .a1111 = "Size"}));
+  t.push_back(member(&RunConfig::model,
+                     {.key = "model",
+                      .help = "A diffusers model folder or a single-file checkpoint (.safetensors); empty: the "
+                              "embedded model",
+                      .a1111 = "Model",
+                      .to_a1111 = [](const RunConfig& c) -> std::optional<std::string> {
+                        return model_display_name(c.model);
+                      },
+                      .a1111_read = false}));
+  t.push_back(member(&RunConfig::vae, {.key = "vae",
+                                       .help = "A VAE folder or file that replaces the model's own; empty: the "
+                                               "model's own",
+                                       .a1111 = "VAE",
+                                       .to_a1111 = [](const RunConfig& c) -> std::optional<std::string> {
+                                         if (c.vae.empty()) return std::nullopt;
+                                         return model_display_name(c.vae);
+                                       },
+                                       .a1111_read = false}));
+  t.push_back(member(&RunConfig::clip_skip,
+                     {.key = "clip_skip",
+                      .type = SettingType::integer,
+                      .default_value = "0",
+                      .min = 0,
+                      .max = 24,
+                      .help = "Text encoder layers skipped from the end, as diffusers' clip_skip (0: the last layer; "
+                              "A1111's \"Clip skip: N\" is N-1 here)",
+                      .a1111 = "Clip skip",
+                      .to_a1111 = [](const RunConfig& c) -> std::optional<std::string> {
+                        if (c.clip_skip < 1) return std::nullopt;
+                        return std::to_string(c.clip_skip + 1);
+                      },
+                      .from_a1111 = clip_skip_from_a1111}));
+  t.push_back(enum_member(&RunConfig::noise, kNoiseCodec,
+                          {.key = "noise",
+                           .default_value = "nanscope",
+                           .help = "Initial noise: nanscope (the same on every device) or torch-cpu (as diffusers, "
+                                   "and A1111's CPU RNG)",
+                           .a1111 = "RNG",
+                           .to_a1111 = [](const RunConfig& c) -> std::optional<std::string> {
+                             if (c.noise != NoiseKind::torch_cpu) return std::nullopt;
+                             return "CPU";
+                           },
+                           // A1111's GPU and NV generators have no counterpart: keep ours.
+                           .from_a1111 =
+                               [](RunConfig& c, const std::string& v, const A1111Fields&) {
+                                 if (v == "CPU") c.noise = NoiseKind::torch_cpu;
+                               }}));
+  t.push_back(member(&RunConfig::device, {.key = "device",
+                                          .help = "Device to run on: index, id, name or part of a name; empty: the "
+                                                  "default device"}));
+  Setting policy{.key = "nan_policy",
+                 .type = SettingType::choice,
+                 .default_value = "report",
+                 .choices = {"report", "stop", "retry-vae-f32", "retry-vae:PATH"},
+                 .help = "When the latent or the decoded image holds NaN or Inf: report it and keep going, stop at "
+                         "the first non-finite step, decode again in f32, or decode again with the VAE at PATH"};
+  policy.get = [](const RunConfig& c) { return json(c.nan_policy.to_string()); };
+  policy.put = [](RunConfig& c, const json& v) { c.nan_policy = *NanPolicy::parse(v.get<std::string>()); };
+  policy.canonical = [](std::string_view s) -> std::optional<std::string> {
+    if (auto p = NanPolicy::parse(s)) return p->to_string();
+    return std::nullopt;
+  };
+  t.push_back(std::move(policy));
+
+  add_precision_rows(t);
+
+  // Inspector settings (config/inspect_settings.hpp reads them for a run).
+  t.push_back(inspector({.key = "inspect.emulate",
+                         .type = SettingType::choice,
+                         .default_value = "none",
+                         .choices = {"none", "r0"},
+                         .help = "Reproduce a device's fault on this device so the detectors can be seen working: "
+                                 "none (real numerics) or r0 (report R0's bands). Everything an emulated run shows "
+                                 "is labelled EMULATED",
+                         // Earlier versions ran an empty value as none: configs and PNGs they wrote keep loading.
+                         .canonical = [](std::string_view v) -> std::optional<std::string> {
+                           if (v.empty() || v == "none") return "none";
+                           if (v == "r0") return "r0";
+                           return std::nullopt;
+                         }}));
+  t.push_back(inspector({.key = "inspect.emulate_min_tokens",
+                         .type = SettingType::integer,
+                         .default_value = "256",
+                         .min = 1,
+                         .max = 16777216,
+                         .help = "R0 emulation: the smallest attention query count the emulated fault hits"}));
+  t.push_back(inspector({.key = "inspect.trace",
+                         .type = SettingType::choice,
+                         .default_value = "auto",
+                         .choices = {"auto", "always", "off"},
+                         .help = "When to record every op's output statistics and name the first op that broke: "
+                                 "auto (when something breaks), always (also the last step's UNet call and the "
+                                 "decode), off"}));
+  t.push_back(inspector({.key = "inspect.decode_every",
+                         .type = SettingType::integer,
+                         .default_value = "0",
+                         .min = 0,
+                         .max = 10000,
+                         .help = "Every N steps, also decode the sampler's prediction of the final image with the "
+                                 "VAE (one VAE decode each time) and show it instead of the latent preview; 0: off"}));
+  t.push_back(inspector({.key = "inspect.stats_every",
+                         .type = SettingType::integer,
+                         .default_value = "1",
+                         .min = 0,
+                         .max = 10000,
+                         .help = "Per-step statistics (counts, moments, mask, bands, preview) every N steps and at "
+                                 "the last step; 0: off, only the decoded image is checked. They are reduced on the "
+                                 "device and cost about 1% of a step"}));
+  t.push_back(inspector({.key = "inspect.layer_retry_limit",
+                         .type = SettingType::integer,
+                         .default_value = "8",
+                         .min = 0,
+                         .max = 64,
+                         .help = "How many layers the retry-layer-f32 NaN policy may upcast before it gives up. "
+                                 "Used by the retry-layer-f32 NaN policy, which this version does not have yet: "
+                                 "the value is only checked and stored"}));
+  return t;
+}
+
+}  // namespace
+
+std::string_view setting_type_name(SettingType t) {
+  switch (t) {
+    case SettingType::text: return "text";
+    case SettingType::integer: return "integer";
+    case SettingType::number: return "number";
+    case SettingType::size: return "size";
+    case SettingType::seed: return "seed";
+    case SettingType::seed_list: return "seed list";
+    case SettingType::choice: return "choice";
+  }
+  return "?";
+}
+
+bool Setting::ranged() const {
+  return type == SettingType::integer || type == SettingType::number || type == SettingType::size;
+}
+
+std::string Setting::allowed() const {
+  switch (type) {
+    case SettingType::text: return "any text";
+    case SettingType::integer: return "an integer from " + integer_text(min) + " to " + integer_text(max);
+    case SettingType::number: return "a number from " + number_text(min) + " to " + number_text(max);
+    case SettingType::size:
+      return "0 (the model's default) or a multiple of 8 from " + integer_text(min) + " to " + integer_text(max);
+    case SettingType::seed: return "a seed from 0 to 18446744073709551615";
+    case SettingType::seed_list:
+      return "a list of at most " + integer_text(max) + " seeds (from 0 to 18446744073709551615)";
+    case SettingType::choice: return "one of: " + join(choices);
+  }
+  return "?";
+}
+
+json Setting::parse(std::string_view text) const {
+  const std::string_view v = keep_spaces ? text : trim(text);
+  auto bad = [&](std::string_view found) { fail(key, "expected " + allowed() + ", found " + in_quotes(found)); };
+  switch (type) {
+    case SettingType::text:
+    case SettingType::choice: return check(json(std::string(v)), key);
+    case SettingType::integer:
+    case SettingType::size: {
+      const auto n = parse_integer<long long>(v);
+      if (!n) bad(v);
+      return check(json(*n), key);
+    }
+    case SettingType::number: {
+      const std::string s(v);
+      char* end = nullptr;
+      const double d = std::strtod(s.c_str(), &end);
+      if (s.empty() || end != s.c_str() + s.size()) bad(v);
+      return check(json(d), key);
+    }
+    case SettingType::seed: {
+      const auto n = parse_integer<std::uint64_t>(v);
+      if (!n) bad(v);
+      return json(*n);
+    }
+    case SettingType::seed_list: {
+      json list = json::array();
+      std::string_view rest = v;
+      while (!rest.empty()) {
+        const std::size_t comma = rest.find(',');
+        const std::string_view item = trim(rest.substr(0, comma));
+        const auto n = parse_integer<std::uint64_t>(item);
+        if (!n) {
+          fail(key, "expected seeds from 0 to 18446744073709551615 separated by commas, found " + in_quotes(item));
+        }
+        list.push_back(*n);
+        rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+      }
+      return check(list, key);
+    }
+  }
+  return json();
+}
+
+json Setting::check(const json& value, std::string_view where) const {
+  auto bad = [&](const std::string& found) { fail(where, "expected " + allowed() + ", found " + found); };
+  switch (type) {
+    case SettingType::text:
+      if (!value.is_string()) fail(where, "expected a string, found " + value.dump());
+      return value;
+    case SettingType::integer:
+    case SettingType::size: {
+      if (!value.is_number_integer()) bad(value.dump());
+      if (value.is_number_unsigned() && value.get<std::uint64_t>() > static_cast<std::uint64_t>(max)) bad(value.dump());
+      const long long n = value.get<long long>();
+      const bool in_range = n >= min && n <= max;
+      if (type == SettingType::integer ? !in_range : n != 0 && (!in_range || n % 8 != 0)) bad(std::to_string(n));
+      return json(n);
+    }
+    case SettingType::number: {
+      if (!value.is_number()) bad(value.dump());
+      const double d = value.get<double>();
+      if (!std::isfinite(d) || d < min || d > max) bad(number_text(d));
+      return json(d);
+    }
+    case SettingType::seed:
+      if (value.is_number_unsigned()) return value;
+      if (value.is_number_integer() && value.get<long long>() >= 0) return json(value.get<std::uint64_t>());
+      bad(value.dump());
+      break;
+    case SettingType::seed_list: {
+      if (!value.is_array()) bad(value.dump());
+      if (static_cast<double>(value.size()) > max) bad(std::to_string(value.size()) + " seeds");
+      json list = json::array();
+      const Setting one{.key = key, .type = SettingType::seed};
+      for (std::size_t i = 0; i < value.size(); ++i)
+        list.push_back(one.check(value[i], std::string(where) + "[" + std::to_string(i) + "]"));
+      return list;
+    }
+    case SettingType::choice: {
+      if (!value.is_string()) fail(where, "expected a string, found " + value.dump());
+      const std::string s = value.get<std::string>();
+      std::optional<std::string> c;
+      if (canonical) {
+        c = canonical(s);
+      } else {
+        for (const auto& choice : choices)
+          if (choice == s) c = s;
+      }
+      if (!c) fail(where, in_quotes(s) + " is not allowed; use one of: " + join(choices));
+      return json(*c);
+    }
+  }
+  return value;
+}
+
+std::string Setting::format(const json& value) const {
+  switch (type) {
+    case SettingType::text:
+    case SettingType::choice: return value.get<std::string>();
+    case SettingType::number: return number_text(value.get<double>());
+    case SettingType::seed_list: {
+      std::vector<std::string> items;
+      for (const auto& v : value) items.push_back(v.dump());
+      return join(items, ",");
+    }
+    case SettingType::integer:
+    case SettingType::size:
+    case SettingType::seed: return value.dump();
+  }
+  return value.dump();
+}
+
+json Setting::default_json() const { return parse(default_value); }
+
+const std::vector<PrecisionField>& precision_fields() {
+  static const std::vector<PrecisionField> fields = build_precision_fields();
+  return fields;
+}
+
+const std::vector<Setting>& settings() {
+  static const std::vector<Setting> table = build_table();
+  return table;
+}
+
+const Setting* find_setting(std::string_view key) {
+  for (const Setting& s : settings())
+    if (s.key == key) return &s;
+  return nullptr;
+}
+
+const Setting& setting(std::string_view key) {
+  if (const Setting* s = find_setting(key)) return *s;
+  throw ConfigError("no setting " + in_quotes(key) + " in the settings table");
+}
+
+std::string allowed_keys() {
+  std::vector<std::string> plain, fields, components, inspect;
+  for (const Setting& s : settings()) {
+    if (s.key.find('.') == std::string::npos) plain.push_back(s.key);
+    if (s.key.starts_with("inspect.")) inspect.push_back(s.key.substr(8));
+  }
+  for (const PrecisionField& f : precision_fields()) fields.push_back(f.spec.key);
+  for (Component c : kComponents) components.emplace_back(component_name(c));
+  return join(plain) + ", COMPONENT[.PATTERN].FIELD (COMPONENT: " + join(components) + "; FIELD: " + join(fields) +
+         "), inspect.NAME (NAME: " + join(inspect) + ")";
+}
+
+}  // namespace nanscope
