@@ -71,15 +71,23 @@ int main(int argc, char** argv) {
   int steps = 10, decode_every = 5, rounds = 5;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--device" && i + 1 < argc) pin = argv[++i];
-    else if (a == "--model" && i + 1 < argc) model = argv[++i];
-    else if (a == "--sizes" && i + 1 < argc) sizes = argv[++i];
-    else if (a == "--steps" && i + 1 < argc) steps = std::max(2, std::atoi(argv[++i]));
-    else if (a == "--decode-every" && i + 1 < argc) decode_every = std::max(1, std::atoi(argv[++i]));
-    else if (a == "--rounds" && i + 1 < argc) rounds = std::max(1, std::atoi(argv[++i]));
+    if (a == "--device" && i + 1 < argc)
+      pin = argv[++i];
+    else if (a == "--model" && i + 1 < argc)
+      model = argv[++i];
+    else if (a == "--sizes" && i + 1 < argc)
+      sizes = argv[++i];
+    else if (a == "--steps" && i + 1 < argc)
+      steps = std::max(2, std::atoi(argv[++i]));
+    else if (a == "--decode-every" && i + 1 < argc)
+      decode_every = std::max(1, std::atoi(argv[++i]));
+    else if (a == "--rounds" && i + 1 < argc)
+      rounds = std::max(1, std::atoi(argv[++i]));
     else {
-      std::fprintf(stderr, "usage: %s [--device D] [--model DIR] [--sizes 64,128,256] [--steps N] [--decode-every N] [--rounds N]\n",
-                   argv[0]);
+      std::fprintf(
+          stderr,
+          "usage: %s [--device D] [--model DIR] [--sizes 64,128,256] [--steps N] [--decode-every N] [--rounds N]\n",
+          argv[0]);
       return 2;
     }
   }
@@ -89,8 +97,10 @@ int main(int argc, char** argv) {
     const std::string device = session.backend(pin).device().name;
     std::printf("\nbench_inspect: %s on \"%s\", %d steps with CFG (steps 2..N timed; the first builds kernels)\n\n",
                 model.c_str(), device.c_str(), steps);
-    std::printf("| image | latent | step ms, no statistics | step ms | overhead | inspector host ms | read back per step | full decode every %d: ms | share |\n",
-                decode_every);
+    std::printf(
+        "| image | latent | step ms, no statistics | step ms | overhead | inspector host ms | read back per step | "
+        "full decode every %d: ms | share |\n",
+        decode_every);
     std::printf("|---|---|---:|---:|---:|---:|---:|---:|---:|\n");
     std::vector<Shape> shapes;
     std::stringstream ss(sizes);
@@ -148,7 +158,8 @@ int main(int argc, char** argv) {
       if (std::find(shapes.begin(), shapes.end(), s) == shapes.end()) shapes.push_back(s);
     Backend& be = session.backend(pin);
     const auto factors = inspect::latent_rgb_factors("sd1");
-    std::printf("\n| latent | on the device: ms | read back | read back whole + host: ms | read back | device / host time |\n");
+    std::printf(
+        "\n| latent | on the device: ms | read back | read back whole + host: ms | read back | device / host time |\n");
     std::printf("|---|---:|---:|---:|---:|---:|\n");
     for (const Shape& s : shapes) {
       const std::int64_t n = shape_numel(s);
@@ -160,9 +171,8 @@ int main(int argc, char** argv) {
       const Tensor tl = be.upload(HostTensor::from_f32(s, lat));
       const Tensor tp = be.upload(HostTensor::from_f32(ps, pred, DType::f16));
       std::size_t dev_bytes = 0;
-      const double dev = time_median(20, [&] {
-        inspect::analyze_step(be, tl, tp, 1, 0, 65504.0, &*factors, 1.0, &dev_bytes);
-      });
+      const double dev =
+          time_median(20, [&] { inspect::analyze_step(be, tl, tp, 1, 0, 65504.0, &*factors, 1.0, &dev_bytes); });
       const double host = time_median(20, [&] {
         const std::vector<float> l = be.download(tl).to_f32(), p = be.download(tp).to_f32();
         const std::span<const float> sp(p);
@@ -174,9 +184,10 @@ int main(int argc, char** argv) {
                   static_cast<long long>(s[2]), static_cast<long long>(s[3]), dev * 1e3,
                   static_cast<double>(dev_bytes) / 1024.0, host * 1e3, whole / 1024.0, dev / host);
     }
-    std::printf("\nBudget: overhead <= 3%% (step time with statistics against without: the median of the rounds'\n"
-                "ratios). Inspector host ms: its own host time per step, waits excluded (its kernels run in the\n"
-                "step's queue). The full-decode preview is opt-in and costs one VAE decode per N steps.\n");
+    std::printf(
+        "\nBudget: overhead <= 3%% (step time with statistics against without: the median of the rounds'\n"
+        "ratios). Inspector host ms: its own host time per step, waits excluded (its kernels run in the\n"
+        "step's queue). The full-decode preview is opt-in and costs one VAE decode per N steps.\n");
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_inspect: %s\n", e.what());

@@ -23,8 +23,8 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/backend.hpp"
-#include "bench_util.hpp"
 #include "backend/device.hpp"
+#include "bench_util.hpp"
 #include "core/error.hpp"
 #include "ops/ops.hpp"
 
@@ -38,14 +38,14 @@ using bench::seconds_since;
 // Peak FP32 FLOP/s: independent FMA chains on every hardware thread.
 // Twelve named accumulators (not an array, which the compiler may keep in
 // memory and so chain every FMA through a store and a load).
-#define NANSCOPE_FMA12(V, FMA)                                                                       \
-  V a0 = one, a1 = one, a2 = one, a3 = one, a4 = one, a5 = one, a6 = one, a7 = one, a8 = one, a9 = one, \
-    a10 = one, a11 = one;                                                                              \
-  for (long i = 0; i < iters; ++i) {                                                                   \
-    a0 = FMA(a0, m, c), a1 = FMA(a1, m, c), a2 = FMA(a2, m, c), a3 = FMA(a3, m, c);                    \
-    a4 = FMA(a4, m, c), a5 = FMA(a5, m, c), a6 = FMA(a6, m, c), a7 = FMA(a7, m, c);                    \
-    a8 = FMA(a8, m, c), a9 = FMA(a9, m, c), a10 = FMA(a10, m, c), a11 = FMA(a11, m, c);                \
-  }                                                                                                    \
+#define NANSCOPE_FMA12(V, FMA)                                                                                     \
+  V a0 = one, a1 = one, a2 = one, a3 = one, a4 = one, a5 = one, a6 = one, a7 = one, a8 = one, a9 = one, a10 = one, \
+    a11 = one;                                                                                                     \
+  for (long i = 0; i < iters; ++i) {                                                                               \
+    a0 = FMA(a0, m, c), a1 = FMA(a1, m, c), a2 = FMA(a2, m, c), a3 = FMA(a3, m, c);                                \
+    a4 = FMA(a4, m, c), a5 = FMA(a5, m, c), a6 = FMA(a6, m, c), a7 = FMA(a7, m, c);                                \
+    a8 = FMA(a8, m, c), a9 = FMA(a9, m, c), a10 = FMA(a10, m, c), a11 = FMA(a11, m, c);                            \
+  }                                                                                                                \
   const V acc[12] = {a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11};
 
 __attribute__((target("avx512f"))) double fma_chains_avx512(long iters) {
@@ -125,9 +125,12 @@ int main(int argc, char** argv) {
   DType dtype = DType::f32;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--device" && i + 1 < argc) pin = argv[++i];
-    else if (a == "--no-torch") torch = false;
-    else if (a == "--dtype" && i + 1 < argc) dtype = parse_dtype(argv[++i]).value_or(DType::f32);
+    if (a == "--device" && i + 1 < argc)
+      pin = argv[++i];
+    else if (a == "--no-torch")
+      torch = false;
+    else if (a == "--dtype" && i + 1 < argc)
+      dtype = parse_dtype(argv[++i]).value_or(DType::f32);
     else {
       std::fprintf(stderr, "usage: bench_ops [--device D] [--no-torch] [--dtype f32|f16|bf16]\n");
       return 2;

@@ -71,11 +71,16 @@ int main(int argc, char** argv) {
   bool torch = true;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--device" && i + 1 < argc) pin = argv[++i];
-    else if (a == "--model" && i + 1 < argc) model = argv[++i];
-    else if (a == "--steps" && i + 1 < argc) steps = std::atoi(argv[++i]);
-    else if (a == "--runs" && i + 1 < argc) runs = std::max(1, std::atoi(argv[++i]));
-    else if (a == "--no-torch") torch = false;
+    if (a == "--device" && i + 1 < argc)
+      pin = argv[++i];
+    else if (a == "--model" && i + 1 < argc)
+      model = argv[++i];
+    else if (a == "--steps" && i + 1 < argc)
+      steps = std::atoi(argv[++i]);
+    else if (a == "--runs" && i + 1 < argc)
+      runs = std::max(1, std::atoi(argv[++i]));
+    else if (a == "--no-torch")
+      torch = false;
     else {
       std::fprintf(stderr, "usage: %s [--device D] [--model DIR] [--steps N] [--runs N] [--no-torch]\n", argv[0]);
       return 2;
@@ -109,14 +114,14 @@ int main(int argc, char** argv) {
     }
     const TorchResult t = torch ? run_torch(model, steps, config.cfg_scale, runs) : TorchResult{};
 
-    std::printf("\nbench_txt2img: %s, %d steps, CFG 7, one 1-image run (median of %d) on \"%s\"\n\n",
-                model.c_str(), steps, runs, device.c_str());
+    std::printf("\nbench_txt2img: %s, %d steps, CFG 7, one 1-image run (median of %d) on \"%s\"\n\n", model.c_str(),
+                steps, runs, device.c_str());
     std::printf("| | first run s (load + kernels) | per step ms | end to end s | diffusers / ours |\n");
     std::printf("|---|---|---|---|---|\n");
     std::printf("| NaNscope | %.2f | %.1f | %.3f | |\n", first, median(per_step) * 1e3, median(totals));
     if (t.ok) {
-      std::printf("| diffusers (PyTorch CPU) | %.2f (load) | %.1f | %.3f | %.2fx end to end, %.2fx per step |\n", t.load,
-                  t.per_step * 1e3, t.end_to_end, t.end_to_end / median(totals), t.per_step / median(per_step));
+      std::printf("| diffusers (PyTorch CPU) | %.2f (load) | %.1f | %.3f | %.2fx end to end, %.2fx per step |\n",
+                  t.load, t.per_step * 1e3, t.end_to_end, t.end_to_end / median(totals), t.per_step / median(per_step));
     }
     std::printf("\nTarget: end to end under 2 s at the embedded model's 64x64.\n");
     return 0;

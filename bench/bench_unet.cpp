@@ -78,8 +78,8 @@ int child(const std::string& pin, const fs::path& folder, DType dtype, int size,
   std::mt19937 rng(0);
   const std::int64_t cross = unet.config().cross_attention_dim.front();
   const Shape sample_shape{2, 4, size, size}, context_shape{2, 77, cross};
-  const Tensor sample =
-      be->upload(HostTensor::from_f32(sample_shape, normal(rng, static_cast<std::size_t>(shape_numel(sample_shape))), dtype));
+  const Tensor sample = be->upload(
+      HostTensor::from_f32(sample_shape, normal(rng, static_cast<std::size_t>(shape_numel(sample_shape))), dtype));
   const Tensor context = be->upload(
       HostTensor::from_f32(context_shape, normal(rng, static_cast<std::size_t>(shape_numel(context_shape))), dtype));
   const std::vector<float> t{500.0f, 500.0f};
@@ -95,9 +95,13 @@ int child(const std::string& pin, const fs::path& folder, DType dtype, int size,
   const double first = call();
   std::vector<double> times;
   for (int r = 0; r < runs; ++r) times.push_back(call());
-  nlohmann::json j{{"device", be->device().name}, {"load", load},           {"first", first},
-                   {"call", bench::median(times)}, {"peak_rss_mb", peak_rss_mb()},
-                   {"loaded_rss_mb", loaded_rss}, {"load_peak_rss_mb", load_peak}};
+  nlohmann::json j{{"device", be->device().name},
+                   {"load", load},
+                   {"first", first},
+                   {"call", bench::median(times)},
+                   {"peak_rss_mb", peak_rss_mb()},
+                   {"loaded_rss_mb", loaded_rss},
+                   {"load_peak_rss_mb", load_peak}};
   std::printf("%s\n", j.dump().c_str());
   return 0;
 }
@@ -119,17 +123,25 @@ int main(int argc, char** argv) {
   bool torch = true;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--device" && i + 1 < argc) pin = argv[++i];
-    else if (a == "--model" && i + 1 < argc) model = argv[++i];
-    else if (a == "--size" && i + 1 < argc) size = std::atoi(argv[++i]);
-    else if (a == "--runs" && i + 1 < argc) runs = std::max(1, std::atoi(argv[++i]));
-    else if (a == "--dtypes" && i + 1 < argc) dtypes = argv[++i];
-    else if (a == "--child" && i + 1 < argc) child_dtype = argv[++i];
-    else if (a == "--no-torch") torch = false;
+    if (a == "--device" && i + 1 < argc)
+      pin = argv[++i];
+    else if (a == "--model" && i + 1 < argc)
+      model = argv[++i];
+    else if (a == "--size" && i + 1 < argc)
+      size = std::atoi(argv[++i]);
+    else if (a == "--runs" && i + 1 < argc)
+      runs = std::max(1, std::atoi(argv[++i]));
+    else if (a == "--dtypes" && i + 1 < argc)
+      dtypes = argv[++i];
+    else if (a == "--child" && i + 1 < argc)
+      child_dtype = argv[++i];
+    else if (a == "--no-torch")
+      torch = false;
     else {
-      std::fprintf(stderr,
-                   "usage: %s [--device D] [--model UNET_DIR] [--size LATENT] [--runs N] [--dtypes f32,f16] [--no-torch]\n",
-                   argv[0]);
+      std::fprintf(
+          stderr,
+          "usage: %s [--device D] [--model UNET_DIR] [--size LATENT] [--runs N] [--dtypes f32,f16] [--no-torch]\n",
+          argv[0]);
       return 2;
     }
   }
@@ -164,19 +176,23 @@ int main(int argc, char** argv) {
                                                              std::to_string(runs) + " " + std::to_string(threads));
       if (base) rows.push_back({"diffusers f32 (PyTorch CPU)", *base});
     }
-    std::printf("\nbench_unet: SD 1.5 UNet (random weights), latent %dx%d, batch 2, context 2x77; %s; median of %d calls\n\n",
-                size, size, rows.empty() || !rows.front().r.contains("device") ? "" :
-                rows.front().r["device"].get<std::string>().c_str(), runs);
-    std::printf("| | load s | first call s | call s | RSS after load MB | peak RSS MB | PyTorch call / this |\n"
-                "|---|---:|---:|---:|---:|---:|---:|\n");
+    std::printf(
+        "\nbench_unet: SD 1.5 UNet (random weights), latent %dx%d, batch 2, context 2x77; %s; median of %d calls\n\n",
+        size, size,
+        rows.empty() || !rows.front().r.contains("device") ? "" : rows.front().r["device"].get<std::string>().c_str(),
+        runs);
+    std::printf(
+        "| | load s | first call s | call s | RSS after load MB | peak RSS MB | PyTorch call / this |\n"
+        "|---|---:|---:|---:|---:|---:|---:|\n");
     for (const auto& [name, r] : rows) {
       const double call = r.at("call").get<double>();
       std::printf("| %s | %.2f | %.2f | %.2f | %.0f | %.0f | %s |\n", name.c_str(), r.at("load").get<double>(),
                   r.at("first").get<double>(), call, r.value("loaded_rss_mb", 0.0), r.at("peak_rss_mb").get<double>(),
                   base ? (std::to_string(base->at("call").get<double>() / call).substr(0, 4) + "x").c_str() : "");
     }
-    std::printf("\nf16 on a device without cl_khr_fp16 stores f16 and computes in f32 (conversions on every load/store);\n"
-                "PyTorch 1.13 has no f16 convolution on the CPU, so its baseline is f32.\n");
+    std::printf(
+        "\nf16 on a device without cl_khr_fp16 stores f16 and computes in f32 (conversions on every load/store);\n"
+        "PyTorch 1.13 has no f16 convolution on the CPU, so its baseline is f32.\n");
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_unet: %s\n", e.what());

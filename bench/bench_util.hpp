@@ -18,9 +18,7 @@ namespace nanscope::bench {
 
 using Clock = std::chrono::steady_clock;
 
-inline double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
+inline double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 inline double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -54,8 +52,10 @@ inline std::optional<nlohmann::json> run_json_command(const std::string& cmd, co
 inline std::optional<nlohmann::json> run_python_baseline(const std::string& script, const std::string& args) {
   const char* py_env = std::getenv("NANSCOPE_PYTHON");
   const std::string py = py_env ? py_env : NANSCOPE_SOURCE_DIR "/.venv/bin/python";
-  const std::string cmd = "env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE GLIBC_TUNABLES=glibc.malloc.hugetlb=1 "
-                          "HF_HUB_OFFLINE=1 '" + py + "' '" NANSCOPE_SOURCE_DIR "/bench/" + script + "' " + args;
+  const std::string cmd =
+      "env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE GLIBC_TUNABLES=glibc.malloc.hugetlb=1 "
+      "HF_HUB_OFFLINE=1 '" +
+      py + "' '" NANSCOPE_SOURCE_DIR "/bench/" + script + "' " + args;
   return run_json_command(cmd, "PyTorch baseline " + script + " (is .venv set up? run tools/setup.sh)");
 }
 

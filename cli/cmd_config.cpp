@@ -51,8 +51,9 @@ int run_keys(bool json) {
     for (const PrecisionField& f : precision_fields()) fields.push_back(row_json(f.spec));
     out["overrides"] = {{"key", kOverrideForm},
                         {"example", kOverrideExample},
-                        {"help", "Per-module precision: FIELD for the modules PATTERN matches (module_pattern.hpp); "
-                                 "an empty value removes the field"},
+                        {"help",
+                         "Per-module precision: FIELD for the modules PATTERN matches (module_pattern.hpp); "
+                         "an empty value removes the field"},
                         {"fields", fields}};
     std::cout << out.dump(2) << "\n";
     return 0;
@@ -66,7 +67,8 @@ int run_keys(bool json) {
     if (!s.a1111.empty()) std::cout << "; A1111 \"" << s.a1111 << "\"";
     std::cout << "\n    " << s.help << "\n";
   }
-  std::cout << "\n" << kOverrideForm << " = VALUE   (e.g. " << kOverrideExample << ")\n"
+  std::cout << "\n"
+            << kOverrideForm << " = VALUE   (e.g. " << kOverrideExample << ")\n"
             << "    per-module precision: FIELD (" << field_names()
             << ") for the modules PATTERN matches, values as for unet.FIELD above; an empty value removes it\n";
   return 0;

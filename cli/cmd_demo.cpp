@@ -110,8 +110,8 @@ int run_demo(const GlobalOptions& g) {
   const SelectedDevice sel = select(g);
   auto device = make_backend(sel.info, backend_options(g));
   auto reference = make_backend(sel.list.devices.back());
-  std::printf("NaNscope engine demo on %d \"%s\" (%s), compared with the reference device; seed %u\n\n",
-              sel.info.index, sel.info.name.c_str(), sel.info.id.c_str(), kSeed);
+  std::printf("NaNscope engine demo on %d \"%s\" (%s), compared with the reference device; seed %u\n\n", sel.info.index,
+              sel.info.name.c_str(), sel.info.id.c_str(), kSeed);
   const Inputs in = make_inputs();
 
   struct Case {
@@ -121,13 +121,18 @@ int run_demo(const GlobalOptions& g) {
     std::vector<const HostTensor*> inputs;
   };
   const std::vector<Case> cases = {
-      {"conv2d", "x[1,32,32,32] w[32,32,3,3]",
+      {"conv2d",
+       "x[1,32,32,32] w[32,32,3,3]",
        [](const OpContext& c, const std::vector<Tensor>& a) { return ops::conv2d(c, a[0], a[1], &a[2], 1, 1); },
        {&in.x, &in.w, &in.b}},
-      {"group_norm", "x[1,32,32,32] groups 8",
-       [](const OpContext& c, const std::vector<Tensor>& a) { return ops::group_norm(c, a[0], 8, &a[1], &a[2], 1e-5f); },
+      {"group_norm",
+       "x[1,32,32,32] groups 8",
+       [](const OpContext& c, const std::vector<Tensor>& a) {
+         return ops::group_norm(c, a[0], 8, &a[1], &a[2], 1e-5f);
+       },
        {&in.x, &in.gamma, &in.beta}},
-      {"attention", "q,k,v[1,256,128] 2 heads",
+      {"attention",
+       "q,k,v[1,256,128] 2 heads",
        [](const OpContext& c, const std::vector<Tensor>& a) {
          return ops::attention(c, a[0], a[1], a[2], 2, 1.0f / std::sqrt(64.0f));
        },
@@ -171,7 +176,8 @@ int run_demo(const GlobalOptions& g) {
 }  // namespace
 
 void add_demo_command(CLI::App& app, const GlobalOptions& g, Action& action) {
-  auto* cmd = app.add_subcommand("demo", "Run conv2d, group_norm and attention on the device and compare with reference");
+  auto* cmd =
+      app.add_subcommand("demo", "Run conv2d, group_norm and attention on the device and compare with reference");
   cmd->callback([&g, &action] { action = [&g] { return run_demo(g); }; });
 }
 

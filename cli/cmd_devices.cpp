@@ -75,14 +75,12 @@ int run_devices(const GlobalOptions& g, bool json) {
   std::cout << "Devices (" << list.devices.size() << "):\n";
   for (const auto& d : list.devices) {
     const char* mark = selected ? (selected == &d ? ">" : " ") : (d.is_default ? "*" : " ");
-    std::cout << mark << " " << d.index << "  " << d.id << "  " << d.name << "  [" << device_kind_name(d.kind)
-              << "]\n";
+    std::cout << mark << " " << d.index << "  " << d.id << "  " << d.name << "  [" << device_kind_name(d.kind) << "]\n";
     if (d.kind == DeviceKind::reference) {
       std::cout << "     built-in plain C++ device, f64 accumulation; f16/bf16 arithmetic emulated exactly\n";
       std::cout << "     " << d.compute_units << " threads, host memory " << format_mib(d.global_mem_bytes) << "\n";
     } else {
-      std::cout << "     vendor " << d.vendor << ", driver " << d.driver_version << ", " << d.opencl_c_version
-                << "\n";
+      std::cout << "     vendor " << d.vendor << ", driver " << d.driver_version << ", " << d.opencl_c_version << "\n";
       std::cout << "     platform " << d.platform_name << " (" << d.platform_version << ")\n";
       std::cout << "     fp16 " << (d.fp16 ? "yes" : "no (half storage only; native half emulated)") << ", fp64 "
                 << (d.fp64 ? "yes" : "no") << ", " << d.compute_units << " compute units, max work-group "
@@ -93,8 +91,8 @@ int run_devices(const GlobalOptions& g, bool json) {
     std::cout << "     " << d.reason << (selected == &d ? "; pinned (--device / NANSCOPE_DEVICE)" : "") << "\n";
   }
   for (const auto& n : list.notes) std::cout << "note: " << n << "\n";
-  std::cout << "kernel cache: " << (cache_dir.empty() ? "(disabled)" : cache_dir) << " (" << entries
-            << " programs, " << format_kib(cache_bytes) << ")\n";
+  std::cout << "kernel cache: " << (cache_dir.empty() ? "(disabled)" : cache_dir) << " (" << entries << " programs, "
+            << format_kib(cache_bytes) << ")\n";
   std::cout << (selected ? "> = pinned" : "* = default") << "; pin with --device INDEX|ID|NAME or NANSCOPE_DEVICE\n";
   return 0;
 }

@@ -12,17 +12,17 @@
 
 #include "common.hpp"
 #include "config/a1111.hpp"
+#include "config/inspect_settings.hpp"
 #include "config/png_metadata.hpp"
 #include "config/preset.hpp"
-#include "studies/report_json.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
-#include "config/inspect_settings.hpp"
 #include "inspect/fault_emulation.hpp"
 #include "io/png.hpp"
 #include "io/safetensors.hpp"
 #include "pipeline/run_report.hpp"
 #include "pipeline/session.hpp"
+#include "studies/report_json.hpp"
 
 namespace nanscope::cli {
 
@@ -79,12 +79,12 @@ class CliObserver final : public pipeline::RunObserver {
     if (tty_) {
       std::fprintf(stderr, "\r  image %d [%s%s] %d/%d  %.2f s/step  max|x| %.3g%s", s.image + 1,
                    std::string(static_cast<std::size_t>(filled), '#').c_str(),
-                   std::string(static_cast<std::size_t>(width - filled), '.').c_str(), s.index + 1, s.steps,
-                   s.seconds, s.latent.max_abs, s.latent.nonfinite() ? "  NON-FINITE" : "");
+                   std::string(static_cast<std::size_t>(width - filled), '.').c_str(), s.index + 1, s.steps, s.seconds,
+                   s.latent.max_abs, s.latent.nonfinite() ? "  NON-FINITE" : "");
       bar_open_ = true;
     } else {
-      std::fprintf(stderr, "image %d step %d/%d t=%.1f %.3f s max|x|=%.4g nonfinite=%lld\n", s.image + 1,
-                   s.index + 1, s.steps, static_cast<double>(s.timestep), s.seconds, s.latent.max_abs,
+      std::fprintf(stderr, "image %d step %d/%d t=%.1f %.3f s max|x|=%.4g nonfinite=%lld\n", s.image + 1, s.index + 1,
+                   s.steps, static_cast<double>(s.timestep), s.seconds, s.latent.max_abs,
                    static_cast<long long>(s.latent.nonfinite()));
     }
   }
@@ -167,9 +167,9 @@ int run_generate(const GlobalOptions& g, const GenerateOptions& o) {
     }
     const fs::path path = output_path(o.out, i, done.size(), img.config.seed);
     write_run_png(path, img.image, img.config, {{"report", studies::image_report_json(report)}});
-    std::printf("%s  %dx%d  seed %llu  %.2f s sampling, %.2f s decode  %s\n", path.string().c_str(),
-                img.image.width, img.image.height, static_cast<unsigned long long>(img.config.seed),
-                report.sampling_seconds, report.decode_seconds, report.outcome.c_str());
+    std::printf("%s  %dx%d  seed %llu  %.2f s sampling, %.2f s decode  %s\n", path.string().c_str(), img.image.width,
+                img.image.height, static_cast<unsigned long long>(img.config.seed), report.sampling_seconds,
+                report.decode_seconds, report.outcome.c_str());
     if (img.nonfinite_pixels > 0) ++failures;
   }
   return failures == 0 ? 0 : 3;
@@ -214,8 +214,9 @@ void add_generate_command(CLI::App& app, const GlobalOptions& g, Action& action)
   cmd->add_option("--nan-policy", o->nan_policy, "report, stop, retry-vae-f32 or retry-vae:PATH");
   cmd->add_option("--set", o->sets, "Any run setting as key=value, e.g. unet.dtype=f16 (repeatable)");
   cmd->add_option("--save-preset", o->save_preset, "Also save the resulting run configuration as a preset");
-  cmd->add_option("--dump", o->dump, "Write text embeddings, initial noise, every step's latent and the image "
-                                     "as safetensors into this folder");
+  cmd->add_option("--dump", o->dump,
+                  "Write text embeddings, initial noise, every step's latent and the image "
+                  "as safetensors into this folder");
   cmd->add_option("-o,--output", o->out, "Output PNG (batches add -SEED to the name)");
   cmd->callback([&g, &action, o] { action = [&g, o] { return run_generate(g, *o); }; });
 

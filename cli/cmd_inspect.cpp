@@ -15,12 +15,12 @@
 #include "common.hpp"
 #include "config/preset.hpp"
 #include "core/error.hpp"
-#include "studies/ab.hpp"
-#include "studies/report_json.hpp"
-#include "studies/sweep.hpp"
-#include "studies/scenario.hpp"
 #include "io/atomic_file.hpp"
 #include "pipeline/session.hpp"
+#include "studies/ab.hpp"
+#include "studies/report_json.hpp"
+#include "studies/scenario.hpp"
+#include "studies/sweep.hpp"
 
 namespace nanscope::cli {
 
@@ -39,8 +39,8 @@ std::string count_str(std::int64_t n) { return n == 0 ? "-" : std::to_string(n);
 
 void print_steps(const studies::InspectedRun& run) {
   if (run.steps.empty()) return;
-  std::printf("%4s %7s %10s %11s %8s %8s %8s %6s %6s  %s\n", "step", "t", "sigma", "latent|x|", "lat.bad",
-              "cond.bad", "unc.bad", "band", "sat%", "verdict");
+  std::printf("%4s %7s %10s %11s %8s %8s %8s %6s %6s  %s\n", "step", "t", "sigma", "latent|x|", "lat.bad", "cond.bad",
+              "unc.bad", "band", "sat%", "verdict");
   for (const auto& s : run.steps) {
     if (s.image != 0) continue;
     const auto& st = s.stats;
@@ -52,9 +52,8 @@ void print_steps(const studies::InspectedRun& run) {
     std::printf("%4d %7.1f %10.4g %11.4g %8s %8s %8s %6.1f %6.2f  %s\n", s.index + 1, static_cast<double>(s.timestep),
                 static_cast<double>(s.sigma), st.latent.all.max_abs, count_str(st.latent.all.nonfinite()).c_str(),
                 count_str(st.noise_cond.all.nonfinite()).c_str(),
-                st.noise_uncond ? count_str(st.noise_uncond->all.nonfinite()).c_str() : "n/a",
-                st.latent.bands.score(), st.latent.saturation * 100.0,
-                std::string(inspect::verdict_name(st.verdict)).c_str());
+                st.noise_uncond ? count_str(st.noise_uncond->all.nonfinite()).c_str() : "n/a", st.latent.bands.score(),
+                st.latent.saturation * 100.0, std::string(inspect::verdict_name(st.verdict)).c_str());
   }
 }
 
@@ -86,7 +85,8 @@ void print_result(const studies::InspectedRun& run, bool trace, const std::strin
   std::printf("origin: %s\n", run.origin.empty() ? "(none)" : run.origin.c_str());
   if (!run.reports.empty()) {
     const auto& ri = run.reports.front().inspection;
-    if (ri.first_bad_step >= 0) std::printf("first bad step: %d (%s)\n", ri.first_bad_step + 1, ri.first_bad_branch.c_str());
+    if (ri.first_bad_step >= 0)
+      std::printf("first bad step: %d (%s)\n", ri.first_bad_step + 1, ri.first_bad_branch.c_str());
     if (!ri.near_limit_origin.empty()) std::printf("first op near the dtype limit: %s\n", ri.near_limit_origin.c_str());
     if (!run.reports.front().outcome.empty()) std::printf("outcome: %s\n", run.reports.front().outcome.c_str());
   }
@@ -107,13 +107,14 @@ void add_inspect_command(CLI::App& app, const GlobalOptions& g, Action& action) 
     bool trace = false;
   };
   auto o = std::make_shared<Opts>();
-  CLI::App* cmd = app.add_subcommand(
-      "inspect", "Run a preset under the inspector: step table, verdict, origin op, JSON report");
+  CLI::App* cmd =
+      app.add_subcommand("inspect", "Run a preset under the inspector: step table, verdict, origin op, JSON report");
   cmd->add_option("--preset", o->preset, "Preset JSON file (any preset, e.g. resources/presets/R2.json)")->required();
   cmd->add_option("--set", o->sets, "key=value on top of the preset (repeatable), e.g. --set vae.dtype=f32");
   cmd->add_option("--json", o->json, "Write the JSON report to this file");
-  cmd->add_flag("--trace", o->trace,
-                "Trace every op of the last step's UNet call and of the decode (inspect.trace=always) and print the trace");
+  cmd->add_flag(
+      "--trace", o->trace,
+      "Trace every op of the last step's UNet call and of the decode (inspect.trace=always) and print the trace");
   cmd->callback([&g, &action, o] {
     action = [&g, o]() -> int {
       RunConfig config = load_preset(o->preset);
@@ -275,7 +276,8 @@ void add_sweep_command(CLI::App& app, const GlobalOptions& g, Action& action) {
             }
             std::vector<std::string> args = {exe, "sweep", o->spec, "--cell", std::to_string(next)};
             if (!g.kernel_cache.empty()) args.insert(args.begin() + 1, {"--kernel-cache", g.kernel_cache});
-            if (g.memory_limit_mib) args.insert(args.begin() + 1, {"--memory-limit", std::to_string(g.memory_limit_mib)});
+            if (g.memory_limit_mib)
+              args.insert(args.begin() + 1, {"--memory-limit", std::to_string(g.memory_limit_mib)});
             std::vector<char*> argv;
             for (auto& a : args) argv.push_back(a.data());
             argv.push_back(nullptr);
@@ -288,7 +290,8 @@ void add_sweep_command(CLI::App& app, const GlobalOptions& g, Action& action) {
           }
           if (!running.empty()) wait_one();
         }
-        if (failed > 0) std::fprintf(stderr, "sweep: %d cell(s) failed; rerun the same command to retry them\n", failed);
+        if (failed > 0)
+          std::fprintf(stderr, "sweep: %d cell(s) failed; rerun the same command to retry them\n", failed);
       }
       const int done = studies::merge_sweep(spec);
       std::printf("%d of %d cells finished; wrote %s and %s\n", done, n, (spec.out / "summary.csv").c_str(),

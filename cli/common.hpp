@@ -17,9 +17,9 @@ namespace nanscope::cli {
 
 struct GlobalOptions {
   bool verbose = false;
-  std::string log_level;     // empty: keep NANSCOPE_LOG / info
-  std::string device;        // --device; empty: NANSCOPE_DEVICE, else the default device
-  std::string kernel_cache;  // --kernel-cache; empty: NANSCOPE_KERNEL_CACHE, else the XDG cache dir
+  std::string log_level;               // empty: keep NANSCOPE_LOG / info
+  std::string device;                  // --device; empty: NANSCOPE_DEVICE, else the default device
+  std::string kernel_cache;            // --kernel-cache; empty: NANSCOPE_KERNEL_CACHE, else the XDG cache dir
   std::uint64_t memory_limit_mib = 0;  // --memory-limit; 0: the device's own memory
 };
 
@@ -45,9 +45,10 @@ void add_precompile_command(CLI::App& app, const GlobalOptions& g, Action& actio
 void add_demo_command(CLI::App& app, const GlobalOptions& g, Action& action);
 void add_generate_command(CLI::App& app, const GlobalOptions& g, Action& action);  // generate + info (cmd_generate.cpp)
 void add_inspect_command(CLI::App& app, const GlobalOptions& g, Action& action);   // cmd_inspect.cpp
-void add_scenario_command(CLI::App& app, const GlobalOptions& g, Action& action);  // scenario list/run (cmd_inspect.cpp)
-void add_ab_command(CLI::App& app, const GlobalOptions& g, Action& action);        // ab (cmd_inspect.cpp)
-void add_sweep_command(CLI::App& app, const GlobalOptions& g, Action& action);     // sweep (cmd_inspect.cpp)
-void add_config_command(CLI::App& app, const GlobalOptions& g, Action& action);    // config keys (cmd_config.cpp)
+void add_scenario_command(CLI::App& app, const GlobalOptions& g,
+                          Action& action);                                       // scenario list/run (cmd_inspect.cpp)
+void add_ab_command(CLI::App& app, const GlobalOptions& g, Action& action);      // ab (cmd_inspect.cpp)
+void add_sweep_command(CLI::App& app, const GlobalOptions& g, Action& action);   // sweep (cmd_inspect.cpp)
+void add_config_command(CLI::App& app, const GlobalOptions& g, Action& action);  // config keys (cmd_config.cpp)
 
 }  // namespace nanscope::cli

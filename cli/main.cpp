@@ -45,8 +45,9 @@ int main(int argc, char** argv) {
   app.add_flag("-v,--verbose", g.verbose, "Debug logs (device discovery, builds, cache)");
   app.add_option("--log", g.log_level, "Log level: trace, debug, info, warn, error, off");
   app.add_option("--device", g.device, "Device to run on: index, id, name or part of a name (also NANSCOPE_DEVICE)");
-  app.add_option("--kernel-cache", g.kernel_cache,
-                 "Kernel binary cache directory (also NANSCOPE_KERNEL_CACHE; default $XDG_CACHE_HOME/nanscope/kernels)");
+  app.add_option(
+      "--kernel-cache", g.kernel_cache,
+      "Kernel binary cache directory (also NANSCOPE_KERNEL_CACHE; default $XDG_CACHE_HOME/nanscope/kernels)");
   app.add_option("--memory-limit", g.memory_limit_mib,
                  "Use at most this much device memory, in MiB (as if the device were smaller; sizes that would not "
                  "fit are refused before the run)")

@@ -29,8 +29,10 @@ int main(int argc, char** argv) {
   QCommandLineOption run("run", "Start a run as soon as the window is ready.");
   QCommandLineOption screenshot("screenshot", "After the run, save a screenshot to FILE and exit.", "FILE");
   QCommandLineOption panel("panel", "With --screenshot: capture only this panel.", "NAME");
-  QCommandLineOption ab("ab", "With --run: compare the settings (A) with them changed by CHANGES (B), e.g. "
-                        "'unet.dtype=f16' or 'device=reference'.", "CHANGES");
+  QCommandLineOption ab("ab",
+                        "With --run: compare the settings (A) with them changed by CHANGES (B), e.g. "
+                        "'unet.dtype=f16' or 'device=reference'.",
+                        "CHANGES");
   cli.addOptions({preset, scenario, fixed, run, screenshot, panel, ab});
   cli.addPositionalArgument("file", "A preset or PNG to open (same as --preset).", "[file]");
   cli.process(app);
@@ -50,7 +52,8 @@ int main(int argc, char** argv) {
   } else if (!open.isEmpty() && !window.open_file(open)) {
     return 2;
   }
-  if (scripted && !cli.value(panel).isEmpty() && cli.value(panel) != "window" && !window.panel_names().contains(cli.value(panel))) {
+  if (scripted && !cli.value(panel).isEmpty() && cli.value(panel) != "window" &&
+      !window.panel_names().contains(cli.value(panel))) {
     std::fprintf(stderr, "nanscope: no panel '%s'; panels: %s\n", qPrintable(cli.value(panel)),
                  qPrintable(window.panel_names().join(", ")));
     return 2;
@@ -88,7 +91,8 @@ int main(int argc, char** argv) {
     QObject::connect(&window, &MainWindow::devicesListed, &window, [&, started = false]() mutable {
       if (started) return;
       started = true;
-      const bool ok = cli.isSet(ab) ? window.start_ab(cli.value(ab).split(';', Qt::SkipEmptyParts)) : window.start_run();
+      const bool ok =
+          cli.isSet(ab) ? window.start_ab(cli.value(ab).split(';', Qt::SkipEmptyParts)) : window.start_run();
       if (!ok) {
         exit_code = 1;
         if (scripted) window.close();

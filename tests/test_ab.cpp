@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "core/error.hpp"
-#include "studies/ab.hpp"
 #include "pipeline/sd_model.hpp"
+#include "studies/ab.hpp"
 
 namespace nanscope::studies {
 namespace {

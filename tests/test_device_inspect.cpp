@@ -81,13 +81,14 @@ void expect_same(const std::vector<float>& want, const std::vector<float>& got, 
   int shown = 0;
   for (std::size_t i = 0; i < want.size(); ++i) {
     const bool both_nan = std::isnan(want[i]) && std::isnan(got[i]);
-    const bool same = both_nan || want[i] == got[i] ||
-                      (ulps > 0 && !std::isnan(want[i]) && !std::isnan(got[i]) && ulp_distance(want[i], got[i]) <= ulps);
+    const bool same =
+        both_nan || want[i] == got[i] ||
+        (ulps > 0 && !std::isnan(want[i]) && !std::isnan(got[i]) && ulp_distance(want[i], got[i]) <= ulps);
     if (!same && shown++ < 5) ADD_FAILURE() << what << " [" << i << "]: reference " << want[i] << ", device " << got[i];
   }
 }
 
-#define FOR_EACH_DEVICE(be)                                                        \
+#define FOR_EACH_DEVICE(be)                                                       \
   if (test::opencl_backends().empty()) GTEST_SKIP() << test::no_opencl_message(); \
   for (Backend * be : test::opencl_backends())
 
@@ -110,15 +111,14 @@ TEST(LatentStep, EveryOpIsBitIdenticalToTheReference) {
             const Shape s{n};
             const Tensor tx = upload(be, s, x), tm = upload(be, s, m), t1 = upload(be, s, h1), t2 = upload(be, s, h2);
             Tensor out = be.empty(s, DType::f32), x0 = be.empty(s, DType::f32);
-            be.latent_step(LatentStepArgs{static_cast<LatentOp>(op), n, tx, 0, &tm, 0, &t1, &t2, out, 0, &x0, c, pred,
-                                          flag});
+            be.latent_step(
+                LatentStepArgs{static_cast<LatentOp>(op), n, tx, 0, &tm, 0, &t1, &t2, out, 0, &x0, c, pred, flag});
             return std::make_pair(download(be, out), download(be, x0));
           };
           const auto want = run(ref);
           const auto got = run(*dev);
-          const std::string what =
-              dev->device().name + " op " + std::to_string(op) + " pred " + std::to_string(pred) + " flag " +
-              std::to_string(flag);
+          const std::string what = dev->device().name + " op " + std::to_string(op) + " pred " + std::to_string(pred) +
+                                   " flag " + std::to_string(flag);
           expect_same(want.first, got.first, what + " out", allowed_ulps(*dev));
           expect_same(want.second, got.second, what + " x0", allowed_ulps(*dev));
         }
@@ -143,19 +143,20 @@ TEST(LatentStep, OffsetsAddressRowsOfABatchAndBadArgumentsAreOpErrors) {
       }
       Tensor scaled_rows = be->empty({2, 4}, DType::f32);
       const Tensor row = upload(*be, {4}, {1, 2, 3, 4});
-      be->latent_step(LatentStepArgs{LatentOp::scale, 4, row, 0, nullptr, 0, nullptr, nullptr, scaled_rows, 4, nullptr,
-                                     {2.0f}, 0, 0});
+      be->latent_step(LatentStepArgs{
+          LatentOp::scale, 4, row, 0, nullptr, 0, nullptr, nullptr, scaled_rows, 4, nullptr, {2.0f}, 0, 0});
       EXPECT_EQ(download(*be, scaled_rows)[7], 2.0f);
       // An f16 latent, a short tensor and a missing input are refused with the op's name.
       const Tensor half = upload(*be, {4}, {1, 2, 3, 4}, DType::f16);
-      EXPECT_THROW(be->latent_step(LatentStepArgs{LatentOp::mul, 4, half, 0, nullptr, 0, nullptr, nullptr, out, 0,
-                                                  nullptr, {1.0f}, 0, 0}),
+      EXPECT_THROW(be->latent_step(LatentStepArgs{
+                       LatentOp::mul, 4, half, 0, nullptr, 0, nullptr, nullptr, out, 0, nullptr, {1.0f}, 0, 0}),
                    OpError);
-      EXPECT_THROW(be->latent_step(LatentStepArgs{LatentOp::mul, 5, row, 0, nullptr, 0, nullptr, nullptr, out, 0,
-                                                  nullptr, {1.0f}, 0, 0}),
+      EXPECT_THROW(be->latent_step(LatentStepArgs{
+                       LatentOp::mul, 5, row, 0, nullptr, 0, nullptr, nullptr, out, 0, nullptr, {1.0f}, 0, 0}),
                    OpError);
       try {
-        be->latent_step(LatentStepArgs{LatentOp::dpm2, 4, row, 0, &row, 0, nullptr, nullptr, out, 0, nullptr, {}, 0, 0});
+        be->latent_step(
+            LatentStepArgs{LatentOp::dpm2, 4, row, 0, &row, 0, nullptr, nullptr, out, 0, nullptr, {}, 0, 0});
         ADD_FAILURE() << "dpm2 without its older prediction ran";
       } catch (const OpError& e) {
         EXPECT_NE(std::string(e.what()).find("LATENT_STEP"), std::string::npos) << e.what();
@@ -172,9 +173,12 @@ TEST(LatentStep, SamplersOnTheDeviceMatchTheHostBitForBit) {
     const char* prediction;
     int order;
   };
-  const Case cases[] = {{SamplerKind::kEuler, "epsilon", 2},          {SamplerKind::kEuler, "v_prediction", 2},
-                        {SamplerKind::kEulerAncestral, "epsilon", 2}, {SamplerKind::kDdim, "epsilon", 2},
-                        {SamplerKind::kDdim, "sample", 2},            {SamplerKind::kDpmPp2m, "epsilon", 2},
+  const Case cases[] = {{SamplerKind::kEuler, "epsilon", 2},
+                        {SamplerKind::kEuler, "v_prediction", 2},
+                        {SamplerKind::kEulerAncestral, "epsilon", 2},
+                        {SamplerKind::kDdim, "epsilon", 2},
+                        {SamplerKind::kDdim, "sample", 2},
+                        {SamplerKind::kDpmPp2m, "epsilon", 2},
                         {SamplerKind::kDpmPp2m, "v_prediction", 3}};
   const std::int64_t n = 4 * 8 * 8;
   FOR_EACH_DEVICE(dev) {
@@ -195,8 +199,8 @@ TEST(LatentStep, SamplersOnTheDeviceMatchTheHostBitForBit) {
         const Tensor dev_eps = upload(*dev, {n}, eps);
         Tensor dev_x0 = dev->empty({n}, DType::f32);
         device->step(*dev, dev_eps, dev_latent, i, &noise_d, &dev_x0);
-        const std::string what = std::string(pipeline::to_string(k.kind)) + " " + k.prediction + " step " +
-                                 std::to_string(i);
+        const std::string what =
+            std::string(pipeline::to_string(k.kind)) + " " + k.prediction + " step " + std::to_string(i);
         // Over several steps a division's ulp can grow through the update: 8 ulp where division is not exact.
         const int ulps = allowed_ulps(*dev) ? 8 : 0;
         expect_same(latent, download(*dev, dev_latent), what + " latent", ulps);
@@ -321,9 +325,9 @@ TEST(MapReduce, AStepOnTheDeviceReadsBackAFewKilobytesAndConcludesAsTheHost) {
   const auto factors = inspect::latent_rgb_factors("sd1");
   ASSERT_TRUE(factors);
   const std::span<const float> p16(pred16);
-  const inspect::StepStats host = inspect::analyze_step(latent, p16.subspan(static_cast<std::size_t>(n)),
-                                                        p16.first(static_cast<std::size_t>(n)), c, h, w, limit,
-                                                        &*factors, 1.5);
+  const inspect::StepStats host =
+      inspect::analyze_step(latent, p16.subspan(static_cast<std::size_t>(n)), p16.first(static_cast<std::size_t>(n)), c,
+                            h, w, limit, &*factors, 1.5);
   FOR_EACH_DEVICE(dev) {
     const Tensor lat = upload(*dev, {1, c, h, w}, latent);
     const Tensor pr = upload(*dev, {2, c, h, w}, pred, DType::f16);

@@ -316,9 +316,8 @@ TEST(DevicesCli, WithoutAnyOpenClPlatformOnlyReferenceAndANote) {
 TEST(DevicesCli, MissingPinFailsWithTheListOnStderr) {
   const DeviceList list = enumerate_devices();
   for (const bool via_env : {false, true}) {
-    const ProcessResult r =
-        via_env ? run_cli({"NANSCOPE_DEVICE=no-such-device-xyz"}, {"devices"})
-                : run_cli({"-u", "NANSCOPE_DEVICE"}, {"--device", "no-such-device-xyz", "devices"});
+    const ProcessResult r = via_env ? run_cli({"NANSCOPE_DEVICE=no-such-device-xyz"}, {"devices"})
+                                    : run_cli({"-u", "NANSCOPE_DEVICE"}, {"--device", "no-such-device-xyz", "devices"});
     EXPECT_EQ(r.exit_code, 1) << r.out;
     EXPECT_EQ(r.err.rfind("error: ", 0), 0u) << r.err;
     for (const auto& d : list.devices) EXPECT_NE(r.err.find(d.id), std::string::npos) << r.err;

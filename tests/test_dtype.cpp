@@ -10,9 +10,9 @@
 
 #include <bit>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
-#include <cstring>
 #include <stdexcept>
 
 #include "core/dtype.hpp"
@@ -53,18 +53,35 @@ std::vector<float> encode_inputs() {
   }
   add_midpoints(x, f16_bits_to_f32, 0x7bff);
   add_midpoints(x, bf16_bits_to_f32, 0x7f7f);
-  const float specials[] = {
-      65504.0f, std::nextafter(65520.0f, 0.0f), 65520.0f, std::nextafter(65520.0f, INFINITY), 65536.0f, 1e5f,
-      std::numeric_limits<float>::max(), from_bits(0x7f7f7fffu), from_bits(0x7f7f8000u), from_bits(0x7f7f8001u),
-      0x1p-24f, 0x1p-25f, std::nextafter(0x1p-25f, 0.0f), std::nextafter(0x1p-25f, 1.0f), 3 * 0x1p-25f, 0x1p-26f,
-      0x1p-14f, std::nextafter(0x1p-14f, 0.0f), 0x1p-14f - 0x1p-25f, 0x1p-149f, std::numeric_limits<float>::min(),
-      0.0f, INFINITY};
+  const float specials[] = {65504.0f,
+                            std::nextafter(65520.0f, 0.0f),
+                            65520.0f,
+                            std::nextafter(65520.0f, INFINITY),
+                            65536.0f,
+                            1e5f,
+                            std::numeric_limits<float>::max(),
+                            from_bits(0x7f7f7fffu),
+                            from_bits(0x7f7f8000u),
+                            from_bits(0x7f7f8001u),
+                            0x1p-24f,
+                            0x1p-25f,
+                            std::nextafter(0x1p-25f, 0.0f),
+                            std::nextafter(0x1p-25f, 1.0f),
+                            3 * 0x1p-25f,
+                            0x1p-26f,
+                            0x1p-14f,
+                            std::nextafter(0x1p-14f, 0.0f),
+                            0x1p-14f - 0x1p-25f,
+                            0x1p-149f,
+                            std::numeric_limits<float>::min(),
+                            0.0f,
+                            INFINITY};
   for (const float v : specials) {
     x.push_back(v);
     x.push_back(-v);
   }
-  for (const std::uint32_t nan : {0x7f800001u, 0x7fc00000u, 0x7fbfffffu, 0x7f802000u, 0x7fffe000u, 0x7f801fffu,
-                                  0x7fc00001u, 0x7fd55555u}) {
+  for (const std::uint32_t nan :
+       {0x7f800001u, 0x7fc00000u, 0x7fbfffffu, 0x7f802000u, 0x7fffe000u, 0x7f801fffu, 0x7fc00001u, 0x7fd55555u}) {
     x.push_back(from_bits(nan));
     x.push_back(from_bits(nan | 0x80000000u));
   }
@@ -93,7 +110,8 @@ const TorchResults& torch_results() {
     t.bf16_decoded = f.read("bf16_decoded", DType::f32).to_f32();
     for (const char* name : {"x_f16", "x_bf16"}) {
       const io::TensorEntry* e = f.find(name);
-      if (!e || e->file_dtype != io::FileDType::I16) throw std::runtime_error(std::string("oracle output lacks I16 ") + name);
+      if (!e || e->file_dtype != io::FileDType::I16)
+        throw std::runtime_error(std::string("oracle output lacks I16 ") + name);
       const auto raw = f.bytes(*e);
       std::vector<std::uint16_t> v(raw.size() / 2);
       std::memcpy(v.data(), raw.data(), raw.size());
@@ -140,9 +158,9 @@ void check_encode(const char* type, std::uint16_t (*encode)(float), bool (*is_na
            (!torch_keeps_nan_sign || (ours & 0x8000u) == (theirs & 0x8000u));
     }
     if (!ok && ++failures <= 10) {
-      ADD_FAILURE() << type << " of " << x[i] << " (f32 " << hex(bits(x[i])) << ", input " << i
-                    << ", random seed " << hex(static_cast<std::uint32_t>(kRandomSeed)) << "): ours " << hex(ours)
-                    << ", torch " << hex(theirs);
+      ADD_FAILURE() << type << " of " << x[i] << " (f32 " << hex(bits(x[i])) << ", input " << i << ", random seed "
+                    << hex(static_cast<std::uint32_t>(kRandomSeed)) << "): ours " << hex(ours) << ", torch "
+                    << hex(theirs);
     }
   }
   EXPECT_EQ(failures, 0) << type << " encode mismatches over " << x.size() << " inputs";
@@ -227,7 +245,8 @@ TEST(DType, RoundFromDoubleHandMadeTraps) {
     const char* why;
   };
   const Trap traps[] = {
-      {DType::f16, 1.0 + 0x1p-11 + 0x1p-40, 1.0 + 0x1p-10, "just above an f16 tie; via f32 it lands on the tie and rounds down"},
+      {DType::f16, 1.0 + 0x1p-11 + 0x1p-40, 1.0 + 0x1p-10,
+       "just above an f16 tie; via f32 it lands on the tie and rounds down"},
       {DType::f16, 1.0 + 3 * 0x1p-11 - 0x1p-40, 1.0 + 0x1p-10, "just below a tie that RNE would round up"},
       {DType::f16, -(1.0 + 0x1p-11 + 0x1p-40), -(1.0 + 0x1p-10), "the same, negative"},
       {DType::f16, 65520.0 - 0x1p-10, 65504.0, "just below the overflow tie: finite"},
@@ -267,10 +286,11 @@ TEST(DType, RoundFromDoubleMatchesNearestEvenSearch) {
       const double tie = (value(p) + value(p + 1)) / 2;
       const int kind = static_cast<int>(rng() % 4);
       const double ulp = tie > 0 ? std::nextafter(tie, INFINITY) - tie : 0x1p-1074;
-      const double offset = kind == 0 ? 0.0
+      const double offset = kind == 0   ? 0.0
                             : kind == 1 ? static_cast<double>(static_cast<int>(rng() % 9) - 4) * ulp
-                            : kind == 2 ? static_cast<double>(static_cast<int>(rng() % 2001) - 1000) * ulp * 0x1p20
-                                        : (static_cast<double>(rng() >> 11) * 0x1p-53 - 0.5) * (value(p + 1) - value(p));
+                            : kind == 2
+                                ? static_cast<double>(static_cast<int>(rng() % 2001) - 1000) * ulp * 0x1p20
+                                : (static_cast<double>(rng() >> 11) * 0x1p-53 - 0.5) * (value(p + 1) - value(p));
       const double d = (rng() & 1 ? -1.0 : 1.0) * (tie + offset);
       const float got = round_to_from_double(t, d);
       const float want = nearest_even(t, d);

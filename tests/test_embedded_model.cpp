@@ -185,7 +185,8 @@ Verdict classify(const io::RgbImage& img, const Spec& spec) {
   if (bh % 2)
     for (int x = 0; x < bw; ++x) lower += 0.5 * in_box(x, bh / 2);
   const double lower_frac = lower / total;
-  const int ch = std::max(1, static_cast<int>(std::lround(0.2 * bh))), cw = std::max(1, static_cast<int>(std::lround(0.2 * bw)));
+  const int ch = std::max(1, static_cast<int>(std::lround(0.2 * bh))),
+            cw = std::max(1, static_cast<int>(std::lround(0.2 * bw)));
   auto patch_mean = [&](int px, int py) {
     double s = 0;
     for (int y = py; y < py + ch; ++y)
@@ -203,13 +204,13 @@ fs::path model_dir() { return pipeline::embedded_model_dir(); }
 
 // Until the trained weights are committed (tools/train_tiny_sd.py), these tests
 // have nothing to check; once resources/models/nanscope-tiny exists they run.
-#define REQUIRE_EMBEDDED_MODEL()                                                                    \
-  do {                                                                                              \
-    try {                                                                                           \
-      (void)pipeline::embedded_model_dir();                                                         \
-    } catch (const FileError& e) {                                                                  \
-      GTEST_SKIP() << "the embedded model is not there yet: " << e.what();                          \
-    }                                                                                               \
+#define REQUIRE_EMBEDDED_MODEL()                                           \
+  do {                                                                     \
+    try {                                                                  \
+      (void)pipeline::embedded_model_dir();                                \
+    } catch (const FileError& e) {                                         \
+      GTEST_SKIP() << "the embedded model is not there yet: " << e.what(); \
+    }                                                                      \
   } while (0)
 
 TEST(EmbeddedModel, FolderIsComplete) {
@@ -242,8 +243,8 @@ std::vector<std::pair<std::string, Spec>> semantic_prompts() {
   for (int i = 0; i < 6; ++i) {
     const int a = (i * 3 + 1) % 8, b = (a + 2 + i) % 8;
     const std::string o = i % 2 == 0 ? "horizontal" : "vertical";
-    out.push_back({std::string(kColours[a].name) + " and " + kColours[b].name + " " + o + " stripes",
-                   {"stripes", a, b, o}});
+    out.push_back(
+        {std::string(kColours[a].name) + " and " + kColours[b].name + " " + o + " stripes", {"stripes", a, b, o}});
   }
   return out;
 }
@@ -265,7 +266,8 @@ TEST(EmbeddedModel, DrawsTheRequestedColoursAndShapes) {
   struct Verdicts final : pipeline::RunObserver {
     std::vector<std::string> flagged;
     void on_image(const pipeline::GeneratedImage& img, const pipeline::RunReport& r) override {
-      if (r.inspection.verdict != inspect::Verdict::clean) flagged.push_back(img.config.prompt + ": " + r.inspection.summary);
+      if (r.inspection.verdict != inspect::Verdict::clean)
+        flagged.push_back(img.config.prompt + ": " + r.inspection.summary);
     }
   } verdicts;
   int colour_ok = 0, shape_ok = 0, n = 0;
@@ -314,9 +316,9 @@ TEST(EmbeddedModel, MatchesDiffusersFromTheSameLatent) {
   ASSERT_EQ(images.size(), 1u);
   test::TempDir io_dir;
   io::write_safetensors(io_dir / "in.safetensors", {{"noise", HostTensor::from_f32(cap.shape, cap.noise)}});
-  test::run_oracle("pipeline_oracle.py", {"run", model_dir().string(), (io_dir / "in.safetensors").string(),
-                                          (io_dir / "out.safetensors").string(), cfg.prompt, "", "20", "7.0",
-                                          "euler", "3"});
+  test::run_oracle("pipeline_oracle.py",
+                   {"run", model_dir().string(), (io_dir / "in.safetensors").string(),
+                    (io_dir / "out.safetensors").string(), cfg.prompt, "", "20", "7.0", "euler", "3"});
   const auto out = io::SafetensorsFile::open(io_dir / "out.safetensors");
   EXPECT_TRUE(test::tensors_close(HostTensor::from_f32(images[0].latent_shape, images[0].latent),
                                   out.read("latent", DType::f32), {1e-6, 1e-3}));

@@ -7,9 +7,9 @@
 #include <atomic>
 #include <memory>
 #include <set>
+#include <string>
 #include <string_view>
 #include <vector>
-#include <string>
 
 #include "core/error.hpp"
 #include "pipeline/session.hpp"

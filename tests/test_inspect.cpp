@@ -24,7 +24,9 @@ struct Map {
   std::vector<float> v;
   Map(std::int64_t c_, std::int64_t h_, std::int64_t w_, float fill = 0.0f)
       : c(c_), h(h_), w(w_), v(static_cast<std::size_t>(c_ * h_ * w_), fill) {}
-  float& at(std::int64_t ch, std::int64_t y, std::int64_t x) { return v[static_cast<std::size_t>((ch * h + y) * w + x)]; }
+  float& at(std::int64_t ch, std::int64_t y, std::int64_t x) {
+    return v[static_cast<std::size_t>((ch * h + y) * w + x)];
+  }
   BandScore bands(double min_dev = 0.5) const { return band_score(v, c, h, w, min_dev); }
   MapStats analyze(MapOptions o = {}) const { return analyze_map(v, c, h, w, o); }
 };
@@ -103,7 +105,7 @@ TEST(InspectBands, CorruptedRowsNearTopAndBottomAreBands) {
   Map m = noise(7, 3, 64, 64, 0.05f);
   for (std::int64_t x = 0; x < m.w; ++x)
     for (std::int64_t c = 0; c < m.c; ++c) {
-      m.at(c, 2, x) = 1.0f;        // over-bright line
+      m.at(c, 2, x) = 1.0f;                     // over-bright line
       m.at(c, 61, x) += c == 0 ? 0.9f : -0.9f;  // over-saturated line
     }
   const BandScore b = m.bands();
@@ -250,8 +252,8 @@ TEST(InspectVerdict, NonFiniteOutranksBandsOutranksNearLimit) {
 }
 
 TEST(InspectVerdict, NamesRoundTripAndWorstPicksTheMoreSevere) {
-  for (Verdict v : {Verdict::clean, Verdict::slow_start, Verdict::near_limit, Verdict::saturated, Verdict::bands, Verdict::non_finite,
-                    Verdict::device_missing}) {
+  for (Verdict v : {Verdict::clean, Verdict::slow_start, Verdict::near_limit, Verdict::saturated, Verdict::bands,
+                    Verdict::non_finite, Verdict::device_missing}) {
     EXPECT_EQ(parse_verdict(verdict_name(v)), v);
   }
   EXPECT_EQ(verdict_name(Verdict::non_finite), "non-finite");
@@ -272,10 +274,10 @@ TEST(InspectPreview, AppliesTheFactorsToTheUnitVarianceLatent) {
   ASSERT_EQ(p.width, 3);
   ASSERT_EQ(p.height, 2);
   ASSERT_EQ(p.rgb.size(), 18u);
-  EXPECT_EQ(p.rgb[0], 255);                    // red of (0,0) clipped at 1
-  EXPECT_EQ(p.rgb[2], 191);                    // blue bias 0.5 -> 0.75 * 255
-  EXPECT_EQ(p.rgb[(1 * 3 + 2) * 3 + 1], 0);    // green of (1,2) clipped at -1
-  EXPECT_EQ(p.rgb[3], 128);                    // red of (0,1): 0 -> 127.5 rounds to 128
+  EXPECT_EQ(p.rgb[0], 255);                  // red of (0,0) clipped at 1
+  EXPECT_EQ(p.rgb[2], 191);                  // blue bias 0.5 -> 0.75 * 255
+  EXPECT_EQ(p.rgb[(1 * 3 + 2) * 3 + 1], 0);  // green of (1,2) clipped at -1
+  EXPECT_EQ(p.rgb[3], 128);                  // red of (0,1): 0 -> 127.5 rounds to 128
   EXPECT_NEAR(over, 1.0 / 18.0, 1e-12);
   EXPECT_NEAR(clipped, 2.0 / 18.0, 1e-12);
   for (const char* fam : {"sd1", "sd2", "sdxl", "nanscope-tiny"}) {

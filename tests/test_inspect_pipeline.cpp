@@ -9,13 +9,13 @@
 
 #include <filesystem>
 
+#include "config/inspect_settings.hpp"
 #include "config/run_config.hpp"
 #include "core/error.hpp"
-#include "config/inspect_settings.hpp"
 #include "inspect/fault_emulation.hpp"
-#include "studies/report_json.hpp"
 #include "io/safetensors.hpp"
 #include "pipeline/session.hpp"
+#include "studies/report_json.hpp"
 #include "support/oracle.hpp"
 
 namespace nanscope {
@@ -58,8 +58,7 @@ Capture run(pipeline::Session& s, const RunConfig& c) {
 
 // A copy of a component folder with the weight and bias of one module
 // multiplied by `factor` (representable in f16 for the tiny models' weights).
-fs::path scaled_component(const fs::path& dir, const std::string& component, const std::string& module,
-                          float factor) {
+fs::path scaled_component(const fs::path& dir, const std::string& component, const std::string& module, float factor) {
   const fs::path src = model_dir() / component;
   fs::create_directories(dir);
   fs::copy_file(src / "config.json", dir / "config.json", fs::copy_options::overwrite_existing);
@@ -277,16 +276,18 @@ TEST(InspectPipeline, FullDecodePreviewEveryNStepsLeavesTheRunUnchanged) {
   }
   // Previews are read-only: the same latents and the same image as without them.
   ASSERT_EQ(plain.steps.size(), with.steps.size());
-  for (std::size_t i = 0; i < plain.steps.size(); ++i) EXPECT_EQ(plain.steps[i].latent_values, with.steps[i].latent_values);
+  for (std::size_t i = 0; i < plain.steps.size(); ++i)
+    EXPECT_EQ(plain.steps[i].latent_values, with.steps[i].latent_values);
   EXPECT_EQ(plain.images.at(0).image, final_image);
 }
 
 TEST(InspectPipeline, BadInspectorSettingsAreConfigErrorsNamingTheKey) {
   // --set refuses them at once, naming the key (the settings table's rows).
   RunConfig cfg;
-  for (const auto& [key, value] : std::vector<std::pair<std::string, std::string>>{
-           {"inspect.emulate", "r9"}, {"inspect.tracing", "on"}, {"inspect.decode_every", "-1"},
-           {"inspect.stats_every", "-2"}}) {
+  for (const auto& [key, value] : std::vector<std::pair<std::string, std::string>>{{"inspect.emulate", "r9"},
+                                                                                   {"inspect.tracing", "on"},
+                                                                                   {"inspect.decode_every", "-1"},
+                                                                                   {"inspect.stats_every", "-2"}}) {
     try {
       cfg.set(key, value);
       FAIL() << key << "=" << value << " must be an error";
@@ -297,8 +298,8 @@ TEST(InspectPipeline, BadInspectorSettingsAreConfigErrorsNamingTheKey) {
   // Settings that reach a run another way (JSON assigned by a front end) are
   // checked before any model is loaded.
   pipeline::Session session;
-  for (const char* bad : {R"({"emulate": "r9"})", R"({"tracing": "on"})", R"({"decode_every": -1})",
-                          R"({"stats_every": -2})"}) {
+  for (const char* bad :
+       {R"({"emulate": "r9"})", R"({"tracing": "on"})", R"({"decode_every": -1})", R"({"stats_every": -2})"}) {
     cfg.inspect = nlohmann::json::parse(bad);
     const std::string key = "inspect." + cfg.inspect.begin().key();
     try {

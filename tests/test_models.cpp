@@ -99,9 +99,8 @@ void check_unet(const std::string& kind, bool sdxl) {
   const std::vector<float> timesteps{999.0f, 261.5f};
   const HostTensor text_embeds = test::random_normal(rng, {2, 16}, DType::f32);
   const std::vector<float> time_ids{64, 64, 0, 0, 64, 64, 32, 48, 2, 4, 32, 32};
-  std::vector<std::pair<std::string, HostTensor>> in{{"sample", sample},
-                                                      {"timesteps", HostTensor::from_f32({2}, timesteps)},
-                                                      {"context", context_h}};
+  std::vector<std::pair<std::string, HostTensor>> in{
+      {"sample", sample}, {"timesteps", HostTensor::from_f32({2}, timesteps)}, {"context", context_h}};
   if (sdxl) {
     in.emplace_back("text_embeds", text_embeds);
     in.emplace_back("time_ids", HostTensor::from_f32({2, 6}, time_ids));

@@ -35,8 +35,8 @@ std::vector<float> read_f32(const std::filesystem::path& p) {
 void write_json(const std::filesystem::path& p, const nlohmann::json& j) { std::ofstream(p) << j.dump(); }
 
 // Seeds: small, the 32-bit edge, 64-bit ones (torch keeps the low 32 bits, so 2^32+5 must equal 5).
-const std::vector<std::uint64_t> kSeeds = {0,           1,           5,          42,        (1ull << 32) - 1,
-                                           (1ull << 32) + 5, (1ull << 63) - 1, ~0ull, 123456789};
+const std::vector<std::uint64_t> kSeeds = {0,     1,        5, 42, (1ull << 32) - 1, (1ull << 32) + 5, (1ull << 63) - 1,
+                                           ~0ull, 123456789};
 
 // Draw sequences: every path (scalar < 16, a whole block, a ragged tail), the cached
 // normal carried across calls and paths, and the pipeline's pattern: a 1x4x16x16
@@ -67,8 +67,8 @@ struct TorchRun {
 TorchRun run_torch_oracle(const std::string& capability, const nlohmann::json& request) {
   test::TempDir dir;
   write_json(dir / "request.json", request);
-  test::run_oracle("noise_oracle.py", {"torch", capability, (dir / "request.json").string(),
-                                       (dir / "out.f32").string(), (dir / "info.json").string()});
+  test::run_oracle("noise_oracle.py", {"torch", capability, (dir / "request.json").string(), (dir / "out.f32").string(),
+                                       (dir / "info.json").string()});
   std::ifstream info(dir / "info.json");
   return {read_f32(dir / "out.f32"), nlohmann::json::parse(info).at("capability").get<std::string>()};
 }
@@ -197,8 +197,8 @@ TEST(NanscopeNoise, MatchesNumpyOracle) {
     std::uint64_t seed, draw;
     std::size_t count;
   };
-  const std::vector<Case> cases = {{0, 0, 100000}, {1, 0, 4 * 64 * 64}, {42, 5, 4096}, {~0ull, 1, 1000},
-                                   {(1ull << 32) + 7, 2, 3000}};
+  const std::vector<Case> cases = {
+      {0, 0, 100000}, {1, 0, 4 * 64 * 64}, {42, 5, 4096}, {~0ull, 1, 1000}, {(1ull << 32) + 7, 2, 3000}};
   nlohmann::json request;
   request["cases"] = nlohmann::json::array();
   for (const Case& c : cases) request["cases"].push_back({{"seed", c.seed}, {"draw", c.draw}, {"count", c.count}});
@@ -218,9 +218,8 @@ TEST(NanscopeNoise, MatchesNumpyOracle) {
       const auto w = std::bit_cast<std::int32_t>(want[offset + i]);
       // Both sides round a double to float; a libm differing in the double's last bit
       // could move one value by one float ulp, nothing more.
-      ASSERT_LE(std::abs(static_cast<std::int64_t>(g) - w), 1)
-          << "seed " << c.seed << " draw " << c.draw << " element " << i << ": " << got[i] << " vs "
-          << want[offset + i];
+      ASSERT_LE(std::abs(static_cast<std::int64_t>(g) - w), 1) << "seed " << c.seed << " draw " << c.draw << " element "
+                                                               << i << ": " << got[i] << " vs " << want[offset + i];
       differing += g != w;
     }
     offset += c.count;

@@ -53,12 +53,9 @@ const std::vector<Mode> kModes = {
 // in the last place of a rounded output.
 Tolerance sum_tolerance(DType t) {
   switch (t) {
-    case DType::f32:
-      return {1e-11, 1e-5};
-    case DType::f16:
-      return {1e-6, 2e-3};
-    case DType::bf16:
-      return {1e-4, 1.6e-2};
+    case DType::f32: return {1e-11, 1e-5};
+    case DType::f16: return {1e-6, 2e-3};
+    case DType::bf16: return {1e-4, 1.6e-2};
   }
   return {};
 }

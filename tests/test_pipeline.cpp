@@ -13,8 +13,8 @@
 #include <filesystem>
 
 #include "backend/device.hpp"
-#include "core/error.hpp"
 #include "config/run_config.hpp"
+#include "core/error.hpp"
 #include "io/safetensors.hpp"
 #include "pipeline/session.hpp"
 #include "support/compare.hpp"
@@ -88,11 +88,12 @@ void check_against_diffusers(const std::string& sampler) {
     test::TempDir io_dir;
     io::write_safetensors(io_dir / "in.safetensors", {{"noise", HostTensor::from_f32(cap.noise_shape, cap.noise)}});
     test::run_oracle("pipeline_oracle.py", {"run", model_dir().string(), (io_dir / "in.safetensors").string(),
-                                            (io_dir / "out.safetensors").string(), cfg.prompt, cfg.negative_prompt,
-                                            "5", "7.0", sampler, "42"});
+                                            (io_dir / "out.safetensors").string(), cfg.prompt, cfg.negative_prompt, "5",
+                                            "7.0", sampler, "42"});
     const auto out = io::SafetensorsFile::open(io_dir / "out.safetensors");
     // The engine's torch-cpu noise is torch's randn for the seed, bit for bit.
-    EXPECT_TRUE(test::bitwise_equal(HostTensor::from_f32(cap.noise_shape, cap.noise), out.read("noise_check", DType::f32)));
+    EXPECT_TRUE(
+        test::bitwise_equal(HostTensor::from_f32(cap.noise_shape, cap.noise), out.read("noise_check", DType::f32)));
     const auto& img = cap.images[0];
     EXPECT_TRUE(test::tensors_close(HostTensor::from_f32(img.latent_shape, img.latent), out.read("latent", DType::f32),
                                     {1e-8, 1e-4}));

@@ -14,10 +14,10 @@
 #include <vector>
 
 #include "config/a1111.hpp"
+#include "config/png_metadata.hpp"
 #include "config/preset.hpp"
 #include "core/error.hpp"
 #include "io/png.hpp"
-#include "config/png_metadata.hpp"
 #include "support/oracle.hpp"
 
 namespace nanscope {

@@ -60,9 +60,24 @@ TEST(ReferenceRounding, FastRoundingMatchesCoreBitForBit) {
   // core's round_to_from_double is the tested definition. Random doubles over
   // every exponent that matters, plus exact ties of each narrow type.
   std::mt19937_64 rng(7);
-  std::vector<double> values{0.0, -0.0, 65504.0, 65519.999, 65520.0, -65520.0, 0x1p-24, 0x1p-25, 0x1.8p-25, 0x1p-26,
-                             0x1.fep127, 0x1.fdp127, 0x1p-133, 0x1p-134, 1e300, -1e-300,
-                             std::numeric_limits<double>::infinity(), std::numeric_limits<double>::quiet_NaN()};
+  std::vector<double> values{0.0,
+                             -0.0,
+                             65504.0,
+                             65519.999,
+                             65520.0,
+                             -65520.0,
+                             0x1p-24,
+                             0x1p-25,
+                             0x1.8p-25,
+                             0x1p-26,
+                             0x1.fep127,
+                             0x1.fdp127,
+                             0x1p-133,
+                             0x1p-134,
+                             1e300,
+                             -1e-300,
+                             std::numeric_limits<double>::infinity(),
+                             std::numeric_limits<double>::quiet_NaN()};
   std::uniform_int_distribution<int> exp_dist(-140, 130);
   std::uniform_real_distribution<double> mant(1.0, 2.0);
   for (int i = 0; i < 200000; ++i) {
@@ -86,8 +101,8 @@ TEST(ReferenceRounding, FastRoundingMatchesCoreBitForBit) {
       const float want = round_to_from_double(t, v);
       const auto got = static_cast<float>(reference::detail::round_d(t, v));
       const bool same = std::memcmp(&want, &got, sizeof(float)) == 0 || (std::isnan(want) && std::isnan(got));
-      if (!same && ++mismatches < 5) ADD_FAILURE() << dtype_name(t) << " " << std::hexfloat << v << ": " << got
-                                                   << " vs " << want;
+      if (!same && ++mismatches < 5)
+        ADD_FAILURE() << dtype_name(t) << " " << std::hexfloat << v << ": " << got << " vs " << want;
     }
     EXPECT_EQ(mismatches, 0) << dtype_name(t);
   }
@@ -198,8 +213,8 @@ TEST_F(ReferenceOps, Conv1x1EqualsMatmulBitForBitInNativeF16) {
   const auto xv = random(static_cast<std::size_t>(c * hw), 1, -4.0f, 4.0f);
   const auto wv = random(static_cast<std::size_t>(o * c), 2, -4.0f, 4.0f);
   auto cx = ctx(DType::f16, Accumulate::native);
-  const auto conv = down(ops::conv2d(cx, up({1, c, 3, 4}, xv, DType::f16), up({o, c, 1, 1}, wv, DType::f16), nullptr,
-                                     1, 0));
+  const auto conv =
+      down(ops::conv2d(cx, up({1, c, 3, 4}, xv, DType::f16), up({o, c, 1, 1}, wv, DType::f16), nullptr, 1, 0));
   const auto mm = down(ops::matmul(cx, up({o, c}, wv, DType::f16), up({c, hw}, xv, DType::f16)));
   EXPECT_EQ(conv, mm);
 }
@@ -252,8 +267,8 @@ TEST_F(ReferenceOps, SoftmaxKnownValuesAndStability) {
   expect_near_all(down(ops::softmax(c, up({1, 3}, {1, 2, 3}))), {0.09003057f, 0.24472847f, 0.66524096f}, 1e-7f);
   expect_near_all(down(ops::softmax(c, up({2, 2}, {1000, 1000, -1e30f, 0}))), {0.5f, 0.5f, 0, 1}, 0.0f);
   // Native f16: each step rounded, still a distribution close to the exact one.
-  const auto h = down(ops::softmax(ctx(DType::f16, Accumulate::f32, SoftmaxPrecision::native),
-                                   up({1, 3}, {1, 2, 3}, DType::f16)));
+  const auto h =
+      down(ops::softmax(ctx(DType::f16, Accumulate::f32, SoftmaxPrecision::native), up({1, 3}, {1, 2, 3}, DType::f16)));
   expect_near_all(h, {0.09003057f, 0.24472847f, 0.66524096f}, 1e-3f);
 }
 

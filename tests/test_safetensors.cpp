@@ -47,7 +47,8 @@ void expect_open_error(const std::filesystem::path& p, std::initializer_list<std
     ADD_FAILURE() << "opening " << p << " succeeded; expected a FileError";
   } catch (const FileError& e) {
     const std::string what = e.what();
-    for (const auto& f : fragments) EXPECT_NE(what.find(f), std::string::npos) << "missing \"" << f << "\" in: " << what;
+    for (const auto& f : fragments)
+      EXPECT_NE(what.find(f), std::string::npos) << "missing \"" << f << "\" in: " << what;
   } catch (const std::exception& e) {
     ADD_FAILURE() << "expected FileError, got " << typeid(e).name() << ": " << e.what();
   }
@@ -224,35 +225,40 @@ TEST_F(SafetensorsCorrupt, HeaderNotAnObject) {
 }
 
 TEST_F(SafetensorsCorrupt, UnknownDtype) {
-  expect_open_error(write("dt.safetensors", file_bytes(R"({"w": {"dtype": "F7", "shape": [2], "data_offsets": [0, 2]}})", 2)),
-                    {"dt.safetensors", "\"w\"", "unknown dtype \"F7\"", "F32, F16"});
+  expect_open_error(
+      write("dt.safetensors", file_bytes(R"({"w": {"dtype": "F7", "shape": [2], "data_offsets": [0, 2]}})", 2)),
+      {"dt.safetensors", "\"w\"", "unknown dtype \"F7\"", "F32, F16"});
 }
 
 TEST_F(SafetensorsCorrupt, ShapeDoesNotMatchSize) {
-  expect_open_error(
-      write("size.safetensors", file_bytes(R"({"w": {"dtype": "F32", "shape": [5, 7], "data_offsets": [0, 100]}})", 100)),
-      {"size.safetensors", "\"w\"", "[5,7]", "needs 140 bytes", "hold 100"});
+  expect_open_error(write("size.safetensors",
+                          file_bytes(R"({"w": {"dtype": "F32", "shape": [5, 7], "data_offsets": [0, 100]}})", 100)),
+                    {"size.safetensors", "\"w\"", "[5,7]", "needs 140 bytes", "hold 100"});
 }
 
 TEST_F(SafetensorsCorrupt, NegativeOrFractionalShape) {
-  expect_open_error(write("neg.safetensors", file_bytes(R"({"w": {"dtype": "F32", "shape": [-1], "data_offsets": [0, 4]}})", 4)),
-                    {"neg.safetensors", "\"w\"", "non-negative integer"});
-  expect_open_error(write("frac.safetensors", file_bytes(R"({"w": {"dtype": "F32", "shape": [1.5], "data_offsets": [0, 4]}})", 4)),
-                    {"frac.safetensors", "\"w\"", "non-negative integer"});
+  expect_open_error(
+      write("neg.safetensors", file_bytes(R"({"w": {"dtype": "F32", "shape": [-1], "data_offsets": [0, 4]}})", 4)),
+      {"neg.safetensors", "\"w\"", "non-negative integer"});
+  expect_open_error(
+      write("frac.safetensors", file_bytes(R"({"w": {"dtype": "F32", "shape": [1.5], "data_offsets": [0, 4]}})", 4)),
+      {"frac.safetensors", "\"w\"", "non-negative integer"});
 }
 
 TEST_F(SafetensorsCorrupt, OverflowingShape) {
-  expect_open_error(write("ovf.safetensors",
-                          file_bytes(R"({"w": {"dtype": "F32", "shape": [4294967296, 4294967296], "data_offsets": [0, 0]}})", 0)),
-                    {"ovf.safetensors", "\"w\"", "too large"});
+  expect_open_error(
+      write("ovf.safetensors",
+            file_bytes(R"({"w": {"dtype": "F32", "shape": [4294967296, 4294967296], "data_offsets": [0, 0]}})", 0)),
+      {"ovf.safetensors", "\"w\"", "too large"});
 }
 
 TEST_F(SafetensorsCorrupt, OffsetsOutsideTheData) {
   expect_open_error(
       write("off.safetensors", file_bytes(R"({"w": {"dtype": "F32", "shape": [2], "data_offsets": [16, 24]}})", 16)),
       {"off.safetensors", "\"w\"", "past the data area", "16 bytes"});
-  expect_open_error(write("rev.safetensors", file_bytes(R"({"w": {"dtype": "F32", "shape": [0], "data_offsets": [8, 4]}})", 16)),
-                    {"rev.safetensors", "\"w\"", "end before they begin"});
+  expect_open_error(
+      write("rev.safetensors", file_bytes(R"({"w": {"dtype": "F32", "shape": [0], "data_offsets": [8, 4]}})", 16)),
+      {"rev.safetensors", "\"w\"", "end before they begin"});
   expect_open_error(write("miss.safetensors", file_bytes(R"({"w": {"dtype": "F32", "shape": [0]}})", 0)),
                     {"miss.safetensors", "\"w\"", "data_offsets"});
 }
@@ -260,7 +266,8 @@ TEST_F(SafetensorsCorrupt, OffsetsOutsideTheData) {
 TEST_F(SafetensorsCorrupt, OverlappingRanges) {
   const std::string h =
       R"({"a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}, "b": {"dtype": "F16", "shape": [4], "data_offsets": [8, 16]}})";
-  expect_open_error(write("overlap.safetensors", file_bytes(h, 16)), {"overlap.safetensors", "\"b\"", "overlap", "\"a\""});
+  expect_open_error(write("overlap.safetensors", file_bytes(h, 16)),
+                    {"overlap.safetensors", "\"b\"", "overlap", "\"a\""});
 }
 
 TEST_F(SafetensorsCorrupt, DuplicateName) {
@@ -300,9 +307,11 @@ TEST(SafetensorsWriter, RejectsDuplicateAndInconsistentTensors) {
   HostTensor bad({2, 2}, DType::f32);
   bad.data.resize(3);
   EXPECT_THROW(write_safetensors(dir / "bad.safetensors", {{"x", bad}}), FileError);
-  EXPECT_THROW(write_safetensors(dir / "dup.safetensors", {{"x", HostTensor({1}, DType::f32)}, {"x", HostTensor({1}, DType::f32)}}),
+  EXPECT_THROW(write_safetensors(dir / "dup.safetensors",
+                                 {{"x", HostTensor({1}, DType::f32)}, {"x", HostTensor({1}, DType::f32)}}),
                FileError);
-  EXPECT_THROW(write_safetensors(dir / "no_such_dir" / "x.safetensors", {{"x", HostTensor({1}, DType::f32)}}), FileError);
+  EXPECT_THROW(write_safetensors(dir / "no_such_dir" / "x.safetensors", {{"x", HostTensor({1}, DType::f32)}}),
+               FileError);
   EXPECT_FALSE(std::filesystem::exists(dir / "bad.safetensors"));
 }
 

@@ -11,8 +11,8 @@
 #include "backend/device.hpp"
 #include "config/preset.hpp"
 #include "core/error.hpp"
-#include "studies/scenario.hpp"
 #include "pipeline/session.hpp"
+#include "studies/scenario.hpp"
 #include "support/oracle.hpp"
 
 namespace nanscope::studies {
@@ -22,13 +22,13 @@ using namespace inspect;
 
 namespace fs = std::filesystem;
 
-#define REQUIRE_EMBEDDED_MODEL()                                                                \
-  do {                                                                                          \
-    try {                                                                                       \
-      pipeline::embedded_model_dir();                                                           \
-    } catch (const FileError& e) {                                                              \
+#define REQUIRE_EMBEDDED_MODEL()                                                             \
+  do {                                                                                       \
+    try {                                                                                    \
+      pipeline::embedded_model_dir();                                                        \
+    } catch (const FileError& e) {                                                           \
       GTEST_SKIP() << "the embedded model is absent (set NANSCOPE_MODEL_DIR): " << e.what(); \
-    }                                                                                           \
+    }                                                                                        \
   } while (0)
 
 ScenarioOptions quick(const fs::path& work) {

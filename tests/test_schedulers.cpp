@@ -48,8 +48,8 @@ struct Oracle {
 Oracle run_oracle(const json& cases) {
   test::TempDir dir;
   std::ofstream(dir / "request.json") << json{{"cases", cases}}.dump();
-  test::run_oracle("scheduler_oracle.py", {(dir / "request.json").string(), (dir / "response.json").string(),
-                                           (dir / "blob.f32").string()});
+  test::run_oracle("scheduler_oracle.py",
+                   {(dir / "request.json").string(), (dir / "response.json").string(), (dir / "blob.f32").string()});
   Oracle o;
   o.response = json::parse(std::ifstream(dir / "response.json"));
   std::ifstream in(dir / "blob.f32", std::ios::binary | std::ios::ate);
@@ -154,9 +154,15 @@ json schedule_cases() {
     }
   }
   // Options beyond the grid.
-  const json sd15 = {{"beta_schedule", "scaled_linear"}, {"beta_start", 0.00085}, {"beta_end", 0.012},
-                     {"steps_offset", 1}, {"clip_sample", false}, {"set_alpha_to_one", false},
-                     {"skip_prk_steps", true}, {"_class_name", "PNDMScheduler"}, {"trained_betas", nullptr}};
+  const json sd15 = {{"beta_schedule", "scaled_linear"},
+                     {"beta_start", 0.00085},
+                     {"beta_end", 0.012},
+                     {"steps_offset", 1},
+                     {"clip_sample", false},
+                     {"set_alpha_to_one", false},
+                     {"skip_prk_steps", true},
+                     {"_class_name", "PNDMScheduler"},
+                     {"trained_betas", nullptr}};
   for (int steps : {1, 20, 50}) {
     for (std::string kind : {"euler", "euler_a", "ddim", "dpmpp_2m"}) {
       cases.push_back({{"kind", kind}, {"config", sd15}, {"steps", steps}});
@@ -191,15 +197,27 @@ json schedule_cases() {
 json run_cases() {
   json cases = json::array();
   auto add = [&](const std::string& kind, json config, int steps, std::vector<int> shape = {1, 4, 16, 16}) {
-    cases.push_back({{"kind", kind}, {"config", std::move(config)}, {"steps", steps}, {"run_steps", 1000},
-                     {"shape", shape}, {"seed", 1000 + static_cast<int>(cases.size())}});
+    cases.push_back({{"kind", kind},
+                     {"config", std::move(config)},
+                     {"steps", steps},
+                     {"run_steps", 1000},
+                     {"shape", shape},
+                     {"seed", 1000 + static_cast<int>(cases.size())}});
   };
-  const json sd15 = {{"beta_schedule", "scaled_linear"}, {"beta_start", 0.00085}, {"beta_end", 0.012},
-                     {"steps_offset", 1}, {"clip_sample", false}, {"set_alpha_to_one", false}};
+  const json sd15 = {{"beta_schedule", "scaled_linear"},
+                     {"beta_start", 0.00085},
+                     {"beta_end", 0.012},
+                     {"steps_offset", 1},
+                     {"clip_sample", false},
+                     {"set_alpha_to_one", false}};
   // The shipped embedded model's setting: v-prediction, zero terminal SNR, trailing.
-  json zsnr = {{"beta_schedule", "scaled_linear"}, {"beta_start", 0.00085}, {"beta_end", 0.012},
-               {"prediction_type", "v_prediction"}, {"rescale_betas_zero_snr", true},
-               {"timestep_spacing", "trailing"}, {"clip_sample", false}};
+  json zsnr = {{"beta_schedule", "scaled_linear"},
+               {"beta_start", 0.00085},
+               {"beta_end", 0.012},
+               {"prediction_type", "v_prediction"},
+               {"rescale_betas_zero_snr", true},
+               {"timestep_spacing", "trailing"},
+               {"clip_sample", false}};
   for (std::string kind : {"euler", "euler_a", "ddim", "dpmpp_2m"}) {
     add(kind, sd15, 20);
     add(kind, zsnr, 20);
@@ -273,9 +291,10 @@ TEST(Schedulers, TimestepsAndSigmasMatchDiffusers) {
     if (::testing::Test::HasFailure()) break;  // one case's detail is enough
   }
   EXPECT_GT(extra_step_cases, 0) << "the grid should include diffusers' trailing-spacing extra step (61 steps)";
-  std::printf("%zu schedule cases (%d refused like diffusers' step would fail); worst relative error: timesteps "
-              "%.3g, sigmas %.3g\n",
-              cases.size(), refused, worst_t, worst_s);
+  std::printf(
+      "%zu schedule cases (%d refused like diffusers' step would fail); worst relative error: timesteps "
+      "%.3g, sigmas %.3g\n",
+      cases.size(), refused, worst_t, worst_s);
 }
 
 TEST(Schedulers, SamplingRunsMatchDiffusers) {
@@ -347,8 +366,13 @@ TEST(Schedulers, AncestralNeedsNoiseAndSizesMustMatch) {
 }
 
 TEST(SchedulerConfig, ClassDefaultsAndOverrides) {
-  const json sd15 = {{"_class_name", "PNDMScheduler"}, {"beta_schedule", "scaled_linear"}, {"beta_start", 0.00085},
-                     {"beta_end", 0.012}, {"steps_offset", 1}, {"skip_prk_steps", true}, {"trained_betas", nullptr},
+  const json sd15 = {{"_class_name", "PNDMScheduler"},
+                     {"beta_schedule", "scaled_linear"},
+                     {"beta_start", 0.00085},
+                     {"beta_end", 0.012},
+                     {"steps_offset", 1},
+                     {"skip_prk_steps", true},
+                     {"trained_betas", nullptr},
                      {"thresholding", true}};  // thresholding is read by DDIM only
   const auto euler = SchedulerConfig::from_json(sd15, SamplerKind::kEuler);
   EXPECT_EQ(euler.timestep_spacing, pipeline::TimestepSpacing::kLinspace);

@@ -213,8 +213,7 @@ TEST(SettingsTable, InspectorSettingsAreRowsCheckedOnSetAndOnRead) {
                   {"\"inspect.decode_every\"", "from 0 to 10000", "\"2\""});
   expect_contains(preset_error(R"({"nanscope_preset": 1, "inspect": {"emulation": "r0"}})"),
                   {"\"inspect.emulation\"", "unknown key", "emulate, emulate_min_tokens, trace"});
-  const auto s =
-      inspect_settings(json::parse(R"({"emulate": "r0", "trace": "off", "stats_every": 4})"));
+  const auto s = inspect_settings(json::parse(R"({"emulate": "r0", "trace": "off", "stats_every": 4})"));
   EXPECT_TRUE(s.emulate_r0);
   EXPECT_EQ(s.trace, inspect::TraceMode::off);
   EXPECT_EQ(s.stats_every, 4);

@@ -28,10 +28,10 @@
 #include "core/error.hpp"
 #include "io/safetensors.hpp"
 #include "models/ldm_checkpoint.hpp"
-#include "support/ldm_writer.hpp"
 #include "pipeline/sd_model.hpp"
 #include "pipeline/session.hpp"
 #include "support/compare.hpp"
+#include "support/ldm_writer.hpp"
 #include "support/oracle.hpp"
 #include "support/random.hpp"
 
@@ -43,12 +43,9 @@ using models::LdmFamily;
 
 const char* family_arg(LdmFamily f) {
   switch (f) {
-    case LdmFamily::sd1:
-      return "sd1";
-    case LdmFamily::sd2:
-      return "sd2";
-    case LdmFamily::sdxl:
-      return "sdxl";
+    case LdmFamily::sd1: return "sd1";
+    case LdmFamily::sd2: return "sd2";
+    case LdmFamily::sdxl: return "sdxl";
   }
   return "?";
 }

@@ -104,7 +104,7 @@ TEST(MemoryPlan, TheLargestAcceptedSizeIsRefusedNamingTheBuffer) {
       const std::string msg = e.what();
       EXPECT_TRUE(contains(msg, "16384x16384 does not fit")) << msg;
       EXPECT_TRUE(contains(msg, "UPSAMPLE_NEAREST2X vae decoder.up_blocks.")) << msg;  // the op, component, module
-      EXPECT_TRUE(contains(msg, " f32 (")) << msg;                                   // the buffer's dtype and size
+      EXPECT_TRUE(contains(msg, " f32 (")) << msg;                                     // the buffer's dtype and size
     }
   }
 }
@@ -123,8 +123,8 @@ TEST(SizeRange, EverySizeGivesAnImageOrAMessage) {
     const fs::path png = dir / (std::to_string(size) + ".png");
     fs::remove(png);
     const std::string s = std::to_string(size);
-    const auto r = test::run_process({NANSCOPE_CLI_PATH, "generate", "--steps", "1", "--cfg", "1", "--size",
-                                      s + "x" + s, "-o", png.string()});
+    const auto r = test::run_process(
+        {NANSCOPE_CLI_PATH, "generate", "--steps", "1", "--cfg", "1", "--size", s + "x" + s, "-o", png.string()});
     ASSERT_LT(r.exit_code, 128) << "ended by a signal\n" << r.err;
     if (r.exit_code == 0) {
       EXPECT_TRUE(fs::exists(png));
@@ -163,9 +163,9 @@ TEST(SizeRange, AMemoryLimitRefusesWhatASmallerCardCouldNotHold) {
   EXPECT_TRUE(contains(r.err, "1024x1024 does not fit")) << r.err;
   EXPECT_TRUE(contains(r.err, "128.0 MiB")) << r.err;
   // Global options also follow the subcommand.
-  const auto after = test::run_process({NANSCOPE_CLI_PATH, "generate", "--memory-limit", "128", "--steps", "1",
-                                        "--size", "1024x1024", "-o",
-                                        (fs::temp_directory_path() / "nanscope-limit.png").string()});
+  const auto after =
+      test::run_process({NANSCOPE_CLI_PATH, "generate", "--memory-limit", "128", "--steps", "1", "--size", "1024x1024",
+                         "-o", (fs::temp_directory_path() / "nanscope-limit.png").string()});
   EXPECT_EQ(after.exit_code, 1) << after.err;
   EXPECT_TRUE(contains(after.err, "1024x1024 does not fit")) << after.err;
 }

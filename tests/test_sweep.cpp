@@ -7,8 +7,8 @@
 #include <fstream>
 
 #include "core/error.hpp"
-#include "studies/sweep.hpp"
 #include "pipeline/sd_model.hpp"
+#include "studies/sweep.hpp"
 #include "support/oracle.hpp"
 
 namespace nanscope::studies {
@@ -53,7 +53,7 @@ TEST(Sweep, FinishedCellsAreSkippedAndTheMergeListsEveryCell) {
     "configs": {"vae": ["vae.dtype=f16"], "fix": ["vae=vae-fp16-fix", "vae.dtype=f16"]}, "seeds": [5]})"));
   ASSERT_EQ(spec.cells.size(), 2u);
   EXPECT_EQ(merge_sweep(spec), 0);
-  EXPECT_TRUE(run_sweep_cell(spec, 1));  // "vae": the f16 VAE that overflows
+  EXPECT_TRUE(run_sweep_cell(spec, 1));   // "vae": the f16 VAE that overflows
   EXPECT_FALSE(run_sweep_cell(spec, 1));  // resumed: skipped
   EXPECT_EQ(merge_sweep(spec), 1);
   std::ifstream md(spec.out / "summary.md");

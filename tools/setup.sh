@@ -16,7 +16,7 @@ apt_packages=(
   ocl-icd-opencl-dev opencl-headers opencl-clhpp-headers pocl-opencl-icd clinfo
   libspdlog-dev nlohmann-json3-dev libpng-dev libcli11-dev libssl-dev
   libutf8proc-dev libgtest-dev libgmock-dev libbenchmark-dev
-  xvfb xauth fonts-dejavu-core
+  xvfb xauth fonts-dejavu-core clang-format
 )
 if [ "$want_python" = 1 ]; then
   apt_packages+=(python3-venv python3-torch python3-numpy libopenblas0-pthread)

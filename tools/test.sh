@@ -4,7 +4,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/setup.sh
-tools/build.sh
+# CI (CI=true): warnings in NaNscope's own code are errors, and sources must be clang-formatted.
+if [ "${CI:-}" = "true" ]; then
+  tools/check_format.sh
+  tools/build.sh -DNANSCOPE_WERROR=ON
+else
+  tools/build.sh
+fi
 build_dir=${NANSCOPE_BUILD_DIR:-build}
 export HF_HUB_OFFLINE=1
 # A private kernel cache so tests never depend on (or pollute) the user's.

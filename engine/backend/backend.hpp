@@ -4,8 +4,8 @@
 // Backends receive checked arguments from engine/ops and never see Qt.
 
 #include <cstdint>
-#include <string>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 

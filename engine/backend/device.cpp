@@ -189,9 +189,8 @@ void choose_default(DeviceList& list) {
         d.reason = "not default: device type is not GPU, accelerator or CPU; pin it with --device to use it";
         break;
       case DeviceKind::reference:
-        d.reason = d.is_default
-                       ? "default: no usable OpenCL device; the reference device is the fallback (slow, exact)"
-                       : "not default: an OpenCL device was found" + by + "; reference is only the fallback";
+        d.reason = d.is_default ? "default: no usable OpenCL device; the reference device is the fallback (slow, exact)"
+                                : "not default: an OpenCL device was found" + by + "; reference is only the fallback";
         break;
     }
     log::debug("device {} {} \"{}\": {}", d.index, d.id, d.name, d.reason);
@@ -225,8 +224,8 @@ DeviceList enumerate_devices() {
     list.notes.push_back(no_platform_note());
     log::debug("{}", list.notes.back());
   } else if (err != CL_SUCCESS) {
-    list.notes.push_back(std::string("The OpenCL ICD loader failed to list platforms (") +
-                         opencl::cl_status_name(err) + "). Using the built-in reference device.");
+    list.notes.push_back(std::string("The OpenCL ICD loader failed to list platforms (") + opencl::cl_status_name(err) +
+                         "). Using the built-in reference device.");
     log::debug("{}", list.notes.back());
   } else {
     std::vector<cl_platform_id> platforms(nplat);

@@ -3,10 +3,10 @@
 // `reference` device (plain C++, f64 accumulation). The user may pin one;
 // a pinned device that is missing is an error listing what exists (report R3).
 
-#include <functional>
-#include <optional>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -17,8 +17,8 @@ enum class DeviceKind : std::uint8_t { gpu, accelerator, cpu, other, reference }
 std::string_view device_kind_name(DeviceKind k);
 
 struct DeviceInfo {
-  int index = 0;            // position in the device list (what --device INDEX means)
-  std::string id;           // "reference" or "opencl:<platform>:<device>"
+  int index = 0;   // position in the device list (what --device INDEX means)
+  std::string id;  // "reference" or "opencl:<platform>:<device>"
   std::string name;
   std::string vendor;
   std::string driver_version;
@@ -90,7 +90,8 @@ struct KernelBuildRecord {
 enum class KernelStyleChoice { by_device, cpu, gpu };
 
 struct BackendOptions {
-  std::string kernel_cache_dir;  // empty: $NANSCOPE_KERNEL_CACHE, else $XDG_CACHE_HOME/nanscope/kernels, else ~/.cache/...
+  std::string
+      kernel_cache_dir;  // empty: $NANSCOPE_KERNEL_CACHE, else $XDG_CACHE_HOME/nanscope/kernels, else ~/.cache/...
   bool use_kernel_cache = true;
   // Use at most this much device memory (0: the device's own): the backend
   // reports min(limit, real) as its global memory and largest allocation, so

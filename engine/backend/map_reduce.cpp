@@ -125,7 +125,8 @@ PreviewReduction reduce_preview(const float* latent, std::int64_t channels, std:
     for (int k = 0; k < 3; ++k) {
       double v = args.bias[static_cast<std::size_t>(k)];
       for (std::int64_t c = 0; c < used; ++c)
-        v += static_cast<double>(args.factors[static_cast<std::size_t>(c * 3 + k)]) * latent[c * plane + i] * args.scale;
+        v +=
+            static_cast<double>(args.factors[static_cast<std::size_t>(c * 3 + k)]) * latent[c * plane + i] * args.scale;
       std::uint8_t byte = 0;
       if (std::isfinite(v)) {
         ++p.finite;

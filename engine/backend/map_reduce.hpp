@@ -23,11 +23,11 @@
 namespace nanscope {
 
 struct MapReduceArgs {
-  const Tensor& x;               // [N, C, H, W] (any storage dtype), contiguous
-  std::int64_t index = 0;        // which image of the batch
-  double near_limit = 0;         // |x| >= this counts as near the limit (0: none counted)
-  double overshoot = 3.0;        // |x| > this counts as overshoot (image scale)
-  int mask_cells = 32;           // non-finite mask: at most this many cells per side
+  const Tensor& x;         // [N, C, H, W] (any storage dtype), contiguous
+  std::int64_t index = 0;  // which image of the batch
+  double near_limit = 0;   // |x| >= this counts as near the limit (0: none counted)
+  double overshoot = 3.0;  // |x| > this counts as overshoot (image scale)
+  int mask_cells = 32;     // non-finite mask: at most this many cells per side
 };
 
 // Counts and moments of the finite values of one channel.
@@ -67,9 +67,9 @@ MapReduction reduce_map(const float* values, std::int64_t channels, std::int64_t
 //   rgb[k] = bias[k] + sum_c factors[c * 3 + k] * latent[c] * scale
 // on the -1..1 image scale, mapped to bytes (non-finite: 0).
 struct LatentPreviewArgs {
-  const Tensor& x;                 // [N, C, H, W] f32
-  std::int64_t index = 0;          // which image of the batch
-  std::vector<float> factors;      // C' x 3, C' <= C (extra channels are ignored)
+  const Tensor& x;             // [N, C, H, W] f32
+  std::int64_t index = 0;      // which image of the batch
+  std::vector<float> factors;  // C' x 3, C' <= C (extra channels are ignored)
   std::array<float, 3> bias{};
   double scale = 1.0;
   double overshoot = 3.0;

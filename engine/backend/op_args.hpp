@@ -45,7 +45,7 @@ struct Conv2dArgs {
 };
 
 struct GroupNormArgs {
-  const Tensor& x;  // [n, c, spatial...] viewed as [n, c, s]
+  const Tensor& x;      // [n, c, spatial...] viewed as [n, c, s]
   const Tensor* gamma;  // [c] or null
   const Tensor* beta;   // [c] or null
   Tensor& out;
@@ -56,7 +56,7 @@ struct GroupNormArgs {
 };
 
 struct LayerNormArgs {
-  const Tensor& x;  // [rows, d]
+  const Tensor& x;      // [rows, d]
   const Tensor* gamma;  // [d] or null
   const Tensor* beta;   // [d] or null
   Tensor& out;
@@ -177,19 +177,19 @@ enum class LatentOp : int {
 };
 struct LatentStepArgs {
   LatentOp op;
-  std::int64_t n;                    // elements
-  const Tensor& x;                   // read at x_offset
+  std::int64_t n;   // elements
+  const Tensor& x;  // read at x_offset
   std::int64_t x_offset = 0;
-  const Tensor* m = nullptr;         // model output / cond / noise / newest data prediction, at m_offset
+  const Tensor* m = nullptr;  // model output / cond / noise / newest data prediction, at m_offset
   std::int64_t m_offset = 0;
-  const Tensor* h1 = nullptr;        // older data predictions (dpm2, dpm3), offset 0
+  const Tensor* h1 = nullptr;  // older data predictions (dpm2, dpm3), offset 0
   const Tensor* h2 = nullptr;
-  Tensor& out;                       // written at out_offset; may be x itself
+  Tensor& out;  // written at out_offset; may be x itself
   std::int64_t out_offset = 0;
-  Tensor* x0 = nullptr;              // receives the data prediction (euler, ddim), offset 0
+  Tensor* x0 = nullptr;  // receives the data prediction (euler, ddim), offset 0
   std::array<float, 8> c{};
-  int prediction = 0;                // 0 epsilon, 1 v, 2 sample
-  int flag = 0;                      // ddim: clip_sample; dpm2: heun
+  int prediction = 0;  // 0 epsilon, 1 v, 2 sample
+  int flag = 0;        // ddim: clip_sample; dpm2: heun
 };
 // Throws OpError when a tensor is not f32, too small, or an input the op needs is missing.
 void check_latent_step(const LatentStepArgs& a);

@@ -36,9 +36,8 @@ std::string string_value(const json& v, const std::string& path) {
 
 long long version_value(const json& v) {
   if (!v.is_number_integer() || v.get<long long>() < 1) {
-    fail("nanscope_preset",
-         "expected an integer (the format version; this NaNscope writes " + std::to_string(kPresetVersion) +
-             "), found " + v.dump());
+    fail("nanscope_preset", "expected an integer (the format version; this NaNscope writes " +
+                                std::to_string(kPresetVersion) + "), found " + v.dump());
   }
   return v.get<long long>();
 }

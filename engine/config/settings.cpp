@@ -70,10 +70,10 @@ struct Codec {
 
 const Codec<DType> kDTypeCodec{dtype_name, parse_dtype, {DType::f32, DType::f16, DType::bf16}};
 const Codec<Accumulate> kAccumulateCodec{accumulate_name, parse_accumulate, {Accumulate::f32, Accumulate::native}};
-const Codec<SoftmaxPrecision> kSoftmaxCodec{softmax_name, parse_softmax,
-                                            {SoftmaxPrecision::f32, SoftmaxPrecision::native}};
-const Codec<AttentionImpl> kImplCodec{attention_impl_name, parse_attention_impl,
-                                      {AttentionImpl::fused, AttentionImpl::bmm, AttentionImpl::sliced}};
+const Codec<SoftmaxPrecision> kSoftmaxCodec{
+    softmax_name, parse_softmax, {SoftmaxPrecision::f32, SoftmaxPrecision::native}};
+const Codec<AttentionImpl> kImplCodec{
+    attention_impl_name, parse_attention_impl, {AttentionImpl::fused, AttentionImpl::bmm, AttentionImpl::sliced}};
 const Codec<SamplerId> kSamplerCodec{sampler_name, parse_sampler, {kSamplers.begin(), kSamplers.end()}};
 const Codec<NoiseKind> kNoiseCodec{noise_name, parse_noise, {NoiseKind::nanscope, NoiseKind::torch_cpu}};
 
@@ -238,12 +238,12 @@ void size_from_a1111(RunConfig& c, const std::string& value, const A1111Fields&)
 std::vector<Setting> build_table() {
   std::vector<Setting> t;
   const std::string size_help = " in pixels; 0: the size the model was trained at";
-  t.push_back(member(&RunConfig::prompt, {.key = "prompt",
-                                          .help = "What to draw (kept as written, spaces included)",
-                                          .keep_spaces = true}));
-  t.push_back(member(&RunConfig::negative_prompt, {.key = "negative_prompt",
-                                                   .help = "What to steer away from; empty: nothing",
-                                                   .keep_spaces = true}));
+  t.push_back(
+      member(&RunConfig::prompt,
+             {.key = "prompt", .help = "What to draw (kept as written, spaces included)", .keep_spaces = true}));
+  t.push_back(
+      member(&RunConfig::negative_prompt,
+             {.key = "negative_prompt", .help = "What to steer away from; empty: nothing", .keep_spaces = true}));
   t.push_back(member(&RunConfig::steps, {.key = "steps",
                                          .type = SettingType::integer,
                                          .default_value = "20",
@@ -271,8 +271,9 @@ std::vector<Setting> build_table() {
   Setting seed{.key = "seed",
                .type = SettingType::seed,
                .default_value = "1",
-               .help = "Seed of the first image (the others take seed+1, seed+2, ...); setting it drops an "
-                       "explicit seeds list",
+               .help =
+                   "Seed of the first image (the others take seed+1, seed+2, ...); setting it drops an "
+                   "explicit seeds list",
                .a1111 = "Seed"};
   seed.get = [](const RunConfig& c) { return json(c.seed); };
   seed.put = [](RunConfig& c, const json& v) {
@@ -285,8 +286,9 @@ std::vector<Setting> build_table() {
   Setting seeds{.key = "seeds",
                 .type = SettingType::seed_list,
                 .max = 64,
-                .help = "Explicit per-image seeds; sets batch_size to their count and seed to the first. "
-                        "Empty: seed, seed+1, ..."};
+                .help =
+                    "Explicit per-image seeds; sets batch_size to their count and seed to the first. "
+                    "Empty: seed, seed+1, ..."};
   seeds.get = [](const RunConfig& c) { return json(c.seeds); };
   seeds.put = [](RunConfig& c, const json& v) {
     c.seeds = v.get<std::vector<std::uint64_t>>();
@@ -332,15 +334,14 @@ std::vector<Setting> build_table() {
                                           .max = 16384,
                                           .help = "Image height" + size_help,
                                           .a1111 = "Size"}));
-  t.push_back(member(&RunConfig::model,
-                     {.key = "model",
-                      .help = "A diffusers model folder or a single-file checkpoint (.safetensors); empty: the "
-                              "embedded model",
-                      .a1111 = "Model",
-                      .to_a1111 = [](const RunConfig& c) -> std::optional<std::string> {
-                        return model_display_name(c.model);
-                      },
-                      .a1111_read = false}));
+  t.push_back(
+      member(&RunConfig::model,
+             {.key = "model",
+              .help = "A diffusers model folder or a single-file checkpoint (.safetensors); empty: the "
+                      "embedded model",
+              .a1111 = "Model",
+              .to_a1111 = [](const RunConfig& c) -> std::optional<std::string> { return model_display_name(c.model); },
+              .a1111_read = false}));
   t.push_back(member(&RunConfig::vae, {.key = "vae",
                                        .help = "A VAE folder or file that replaces the model's own; empty: the "
                                                "model's own",
@@ -386,8 +387,9 @@ std::vector<Setting> build_table() {
                  .type = SettingType::choice,
                  .default_value = "report",
                  .choices = {"report", "stop", "retry-vae-f32", "retry-vae:PATH"},
-                 .help = "When the latent or the decoded image holds NaN or Inf: report it and keep going, stop at "
-                         "the first non-finite step, decode again in f32, or decode again with the VAE at PATH"};
+                 .help =
+                     "When the latent or the decoded image holds NaN or Inf: report it and keep going, stop at "
+                     "the first non-finite step, decode again in f32, or decode again with the VAE at PATH"};
   policy.get = [](const RunConfig& c) { return json(c.nan_policy.to_string()); };
   policy.put = [](RunConfig& c, const json& v) { c.nan_policy = *NanPolicy::parse(v.get<std::string>()); };
   policy.canonical = [](std::string_view s) -> std::optional<std::string> {

@@ -55,14 +55,14 @@ struct Setting {
   std::string key{};  // as `--set` takes it: "steps", "unet.attention.slice_size", "inspect.trace"
   SettingType type = SettingType::text;
   std::string default_value{};  // the `--set` text of the default
-  double min = 0, max = 0;    // integer, number, size; seed_list: the most seeds
+  double min = 0, max = 0;      // integer, number, size; seed_list: the most seeds
   // choice: the allowed values as listed to users ("retry-vae:PATH" stands for
   // a family); `canonical` (below) decides what is accepted.
   std::vector<std::string> choices{};
   std::string help{};
-  std::string a1111{};      // A1111 infotext name ("Steps"); "" when A1111 has none
-  std::string json_path{};  // where presets keep it ("precision.unet.dtype"); "" means the key itself
-  bool keep_spaces = false;   // text: leading and trailing spaces belong to the value (prompts)
+  std::string a1111{};       // A1111 infotext name ("Steps"); "" when A1111 has none
+  std::string json_path{};   // where presets keep it ("precision.unet.dtype"); "" means the key itself
+  bool keep_spaces = false;  // text: leading and trailing spaces belong to the value (prompts)
   // Presets leave it out while it holds its default, so that presets stay
   // readable by versions that predate the key (the inspector settings).
   bool omit_default = false;
@@ -104,7 +104,7 @@ struct PrecisionField {
   Setting spec;  // key: the field ("attention.softmax"); type, default, allowed values, help
   std::function<nlohmann::json(const ComponentPrecision&)> get;
   std::function<void(ComponentPrecision&, const nlohmann::json&)> put;
-  std::function<nlohmann::json(const PrecisionOverride&)> get_override;  // null: the override leaves it unset
+  std::function<nlohmann::json(const PrecisionOverride&)> get_override;         // null: the override leaves it unset
   std::function<void(PrecisionOverride&, const nlohmann::json&)> put_override;  // null: unset it
 };
 

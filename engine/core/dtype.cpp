@@ -1,9 +1,9 @@
 #include "core/dtype.hpp"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
-#include <algorithm>
 #include <limits>
 
 namespace nanscope {
@@ -47,7 +47,7 @@ std::uint16_t f32_to_f16_bits(float f) {
   }
   if (abs < 0x38800000u) {  // below 2^-14: subnormal half (or zero).
     // Value = abs_float; half subnormal unit is 2^-24. Round m * 2^(e) / 2^-24 to nearest even.
-    const int exp = static_cast<int>(abs >> 23);  // biased f32 exponent
+    const int exp = static_cast<int>(abs >> 23);             // biased f32 exponent
     if (exp < 102) return static_cast<std::uint16_t>(sign);  // < 2^-25: rounds to zero (2^-25 exactly ties to 0)
     const std::uint32_t mant = (abs & 0x7fffffu) | 0x800000u;
     // f = mant * 2^(exp-127-23); in units of 2^-24: mant * 2^(exp-126)... shift right by (126-exp).
@@ -96,9 +96,7 @@ std::uint16_t f32_to_bf16_bits(float f) {
   return static_cast<std::uint16_t>(rounded >> 16);
 }
 
-float bf16_bits_to_f32(std::uint16_t b) {
-  return std::bit_cast<float>(static_cast<std::uint32_t>(b) << 16);
-}
+float bf16_bits_to_f32(std::uint16_t b) { return std::bit_cast<float>(static_cast<std::uint32_t>(b) << 16); }
 
 float round_to(DType t, float f) {
   switch (t) {

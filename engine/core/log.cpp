@@ -17,8 +17,7 @@ spdlog::level::level_enum parse_level(std::string_view s) {
   if (s == "warn" || s == "warning") return spdlog::level::warn;
   if (s == "error") return spdlog::level::err;
   if (s == "off") return spdlog::level::off;
-  throw ConfigError("unknown log level '" + std::string(s) +
-                    "'; use one of: trace, debug, info, warn, error, off");
+  throw ConfigError("unknown log level '" + std::string(s) + "'; use one of: trace, debug, info, warn, error, off");
 }
 }  // namespace
 

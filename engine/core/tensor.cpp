@@ -56,8 +56,7 @@ HostTensor::HostTensor(Shape s, DType t)
 HostTensor HostTensor::from_f32(Shape s, const std::vector<float>& values, DType t) {
   HostTensor h(std::move(s), t);
   if (static_cast<std::int64_t>(values.size()) != h.numel()) {
-    throw OpError("HostTensor::from_f32: " + std::to_string(values.size()) + " values for shape " +
-                  shape_str(h.shape));
+    throw OpError("HostTensor::from_f32: " + std::to_string(values.size()) + " values for shape " + shape_str(h.shape));
   }
   for (std::size_t i = 0; i < values.size(); ++i) h.set(static_cast<std::int64_t>(i), values[i]);
   return h;
@@ -88,9 +87,7 @@ float HostTensor::get(std::int64_t i) const {
 void HostTensor::set(std::int64_t i, float v) {
   const auto k = static_cast<std::size_t>(i);
   switch (dtype) {
-    case DType::f32:
-      std::memcpy(data.data() + 4 * k, &v, 4);
-      break;
+    case DType::f32: std::memcpy(data.data() + 4 * k, &v, 4); break;
     case DType::f16: {
       const std::uint16_t b = f32_to_f16_bits(v);
       std::memcpy(data.data() + 2 * k, &b, 2);

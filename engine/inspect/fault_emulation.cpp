@@ -56,16 +56,15 @@ bool R0Emulator::apply(const OpContext& ctx, std::string_view op, Tensor& output
   output = ctx.be().upload(host);
   altered_[std::weak_ptr<Storage>(output.storage_ptr())] = true;
   if (hits_++ == 0) {
-    log::warn("EMULATED fault (report R0): corrupting rows 1 and {} of {}x{} fused attention output in {} at {} "
-              "(emulation, not a real device fault)",
-              h - 2, h, w, dtype_name(dt), ctx.path);
+    log::warn(
+        "EMULATED fault (report R0): corrupting rows 1 and {} of {}x{} fused attention output in {} at {} "
+        "(emulation, not a real device fault)",
+        h - 2, h, w, dtype_name(dt), ctx.path);
   }
   return true;
 }
 
-bool R0Emulator::altered(const Tensor& t) const {
-  return altered_.count(std::weak_ptr<Storage>(t.storage_ptr())) > 0;
-}
+bool R0Emulator::altered(const Tensor& t) const { return altered_.count(std::weak_ptr<Storage>(t.storage_ptr())) > 0; }
 
 std::string R0Emulator::describe() const {
   return "EMULATED fault (report R0): fused attention in f16/bf16 at power-of-two token counts (>= " +

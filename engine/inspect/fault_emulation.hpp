@@ -31,8 +31,8 @@ enum class TraceMode : std::uint8_t { automatic, always, off };
 // RunConfig::inspect. The defaults are the settings table's inspect.* rows
 // (config/ sits above inspect/, so they are repeated here; a test holds them equal).
 struct InspectSettings {
-  bool emulate_r0 = false;        // inspect.emulate=r0
-  int emulate_min_tokens = 256;   // R0: smallest query count that is hit
+  bool emulate_r0 = false;       // inspect.emulate=r0
+  int emulate_min_tokens = 256;  // R0: smallest query count that is hit
   // auto: trace the first failing UNet call and decode; always: also the last
   // step's UNet call and the first decode; off.
   TraceMode trace = TraceMode::automatic;

@@ -17,8 +17,8 @@ namespace nanscope::inspect {
 
 namespace {
 
-constexpr std::string_view kVerdictNames[] = {"clean", "slow-start", "near-limit", "saturated", "bands", "non-finite",
-                                              "device-missing"};
+constexpr std::string_view kVerdictNames[] = {"clean", "slow-start", "near-limit",    "saturated",
+                                              "bands", "non-finite", "device-missing"};
 
 double median_of(std::vector<double>& v) {
   if (v.empty()) return 0;
@@ -55,7 +55,8 @@ std::vector<double> peak_z(const std::vector<double>& s, double floor, int borde
     double best = 0;
     for (int k = 1; k <= kBandReach; ++k) {
       const double a = v - s[static_cast<std::size_t>(r - k)], b = v - s[static_cast<std::size_t>(r + k)];
-      if (std::isfinite(a) && std::isfinite(b) && a * b > 0) best = std::max(best, std::min(std::fabs(a), std::fabs(b)));
+      if (std::isfinite(a) && std::isfinite(b) && a * b > 0)
+        best = std::max(best, std::min(std::fabs(a), std::fabs(b)));
     }
     z[static_cast<std::size_t>(r)] = best / scale;
   }

@@ -65,22 +65,22 @@ inline constexpr int kBandMaxLines = 4;
 // embedded model's decoder draws a dark frame there that scored 8.1-8.9 on
 // clean pictures. R0's corrupted lines lie further in (one latent row in: 4-7
 // pixels at the embedded VAE's factor 4, 8-15 at SD's 8).
-inline constexpr int kImageBandBorder = 4;            // more scoring lines than this (and than 1/8) is a pattern
-inline constexpr double kBandThreshold = 8.0;      // robust z-score that makes "bands"
+inline constexpr int kImageBandBorder = 4;     // more scoring lines than this (and than 1/8) is a pattern
+inline constexpr double kBandThreshold = 8.0;  // robust z-score that makes "bands"
 // |x| beyond this on the -1..1 image scale is saturated. The embedded model's
 // VAE overshoots on flat colours (clean 8-step images reach -3.2; 2-step ones
 // -5.6); the R0 emulation reaches -8.
 inline constexpr double kOvershoot = 3.0;
 // Share of overshooting values that makes "saturated".
 inline constexpr double kSaturatedShare = 0.05;
-inline constexpr int kMaskCells = 32;              // non-finite mask: at most this many cells per side
+inline constexpr int kMaskCells = 32;  // non-finite mask: at most this many cells per side
 
 // Statistics of a set of values: min/max/mean/std over the finite ones.
 struct Stats {
   double min = 0, max = 0, mean = 0, std = 0, max_abs = 0;
   std::int64_t count = 0, nan = 0, pos_inf = 0, neg_inf = 0;
-  std::int64_t near_limit = 0;   // finite values with |x| >= kNearLimitFraction * dtype_max
-  double near_limit_share = 0;   // near_limit / count
+  std::int64_t near_limit = 0;  // finite values with |x| >= kNearLimitFraction * dtype_max
+  double near_limit_share = 0;  // near_limit / count
   std::int64_t nonfinite() const { return nan + pos_inf + neg_inf; }
   // Folds other into this (counts add; mean/std combine exactly).
   void merge(const Stats& other);
@@ -99,11 +99,11 @@ struct NonFiniteMask {
 
 // Row/column band detector result.
 struct BandScore {
-  double row_score = 0, col_score = 0;  // largest robust z-score over rows / columns
-  int worst_row = -1, worst_col = -1;   // where it was (-1: none)
-  std::vector<float> row_z, col_z;      // z-score of every row / column
+  double row_score = 0, col_score = 0;    // largest robust z-score over rows / columns
+  int worst_row = -1, worst_col = -1;     // where it was (-1: none)
+  std::vector<float> row_z, col_z;        // z-score of every row / column
   std::vector<int> band_rows, band_cols;  // rows / columns whose z >= kBandThreshold
-  bool pattern = false;  // so many lines score that it is a pattern (stripes), not bands
+  bool pattern = false;                   // so many lines score that it is a pattern (stripes), not bands
   double score() const { return row_score > col_score ? row_score : col_score; }
   bool bands() const { return !pattern && score() >= kBandThreshold; }
 };
@@ -128,14 +128,14 @@ struct Preview {
 // Everything the inspector says about one [C, H, W] map (one latent or one
 // UNet output branch of one image).
 struct MapStats {
-  Stats all;                      // over every value
-  std::vector<Stats> channels;    // per channel
+  Stats all;                    // over every value
+  std::vector<Stats> channels;  // per channel
   NonFiniteMask mask;
   BandScore bands;
-  double saturation = 0;          // share of values beyond kOvershoot (latent: of the preview; image: of pixels)
-  double clipped = 0;             // share of values outside -1..1 (images and previews)
+  double saturation = 0;  // share of values beyond kOvershoot (latent: of the preview; image: of pixels)
+  double clipped = 0;     // share of values outside -1..1 (images and previews)
   Verdict verdict = Verdict::clean;
-  std::string note;               // plain English, one line: why the verdict
+  std::string note;  // plain English, one line: why the verdict
 };
 
 struct MapOptions {
@@ -155,33 +155,33 @@ struct MapOptions {
 // What a reduction (Backend::map_reduce) says under these options.
 MapStats analyze_reduction(const MapReduction& r, const MapOptions& options);
 // values: [C, H, W] (one image of a batch), row-major; the reference reduction, then analyze_reduction.
-MapStats analyze_map(std::span<const float> values, std::int64_t channels, std::int64_t height,
-                     std::int64_t width, const MapOptions& options);
+MapStats analyze_map(std::span<const float> values, std::int64_t channels, std::int64_t height, std::int64_t width,
+                     const MapOptions& options);
 // The pieces on their own (analyze_map uses them).
 NonFiniteMask nonfinite_mask(std::span<const float> values, std::int64_t channels, std::int64_t height,
                              std::int64_t width, int max_cells = kMaskCells);
-BandScore band_score(std::span<const float> values, std::int64_t channels, std::int64_t height,
-                     std::int64_t width, double min_deviation = 0.5, int border = kBandReach);
+BandScore band_score(std::span<const float> values, std::int64_t channels, std::int64_t height, std::int64_t width,
+                     double min_deviation = 0.5, int border = kBandReach);
 
 // The latent preview: factors applied to latent / sqrt(1 + sigma^2) (the
 // sampler's latent at noise level sigma, scaled to unit variance), mapped
 // from -1..1 to bytes. Also returns, through overshoot/clipped, the shares
 // used for saturation.
-Preview latent_preview(std::span<const float> latent, std::int64_t channels, std::int64_t height,
-                       std::int64_t width, const LatentRgbFactors& factors, double sigma,
-                       double* overshoot = nullptr, double* clipped = nullptr);
+Preview latent_preview(std::span<const float> latent, std::int64_t channels, std::int64_t height, std::int64_t width,
+                       const LatentRgbFactors& factors, double sigma, double* overshoot = nullptr,
+                       double* clipped = nullptr);
 
 // One sampling step of one image, as the observer receives it
 // (pipeline::StepReport::stats).
 struct StepStats {
-  MapStats latent;                 // after the step
-  MapStats noise_cond;             // UNet output, conditional branch
+  MapStats latent;                       // after the step
+  MapStats noise_cond;                   // UNet output, conditional branch
   std::optional<MapStats> noise_uncond;  // UNet output, unconditional branch (CFG only)
-  Preview preview;                 // empty when the model family has no factors
+  Preview preview;                       // empty when the model family has no factors
   // Full preview: the VAE's decode of the sampler's x0 prediction after this
   // step (inspect.decode_every); empty on the other steps.
   Preview decoded;
-  double sigma_after = 0;          // noise level of the latent after the step
+  double sigma_after = 0;            // noise level of the latent after the step
   Verdict verdict = Verdict::clean;  // worst of the maps
 };
 
@@ -206,24 +206,24 @@ StepStats analyze_step(std::span<const float> latent, std::span<const float> noi
 
 // The decoded image's checks ([3, H, W] on the -1..1 scale, before clamping).
 struct ImageStats {
-  MapStats map;                    // stats, mask, bands, saturation, clipped share
+  MapStats map;                       // stats, mask, bands, saturation, clipped share
   std::int64_t nonfinite_pixels = 0;  // pixels with any non-finite channel
 };
 ImageStats analyze_image(std::span<const float> chw, std::int64_t height, std::int64_t width);
 
 // One op of a layer trace: its output statistics and whether its inputs were finite.
 struct OpRecord {
-  int index = 0;              // order of execution within the traced call
-  std::string component;      // "unet", "vae", "text_encoder"
-  std::string path;           // diffusers module path inside the component ("decoder.mid_block.resnets.0.norm1")
-  std::string op;             // "CONV2D", "GROUP_NORM", ...
-  Shape shape;                // output shape
-  DType dtype = DType::f32;   // output dtype
-  std::string precision;      // effective precision, e.g. "f16 acc=f32 softmax=f32"
-  std::string attention;      // attention ops: "fused", "bmm", "sliced(4)"; else empty
+  int index = 0;             // order of execution within the traced call
+  std::string component;     // "unet", "vae", "text_encoder"
+  std::string path;          // diffusers module path inside the component ("decoder.mid_block.resnets.0.norm1")
+  std::string op;            // "CONV2D", "GROUP_NORM", ...
+  Shape shape;               // output shape
+  DType dtype = DType::f32;  // output dtype
+  std::string precision;     // effective precision, e.g. "f16 acc=f32 softmax=f32"
+  std::string attention;     // attention ops: "fused", "bmm", "sliced(4)"; else empty
   Stats output;
-  bool inputs_finite = true;  // every input held finite values only
-  bool emulated_fault = false;  // fault emulation altered this op's output
+  bool inputs_finite = true;      // every input held finite values only
+  bool emulated_fault = false;    // fault emulation altered this op's output
   std::string full_path() const;  // component + "." + path
 };
 
@@ -242,19 +242,19 @@ struct LayerTrace {
 // What the inspector concludes about a whole run (pipeline::RunReport::inspection).
 struct RunInspection {
   Verdict verdict = Verdict::clean;
-  std::string summary;            // one plain-English line
-  int first_bad_step = -1;        // first step whose verdict was not clean (-1: none)
-  std::string first_bad_branch;   // "latent", "noise_cond", "noise_uncond"
+  std::string summary;           // one plain-English line
+  int first_bad_step = -1;       // first step whose verdict was not clean (-1: none)
+  std::string first_bad_branch;  // "latent", "noise_cond", "noise_uncond"
   // Full module path of the first bad op ("unet.mid_block.attentions.0..."): the first op whose inputs
   // were finite and output was not; without one, the first op an emulated fault altered.
   std::string origin;
-  std::string origin_op;          // its op name ("ATTENTION")
-  std::string near_limit_origin;  // full module path of the first op within 10% of its dtype's limit
-  std::optional<ImageStats> image;          // the image that was kept (after any retry)
-  std::optional<ImageStats> first_decode;   // the first decode, when a retry replaced it
-  std::vector<LayerTrace> traces;  // the layer traces taken (on a fault, or all when asked)
-  bool emulation = false;          // a fault emulation was active in this run
-  std::string emulation_note;      // what was emulated, in plain English ("EMULATED: ...")
+  std::string origin_op;                   // its op name ("ATTENTION")
+  std::string near_limit_origin;           // full module path of the first op within 10% of its dtype's limit
+  std::optional<ImageStats> image;         // the image that was kept (after any retry)
+  std::optional<ImageStats> first_decode;  // the first decode, when a retry replaced it
+  std::vector<LayerTrace> traces;          // the layer traces taken (on a fault, or all when asked)
+  bool emulation = false;                  // a fault emulation was active in this run
+  std::string emulation_note;              // what was emulated, in plain English ("EMULATED: ...")
 };
 
 }  // namespace nanscope::inspect

@@ -39,7 +39,8 @@ void LayerTracer::on_op(const OpContext& ctx, std::string_view op, std::span<con
   r.precision = ctx.precision.describe();
   if (op == "ATTENTION") {
     r.attention = std::string(attention_impl_name(ctx.attention.impl));
-    if (ctx.attention.impl == AttentionImpl::sliced) r.attention += "(" + std::to_string(ctx.attention.slice_size) + ")";
+    if (ctx.attention.impl == AttentionImpl::sliced)
+      r.attention += "(" + std::to_string(ctx.attention.slice_size) + ")";
   }
   for (const Tensor* in : inputs) {
     if (in != nullptr && !finite(be, *in)) r.inputs_finite = false;

@@ -12,10 +12,17 @@ nlohmann::json num(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlo
 }  // namespace
 
 nlohmann::json to_json(const Stats& s) {
-  return {{"min", num(s.min)},         {"max", num(s.max)},         {"mean", num(s.mean)},
-          {"std", num(s.std)},         {"max_abs", num(s.max_abs)}, {"count", s.count},
-          {"nan", s.nan},              {"pos_inf", s.pos_inf},      {"neg_inf", s.neg_inf},
-          {"near_limit", s.near_limit}, {"near_limit_share", num(s.near_limit_share)}};
+  return {{"min", num(s.min)},
+          {"max", num(s.max)},
+          {"mean", num(s.mean)},
+          {"std", num(s.std)},
+          {"max_abs", num(s.max_abs)},
+          {"count", s.count},
+          {"nan", s.nan},
+          {"pos_inf", s.pos_inf},
+          {"neg_inf", s.neg_inf},
+          {"near_limit", s.near_limit},
+          {"near_limit_share", num(s.near_limit_share)}};
 }
 
 nlohmann::json to_json(const MapStats& m) {

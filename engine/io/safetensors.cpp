@@ -50,11 +50,21 @@ struct FileDTypeInfo {
   std::size_t size;
 };
 constexpr std::array<FileDTypeInfo, 15> kFileDTypes{{
-    {FileDType::F64, "F64", 8},   {FileDType::F32, "F32", 4},         {FileDType::F16, "F16", 2},
-    {FileDType::BF16, "BF16", 2}, {FileDType::I64, "I64", 8},         {FileDType::I32, "I32", 4},
-    {FileDType::I16, "I16", 2},   {FileDType::I8, "I8", 1},           {FileDType::U64, "U64", 8},
-    {FileDType::U32, "U32", 4},   {FileDType::U16, "U16", 2},         {FileDType::U8, "U8", 1},
-    {FileDType::BOOL, "BOOL", 1}, {FileDType::F8_E4M3, "F8_E4M3", 1}, {FileDType::F8_E5M2, "F8_E5M2", 1},
+    {FileDType::F64, "F64", 8},
+    {FileDType::F32, "F32", 4},
+    {FileDType::F16, "F16", 2},
+    {FileDType::BF16, "BF16", 2},
+    {FileDType::I64, "I64", 8},
+    {FileDType::I32, "I32", 4},
+    {FileDType::I16, "I16", 2},
+    {FileDType::I8, "I8", 1},
+    {FileDType::U64, "U64", 8},
+    {FileDType::U32, "U32", 4},
+    {FileDType::U16, "U16", 2},
+    {FileDType::U8, "U8", 1},
+    {FileDType::BOOL, "BOOL", 1},
+    {FileDType::F8_E4M3, "F8_E4M3", 1},
+    {FileDType::F8_E5M2, "F8_E5M2", 1},
 }};
 
 const FileDTypeInfo& info(FileDType t) {
@@ -127,8 +137,8 @@ TensorEntry parse_entry(const std::filesystem::path& path, const std::string& na
   e.end = *en;
   if (e.end - e.begin != expected) {
     fail_corrupt(path, who + ": shape " + shape_str(e.shape) + " x " + std::string(file_dtype_name(e.file_dtype)) +
-                           " needs " + std::to_string(expected) + " bytes but data_offsets " + off->dump() +
-                           " hold " + std::to_string(e.end - e.begin));
+                           " needs " + std::to_string(expected) + " bytes but data_offsets " + off->dump() + " hold " +
+                           std::to_string(e.end - e.begin));
   }
   if (e.end > data_bytes) {
     fail_corrupt(path, who + ": data_offsets " + off->dump() + " reach past the data area, which holds " +
@@ -156,8 +166,8 @@ nlohmann::json parse_header(const std::filesystem::path& path, const char* begin
     fail_corrupt(path, std::string("the header is not valid JSON (") + e.what() + ")");
   }
   if (!j.is_object()) {
-    fail_corrupt(path, "the header must be a JSON object mapping tensor names to entries, found " +
-                           std::string(j.type_name()));
+    fail_corrupt(
+        path, "the header must be a JSON object mapping tensor names to entries, found " + std::string(j.type_name()));
   }
   if (!duplicate.empty()) fail_corrupt(path, "the header names " + tensor_label(duplicate) + " twice");
   return j;
@@ -290,8 +300,8 @@ SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
       }
       for (const auto& [mk, mv] : value.items()) {
         if (!mv.is_string()) {
-          fail_corrupt(path, "\"__metadata__\" key \"" + mk + "\" must be a string, found " +
-                                 std::string(mv.type_name()));
+          fail_corrupt(path,
+                       "\"__metadata__\" key \"" + mk + "\" must be a string, found " + std::string(mv.type_name()));
         }
         f.metadata_[mk] = mv.get<std::string>();
       }

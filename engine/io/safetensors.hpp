@@ -31,7 +31,23 @@ namespace nanscope::io {
 // Every dtype the safetensors format defines. Only F32, F16 and BF16 can be
 // loaded as weights; the others are recognised so the error can say what the
 // file holds.
-enum class FileDType : std::uint8_t { F64, F32, F16, BF16, I64, I32, I16, I8, U64, U32, U16, U8, BOOL, F8_E4M3, F8_E5M2 };
+enum class FileDType : std::uint8_t {
+  F64,
+  F32,
+  F16,
+  BF16,
+  I64,
+  I32,
+  I16,
+  I8,
+  U64,
+  U32,
+  U16,
+  U8,
+  BOOL,
+  F8_E4M3,
+  F8_E5M2
+};
 
 std::string_view file_dtype_name(FileDType t);  // "F32", as written in the header
 std::size_t file_dtype_size(FileDType t);

@@ -86,14 +86,14 @@ ClipTextOutput ClipTextModel::forward(const OpContext& ctx, const std::vector<st
   if (ids.empty()) throw OpError(op_message(ctx, "CLIP_TEXT", {}, "no token rows given"));
   const auto tokens = static_cast<std::int64_t>(ids.front().size());
   if (tokens == 0 || tokens > c.max_positions) {
-    throw OpError(op_message(ctx, "CLIP_TEXT", {},
-                             "got " + std::to_string(tokens) + " tokens; the model takes 1.." +
-                                 std::to_string(c.max_positions)));
+    throw OpError(
+        op_message(ctx, "CLIP_TEXT", {},
+                   "got " + std::to_string(tokens) + " tokens; the model takes 1.." + std::to_string(c.max_positions)));
   }
   if (clip_skip < 0 || clip_skip >= c.layers) {
-    throw OpError(op_message(ctx, "CLIP_TEXT", {},
-                             "clip_skip " + std::to_string(clip_skip) + " is out of range 0.." +
-                                 std::to_string(c.layers - 1)));
+    throw OpError(
+        op_message(ctx, "CLIP_TEXT", {},
+                   "clip_skip " + std::to_string(clip_skip) + " is out of range 0.." + std::to_string(c.layers - 1)));
   }
   const auto batch = static_cast<std::int64_t>(ids.size());
   const std::size_t esz = dtype_size(token_embedding_.dtype);
@@ -143,8 +143,8 @@ ClipTextOutput ClipTextModel::forward(const OpContext& ctx, const std::vector<st
       const auto it = std::find(row.begin(), row.end(), static_cast<int>(c.eos_token_id));
       pos_eos = it == row.end() ? tokens - 1 : it - row.begin();
     }
-    const Tensor one = ops::slice(ctx.child("pooler"), last.reshaped({batch * tokens, c.hidden_size}),
-                                  0, b * tokens + pos_eos, b * tokens + pos_eos + 1);
+    const Tensor one = ops::slice(ctx.child("pooler"), last.reshaped({batch * tokens, c.hidden_size}), 0,
+                                  b * tokens + pos_eos, b * tokens + pos_eos + 1);
     rows.push_back(one);
   }
   out.pooled = ops::concat(ctx.child("pooler"), rows, 0);

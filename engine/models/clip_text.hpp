@@ -27,9 +27,9 @@ struct ClipTextConfig {
 struct ClipTextOutput {
   // The embeddings SD conditions on: last_hidden_state after the final layer
   // norm, or with clip_skip k the hidden state k layers earlier (normed).
-  Tensor prompt_embeds;        // [b, tokens, hidden]
-  Tensor penultimate;          // [b, tokens, hidden] (hidden_states[-2], not normed; SDXL)
-  Tensor pooled;               // [b, hidden] at the EOS token, or its projection when the model has one
+  Tensor prompt_embeds;  // [b, tokens, hidden]
+  Tensor penultimate;    // [b, tokens, hidden] (hidden_states[-2], not normed; SDXL)
+  Tensor pooled;         // [b, hidden] at the EOS token, or its projection when the model has one
 };
 
 class ClipTextModel {

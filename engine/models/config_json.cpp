@@ -75,8 +75,7 @@ std::vector<std::int64_t> ConfigJson::require_ints(const std::string& key) const
   return out;
 }
 
-std::vector<std::int64_t> ConfigJson::int_or_list(const std::string& key, std::size_t n,
-                                                  std::int64_t fallback) const {
+std::vector<std::int64_t> ConfigJson::int_or_list(const std::string& key, std::size_t n, std::int64_t fallback) const {
   if (!has(key)) return std::vector<std::int64_t>(n, fallback);
   const auto& v = j_[key];
   if (v.is_number_integer()) return std::vector<std::int64_t>(n, v.get<std::int64_t>());

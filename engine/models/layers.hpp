@@ -56,7 +56,7 @@ struct LayerNorm {
 // diffusers.models.attention_processor.Attention (classic processor semantics).
 struct Attention {
   std::string name;
-  Linear to_q, to_k, to_v, to_out;  // to_out is "to_out.0"
+  Linear to_q, to_k, to_v, to_out;      // to_out is "to_out.0"
   std::optional<GroupNorm> group_norm;  // VAE mid-block attention
   int heads = 1;
   std::int64_t dim_head = 0;
@@ -75,8 +75,7 @@ struct Attention {
 struct FeedForward {
   std::string name;
   Linear proj, out;
-  void load(WeightLoader& w, const std::string& prefix, const std::string& name, std::int64_t dim,
-            std::int64_t inner);
+  void load(WeightLoader& w, const std::string& prefix, const std::string& name, std::int64_t dim, std::int64_t inner);
   Tensor forward(const OpContext& ctx, const Tensor& x) const;
 };
 

@@ -76,17 +76,12 @@ constexpr Leaf kOpenClipLayer[] = {
 
 std::span<const Leaf> leaves(LeafRule r) {
   switch (r) {
-    case LeafRule::unet_resnet:
-      return kUnetResnet;
-    case LeafRule::vae_resnet:
-      return kVaeResnet;
-    case LeafRule::vae_attention:
-      return kVaeAttention;
-    case LeafRule::openclip_layer:
-      return kOpenClipLayer;
+    case LeafRule::unet_resnet: return kUnetResnet;
+    case LeafRule::vae_resnet: return kVaeResnet;
+    case LeafRule::vae_attention: return kVaeAttention;
+    case LeafRule::openclip_layer: return kOpenClipLayer;
     case LeafRule::same:
-    case LeafRule::transpose:
-      return {};
+    case LeafRule::transpose: return {};
   }
   return {};
 }
@@ -115,12 +110,9 @@ std::string component_of(std::string_view diffusers) {
 
 std::string_view ldm_family_name(LdmFamily f) {
   switch (f) {
-    case LdmFamily::sd1:
-      return "SD 1.x";
-    case LdmFamily::sd2:
-      return "SD 2.x";
-    case LdmFamily::sdxl:
-      return "SDXL";
+    case LdmFamily::sd1: return "SD 1.x";
+    case LdmFamily::sd2: return "SD 2.x";
+    case LdmFamily::sdxl: return "SDXL";
   }
   return "?";
 }
@@ -130,12 +122,9 @@ std::string_view ldm_component_prefix(LdmFamily f, std::string_view component) {
   if (component == "vae") return kVaePrefix;
   if (component == "text_encoder") {
     switch (f) {
-      case LdmFamily::sd1:
-        return "cond_stage_model.transformer.";
-      case LdmFamily::sd2:
-        return "cond_stage_model.model.";
-      case LdmFamily::sdxl:
-        return "conditioner.embedders.0.transformer.";
+      case LdmFamily::sd1: return "cond_stage_model.transformer.";
+      case LdmFamily::sd2: return "cond_stage_model.model.";
+      case LdmFamily::sdxl: return "conditioner.embedders.0.transformer.";
     }
   }
   if (component == "text_encoder_2" && f == LdmFamily::sdxl) return "conditioner.embedders.1.model.";
@@ -554,9 +543,7 @@ nlohmann::json default_scheduler_config(LdmFamily fam) {
                       {"clip_sample", false},         {"skip_prk_steps", true},  {"timestep_spacing", "leading"},
                       {"prediction_type", "epsilon"}, {"trained_betas", nullptr}};
   switch (fam) {
-    case LdmFamily::sd1:
-      j["_class_name"] = "PNDMScheduler";
-      break;
+    case LdmFamily::sd1: j["_class_name"] = "PNDMScheduler"; break;
     case LdmFamily::sd2:
       j["_class_name"] = "DDIMScheduler";
       j["prediction_type"] = "v_prediction";

@@ -24,8 +24,9 @@ UNetConfig UNetConfig::from_json(const ConfigJson& j) {
   c.mid_block_type = j.get_string("mid_block_type", "UNetMidBlock2DCrossAttn");
   const std::size_t n = c.block_out_channels.size();
   if (c.down_block_types.size() != n || c.up_block_types.size() != n) {
-    throw ConfigError(j.origin() + ": down_block_types, up_block_types and block_out_channels must have the same "
-                                   "length");
+    throw ConfigError(j.origin() +
+                      ": down_block_types, up_block_types and block_out_channels must have the same "
+                      "length");
   }
   for (const auto& t : c.down_block_types)
     if (t != "DownBlock2D" && t != "CrossAttnDownBlock2D") j.unsupported("down_block_types", "unknown block " + t);
@@ -67,8 +68,8 @@ UNetConfig UNetConfig::from_json(const ConfigJson& j) {
     j.unsupported("reverse_transformer_layers_per_block", "not used by SD models");
   for (std::size_t i = 0; i < n; ++i) {
     if (c.block_out_channels[i] % c.heads[i] != 0) {
-      throw ConfigError(j.origin() + ": block_out_channels[" + std::to_string(i) + "] = " +
-                        std::to_string(c.block_out_channels[i]) + " is not divisible by its " +
+      throw ConfigError(j.origin() + ": block_out_channels[" + std::to_string(i) +
+                        "] = " + std::to_string(c.block_out_channels[i]) + " is not divisible by its " +
                         std::to_string(c.heads[i]) + " attention heads");
     }
   }
@@ -116,13 +117,12 @@ void UNet::load_weights(WeightLoader& w) {
     const std::int64_t in_ch = out_ch;
     out_ch = c.block_out_channels[i];
     for (std::int64_t j = 0; j < c.layers_per_block[i]; ++j) {
-      b.resnets.emplace_back().load(w, b.name, "resnets." + std::to_string(j), j == 0 ? in_ch : out_ch, out_ch, temb,
-                                    g, eps);
+      b.resnets.emplace_back().load(w, b.name, "resnets." + std::to_string(j), j == 0 ? in_ch : out_ch, out_ch, temb, g,
+                                    eps);
       if (is_cross_attn(c.down_block_types[i])) {
-        b.attentions.emplace_back().load(w, b.name, "attentions." + std::to_string(j), out_ch,
-                                         static_cast<int>(c.heads[i]),
-                                         static_cast<int>(c.transformer_layers_per_block[i]),
-                                         c.cross_attention_dim[i], c.use_linear_projection, g);
+        b.attentions.emplace_back().load(
+            w, b.name, "attentions." + std::to_string(j), out_ch, static_cast<int>(c.heads[i]),
+            static_cast<int>(c.transformer_layers_per_block[i]), c.cross_attention_dim[i], c.use_linear_projection, g);
       }
     }
     if (i + 1 < n) {
@@ -187,14 +187,14 @@ Tensor UNet::forward(const OpContext& ctx, const Tensor& sample, std::span<const
                                  " times)"));
   }
   if (static_cast<std::int64_t>(timesteps.size()) != batch) {
-    throw OpError(op_message(ctx, "UNET", {{"sample", &sample}},
-                             "got " + std::to_string(timesteps.size()) + " timesteps for a batch of " +
-                                 std::to_string(batch)));
+    throw OpError(
+        op_message(ctx, "UNET", {{"sample", &sample}},
+                   "got " + std::to_string(timesteps.size()) + " timesteps for a batch of " + std::to_string(batch)));
   }
 
-  Tensor t_emb = ops::timestep_embedding(ctx.child("time_proj"), timesteps,
-                                         static_cast<int>(c.block_out_channels.front()), c.flip_sin_to_cos,
-                                         c.freq_shift);
+  Tensor t_emb =
+      ops::timestep_embedding(ctx.child("time_proj"), timesteps, static_cast<int>(c.block_out_channels.front()),
+                              c.flip_sin_to_cos, c.freq_shift);
   Tensor emb = time_embedding_.forward(ctx, t_emb);
   if (add_embedding_) {
     if (!added) {

@@ -20,7 +20,7 @@ struct UNetConfig {
   std::vector<std::int64_t> block_out_channels;
   std::vector<std::string> down_block_types, up_block_types;
   std::string mid_block_type = "UNetMidBlock2DCrossAttn";
-  std::vector<std::int64_t> layers_per_block;             // per down block
+  std::vector<std::int64_t> layers_per_block;              // per down block
   std::vector<std::int64_t> heads;                         // per down block
   std::vector<std::int64_t> cross_attention_dim;           // per down block
   std::vector<std::int64_t> transformer_layers_per_block;  // per down block
@@ -41,8 +41,8 @@ struct UNetConfig {
 
 // SDXL's extra conditioning: pooled text embedding and the six size/crop numbers.
 struct AddedConditions {
-  Tensor text_embeds;             // [b, pooled dim]
-  std::vector<float> time_ids;    // b x 6: original h, w, crop top, left, target h, w
+  Tensor text_embeds;           // [b, pooled dim]
+  std::vector<float> time_ids;  // b x 6: original h, w, crop top, left, target h, w
 };
 
 class UNet {
@@ -52,8 +52,8 @@ class UNet {
   void load_weights(WeightLoader& w);
 
   // sample [b, in, h, w]; one timestep per batch row; context [b, tokens, cross_dim].
-  Tensor forward(const OpContext& ctx, const Tensor& sample, std::span<const float> timesteps,
-                 const Tensor& context, const AddedConditions* added = nullptr) const;
+  Tensor forward(const OpContext& ctx, const Tensor& sample, std::span<const float> timesteps, const Tensor& context,
+                 const AddedConditions* added = nullptr) const;
   const UNetConfig& config() const { return config_; }
 
  private:

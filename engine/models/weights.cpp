@@ -17,7 +17,9 @@ WeightSource::WeightSource(std::vector<fs::path> files) {
 WeightSource::WeightSource(std::shared_ptr<io::SafetensorsFile> file, std::string component,
                            std::map<std::string, TensorRef> present,
                            std::function<std::optional<TensorRef>(const std::string&)> locate)
-    : files_{std::move(file)}, mapped_(std::move(present)), locate_(std::move(locate)),
+    : files_{std::move(file)},
+      mapped_(std::move(present)),
+      locate_(std::move(locate)),
       component_(std::move(component)) {}
 
 WeightSource WeightSource::from_folder(const fs::path& folder, bool prefer_fp16) {
@@ -85,8 +87,8 @@ HostTensor WeightSource::read(const std::string& name, const Shape& expected, DT
   const io::SafetensorsFile* file = nullptr;
   const io::TensorEntry* e = find(name, &file);
   if (!e) {
-    throw FileError("tensor '" + name + "' is missing from " + describe() + " (expected shape " +
-                    shape_str(expected) + "); the file does not match the component's config.json");
+    throw FileError("tensor '" + name + "' is missing from " + describe() + " (expected shape " + shape_str(expected) +
+                    "); the file does not match the component's config.json");
   }
   if (e->shape != expected) {
     // Linear weights saved as 1x1 convs (and back) are the same numbers.
@@ -127,8 +129,8 @@ HostTensor WeightSource::read_mapped(const std::string& name, const Shape& expec
     case TensorRef::Transform::squeeze: {
       if (s == expected) return f.read(*e, dtype);
       // A linear stored as a 1x1 conv (the VAE attention) and back: the same numbers.
-      if (shape_numel(s) == shape_numel(expected) && s.size() != expected.size() && !s.empty() &&
-          !expected.empty() && s[0] == expected[0]) {
+      if (shape_numel(s) == shape_numel(expected) && s.size() != expected.size() && !s.empty() && !expected.empty() &&
+          s[0] == expected[0]) {
         HostTensor h = f.read(*e, dtype);
         h.shape = expected;
         return h;

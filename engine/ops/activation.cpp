@@ -38,8 +38,8 @@ Tensor geglu(const OpContext& ctx, const Tensor& x) {
   call.check_tensor("x", x);
   call.check_rank("x", x, 1, 1 << 20);
   const std::int64_t two_d = x.dim(-1);
-  call.require(two_d % 2 == 0, "the last dimension (" + std::to_string(two_d) +
-                                   ") must be even: it holds the values and the gate");
+  call.require(two_d % 2 == 0,
+               "the last dimension (" + std::to_string(two_d) + ") must be even: it holds the values and the gate");
   Shape out_shape = x.shape();
   out_shape.back() = two_d / 2;
   Tensor out = call.allocate(out_shape);

@@ -25,7 +25,8 @@ Tensor conv2d(const OpContext& ctx, const Tensor& x, const Tensor& weight, const
                                          std::to_string(pw));
   const std::int64_t oh = (ph - kh) / stride + 1, ow = (pw - kw) / stride + 1;
   Tensor out = call.allocate({n, o, oh, ow});
-  call.run(&Backend::conv2d, Conv2dArgs{x, weight, bias, out, n, c, h, w, o, kh, kw, oh, ow, stride, padding, ctx.precision});
+  call.run(&Backend::conv2d,
+           Conv2dArgs{x, weight, bias, out, n, c, h, w, o, kh, kw, oh, ow, stride, padding, ctx.precision});
   call.trace({&x, &weight, bias}, out);
   return out;
 }

@@ -43,8 +43,8 @@ Tensor linear(const OpContext& ctx, const Tensor& x, const Tensor& weight, const
   call.check_rank("x", x, 1, 1 << 20);
   call.check_rank("weight", weight, 2, 2);
   const std::int64_t n = weight.dim(0), k = weight.dim(1);
-  call.require(x.dim(-1) == k, "x has " + std::to_string(x.dim(-1)) + " features but weight [out, in] expects " +
-                                   std::to_string(k));
+  call.require(x.dim(-1) == k,
+               "x has " + std::to_string(x.dim(-1)) + " features but weight [out, in] expects " + std::to_string(k));
   call.check_vector("bias", bias, n);
   // Every leading dimension of x folds into m: one shared [n, k] weight.
   const std::int64_t m = detail::dims_product(x.shape(), 0, x.rank() - 1);

@@ -37,8 +37,8 @@ struct OpContext {
   AttentionConfig attention;
   OpTracer* tracer = nullptr;
   const PrecisionPolicy* policy = nullptr;  // when set, child() re-resolves precision for the child's path
-  FaultEmulator* faults = nullptr;  // the inspector's fault emulation; null: real numerics, untouched
-  const CancelProbe* cancel = nullptr;  // when set and cancelled, the next op throws Cancelled
+  FaultEmulator* faults = nullptr;          // the inspector's fault emulation; null: real numerics, untouched
+  const CancelProbe* cancel = nullptr;      // when set and cancelled, the next op throws Cancelled
 
   // The same context for a child module: path + "." + name.
   OpContext child(std::string_view name) const;

@@ -4,9 +4,7 @@
 
 namespace nanscope::ops::detail {
 
-void OpCall::fail(std::string_view what) const {
-  throw OpError(format_op_message(ctx_, op_, tensors_, what));
-}
+void OpCall::fail(std::string_view what) const { throw OpError(format_op_message(ctx_, op_, tensors_, what)); }
 
 Backend& OpCall::be() const {
   if (ctx_.backend == nullptr) fail("no backend in the op context: set OpContext::backend (make_backend)");
@@ -41,8 +39,8 @@ void OpCall::check_rank(std::string_view name, const Tensor& t, int min_rank, in
 void OpCall::check_vector(std::string_view name, const Tensor* t, std::int64_t n) const {
   if (t == nullptr) return;
   check_tensor(name, *t);
-  require(t->rank() == 1 && t->dim(0) == n, std::string(name) + " must have shape [" + std::to_string(n) +
-                                                "], got " + shape_str(t->shape()));
+  require(t->rank() == 1 && t->dim(0) == n,
+          std::string(name) + " must have shape [" + std::to_string(n) + "], got " + shape_str(t->shape()));
 }
 
 Tensor OpCall::allocate(const Shape& shape, DType dtype) const {
@@ -97,8 +95,8 @@ std::int64_t dims_product(const Shape& s, int begin, int end) {
 
 int normalize_dim(const OpCall& call, int dim, int rank) {
   const int d = dim < 0 ? dim + rank : dim;
-  call.require(d >= 0 && d < rank, "dimension " + std::to_string(dim) + " is out of range for rank " +
-                                       std::to_string(rank));
+  call.require(d >= 0 && d < rank,
+               "dimension " + std::to_string(dim) + " is out of range for rank " + std::to_string(rank));
   return d;
 }
 

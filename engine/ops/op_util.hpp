@@ -4,8 +4,8 @@
 
 #include <array>
 #include <initializer_list>
-#include <string>
 #include <span>
+#include <string>
 #include <utility>
 #include <vector>
 

@@ -21,8 +21,7 @@ Tensor matmul(const OpContext& ctx, const Tensor& a, const Tensor& b, bool trans
 Tensor linear(const OpContext& ctx, const Tensor& x, const Tensor& weight, const Tensor* bias);
 
 // x [n, c, h, w], weight [o, c, kh, kw], bias [o]; square stride and padding.
-Tensor conv2d(const OpContext& ctx, const Tensor& x, const Tensor& weight, const Tensor* bias, int stride,
-              int padding);
+Tensor conv2d(const OpContext& ctx, const Tensor& x, const Tensor& weight, const Tensor* bias, int stride, int padding);
 
 // x [n, c, ...]: statistics over (c / groups) channels x all spatial positions.
 Tensor group_norm(const OpContext& ctx, const Tensor& x, int groups, const Tensor* gamma, const Tensor* beta,

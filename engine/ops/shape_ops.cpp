@@ -38,8 +38,7 @@ Tensor concat(const OpContext& ctx, std::span<const Tensor> parts, int dim) {
     inputs.push_back(&p);
   }
   Tensor out = call.allocate(out_shape);
-  ConcatArgs args{inputs, out, detail::dims_product(out_shape, 0, d), detail::dims_product(out_shape, d + 1, r),
-                  dims};
+  ConcatArgs args{inputs, out, detail::dims_product(out_shape, 0, d), detail::dims_product(out_shape, d + 1, r), dims};
   call.run(&Backend::concat, args);
   if (ctx.tracer) ctx.tracer->on_op(ctx, "CONCAT", inputs, out);
   return out;
@@ -52,13 +51,13 @@ Tensor slice(const OpContext& ctx, const Tensor& x, int dim, std::int64_t begin,
   const int d = detail::normalize_dim(call, dim, x.rank());
   const std::int64_t size = x.dim(d);
   call.require(begin >= 0 && begin < end && end <= size,
-               "slice [" + std::to_string(begin) + ", " + std::to_string(end) + ") of dimension " +
-                   std::to_string(d) + " (size " + std::to_string(size) + ") must be non-empty and inside it");
+               "slice [" + std::to_string(begin) + ", " + std::to_string(end) + ") of dimension " + std::to_string(d) +
+                   " (size " + std::to_string(size) + ") must be non-empty and inside it");
   Shape out_shape = x.shape();
   out_shape[static_cast<std::size_t>(d)] = end - begin;
   Tensor out = call.allocate(out_shape);
   call.run(&Backend::slice, SliceArgs{x, out, detail::dims_product(x.shape(), 0, d), size,
-                            detail::dims_product(x.shape(), d + 1, x.rank()), begin, end});
+                                      detail::dims_product(x.shape(), d + 1, x.rank()), begin, end});
   call.trace({&x}, out);
   return out;
 }

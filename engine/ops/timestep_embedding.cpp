@@ -18,8 +18,12 @@ Tensor timestep_embedding(const OpContext& ctx, std::span<const float> timesteps
                "dim / 2 - downscale_freq_shift is zero: the frequencies would divide by zero");
   for (float t : timesteps) call.require(std::isfinite(t), "a timestep is not finite");
   Tensor out = call.allocate({static_cast<std::int64_t>(timesteps.size()), dim});
-  TimestepEmbeddingArgs args{std::vector<float>(timesteps.begin(), timesteps.end()), out, dim, flip_sin_to_cos,
-                             downscale_freq_shift, max_period};
+  TimestepEmbeddingArgs args{std::vector<float>(timesteps.begin(), timesteps.end()),
+                             out,
+                             dim,
+                             flip_sin_to_cos,
+                             downscale_freq_shift,
+                             max_period};
   call.run(&Backend::timestep_embedding, args);
   call.trace({}, out);
   return out;

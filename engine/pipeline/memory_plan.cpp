@@ -177,8 +177,8 @@ MemoryPlan plan_memory(const PlanRequest& r) {
   const Tensor context = be.empty({rows, 77, uc.cross_attention_dim.front()}, unet_dtype);
   models::AddedConditions added;
   if (uc.text_time) {
-    added.text_embeds = be.empty({rows, uc.projection_class_embeddings_input_dim - 6 * uc.addition_time_embed_dim},
-                                 unet_dtype);
+    added.text_embeds =
+        be.empty({rows, uc.projection_class_embeddings_input_dim - 6 * uc.addition_time_embed_dim}, unet_dtype);
     added.time_ids.assign(static_cast<std::size_t>(rows * 6), 0.0f);
   }
   std::vector<Tensor> run_state;
@@ -190,7 +190,8 @@ MemoryPlan plan_memory(const PlanRequest& r) {
   const std::vector<float> ts(static_cast<std::size_t>(rows), 999.0f);
   std::uint64_t peak = 0;
   {
-    const Tensor pred = m.unet->forward(on_plan(r.unet, be, tracer), unet_in, ts, context, uc.text_time ? &added : nullptr);
+    const Tensor pred =
+        m.unet->forward(on_plan(r.unet, be, tracer), unet_in, ts, context, uc.text_time ? &added : nullptr);
     peak = be.peak();
     plan.peak_component = "unet";
   }
@@ -210,9 +211,9 @@ MemoryPlan plan_memory(const PlanRequest& r) {
   plan.peak_bytes = peak;
 
   const std::string size = std::to_string(r.width) + "x" + std::to_string(r.height);
-  const std::string helps =
-      "Use a smaller width and height" + std::string(dev.kind == DeviceKind::reference ? "" : ", or a device with more memory") +
-      ".";
+  const std::string helps = "Use a smaller width and height" +
+                            std::string(dev.kind == DeviceKind::reference ? "" : ", or a device with more memory") +
+                            ".";
   if (too_long) {
     plan.refusal = size + " does not fit \"" + dev.name + "\": " + too_long->describe() + " has " +
                    std::to_string(shape_numel(too_long->shape)) +

@@ -44,10 +44,10 @@ struct PlannedBuffer {
 
 struct MemoryPlan {
   int width = 0, height = 0;
-  PlannedBuffer largest;            // the largest single buffer of the UNet call or the decode
-  std::uint64_t peak_bytes = 0;     // the most live at once (the run's tensors + the component's activations)
-  std::string peak_component;       // where that peak is reached
-  std::uint64_t resident_bytes = 0; // already on the device before the run (weights)
+  PlannedBuffer largest;             // the largest single buffer of the UNet call or the decode
+  std::uint64_t peak_bytes = 0;      // the most live at once (the run's tensors + the component's activations)
+  std::string peak_component;        // where that peak is reached
+  std::uint64_t resident_bytes = 0;  // already on the device before the run (weights)
   std::uint64_t max_alloc_bytes = 0, global_mem_bytes = 0;  // the device's limits the plan was checked against
   std::string device;
   // Empty when the run fits the device; otherwise why not, in plain English:
@@ -63,7 +63,7 @@ struct PlanRequest {
   OpContext unet;  // the run's UNet context (backend, precision, attention settings)
   OpContext vae;   // the run's VAE decode context
   int width = 0, height = 0;
-  bool cfg = true;              // guidance on: the UNet runs two rows per call
+  bool cfg = true;  // guidance on: the UNet runs two rows per call
   std::uint64_t resident_bytes = 0;
 };
 

@@ -55,8 +55,7 @@ void avx_mathfun_sincos(float x, float* s, float* c) {
   constexpr float kMinusDp2 = -2.4187564849853515625e-4f;
   constexpr float kMinusDp3 = -3.77489497744594108e-8f;
   constexpr float kSinP0 = -1.9515295891E-4f, kSinP1 = 8.3321608736E-3f, kSinP2 = -1.6666654611E-1f;
-  constexpr float kCosP0 = 2.443315711809948E-005f, kCosP1 = -1.388731625493765E-003f,
-                  kCosP2 = 4.166664568298827E-002f;
+  constexpr float kCosP0 = 2.443315711809948E-005f, kCosP1 = -1.388731625493765E-003f, kCosP2 = 4.166664568298827E-002f;
   std::uint32_t sign_sin = std::bit_cast<std::uint32_t>(x) & 0x80000000u;
   x = std::fabs(x);
   float y = x * kFourOverPi;

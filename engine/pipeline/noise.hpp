@@ -60,9 +60,9 @@ class TorchCpuNoise final : public NoiseSource {
   std::string name() const override { return "torch-cpu"; }
 
  private:
-  float uniform_float();    // 24-bit uniform in [0, 1)
-  double uniform_double();  // 53-bit uniform in [0, 1)
-  float scalar_normal();    // at::normal_distribution<double>, with the cached second value
+  float uniform_float();                    // 24-bit uniform in [0, 1)
+  double uniform_double();                  // 53-bit uniform in [0, 1)
+  float scalar_normal();                    // at::normal_distribution<double>, with the cached second value
   void transform_block(float* data) const;  // Box-Muller of one block of 16 uniforms
 
   std::mt19937 engine_;

@@ -20,24 +20,24 @@ namespace nanscope::pipeline {
 using TensorSummary = inspect::Stats;
 
 struct StepReport {
-  int image = 0;   // index in the batch
-  int index = 0;   // step index, 0-based
-  int steps = 0;   // steps in the run
+  int image = 0;  // index in the batch
+  int index = 0;  // step index, 0-based
+  int steps = 0;  // steps in the run
   float timestep = 0, sigma = 0;
-  TensorSummary latent;       // after the step
-  TensorSummary noise_cond;   // UNet output, conditional branch
-  TensorSummary noise_uncond; // UNet output, unconditional branch (count 0 without CFG)
+  TensorSummary latent;        // after the step
+  TensorSummary noise_cond;    // UNet output, conditional branch
+  TensorSummary noise_uncond;  // UNet output, unconditional branch (count 0 without CFG)
   Shape latent_shape;
   std::vector<float> latent_values;  // the latent after the step (f32, NCHW); only for observers that want_latents()
-  double seconds = 0;          // the whole step, inspector included
-  double inspect_seconds = 0;  // of which the inspector's statistics, detectors and preview
-  std::size_t inspect_bytes = 0;  // what the inspector read back from the device for this step
-  double decode_seconds = 0;   // of which the full-decode preview (inspect.decode_every)
-  inspect::StepStats stats;  // the inspector's view of this step: per channel, mask, bands, preview, verdict
+  double seconds = 0;                // the whole step, inspector included
+  double inspect_seconds = 0;        // of which the inspector's statistics, detectors and preview
+  std::size_t inspect_bytes = 0;     // what the inspector read back from the device for this step
+  double decode_seconds = 0;         // of which the full-decode preview (inspect.decode_every)
+  inspect::StepStats stats;          // the inspector's view of this step: per channel, mask, bands, preview, verdict
 };
 
 struct DecodeAttempt {
-  std::string vae;     // folder
+  std::string vae;  // folder
   DType dtype = DType::f32;
   std::int64_t nonfinite = 0;
   double seconds = 0;
@@ -52,17 +52,17 @@ struct RunReport {
   double load_seconds = 0, text_seconds = 0, sampling_seconds = 0, decode_seconds = 0;
   int first_nonfinite_step = -1;  // first step whose latent held NaN/Inf
   std::vector<DecodeAttempt> decodes;
-  std::string outcome;  // plain English: "clean", "decode gave 3145728 non-finite values; retried in f32: clean"
-  bool stopped = false;   // nan_policy=stop ended the run early
+  std::string outcome;   // plain English: "clean", "decode gave 3145728 non-finite values; retried in f32: clean"
+  bool stopped = false;  // nan_policy=stop ended the run early
   bool cancelled = false;
   inspect::RunInspection inspection;  // verdict, first bad step, origin op, image checks, layer traces
 };
 
 struct GeneratedImage {
   io::RgbImage image;
-  RunConfig config;             // the config of this image alone (its seed)
+  RunConfig config;  // the config of this image alone (its seed)
   Shape latent_shape;
-  std::vector<float> latent;    // the sampled latent, kept so a decode can be retried
+  std::vector<float> latent;  // the sampled latent, kept so a decode can be retried
   std::int64_t nonfinite_pixels = 0;
 };
 

@@ -21,8 +21,7 @@ Sampler::Sampler(SchedulerConfig config) : config_(std::move(config)) {
 void Sampler::set_timesteps(int steps) {
   if (steps < 1 || steps > config_.num_train_timesteps) {
     throw ConfigError(std::string(to_string(kind())) + ": steps = " + std::to_string(steps) + " must be 1 to " +
-                      std::to_string(config_.num_train_timesteps) + " (num_train_timesteps of " + config_.origin +
-                      ")");
+                      std::to_string(config_.num_train_timesteps) + " (num_train_timesteps of " + config_.origin + ")");
   }
   requested_steps_ = steps;
   timesteps_.clear();
@@ -30,9 +29,10 @@ void Sampler::set_timesteps(int steps) {
   make_schedule(steps);
   reset_state();
   if (num_steps() != steps) {
-    log::warn("{}: {} spacing with {} steps gives {} timesteps in diffusers (last t = {}); running them all, as "
-              "diffusers does",
-              to_string(kind()), to_string(config_.timestep_spacing), steps, num_steps(), timesteps_.back());
+    log::warn(
+        "{}: {} spacing with {} steps gives {} timesteps in diffusers (last t = {}); running them all, as "
+        "diffusers does",
+        to_string(kind()), to_string(config_.timestep_spacing), steps, num_steps(), timesteps_.back());
   }
 }
 
@@ -70,8 +70,8 @@ void Sampler::scale_model_input(Backend& be, const Tensor& sample, Tensor& out, 
     divisor = std::sqrt(sigma * sigma + 1.0f);
   }
   // x / 1 is x: the unscaled samplers copy through the same op.
-  LatentStepArgs a{LatentOp::scale, sample.numel(), sample, 0, nullptr, 0, nullptr, nullptr, out, out_offset,
-                   nullptr, {divisor}, 0, 0};
+  LatentStepArgs a{LatentOp::scale, sample.numel(), sample,    0, nullptr, 0, nullptr, nullptr, out,
+                   out_offset,      nullptr,        {divisor}, 0, 0};
   be.latent_step(a);
 }
 

@@ -82,8 +82,8 @@ class Sampler {
   void step(Backend& be, const Tensor& model_output, Tensor& sample, int step_index, NoiseSource* noise = nullptr,
             Tensor* denoised = nullptr);
   // The host form runs the same code on the reference backend.
-  void step(std::span<const float> model_output, std::span<float> sample, int step_index,
-            NoiseSource* noise = nullptr, std::span<float> denoised = {});
+  void step(std::span<const float> model_output, std::span<float> sample, int step_index, NoiseSource* noise = nullptr,
+            std::span<float> denoised = {});
 
  protected:
   // Fills timesteps_, sigmas_ and init_noise_sigma_ for `steps`.

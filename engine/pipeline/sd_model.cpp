@@ -45,9 +45,7 @@ void require_dir(const fs::path& folder, const std::string& what) {
 
 }  // namespace
 
-int SdModel::default_size() const {
-  return static_cast<int>(unet->config().sample_size * vae->config().downscale());
-}
+int SdModel::default_size() const { return static_cast<int>(unet->config().sample_size * vae->config().downscale()); }
 
 std::unique_ptr<SdModel> SdModel::load(const fs::path& folder, const fs::path& vae_override, Backend& backend,
                                        const ComponentDTypes& dtypes) {
@@ -98,12 +96,12 @@ std::unique_ptr<SdModel> SdModel::load(const fs::path& folder, const fs::path& v
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   log::info("loaded {} ({}, {}) on \"{}\" in {:.2f} s: text encoder {}, UNet {}, VAE {} from {}",
             folder.filename().string(), cls, family_name(m->family_), backend.device().name, secs,
-            dtype_name(dtypes.text_encoder), dtype_name(dtypes.unet), dtype_name(dtypes.vae),
-            m->vae_folder_.string());
+            dtype_name(dtypes.text_encoder), dtype_name(dtypes.unet), dtype_name(dtypes.vae), m->vae_folder_.string());
   if (m->vae->config().force_upcast && dtypes.vae != DType::f32) {
-    log::warn("this VAE ({}) says force_upcast: it is known to overflow in {}; decoding may give NaN "
-              "(use vae.dtype=f32, the retry-vae-f32 NaN policy, or an fp16-fix VAE)",
-              m->vae_folder_.string(), dtype_name(dtypes.vae));
+    log::warn(
+        "this VAE ({}) says force_upcast: it is known to overflow in {}; decoding may give NaN "
+        "(use vae.dtype=f32, the retry-vae-f32 NaN policy, or an fp16-fix VAE)",
+        m->vae_folder_.string(), dtype_name(dtypes.vae));
   }
   return m;
 }
@@ -126,8 +124,11 @@ ClipTokenizer single_file_tokenizer(const fs::path& checkpoint, const std::strin
   if (!fs::is_directory(dir)) {
     throw FileError(checkpoint.string() + " is a " + std::string(family_name(family)) +
                     " single-file checkpoint, which carries no tokenizer; put the CLIP tokenizer files (vocab.json, "
-                    "merges.txt, tokenizer_config.json, e.g. the " + name + "/ folder of the diffusers version of the "
-                    "model) in " + dir.string());
+                    "merges.txt, tokenizer_config.json, e.g. the " +
+                    name +
+                    "/ folder of the diffusers version of the "
+                    "model) in " +
+                    dir.string());
   }
   return ClipTokenizer::load(dir);
 }
@@ -143,8 +144,8 @@ void load_component(Model& model, const models::LdmCheckpoint& ckpt, const std::
 
 }  // namespace
 
-std::unique_ptr<SdModel> SdModel::load_single_file(const fs::path& file, const fs::path& vae_override,
-                                                   Backend& backend, const ComponentDTypes& dtypes) {
+std::unique_ptr<SdModel> SdModel::load_single_file(const fs::path& file, const fs::path& vae_override, Backend& backend,
+                                                   const ComponentDTypes& dtypes) {
   io::refuse_pickle(file);
   const auto t0 = std::chrono::steady_clock::now();
   const models::LdmCheckpoint ckpt = models::LdmCheckpoint::open(file);
@@ -185,9 +186,10 @@ std::unique_ptr<SdModel> SdModel::load_single_file(const fs::path& file, const f
   }
   m->scheduler_config_ = ckpt.scheduler_config();
   if (m->family_ == ModelFamily::sd2) {
-    log::info("{}: SD 2.x single files are taken as SD 2.1 (v-prediction, 768x768), as diffusers does; an SD 2.x "
-              "base (epsilon, 512) model needs its diffusers folder",
-              file.filename().string());
+    log::info(
+        "{}: SD 2.x single files are taken as SD 2.1 (v-prediction, 768x768), as diffusers does; an SD 2.x "
+        "base (epsilon, 512) model needs its diffusers folder",
+        file.filename().string());
   }
   const std::vector<std::string> unclaimed = ckpt.unclaimed();
   if (!unclaimed.empty()) {
@@ -197,8 +199,7 @@ std::unique_ptr<SdModel> SdModel::load_single_file(const fs::path& file, const f
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   log::info("loaded {} (single file, {}) on \"{}\" in {:.2f} s: text encoder {}, UNet {}, VAE {} from {}",
             file.filename().string(), family_name(m->family_), backend.device().name, secs,
-            dtype_name(dtypes.text_encoder), dtype_name(dtypes.unet), dtype_name(dtypes.vae),
-            m->vae_folder_.string());
+            dtype_name(dtypes.text_encoder), dtype_name(dtypes.unet), dtype_name(dtypes.vae), m->vae_folder_.string());
   return m;
 }
 

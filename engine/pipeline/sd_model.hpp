@@ -53,9 +53,8 @@ class SdModel {
 
  private:
   SdModel() = default;
-  static std::unique_ptr<SdModel> load_single_file(const std::filesystem::path& file,
-                                                   const std::filesystem::path& vae, Backend& backend,
-                                                   const ComponentDTypes& dtypes);
+  static std::unique_ptr<SdModel> load_single_file(const std::filesystem::path& file, const std::filesystem::path& vae,
+                                                   Backend& backend, const ComponentDTypes& dtypes);
   ModelFamily family_ = ModelFamily::sd1;
   std::filesystem::path folder_, vae_folder_;
   ComponentDTypes dtypes_;

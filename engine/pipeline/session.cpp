@@ -34,7 +34,9 @@ Backend& Session::backend(const std::string& pin) {
 SdModel& Session::model(const RunConfig& config) {
   Backend& be = backend(config.device);
   const fs::path folder = config.model.empty() ? embedded_model_dir() : fs::path(config.model);
-  ModelKey key{be.device().id, folder.string(), config.vae,
+  ModelKey key{be.device().id,
+               folder.string(),
+               config.vae,
                {config.component(Component::text_encoder).precision.dtype,
                 config.component(Component::unet).precision.dtype, config.component(Component::vae).precision.dtype}};
   if (model_ && model_key_ && *model_key_ == key) return *model_;
@@ -51,9 +53,9 @@ models::Vae& Session::vae_for(Backend& be, const fs::path& folder, DType dtype, 
   const models::LdmFamily ldm = family == ModelFamily::sdxl  ? models::LdmFamily::sdxl
                                 : family == ModelFamily::sd2 ? models::LdmFamily::sd2
                                                              : models::LdmFamily::sd1;
-  auto vae = std::make_unique<models::Vae>(fs::is_regular_file(folder)
-                                               ? models::load_vae_file(folder, be, dtype, false, ldm)
-                                               : models::Vae::load(folder, be, dtype));
+  auto vae =
+      std::make_unique<models::Vae>(fs::is_regular_file(folder) ? models::load_vae_file(folder, be, dtype, false, ldm)
+                                                                : models::Vae::load(folder, be, dtype));
   auto [pos, _] = extra_vaes_.emplace(key, std::move(vae));
   return *pos->second;
 }

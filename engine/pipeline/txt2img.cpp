@@ -7,12 +7,12 @@
 
 #include <algorithm>
 #include <chrono>
-#include <limits>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <string_view>
+#include <limits>
 #include <memory>
+#include <string_view>
 
 #include "config/a1111.hpp"
 #include "config/inspect_settings.hpp"
@@ -87,8 +87,8 @@ std::unique_ptr<NoiseSource> make_noise(NoiseKind kind, std::uint64_t seed) {
 #else
     const bool avx2 = false;  // torch's AVX2 kernel exists only on x86: other CPUs use the scalar path
 #endif
-    return std::make_unique<TorchCpuNoise>(seed, avx2 && !forced_default ? TorchCpuNoise::Kernel::kAvx2
-                                                                         : TorchCpuNoise::Kernel::kDefault);
+    return std::make_unique<TorchCpuNoise>(
+        seed, avx2 && !forced_default ? TorchCpuNoise::Kernel::kAvx2 : TorchCpuNoise::Kernel::kDefault);
   }
   return std::make_unique<NanscopeNoise>(seed);
 }
@@ -200,8 +200,8 @@ void finish_inspection(RunReport& report, const std::string& first_bad_note, con
     s += ": " + first_bad_note;
   }
   if (ri.first_decode && ri.first_decode->map.verdict != inspect::Verdict::clean) {
-    s += std::string(ri.verdict == inspect::Verdict::clean ? "; recovered" : "") + " (first decode: " +
-         ri.first_decode->map.note + "; " + report.outcome + ")";
+    s += std::string(ri.verdict == inspect::Verdict::clean ? "; recovered" : "") +
+         " (first decode: " + ri.first_decode->map.note + "; " + report.outcome + ")";
   }
   if (!ri.origin.empty()) s += "; origin " + ri.origin + " (" + ri.origin_op + ")";
   if (!ri.near_limit_origin.empty() && ri.near_limit_origin != ri.origin)
@@ -225,8 +225,8 @@ void require_memory(const SdModel& m, const ComponentContexts& cc, int width, in
   log::debug("memory plan {}x{} on \"{}\": largest buffer {}, peak {} ({}), resident {}", width, height, plan.device,
              plan.largest.describe(), mib_str(plan.peak_bytes), plan.peak_component, mib_str(plan.resident_bytes));
   if (plan.fits()) return;
-  const std::int64_t multiple = m.vae->config().downscale() *
-                                (std::int64_t{1} << (m.unet->config().block_out_channels.size() - 1));
+  const std::int64_t multiple =
+      m.vae->config().downscale() * (std::int64_t{1} << (m.unet->config().block_out_channels.size() - 1));
   const int largest = largest_square_size(r, static_cast<int>(multiple), std::min(width, height));
   throw DeviceError(plan.refusal + (largest > 0 ? " The largest square size that fits is " + std::to_string(largest) +
                                                       "x" + std::to_string(largest) + "."
@@ -237,8 +237,9 @@ void require_memory(const SdModel& m, const ComponentContexts& cc, int width, in
 // the pipeline never makes one up (inspect::make_fault_emulator).
 void require_faults(const inspect::InspectSettings& insp, const FaultEmulator* faults) {
   if (insp.emulate_r0 && faults == nullptr) {
-    throw ConfigError("inspect.emulate=r0: this run was started without a fault emulator; the program that starts "
-                      "it must pass inspect::make_fault_emulator(settings) to Session::generate");
+    throw ConfigError(
+        "inspect.emulate=r0: this run was started without a fault emulator; the program that starts "
+        "it must pass inspect::make_fault_emulator(settings) to Session::generate");
   }
 }
 
@@ -248,8 +249,7 @@ void require_faults(const inspect::InspectSettings& insp, const FaultEmulator* f
 class Txt2ImgRun {
  public:
   Txt2ImgRun(Session& session, const RunConfig& config, RunObserver& obs, FaultEmulator* faults)
-      : session_(session), config_(config), obs_(obs), faults_(faults),
-        insp_(inspect_settings(config.inspect)) {}
+      : session_(session), config_(config), obs_(obs), faults_(faults), insp_(inspect_settings(config.inspect)) {}
 
   // A Cancel stops the run within one op (OpContext::cancel): before the
   // first image nothing is reported; during an image, that image is reported
@@ -332,10 +332,11 @@ class Txt2ImgRun {
         const std::int64_t down = v / multiple * multiple;
         return std::to_string(down > 0 ? down : multiple) + " or " + std::to_string(down + multiple);
       };
-      throw ConfigError("size " + std::to_string(width_) + "x" + std::to_string(height_) + " does not fit this model: " +
-                        "width and height must be multiples of " + std::to_string(multiple) + " (the VAE divides by " +
-                        std::to_string(f) + ", the UNet by " + std::to_string(multiple / f) + "); nearest widths " +
-                        near(width_) + ", heights " + near(height_));
+      throw ConfigError("size " + std::to_string(width_) + "x" + std::to_string(height_) +
+                        " does not fit this model: " + "width and height must be multiples of " +
+                        std::to_string(multiple) + " (the VAE divides by " + std::to_string(f) + ", the UNet by " +
+                        std::to_string(multiple / f) + "); nearest widths " + near(width_) + ", heights " +
+                        near(height_));
     }
     latent_shape_ = Shape{1, m.unet->config().in_channels, height_ / f, width_ / f};
     latent_n_ = shape_numel(latent_shape_);
@@ -490,7 +491,8 @@ class Txt2ImgRun {
         x0.config = out.config;
         x0.latent_shape = latent_shape_;
         x0.latent = download_f32(be, denoised);
-        const GeneratedImage d = session_.redecode(config_, x0, m.vae_folder(), vae_dtype_, nullptr, nullptr, faults_, &cancel_);
+        const GeneratedImage d =
+            session_.redecode(config_, x0, m.vae_folder(), vae_dtype_, nullptr, nullptr, faults_, &cancel_);
         sr.stats.decoded.width = d.image.width;
         sr.stats.decoded.height = d.image.height;
         sr.stats.decoded.rgb = d.image.pixels;
@@ -516,9 +518,9 @@ class Txt2ImgRun {
         }
         state.first_bad_note = "step " + std::to_string(i + 1) + " " + ri.first_bad_branch + ": " + bad->note;
       }
-      const bool unet_bad = st.noise_cond.all.nonfinite() > 0 ||
-                            (st.noise_uncond && st.noise_uncond->all.nonfinite() > 0) ||
-                            st.noise_cond.all.near_limit > 0 || (st.noise_uncond && st.noise_uncond->all.near_limit > 0);
+      const bool unet_bad =
+          st.noise_cond.all.nonfinite() > 0 || (st.noise_uncond && st.noise_uncond->all.nonfinite() > 0) ||
+          st.noise_cond.all.near_limit > 0 || (st.noise_uncond && st.noise_uncond->all.near_limit > 0);
       const bool step_bad = static_cast<int>(st.verdict) >= static_cast<int>(inspect::Verdict::saturated);
       const bool last = i + 1 == steps;
       if (!state.traced_unet && insp_.trace != inspect::TraceMode::off &&
@@ -655,8 +657,8 @@ GeneratedImage Session::redecode(const RunConfig& config, const GeneratedImage& 
   HostTensor host = be.download(img).converted(DType::f32);
   const std::vector<float> pixels = host.to_f32();
   inspect::ImageStats check = inspect::analyze_image(
-      std::span<const float>(pixels).first(static_cast<std::size_t>(3 * host.shape[2] * host.shape[3])),
-      host.shape[2], host.shape[3]);
+      std::span<const float>(pixels).first(static_cast<std::size_t>(3 * host.shape[2] * host.shape[3])), host.shape[2],
+      host.shape[3]);
   GeneratedImage out;
   out.config = image.config;
   out.latent_shape = image.latent_shape;

@@ -85,7 +85,8 @@ AbResult run_ab(const RunConfig& a, const RunConfig& b, double threshold, pipeli
     if (r.first_divergent_step < 0 && !(s.latent_rel_l2 <= threshold)) r.first_divergent_step = s.step;
     r.steps.push_back(s);
   }
-  if (!r.a.images.empty() && !r.b.images.empty() && r.a.images[0].image.pixels.size() == r.b.images[0].image.pixels.size()) {
+  if (!r.a.images.empty() && !r.b.images.empty() &&
+      r.a.images[0].image.pixels.size() == r.b.images[0].image.pixels.size()) {
     const auto& pa = r.a.images[0].image.pixels;
     const auto& pb = r.b.images[0].image.pixels;
     std::vector<float> fa(pa.begin(), pa.end()), fb(pb.begin(), pb.end());
@@ -95,20 +96,22 @@ AbResult run_ab(const RunConfig& a, const RunConfig& b, double threshold, pipeli
   }
   nlohmann::json steps = nlohmann::json::array();
   for (const auto& s : r.steps) {
-    steps.push_back({{"step", s.step},
-                     {"latent_rel_l2", std::isfinite(s.latent_rel_l2) ? nlohmann::json(s.latent_rel_l2) : nlohmann::json("inf")},
-                     {"latent_max_abs", s.latent_max_abs},
-                     {"nonfinite_a", s.nonfinite_a},
-                     {"nonfinite_b", s.nonfinite_b}});
+    steps.push_back(
+        {{"step", s.step},
+         {"latent_rel_l2", std::isfinite(s.latent_rel_l2) ? nlohmann::json(s.latent_rel_l2) : nlohmann::json("inf")},
+         {"latent_max_abs", s.latent_max_abs},
+         {"nonfinite_a", s.nonfinite_a},
+         {"nonfinite_b", s.nonfinite_b}});
   }
-  r.report = {{"nanscope_ab_report", 1},
-              {"threshold", threshold},
-              {"first_divergent_step", r.first_divergent_step >= 0 ? nlohmann::json(r.first_divergent_step) : nlohmann::json()},
-              {"image_rel_l2", std::isfinite(r.image_rel_l2) ? nlohmann::json(r.image_rel_l2) : nlohmann::json("inf")},
-              {"image_max_diff", r.image_max_diff},
-              {"steps", std::move(steps)},
-              {"a", r.a.report},
-              {"b", r.b.report}};
+  r.report = {
+      {"nanscope_ab_report", 1},
+      {"threshold", threshold},
+      {"first_divergent_step", r.first_divergent_step >= 0 ? nlohmann::json(r.first_divergent_step) : nlohmann::json()},
+      {"image_rel_l2", std::isfinite(r.image_rel_l2) ? nlohmann::json(r.image_rel_l2) : nlohmann::json("inf")},
+      {"image_max_diff", r.image_max_diff},
+      {"steps", std::move(steps)},
+      {"a", r.a.report},
+      {"b", r.b.report}};
   return r;
 }
 

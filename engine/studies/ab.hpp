@@ -14,9 +14,9 @@
 namespace nanscope::studies {
 
 struct AbStep {
-  int step = 0;                // 1-based
-  double latent_rel_l2 = 0;    // ||a - b|| / ||b|| over the finite pairs; +inf when only one side is finite
-  double latent_max_abs = 0;   // max |a - b| over the finite pairs
+  int step = 0;               // 1-based
+  double latent_rel_l2 = 0;   // ||a - b|| / ||b|| over the finite pairs; +inf when only one side is finite
+  double latent_max_abs = 0;  // max |a - b| over the finite pairs
   std::int64_t nonfinite_a = 0, nonfinite_b = 0;
 };
 
@@ -25,9 +25,9 @@ struct AbResult {
   std::vector<AbStep> steps;
   int first_divergent_step = -1;  // first step whose latent_rel_l2 > threshold (1-based; -1: none)
   double threshold = 0;
-  double image_rel_l2 = 0;        // decoded images (8-bit), ||a - b|| / ||b||
-  int image_max_diff = 0;         // largest 8-bit channel difference
-  nlohmann::json report;          // both runs' reports plus the comparison
+  double image_rel_l2 = 0;  // decoded images (8-bit), ||a - b|| / ||b||
+  int image_max_diff = 0;   // largest 8-bit channel difference
+  nlohmann::json report;    // both runs' reports plus the comparison
 };
 
 // Relative L2 of two equally long vectors over the pairs where both are finite;

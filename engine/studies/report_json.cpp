@@ -10,28 +10,29 @@ nlohmann::json report_json(const RunConfig& config, const std::vector<pipeline::
                            const pipeline::RunReport& report) {
   const RunInspection& ri = report.inspection;
   auto opt = [](const std::string& s) { return s.empty() ? nlohmann::json() : nlohmann::json(s); };
-  nlohmann::json j = {{"nanscope_inspect_report", kReportVersion},
-                      {"verdict", verdict_name(ri.verdict)},
-                      {"summary", ri.summary},
-                      {"origin", opt(ri.origin)},
-                      {"origin_op", opt(ri.origin_op)},
-                      {"near_limit_origin", opt(ri.near_limit_origin)},
-                      {"first_bad_step", ri.first_bad_step >= 0 ? nlohmann::json(ri.first_bad_step + 1) : nlohmann::json()},
-                      {"first_bad_branch", opt(ri.first_bad_branch)},
-                      {"emulation", ri.emulation},
-                      {"emulation_note", ri.emulation_note},
-                      {"outcome", report.outcome},
-                      {"stopped", report.stopped},
-                      {"cancelled", report.cancelled},
-                      {"device", report.device},
-                      {"model", report.model},
-                      {"family", report.family},
-                      {"image_index", report.image},
-                      {"timings",
-                       {{"load", report.load_seconds},
-                        {"text", report.text_seconds},
-                        {"sampling", report.sampling_seconds},
-                        {"decode", report.decode_seconds}}}};
+  nlohmann::json j = {
+      {"nanscope_inspect_report", kReportVersion},
+      {"verdict", verdict_name(ri.verdict)},
+      {"summary", ri.summary},
+      {"origin", opt(ri.origin)},
+      {"origin_op", opt(ri.origin_op)},
+      {"near_limit_origin", opt(ri.near_limit_origin)},
+      {"first_bad_step", ri.first_bad_step >= 0 ? nlohmann::json(ri.first_bad_step + 1) : nlohmann::json()},
+      {"first_bad_branch", opt(ri.first_bad_branch)},
+      {"emulation", ri.emulation},
+      {"emulation_note", ri.emulation_note},
+      {"outcome", report.outcome},
+      {"stopped", report.stopped},
+      {"cancelled", report.cancelled},
+      {"device", report.device},
+      {"model", report.model},
+      {"family", report.family},
+      {"image_index", report.image},
+      {"timings",
+       {{"load", report.load_seconds},
+        {"text", report.text_seconds},
+        {"sampling", report.sampling_seconds},
+        {"decode", report.decode_seconds}}}};
   nlohmann::json st = nlohmann::json::array();
   for (const auto& s : steps) {
     if (s.image != report.image) continue;
@@ -78,7 +79,9 @@ nlohmann::json image_report_json(const pipeline::RunReport& r) {
           {"first_nonfinite_step", r.first_nonfinite_step},
           {"decodes", decodes},
           {"seconds",
-           {{"load", r.load_seconds}, {"text", r.text_seconds}, {"sampling", r.sampling_seconds},
+           {{"load", r.load_seconds},
+            {"text", r.text_seconds},
+            {"sampling", r.sampling_seconds},
             {"decode", r.decode_seconds}}}};
 }
 

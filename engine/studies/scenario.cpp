@@ -8,13 +8,13 @@
 #include <cstdlib>
 #include <fstream>
 
+#include "config/inspect_settings.hpp"
 #include "config/preset.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
-#include "config/inspect_settings.hpp"
 #include "inspect/fault_emulation.hpp"
-#include "studies/report_json.hpp"
 #include "io/safetensors.hpp"
+#include "studies/report_json.hpp"
 
 namespace nanscope::studies {
 
@@ -55,7 +55,9 @@ class Recorder final : public pipeline::RunObserver {
   pipeline::RunObserver* forward_;
 };
 
-fs::path model_folder(const RunConfig& c) { return c.model.empty() ? pipeline::embedded_model_dir() : fs::path(c.model); }
+fs::path model_folder(const RunConfig& c) {
+  return c.model.empty() ? pipeline::embedded_model_dir() : fs::path(c.model);
+}
 
 fs::path default_work_dir() {
   if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return fs::path(x) / "nanscope" / "scenarios";
@@ -89,8 +91,10 @@ double kernel_build_seconds(pipeline::Session& session, const std::string& pin, 
 
 const std::vector<Scenario>& scenarios() {
   static const std::vector<Scenario> list = {
-      {"R0", "Intel Arc: power-of-two sizes corrupt a line at the top and bottom in f16/bf16 fused attention (EMULATED)",
-       "R0.json", "R0-fixed.json", "sliced attention in the VAE (a nearby size such as 80x80, or f32, fixes it too)", Verdict::bands},
+      {"R0",
+       "Intel Arc: power-of-two sizes corrupt a line at the top and bottom in f16/bf16 fused attention (EMULATED)",
+       "R0.json", "R0-fixed.json", "sliced attention in the VAE (a nearby size such as 80x80, or f32, fixes it too)",
+       Verdict::bands},
       {"R1", "NaN on some GPUs: attention with half-precision accumulation overflows (stress variant of the weights)",
        "R1.json", "R1-fixed.json", "f32 accumulation for the self-attention (attn1) modules only", Verdict::non_finite},
       {"R2", "The VAE overflows in f16 at decode (SDXL-style VAE)", "R2.json", "R2-fixed.json",
@@ -218,7 +222,8 @@ fs::path make_attention_stress_model(const fs::path& model, const fs::path& out_
   }
   if (scaled != 2) {
     fs::remove_all(tmp);
-    throw FileError(weights.string() + ": no " + module + ".to_q.weight / .to_k.weight to scale for the R1 stress variant");
+    throw FileError(weights.string() + ": no " + module +
+                    ".to_q.weight / .to_k.weight to scale for the R1 stress variant");
   }
   io::write_safetensors(tmp / "unet" / "diffusion_pytorch_model.safetensors", tensors,
                         {{"nanscope_stress_variant", "R1: " + module + ".to_q/.to_k x " + std::to_string(factor)}});
@@ -254,8 +259,10 @@ ScenarioRun run_scenario(const Scenario& scenario, bool fixed, const ScenarioOpt
 
   if (scenario.id == "R4") {
     // Cold: an empty kernel cache; fixed: the cache an earlier run filled.
-    const fs::path cache = work / (fixed ? "r4-warm" : "r4-cold-" + std::to_string(::getpid()) + "-" +
-                                                        std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()));
+    const fs::path cache =
+        work / (fixed ? "r4-warm"
+                      : "r4-cold-" + std::to_string(::getpid()) + "-" +
+                            std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()));
     if (!fixed) fs::remove_all(cache);
     fs::create_directories(cache);
     BackendOptions bo = options.backend;  // the caller's build listener too
@@ -273,11 +280,12 @@ ScenarioRun run_scenario(const Scenario& scenario, bool fixed, const ScenarioOpt
     const double share = total > 0 ? build_s / total : 0;
     char buf[256];
     std::snprintf(buf, sizeof buf,
-                  "kernel programs: %d compiled, %d loaded from the cache; compiling took %.2f s of the run's %.2f s (%.0f%%), cache %s",
+                  "kernel programs: %d compiled, %d loaded from the cache; compiling took %.2f s of the run's %.2f s "
+                  "(%.0f%%), cache %s",
                   builds, hits, build_s, total, share * 100.0, cache.c_str());
     out.note = buf;
     if (builds + hits == 0) out.note = "the device runs no OpenCL kernels (reference device): nothing to compile";
-    out.run.report["kernel_build"] = {{"built", builds}, {"cached", hits}, {"seconds", build_s},
+    out.run.report["kernel_build"] = {{"built", builds},      {"cached", hits}, {"seconds", build_s},
                                       {"run_seconds", total}, {"share", share}, {"cache_dir", cache.string()}};
     // Slow start: compiling kernels took at least 40% of the run (cold: 17
     // programs, 1-3 s of a 1.3-2 s + compile run of 8 steps of the embedded
@@ -293,12 +301,8 @@ ScenarioRun run_scenario(const Scenario& scenario, bool fixed, const ScenarioOpt
     pipeline::Session session(options.backend);
     out.run = run_inspected(session, config, options.observer);
   }
-  out.run.report["scenario"] = {{"id", scenario.id},
-                                {"title", scenario.title},
-                                {"fixed", fixed},
-                                {"preset", preset.string()},
-                                {"fix", scenario.fix},
-                                {"note", out.note}};
+  out.run.report["scenario"] = {{"id", scenario.id},         {"title", scenario.title}, {"fixed", fixed},
+                                {"preset", preset.string()}, {"fix", scenario.fix},     {"note", out.note}};
   if (!out.note.empty()) log::info("{} {}: {}", scenario.id, fixed ? "fixed" : "broken", out.note);
   return out;
 }

@@ -31,11 +31,11 @@
 namespace nanscope::studies {
 
 struct Scenario {
-  std::string id;     // "R0"
-  std::string title;  // one line
+  std::string id;                    // "R0"
+  std::string title;                 // one line
   std::string preset, fixed_preset;  // file names in presets_dir()
-  std::string fix;    // what the fixed twin changes, one line
-  inspect::Verdict broken_verdict;  // what the broken preset must be detected as
+  std::string fix;                   // what the fixed twin changes, one line
+  inspect::Verdict broken_verdict;   // what the broken preset must be detected as
 };
 const std::vector<Scenario>& scenarios();
 // Case-insensitive ("r1"); null when unknown.
@@ -70,7 +70,7 @@ InspectedRun run_inspected(pipeline::Session& session, const RunConfig& config,
                            pipeline::RunObserver* forward = nullptr);
 
 struct ScenarioOptions {
-  std::vector<std::string> sets;  // extra key=value assignments applied after the preset (tests: steps, device)
+  std::vector<std::string> sets;   // extra key=value assignments applied after the preset (tests: steps, device)
   std::filesystem::path work_dir;  // R1's stress model and R4's cold caches; empty: $XDG_CACHE_HOME/nanscope/scenarios
   BackendOptions backend;          // kernel cache for scenarios other than R4
   pipeline::RunObserver* observer = nullptr;
@@ -86,7 +86,8 @@ ScenarioRun run_scenario(const Scenario& scenario, bool fixed, const ScenarioOpt
 
 // R1's stress variant of a model folder (written to out_dir unless present):
 // the same model with `module`.to_q and .to_k weights multiplied by `factor`.
-std::filesystem::path make_attention_stress_model(const std::filesystem::path& model, const std::filesystem::path& out_dir,
-                                                  const std::string& module, float factor);
+std::filesystem::path make_attention_stress_model(const std::filesystem::path& model,
+                                                  const std::filesystem::path& out_dir, const std::string& module,
+                                                  float factor);
 
 }  // namespace nanscope::studies

@@ -10,8 +10,8 @@
 #include "config/preset.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
-#include "studies/scenario.hpp"
 #include "io/atomic_file.hpp"
+#include "studies/scenario.hpp"
 
 namespace nanscope::studies {
 
@@ -55,7 +55,8 @@ SweepSpec SweepSpec::load(const fs::path& file) {
   for (const auto& [k, v] : j.items()) {
     static const char* known[] = {"nanscope_sweep", "preset", "set", "configs", "seeds", "sizes", "devices", "out"};
     if (std::find(std::begin(known), std::end(known), k) == std::end(known))
-      throw ConfigError(file.string() + ": unknown key \"" + k + "\" (known: preset, set, configs, seeds, sizes, devices, out)");
+      throw ConfigError(file.string() + ": unknown key \"" + k +
+                        "\" (known: preset, set, configs, seeds, sizes, devices, out)");
   }
   SweepSpec s;
   s.file = file;
@@ -101,7 +102,8 @@ SweepSpec SweepSpec::load(const fs::path& file) {
           c.config.set("seed", std::to_string(seed));
           if (!size.empty()) {
             const auto x = size.find('x');
-            if (x == std::string::npos) throw ConfigError("sweep: size \"" + size + "\": expected WIDTHxHEIGHT, e.g. 64x64");
+            if (x == std::string::npos)
+              throw ConfigError("sweep: size \"" + size + "\": expected WIDTHxHEIGHT, e.g. 64x64");
             c.config.set("width", size.substr(0, x));
             c.config.set("height", size.substr(x + 1));
           }
@@ -129,7 +131,7 @@ bool run_sweep_cell(const SweepSpec& spec, int index) {
   fs::create_directories(report.parent_path());
   pipeline::Session session;
   InspectedRun run = run_inspected(session, c.config);
-  run.report["cell"] = {{"index", c.index}, {"id", c.id}, {"config", c.config_name},
+  run.report["cell"] = {{"index", c.index}, {"id", c.id},     {"config", c.config_name},
                         {"seed", c.seed},   {"size", c.size}, {"device", c.device}};
   io::write_file_atomic(report, run.report.dump(2) + "\n");
   log::info("sweep cell {} ({}): {}", index, c.id, run.summary);
@@ -139,7 +141,8 @@ bool run_sweep_cell(const SweepSpec& spec, int index) {
 int merge_sweep(const SweepSpec& spec) {
   std::ostringstream csv, md;
   csv << "cell,id,config,seed,size,device,verdict,origin,first_bad_step,sampling_s,decode_s,summary\n";
-  md << "| cell | config | seed | size | device | verdict | origin | first bad step |\n|---|---|---|---|---|---|---|---|\n";
+  md << "| cell | config | seed | size | device | verdict | origin | first bad step "
+        "|\n|---|---|---|---|---|---|---|---|\n";
   int done = 0;
   for (const auto& c : spec.cells) {
     const fs::path p = spec.report_path(c);

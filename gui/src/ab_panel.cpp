@@ -118,8 +118,7 @@ QStringList AbPanel::b_changes() const {
   for (const QString& part : changes_->text().split(';', Qt::SkipEmptyParts)) {
     const QString p = part.trimmed();
     if (p.isEmpty()) continue;
-    if (!p.contains('='))
-      throw ConfigError("B changes: expected key=value, found '" + p.toStdString() + "'");
+    if (!p.contains('=')) throw ConfigError("B changes: expected key=value, found '" + p.toStdString() + "'");
     out << p;
   }
   if (out.isEmpty()) throw ConfigError("B changes: name at least one setting to change, e.g. unet.dtype=f32");
@@ -159,9 +158,10 @@ void AbPanel::show_result(const AbView& r) {
   image_a_->setPixmap(big(r.image_a, 128));
   image_b_->setPixmap(big(r.image_b, 128));
   QString text = tr("B = A with %1. ").arg(changes_->text().toHtmlEscaped());
-  text += r.first_divergent_step > 0
-                     ? tr("<b>B parts from A at step %1</b> (relative L2 above %2).").arg(r.first_divergent_step).arg(r.threshold)
-                     : tr("<b>B stays within %1 of A at every step.</b>").arg(r.threshold);
+  text +=
+      r.first_divergent_step > 0
+          ? tr("<b>B parts from A at step %1</b> (relative L2 above %2).").arg(r.first_divergent_step).arg(r.threshold)
+          : tr("<b>B stays within %1 of A at every step.</b>").arg(r.threshold);
   text += tr(" Images: relative L2 %1, largest channel difference %2 of 255.")
               .arg(r.image_rel_l2, 0, 'g', 3)
               .arg(r.image_max_diff);

@@ -107,13 +107,15 @@ ModelDevicePanel::ModelDevicePanel(QWidget* parent)
   setObjectName("modelDevicePanel");
   setAcceptDrops(true);
   model_->setObjectName("modelFolder");
-  model_->setToolTip(tr("A diffusers model folder (with model_index.json) or a single-file checkpoint "
-                        "(.safetensors, SD 1.x/2.x/SDXL). Empty: the embedded model. You can also drop one here."));
+  model_->setToolTip(
+      tr("A diffusers model folder (with model_index.json) or a single-file checkpoint "
+         "(.safetensors, SD 1.x/2.x/SDXL). Empty: the embedded model. You can also drop one here."));
   auto* browse = new QPushButton(tr("Folder..."));
   browse->setToolTip(tr("Choose a diffusers model folder"));
   auto* browse_file = new QPushButton(tr("File..."));
-  browse_file->setToolTip(tr("Choose a single-file checkpoint (.safetensors; the CLIP tokenizer is read from "
-                             "tokenizer/ beside it)"));
+  browse_file->setToolTip(
+      tr("Choose a single-file checkpoint (.safetensors; the CLIP tokenizer is read from "
+         "tokenizer/ beside it)"));
   auto* embedded = new QPushButton(tr("Embedded"));
   embedded->setToolTip(tr("Use the embedded nanscope-tiny model"));
   connect(browse, &QPushButton::clicked, this, [this] {
@@ -134,8 +136,9 @@ ModelDevicePanel::ModelDevicePanel(QWidget* parent)
   model_note_->setStyleSheet("color: palette(dark)");
 
   vae_->setObjectName("vaeVariant");
-  vae_->setToolTip(tr("The VAE that decodes the latent: the model's own, a variant shipped beside it "
-                      "(such as vae-fp16-fix), or any VAE folder"));
+  vae_->setToolTip(
+      tr("The VAE that decodes the latent: the model's own, a variant shipped beside it "
+         "(such as vae-fp16-fix), or any VAE folder"));
   connect(vae_, qOverload<int>(&QComboBox::activated), this, [this](int index) {
     const QString what = vae_->itemData(index).toString();
     if (what == "\x01browse" || what == "\x01browse-file") {
@@ -150,8 +153,9 @@ ModelDevicePanel::ModelDevicePanel(QWidget* parent)
   });
 
   device_->setObjectName("devicePin");
-  device_->setToolTip(tr("Pin the device every run uses. A pinned device that is missing is an error, "
-                         "never a silent switch."));
+  device_->setToolTip(
+      tr("Pin the device every run uses. A pinned device that is missing is an error, "
+         "never a silent switch."));
   connect(device_, qOverload<int>(&QComboBox::activated), this, [this] { emit changed(); });
 
   devices_->setObjectName("deviceList");
@@ -229,8 +233,7 @@ void ModelDevicePanel::set_devices(const DeviceList& list, const QString& embedd
   }
   device_->addItem(default_name.isEmpty() ? tr("Default device") : tr("Default device (%1)").arg(default_name),
                    QString());
-  for (const auto& d : list.devices)
-    device_->addItem(QString("%1: %2").arg(d.index).arg(qs(d.name)), qs(d.id));
+  for (const auto& d : list.devices) device_->addItem(QString("%1: %2").arg(d.index).arg(qs(d.name)), qs(d.id));
   if (!pinned.isEmpty() && device_->findData(pinned) < 0) device_->addItem(tr("%1 (not found)").arg(pinned), pinned);
   select_data(device_, pinned);
   for (int c = 0; c < 4; ++c) devices_->resizeColumnToContents(c);
@@ -563,9 +566,10 @@ PrecisionPanel::PrecisionPanel(QWidget* parent)
   overrides_->horizontalHeader()->setSectionResizeMode(1, QHeaderView::Stretch);
   overrides_->verticalHeader()->hide();
   overrides_->setMinimumHeight(80);
-  overrides_->setToolTip(tr("Pattern: component.module.path with * for one segment, e.g. "
-                            "unet.up_blocks.*.attentions.*.attn1\nSettings: field=value separated by ';', e.g. "
-                            "accumulate=f32; attention.softmax=f32"));
+  overrides_->setToolTip(
+      tr("Pattern: component.module.path with * for one segment, e.g. "
+         "unet.up_blocks.*.attentions.*.attn1\nSettings: field=value separated by ';', e.g. "
+         "accumulate=f32; attention.softmax=f32"));
   auto* add = new QPushButton(tr("Add"));
   auto* remove = new QPushButton(tr("Remove"));
   connect(add, &QPushButton::clicked, this, [this] {
@@ -732,7 +736,8 @@ VaePolicyPanel::VaePolicyPanel(QWidget* parent)
       redecode_note_(new QLabel),
       decode_every_(new QSpinBox),
       stats_every_(new QSpinBox),
-      trace_(combo({{"When something breaks", "auto"}, {"Always (last step and decode too)", "always"}, {"Never", "off"}})),
+      trace_(combo(
+          {{"When something breaks", "auto"}, {"Always (last step and decode too)", "always"}, {"Never", "off"}})),
       emulate_(combo({{"None (real numerics)", "none"}, {"R0 bands (EMULATED device quirk)", "r0"}})) {
   setObjectName("vaePolicyPanel");
   decode_every_->setObjectName("decodeEvery");
@@ -783,8 +788,9 @@ VaePolicyPanel::VaePolicyPanel(QWidget* parent)
   redecode_image_->setPrefix(tr("image "));
   redecode_note_->setWordWrap(true);
   redecode_note_->setText(tr("The last latent is kept: no new sampling (report R2)."));
-  redecode_note_->setToolTip(tr("The sampled latent is kept after every run: decode it again with another VAE or "
-                                "precision without sampling again"));
+  redecode_note_->setToolTip(
+      tr("The sampled latent is kept after every run: decode it again with another VAE or "
+         "precision without sampling again"));
   connect(redecode_, &QPushButton::clicked, this, [this] {
     emit redecodeRequested(redecode_image_->value() - 1, redecode_vae_->currentData().toString(),
                            redecode_dtype_->currentData().toString());

@@ -49,7 +49,7 @@ class ModelDevicePanel : public ConfigPanel {
   // Live: a kernel program started (finished=false) or finished loading/compiling.
   void kernel_build(const QString& program, const QString& options, bool finished, bool cache_hit, double ms);
   void set_model_folder(const QString& folder);  // "" = the embedded model
-  QString model_folder() const;                   // the folder in effect (embedded resolved)
+  QString model_folder() const;                  // the folder in effect (embedded resolved)
   QList<VaeChoice> vae_choices() const { return vae_choices_; }
   QString pinned_device_name() const;
 
@@ -71,8 +71,8 @@ class ModelDevicePanel : public ConfigPanel {
   QTreeWidget* devices_;
   QLabel* device_notes_;
   QLabel* kernels_;
-  QLabel* kernel_live_;          // the program compiling now, and this run's counts
-  QProgressBar* kernel_busy_;    // shown while a program compiles
+  QLabel* kernel_live_;        // the program compiling now, and this run's counts
+  QProgressBar* kernel_busy_;  // shown while a program compiles
   int live_built_ = 0, live_loaded_ = 0;
   double live_build_ms_ = 0;
   QString embedded_;

@@ -3,13 +3,13 @@
 #include <QElapsedTimer>
 #include <exception>
 
-#include "core/log.hpp"
 #include "config/inspect_settings.hpp"
+#include "core/log.hpp"
 #include "inspect/fault_emulation.hpp"
-#include "studies/ab.hpp"
-#include "studies/scenario.hpp"
 #include "pipeline/sd_model.hpp"
 #include "pipeline/session.hpp"
+#include "studies/ab.hpp"
+#include "studies/scenario.hpp"
 
 namespace nanscope::gui {
 
@@ -138,7 +138,8 @@ void EngineController::redecode(int index, const QString& vae, const QString& dt
     std::filesystem::path vae_path = vae.toStdString();
     if (vae_path.empty()) vae_path = session().model(kept.config).vae_folder();
     const auto faults = inspect::make_fault_emulator(inspect_settings(kept.config.inspect));
-    pipeline::GeneratedImage out = session().redecode(kept.config, kept, vae_path, *dt, &attempt, nullptr, faults.get());
+    pipeline::GeneratedImage out =
+        session().redecode(kept.config, kept, vae_path, *dt, &attempt, nullptr, faults.get());
     // The image's config records what decoded it, so a saved PNG reproduces it.
     if (!vae.isEmpty()) out.config.vae = vae_path.string();
     out.config.component(Component::vae).precision.dtype = *dt;
@@ -216,8 +217,9 @@ class AbObserver final : public pipeline::RunObserver {
 
 QString side_summary(const studies::InspectedRun& r) {
   if (!r.error.empty()) return QString::fromStdString(r.error);
-  return QString::fromStdString(std::string(inspect::verdict_name(r.verdict)) +
-                                (r.summary.empty() || r.summary == inspect::verdict_name(r.verdict) ? "" : ": " + r.summary));
+  return QString::fromStdString(
+      std::string(inspect::verdict_name(r.verdict)) +
+      (r.summary.empty() || r.summary == inspect::verdict_name(r.verdict) ? "" : ": " + r.summary));
 }
 }  // namespace
 

@@ -9,8 +9,10 @@ namespace {
 
 // Linear latent -> RGB factors for 4-channel SD latents (the ones A1111 and
 // ComfyUI use for their cheap previews). Other channel counts show channels 0-2.
-constexpr float kSdFactors[4][3] = {
-    {0.3512F, 0.2297F, 0.3227F}, {0.3250F, 0.4974F, 0.2350F}, {-0.2829F, 0.1762F, 0.2721F}, {-0.2120F, -0.2616F, -0.7177F}};
+constexpr float kSdFactors[4][3] = {{0.3512F, 0.2297F, 0.3227F},
+                                    {0.3250F, 0.4974F, 0.2350F},
+                                    {-0.2829F, 0.1762F, 0.2721F},
+                                    {-0.2120F, -0.2616F, -0.7177F}};
 
 std::uint8_t to_byte(float v) {
   if (!std::isfinite(v)) return 0;
@@ -86,7 +88,8 @@ QImage to_qimage(const inspect::Preview& p) {
   if (p.width <= 0 || p.height <= 0 || p.rgb.size() < static_cast<std::size_t>(p.width) * p.height * 3) return {};
   QImage img(p.width, p.height, QImage::Format_RGB888);
   const std::size_t row = static_cast<std::size_t>(p.width) * 3;
-  for (int y = 0; y < p.height; ++y) std::copy_n(p.rgb.data() + static_cast<std::size_t>(y) * row, row, img.scanLine(y));
+  for (int y = 0; y < p.height; ++y)
+    std::copy_n(p.rgb.data() + static_cast<std::size_t>(y) * row, row, img.scanLine(y));
   return img;
 }
 

@@ -20,17 +20,17 @@ namespace nanscope::gui {
 QImage to_qimage(const inspect::Preview& preview);
 
 struct StepView {
-  pipeline::StepReport report;       // latent_values cleared
-  QVector<double> channel_std;       // per latent channel, finite values only
-  QVector<double> channel_max_abs;   // per latent channel
-  QImage preview;                    // latent -> RGB through linear factors
-  QImage decoded;                    // full decode of x0 at this step (inspect.decode_every); null otherwise
-  QImage nonfinite_mask;             // latent grid: red where any channel is non-finite
-  qint64 nonfinite_pixels = 0;       // latent positions with any non-finite channel
+  pipeline::StepReport report;      // latent_values cleared
+  QVector<double> channel_std;      // per latent channel, finite values only
+  QVector<double> channel_max_abs;  // per latent channel
+  QImage preview;                   // latent -> RGB through linear factors
+  QImage decoded;                   // full decode of x0 at this step (inspect.decode_every); null otherwise
+  QImage nonfinite_mask;            // latent grid: red where any channel is non-finite
+  qint64 nonfinite_pixels = 0;      // latent positions with any non-finite channel
   // From the engine's inspector (pipeline::StepReport::stats).
   inspect::Verdict verdict = inspect::Verdict::clean;
-  QString note;                      // the latent's verdict in one line
-  double band_score = 0;             // largest robust z-score of a latent row or column
+  QString note;           // the latent's verdict in one line
+  double band_score = 0;  // largest robust z-score of a latent row or column
 };
 
 // A finished (or cancelled/stopped) image.
@@ -50,7 +50,7 @@ struct KernelStats {
 
 // An A/B comparison: per-step relative L2 of B's latent against A's.
 struct AbView {
-  QVector<double> rel_l2;       // per step; +inf where only one side is finite
+  QVector<double> rel_l2;         // per step; +inf where only one side is finite
   int first_divergent_step = -1;  // 1-based; -1: none
   double threshold = 0;
   double image_rel_l2 = 0;

@@ -40,8 +40,8 @@ QLineSeries* series(const QString& name, const QColor& color, Qt::PenStyle style
 QPixmap scaled(const QImage& img, int box) {
   if (img.isNull()) return {};
   const int factor = std::max(1, box / std::max(img.width(), img.height()));
-  return QPixmap::fromImage(img.scaled(img.width() * factor, img.height() * factor, Qt::KeepAspectRatio,
-                                       Qt::FastTransformation));
+  return QPixmap::fromImage(
+      img.scaled(img.width() * factor, img.height() * factor, Qt::KeepAspectRatio, Qt::FastTransformation));
 }
 
 QString count(std::int64_t n) { return QLocale().toString(static_cast<qlonglong>(n)); }
@@ -140,8 +140,9 @@ InspectorPanel::InspectorPanel(QWidget* parent)
     s->attachAxis(band_x_);
     s->attachAxis(band_y_);
   }
-  band_view->setToolTip(tr("Largest robust z-score of a latent row or column against its neighbours (report R0's "
-                           "corrupted lines score far above the threshold)"));
+  band_view->setToolTip(
+      tr("Largest robust z-score of a latent row or column against its neighbours (report R0's "
+         "corrupted lines score far above the threshold)"));
   for (auto* axis : {max_x_, nf_x_, std_x_, band_x_}) {
     axis->setLabelFormat("%d");  // steps, counted from 1
   }
@@ -223,8 +224,7 @@ void InspectorPanel::clear(int images, int steps) {
 }
 
 void InspectorPanel::rebuild_series() {
-  for (auto* s : {max_latent_, max_cond_, max_uncond_, nf_latent_, nf_cond_, nf_uncond_, band_latent_,
-                  band_threshold_})
+  for (auto* s : {max_latent_, max_cond_, max_uncond_, nf_latent_, nf_cond_, nf_uncond_, band_latent_, band_threshold_})
     s->clear();
   band_hi_ = inspect::kBandThreshold * 1.5;
   band_y_->setRange(0, band_hi_);
@@ -481,12 +481,12 @@ void InspectorPanel::update_verdict() {
     const auto& ri = im.report.inspection;
     parts.clear();
     const bool clean = ri.verdict == inspect::Verdict::clean;
-    QString text = tr("<span style='color:%1'><b>%2Verdict: %3.</b></span> %4")
-                       .arg(clean ? "#1e8449" : "#c0392b", prefix,
-                            QString::fromStdString(std::string(inspect::verdict_name(ri.verdict))),
-                            ri.summary == inspect::verdict_name(ri.verdict)
-                                ? QString()
-                                : QString::fromStdString(ri.summary).toHtmlEscaped());
+    QString text =
+        tr("<span style='color:%1'><b>%2Verdict: %3.</b></span> %4")
+            .arg(clean ? "#1e8449" : "#c0392b", prefix,
+                 QString::fromStdString(std::string(inspect::verdict_name(ri.verdict))),
+                 ri.summary == inspect::verdict_name(ri.verdict) ? QString()
+                                                                 : QString::fromStdString(ri.summary).toHtmlEscaped());
     if (!ri.origin.empty() && ri.summary.find(ri.origin) == std::string::npos)
       text += tr("<br><b>Started at:</b> %1 (%2)")
                   .arg(QString::fromStdString(ri.origin).toHtmlEscaped(), QString::fromStdString(ri.origin_op));
@@ -503,8 +503,7 @@ void InspectorPanel::update_verdict() {
                  .arg(color, QString::fromStdString(rep.outcome).toHtmlEscaped());
   }
   // The run's verdict on top, unless it is this image's own, already said below.
-  const bool same_as_image =
-      im.has_report && QString::fromStdString(im.report.inspection.summary) == run_summary_;
+  const bool same_as_image = im.has_report && QString::fromStdString(im.report.inspection.summary) == run_summary_;
   if (!run_verdict_.isEmpty() && run_verdict_ != "clean" && !same_as_image)
     parts.prepend(tr("<span style='color:#b9770e'><b>Run verdict: %1.</b> %2</span><br>")
                       .arg(run_verdict_.toHtmlEscaped(), run_summary_.toHtmlEscaped()));

@@ -35,9 +35,10 @@ LayerTracePanel::LayerTracePanel(QWidget* parent)
   table_->horizontalHeader()->setStretchLastSection(true);
   summary_->setWordWrap(true);
   summary_->setTextFormat(Qt::RichText);
-  summary_->setText(tr("A layer trace records every op of one UNet or VAE call. The engine takes one when a step "
-                       "or a decode goes wrong (or always, with inspect.trace=always), and names the op where "
-                       "it started."));
+  summary_->setText(
+      tr("A layer trace records every op of one UNet or VAE call. The engine takes one when a step "
+         "or a decode goes wrong (or always, with inspect.trace=always), and names the op where "
+         "it started."));
   pick_->setVisible(false);
   connect(pick_, qOverload<int>(&QComboBox::activated), this, &LayerTracePanel::show_trace);
 
@@ -74,8 +75,9 @@ void LayerTracePanel::show_trace(int index) {
   table_->setRowCount(0);
   if (index < 0 || index >= static_cast<int>(traces_.size())) {
     if (traces_.empty())
-      summary_->setText(tr("No layer trace in the last run: nothing went wrong that needed one. Set "
-                           "inspect.trace=always in a preset to trace every run."));
+      summary_->setText(
+          tr("No layer trace in the last run: nothing went wrong that needed one. Set "
+             "inspect.trace=always in a preset to trace every run."));
     return;
   }
   const inspect::LayerTrace& t = traces_[static_cast<std::size_t>(index)];
@@ -96,17 +98,17 @@ void LayerTracePanel::show_trace(int index) {
   for (std::size_t i = 0; i < t.ops.size(); ++i) {
     const auto& op = t.ops[i];
     const int row = static_cast<int>(i);
-    const QStringList cells = {
-        QString::number(op.index),
-        qs(op.full_path()) + (op.emulated_fault ? tr("  (EMULATED fault)") : QString()),
-        qs(op.op),
-        shape_text(op.shape),
-        qs(op.precision),
-        qs(op.attention),
-        QString::number(op.output.max_abs, 'g', 5),
-        op.output.nonfinite() ? QString("%1 / %2").arg(op.output.nan).arg(op.output.pos_inf + op.output.neg_inf)
-                              : QString("0"),
-        op.inputs_finite ? tr("yes") : tr("no")};
+    const QStringList cells = {QString::number(op.index),
+                               qs(op.full_path()) + (op.emulated_fault ? tr("  (EMULATED fault)") : QString()),
+                               qs(op.op),
+                               shape_text(op.shape),
+                               qs(op.precision),
+                               qs(op.attention),
+                               QString::number(op.output.max_abs, 'g', 5),
+                               op.output.nonfinite()
+                                   ? QString("%1 / %2").arg(op.output.nan).arg(op.output.pos_inf + op.output.neg_inf)
+                                   : QString("0"),
+                               op.inputs_finite ? tr("yes") : tr("no")};
     for (int c = 0; c < cells.size(); ++c) {
       auto* item = new QTableWidgetItem(cells[c]);
       if (static_cast<int>(i) == t.origin) {

@@ -3,11 +3,11 @@
 // any thread (the engine logs from its own); it hands each formatted line to
 // a QObject living on the GUI thread through a queued signal.
 
+#include <spdlog/sinks/base_sink.h>
 #include <QPointer>
 #include <QWidget>
 #include <memory>
 #include <mutex>
-#include <spdlog/sinks/base_sink.h>
 
 class QComboBox;
 class QPlainTextEdit;

@@ -4,8 +4,6 @@
 #include <QApplication>
 #include <QClipboard>
 #include <QCloseEvent>
-#include <QShowEvent>
-#include <QTabBar>
 #include <QCoreApplication>
 #include <QDir>
 #include <QDockWidget>
@@ -20,22 +18,24 @@
 #include <QProgressBar>
 #include <QScrollArea>
 #include <QSettings>
+#include <QShowEvent>
 #include <QStatusBar>
+#include <QTabBar>
 #include <QTimer>
 
+#include "ab_panel.hpp"
+#include "config/png_metadata.hpp"
 #include "config/preset.hpp"
-#include "studies/report_json.hpp"
+#include "config_diff.hpp"
 #include "config_panels.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "inspector_panel.hpp"
-#include "studies/scenario.hpp"
 #include "layer_trace_panel.hpp"
-#include "ab_panel.hpp"
-#include "config_diff.hpp"
-#include "config/png_metadata.hpp"
 #include "log_panel.hpp"
 #include "result_panel.hpp"
+#include "studies/report_json.hpp"
+#include "studies/scenario.hpp"
 
 namespace nanscope::gui {
 
@@ -229,9 +229,8 @@ void MainWindow::build_menus() {
   });
   save->setShortcut(QKeySequence::Save);
   QAction* save_as = file->addAction(tr("Save Preset &As..."), this, [this] {
-    const QString path = QFileDialog::getSaveFileName(this, tr("Save preset as"),
-                                                      current_file_.isEmpty() ? "preset.json" : current_file_,
-                                                      tr("Presets (*.json)"));
+    const QString path = QFileDialog::getSaveFileName(
+        this, tr("Save preset as"), current_file_.isEmpty() ? "preset.json" : current_file_, tr("Presets (*.json)"));
     if (!path.isEmpty()) save_preset(path);
   });
   save_as->setShortcut(QKeySequence::SaveAs);
@@ -297,7 +296,8 @@ void MainWindow::connect_engine() {
     inspector_->add_step(s);
     ++steps_done_;
     progress_->setValue(steps_done_);
-    timing_label_->setText(tr("step %1/%2: %3 s").arg(s.report.index + 1).arg(s.report.steps).arg(s.report.seconds, 0, 'f', 2));
+    timing_label_->setText(
+        tr("step %1/%2: %3 s").arg(s.report.index + 1).arg(s.report.steps).arg(s.report.seconds, 0, 'f', 2));
   });
   connect(c, &EngineController::image, this, [this](const ImageView& v) {
     inspector_->add_image(v);
@@ -443,7 +443,8 @@ void MainWindow::set_current_file(const QString& path) {
 
 void MainWindow::update_title() {
   QString name = current_file_.isEmpty() ? tr("untitled") : QFileInfo(current_file_).fileName();
-  if (!scenario_id_.isEmpty()) name = tr("scenario %1%2").arg(scenario_id_, scenario_fixed_ ? tr(" (fixed)") : QString());
+  if (!scenario_id_.isEmpty())
+    name = tr("scenario %1%2").arg(scenario_id_, scenario_fixed_ ? tr(" (fixed)") : QString());
   setWindowTitle(tr("%1[*] - NaNscope").arg(name));
   setWindowModified(dirty_);
 }
@@ -473,9 +474,9 @@ bool MainWindow::open_scenario(const QString& id, bool fixed) {
   scenario_fixed_ = fixed;
   set_current_file(path);
   inspector_->clear(1, scenario_base_.steps);
-  inspector_->set_note(fixed ? tr("Scenario %1, fixed: %2. Press Run.").arg(scenario_id_, QString::fromStdString(s->fix))
-                             : tr("Scenario %1: %2. Press Run to see it happen.")
-                                   .arg(scenario_id_, QString::fromStdString(s->title)));
+  inspector_->set_note(
+      fixed ? tr("Scenario %1, fixed: %2. Press Run.").arg(scenario_id_, QString::fromStdString(s->fix))
+            : tr("Scenario %1: %2. Press Run to see it happen.").arg(scenario_id_, QString::fromStdString(s->title)));
   log::info("opened scenario {}{}: {}", s->id, fixed ? " (fixed)" : "", fixed ? s->fix : s->title);
   return true;
 }
@@ -536,7 +537,8 @@ bool MainWindow::save_image(const QString& path) {
   if (!v || v->qimage.isNull()) return false;
   try {
     nlohmann::json extra = nlohmann::json::object();
-    if (!v->report.device.empty() || !v->report.decodes.empty()) extra["report"] = studies::image_report_json(v->report);
+    if (!v->report.device.empty() || !v->report.decodes.empty())
+      extra["report"] = studies::image_report_json(v->report);
     write_run_png(path.toStdString(), v->image.image, v->image.config, extra);
   } catch (const std::exception& e) {
     show_error(tr("Cannot save the image"), QString::fromUtf8(e.what()));
@@ -583,9 +585,8 @@ bool MainWindow::confirm_discard() {
                                             QMessageBox::Save | QMessageBox::Discard | QMessageBox::Cancel);
   if (answer == QMessageBox::Cancel) return false;
   if (answer == QMessageBox::Discard) return true;
-  const QString path = QFileDialog::getSaveFileName(this, tr("Save preset"),
-                                                    current_file_.isEmpty() ? "preset.json" : current_file_,
-                                                    tr("Presets (*.json)"));
+  const QString path = QFileDialog::getSaveFileName(
+      this, tr("Save preset"), current_file_.isEmpty() ? "preset.json" : current_file_, tr("Presets (*.json)"));
   return !path.isEmpty() && save_preset(path);
 }
 

@@ -4,12 +4,12 @@
 
 #include <QDockWidget>
 #include <QElapsedTimer>
-#include <QPlainTextEdit>
 #include <QMenu>
 #include <QMimeData>
+#include <QPlainTextEdit>
 #include <QSettings>
-#include <QSlider>
 #include <QSignalSpy>
+#include <QSlider>
 #include <QSpinBox>
 #include <QTabBar>
 #include <QTemporaryDir>
@@ -18,18 +18,18 @@
 #include <QtTest>
 #include <memory>
 
+#include "ab_panel.hpp"
 #include "config/preset.hpp"
 #include "config/settings.hpp"
 #include "config_diff.hpp"
 #include "config_panels.hpp"
 #include "engine_types.hpp"
-#include "studies/scenario.hpp"
 #include "inspector_panel.hpp"
 #include "layer_trace_panel.hpp"
-#include "ab_panel.hpp"
 #include "main_window.hpp"
 #include "pipeline/sd_model.hpp"
 #include "result_panel.hpp"
+#include "studies/scenario.hpp"
 
 using namespace nanscope;
 using namespace nanscope::gui;
@@ -256,7 +256,8 @@ class GuiTest : public QObject {
     QVERIFY(!broken->report.inspection.origin.empty());
     QVERIFY(w->layer_trace_panel()->rows() > 0);
     QVERIFY(w->layer_trace_panel()->origin_row() >= 0);
-    QVERIFY(w->inspector()->verdict().contains(QString::fromStdString(broken->report.inspection.origin).toHtmlEscaped()));
+    QVERIFY(
+        w->inspector()->verdict().contains(QString::fromStdString(broken->report.inspection.origin).toHtmlEscaped()));
   }
 
   void ab_compare_plots_every_step() {
@@ -371,13 +372,15 @@ class GuiTest : public QObject {
       if (m->title().contains("Recent")) recent = m;
     QVERIFY(recent);
     QVERIFY(!recent->actions().isEmpty());
-    QVERIFY2(recent->actions().front()->text().startsWith("recent-test.json"), qPrintable(recent->actions().front()->text()));
+    QVERIFY2(recent->actions().front()->text().startsWith("recent-test.json"),
+             qPrintable(recent->actions().front()->text()));
   }
 
   // Ranges and tooltips come from the settings table (config/settings.hpp), not literals.
   void spin_boxes_follow_the_settings_table() {
     auto w = make_window();
-    for (const auto& [name, key] : {std::pair{"steps", "steps"}, {"statsEvery", "inspect.stats_every"},
+    for (const auto& [name, key] : {std::pair{"steps", "steps"},
+                                    {"statsEvery", "inspect.stats_every"},
                                     {"decodeEvery", "inspect.decode_every"}}) {
       auto* box = w->findChild<QSpinBox*>(name);
       QVERIFY2(box, name);
@@ -471,7 +474,8 @@ class GuiTest : public QObject {
     QVERIFY(colours.size() > 10);
     for (const QString& name : w->panel_names()) {
       const QImage panel = w->screenshot(name);
-      QWidget* widget = name == "inspector" ? static_cast<QWidget*>(w->inspector()) : w->findChild<QDockWidget*>(name + "Dock");
+      QWidget* widget =
+          name == "inspector" ? static_cast<QWidget*>(w->inspector()) : w->findChild<QDockWidget*>(name + "Dock");
       QVERIFY(widget);
       if (!widget->isVisible()) continue;  // tabbed behind another dock
       QCOMPARE(panel.size(), widget->size() * dpr);

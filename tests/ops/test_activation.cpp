@@ -9,7 +9,6 @@
 namespace nanscope::test {
 namespace {
 
-
 OpCase unary_case(const std::string& op, const Shape& x, const nlohmann::json& oracle,
                   std::function<Tensor(const OpContext&, const Tensor&)> fn, double stddev = 3.0) {
   OpCase c;
@@ -18,7 +17,9 @@ OpCase unary_case(const std::string& op, const Shape& x, const nlohmann::json& o
   c.desc = "x" + shape_tag(x);
   c.oracle = oracle;
   // A wide spread reaches the saturated tails of every activation.
-  c.build = [=](Rng& rng, const Precision& p) { return std::vector<HostTensor>{random_normal(rng, x, p.dtype, 0.0, stddev)}; };
+  c.build = [=](Rng& rng, const Precision& p) {
+    return std::vector<HostTensor>{random_normal(rng, x, p.dtype, 0.0, stddev)};
+  };
   c.run = [fn](const OpContext& ctx, const std::vector<Tensor>& in) { return fn(ctx, in[0]); };
   return c;
 }

@@ -79,7 +79,8 @@ std::vector<OpCasePtr> cases() {
       {DType::bf16, Accumulate::f32, SoftmaxPrecision::f32},
   };
   const AttnShape sd_cross{1, 4096, 77, 8, 40, 40, false};  // SD 1.x attn2 at 64x64, one CFG half
-  for (const auto impl : {AttentionImpl::fused, AttentionImpl::bmm}) add(attention_case(sd_cross, {impl, 1}), sd_precisions);
+  for (const auto impl : {AttentionImpl::fused, AttentionImpl::bmm})
+    add(attention_case(sd_cross, {impl, 1}), sd_precisions);
   // SD 1.x attn1 at 64x64: 21 GFLOP per run, fused only (bmm took 24 s per run on
   // PoCL here; bmm at 4096 query rows is covered by the cross-attention cases).
   const AttnShape sd_self{1, 4096, 4096, 8, 40, 40, false};
@@ -91,8 +92,8 @@ std::vector<OpCasePtr> cases() {
 NANSCOPE_OP_TESTS(Attention, cases());
 
 // Runs one attention on a backend and downloads the result.
-HostTensor run_attention(Backend& be, const std::vector<HostTensor>& qkv, const Precision& p, const AttentionConfig& cfg,
-                         int heads, float scale, bool causal = false) {
+HostTensor run_attention(Backend& be, const std::vector<HostTensor>& qkv, const Precision& p,
+                         const AttentionConfig& cfg, int heads, float scale, bool causal = false) {
   const OpContext ctx = make_context(be, p, cfg);
   const Tensor q = be.upload(qkv[0].converted(p.dtype));
   const Tensor k = be.upload(qkv[1].converted(p.dtype));
@@ -155,20 +156,20 @@ void for_each_case_against_bmm(const std::string& salt, Check check) {
 // The three implementations compute one function: fused (online softmax) may
 // differ from bmm only by rounding, within the fused tolerance, in every precision.
 TEST(AttentionImpls, FusedAgreesWithBmm) {
-  for_each_case_against_bmm("impls", [](const auto& s, const auto& qkv, float scale, Backend& be, const Precision& p,
-                                        const HostTensor& bmm) {
-    const auto fused = run_attention(be, qkv, p, {AttentionImpl::fused, 1}, int(s.heads), scale, s.causal);
-    EXPECT_TRUE(tensors_close(fused, bmm, tolerance("attention_fused", p, Check::torch), false,
-                              tolerance_key("attention_fused_vs_bmm", p, Check::torch) + " " +
-                                  std::string(device_kind_name(be.device().kind))));
-  });
+  for_each_case_against_bmm(
+      "impls", [](const auto& s, const auto& qkv, float scale, Backend& be, const Precision& p, const HostTensor& bmm) {
+        const auto fused = run_attention(be, qkv, p, {AttentionImpl::fused, 1}, int(s.heads), scale, s.causal);
+        EXPECT_TRUE(tensors_close(fused, bmm, tolerance("attention_fused", p, Check::torch), false,
+                                  tolerance_key("attention_fused_vs_bmm", p, Check::torch) + " " +
+                                      std::string(device_kind_name(be.device().kind))));
+      });
 }
 
 // Slicing only changes how many (batch, head) score matrices exist at once:
 // every slice size must reproduce bmm bit for bit, in every precision.
 TEST(AttentionImpls, SlicedEqualsBmmBitForBit) {
-  for_each_case_against_bmm("sliced", [](const auto& s, const auto& qkv, float scale, Backend& be,
-                                         const Precision& p, const HostTensor& bmm) {
+  for_each_case_against_bmm("sliced", [](const auto& s, const auto& qkv, float scale, Backend& be, const Precision& p,
+                                         const HostTensor& bmm) {
     for (const int slice : {1, 3, 100}) {
       SCOPED_TRACE("slice_size " + std::to_string(slice));
       const auto sliced = run_attention(be, qkv, p, {AttentionImpl::sliced, slice}, int(s.heads), scale, s.causal);

@@ -40,10 +40,10 @@ std::vector<OpCasePtr> cases() {
     for (auto& p : expand(c, ps)) all.push_back(std::move(p));
   };
   const auto matrix = precision_matrix();
-  add(conv_case({1, 13, 5, 7}, 8, 3, 1, 1, true), matrix);   // odd spatial, 13 channels
-  add(conv_case({2, 4, 7, 5}, 5, 3, 2, 1, true), matrix);    // stride 2 (downsample), odd output
-  add(conv_case({1, 13, 5, 7}, 3, 1, 1, 0, false), matrix);  // 1x1 (resnet shortcut)
-  add(conv_case({1, 3, 9, 11}, 6, 3, 1, 0, true), matrix);   // no padding
+  add(conv_case({1, 13, 5, 7}, 8, 3, 1, 1, true), matrix);     // odd spatial, 13 channels
+  add(conv_case({2, 4, 7, 5}, 5, 3, 2, 1, true), matrix);      // stride 2 (downsample), odd output
+  add(conv_case({1, 13, 5, 7}, 3, 1, 1, 0, false), matrix);    // 1x1 (resnet shortcut)
+  add(conv_case({1, 3, 9, 11}, 6, 3, 1, 0, true), matrix);     // no padding
   add(conv_case({1, 4, 64, 64}, 320, 3, 1, 1, true), matrix);  // SD conv_in
   // SD mid block input, reduced output channels. Its sums run over 11520 terms:
   // far too long for bf16 partial sums to stay near the exact value, so the
@@ -74,7 +74,8 @@ TEST(Conv2dFailureModes, F16NativeSumOverflowsToInfInPlace) {
     const Tensor tw = be->upload(HostTensor::from_f32({2, c_in, 1, 1}, w, DType::f16));
     const auto native =
         be->download(ops::conv2d(make_context(*be, {DType::f16, Accumulate::native}), tx, tw, nullptr, 1, 0));
-    const auto exact = be->download(ops::conv2d(make_context(*be, {DType::f16, Accumulate::f32}), tx, tw, nullptr, 1, 0));
+    const auto exact =
+        be->download(ops::conv2d(make_context(*be, {DType::f16, Accumulate::f32}), tx, tw, nullptr, 1, 0));
     EXPECT_EQ(native.get(4), INFINITY) << "output [0,0,1,1]";
     EXPECT_EQ(count_nonfinite(native), 1);
     EXPECT_EQ(count_nonfinite(exact), 0);

@@ -17,10 +17,13 @@ OpCase binary_case(const std::string& op, const Shape& a, const Shape& b) {
   c.oracle = {{"op", op}};
   c.build = [=](Rng& rng, const Precision& p) {
     // Different magnitudes on both sides exercise the rounding of the sum.
-    return std::vector<HostTensor>{random_normal(rng, a, p.dtype, 0.0, 100.0), random_normal(rng, b, p.dtype, 0.0, 0.3)};
+    return std::vector<HostTensor>{random_normal(rng, a, p.dtype, 0.0, 100.0),
+                                   random_normal(rng, b, p.dtype, 0.0, 0.3)};
   };
   c.run = [op](const OpContext& ctx, const std::vector<Tensor>& in) {
-    return op == "add" ? ops::add(ctx, in[0], in[1]) : op == "sub" ? ops::sub(ctx, in[0], in[1]) : ops::mul(ctx, in[0], in[1]);
+    return op == "add"   ? ops::add(ctx, in[0], in[1])
+           : op == "sub" ? ops::sub(ctx, in[0], in[1])
+                         : ops::mul(ctx, in[0], in[1]);
   };
   return c;
 }
@@ -30,12 +33,12 @@ std::vector<OpCasePtr> cases() {
   const auto add = [&](const OpCase& c) {
     for (auto& p : expand(c, precision_matrix())) all.push_back(std::move(p));
   };
-  add(binary_case("add", {2, 13, 5, 7}, {13, 1, 1}));       // per-channel bias
-  add(binary_case("add", {2, 77, 768}, {768}));             // per-feature bias
-  add(binary_case("sub", {3, 5}, {3, 5}));                  // same shape
-  add(binary_case("sub", {2, 13, 5, 7}, {2, 1, 5, 1}));     // mixed broadcast
+  add(binary_case("add", {2, 13, 5, 7}, {13, 1, 1}));    // per-channel bias
+  add(binary_case("add", {2, 77, 768}, {768}));          // per-feature bias
+  add(binary_case("sub", {3, 5}, {3, 5}));               // same shape
+  add(binary_case("sub", {2, 13, 5, 7}, {2, 1, 5, 1}));  // mixed broadcast
   add(binary_case("mul", {2, 13, 5, 7}, {2, 13, 1, 1}));
-  add(binary_case("mul", {2, 3, 4, 5}, {1, 3, 1, 5}));      // alternating broadcast
+  add(binary_case("mul", {2, 3, 4, 5}, {1, 3, 1, 5}));        // alternating broadcast
   add(binary_case("add", {2, 320, 32, 32}, {2, 320, 1, 1}));  // SD resnet: time embedding added per channel
   add(binary_case("mul", {1, 4096, 320}, {1, 4096, 320}));    // SD residual-size elementwise at 64x64
   return all;
@@ -52,7 +55,7 @@ TEST(ElementwiseEdges, F16OverflowAndSpecialValues) {
     const Tensor ta = be->upload(HostTensor::from_f32({6}, a, DType::f16));
     const Tensor tb = be->upload(HostTensor::from_f32({6}, b, DType::f16));
     const auto sum = be->download(ops::add(ctx, ta, tb));
-    EXPECT_EQ(sum.get(0), INFINITY);    // 65536 rounds past the f16 maximum
+    EXPECT_EQ(sum.get(0), INFINITY);  // 65536 rounds past the f16 maximum
     EXPECT_EQ(sum.get(1), -INFINITY);
     EXPECT_TRUE(std::isnan(sum.get(2)));  // Inf - Inf
     EXPECT_TRUE(std::isnan(sum.get(3)));

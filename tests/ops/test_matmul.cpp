@@ -55,13 +55,13 @@ std::vector<OpCasePtr> cases() {
   const auto add = [&](const OpCase& c) {
     for (auto& p : expand(c, precision_matrix())) all.push_back(std::move(p));
   };
-  add(matmul_case({1, 77}, {77, 13}, false, 1.0f, true));              // M=1, K=77, shared weights
-  add(matmul_case({3, 5, 77}, {3, 77, 13}, false, 0.125f, false));     // batched, alpha
-  add(matmul_case({2, 7, 40}, {2, 9, 40}, true, 1.0f, false));         // q.k^T layout
-  add(matmul_case({2, 3, 5, 13}, {13, 7}, false, 1.0f, true));         // rank 4 a, shared b
+  add(matmul_case({1, 77}, {77, 13}, false, 1.0f, true));           // M=1, K=77, shared weights
+  add(matmul_case({3, 5, 77}, {3, 77, 13}, false, 0.125f, false));  // batched, alpha
+  add(matmul_case({2, 7, 40}, {2, 9, 40}, true, 1.0f, false));      // q.k^T layout
+  add(matmul_case({2, 3, 5, 13}, {13, 7}, false, 1.0f, true));      // rank 4 a, shared b
   add(linear_case({5, 13}, 7, false));
-  add(linear_case({2, 77, 768}, 320, true));                           // SD cross-attention to_k on CLIP output
-  add(linear_case({1, 1024, 320}, 320, true));                         // SD attention projection, 32x32 latent
+  add(linear_case({2, 77, 768}, 320, true));    // SD cross-attention to_k on CLIP output
+  add(linear_case({1, 1024, 320}, 320, true));  // SD attention projection, 32x32 latent
   return all;
 }
 

@@ -60,9 +60,9 @@ std::vector<OpCasePtr> cases() {
   const auto add = [&](const OpCase& c) {
     for (auto& p : expand(c, precision_matrix())) all.push_back(std::move(p));
   };
-  add(group_norm_case({2, 12, 5, 7}, 3, true));     // odd spatial, 4 channels per group
-  add(group_norm_case({1, 13, 5, 7}, 13, false));   // 13 groups of one channel, no affine
-  add(group_norm_case({2, 6, 77}, 2, true));        // rank 3
+  add(group_norm_case({2, 12, 5, 7}, 3, true));    // odd spatial, 4 channels per group
+  add(group_norm_case({1, 13, 5, 7}, 13, false));  // 13 groups of one channel, no affine
+  add(group_norm_case({2, 6, 77}, 2, true));       // rank 3
   // SD shapes: groups of 2560 and 40960 values. bf16 partial sums stop growing
   // long before the end (each added value is below half an ulp of the sum) and
   // over 40960 values the f16 sum of x*x passes 65504: the native modes are
@@ -74,8 +74,8 @@ std::vector<OpCasePtr> cases() {
   big.native_close_to_exact = false;
   add(big);
   add(layer_norm_case({5, 13}, true));
-  add(layer_norm_case({1, 77, 768}, true));         // CLIP
-  add(layer_norm_case({2, 4096, 320}, false));      // SD transformer block norm1 at 64x64 (affine folded)
+  add(layer_norm_case({1, 77, 768}, true));     // CLIP
+  add(layer_norm_case({2, 4096, 320}, false));  // SD transformer block norm1 at 64x64 (affine folded)
   return all;
 }
 
@@ -117,7 +117,8 @@ TEST(NormBadInput, ShapesDtypesAndEmptyTensors) {
     SCOPED_TRACE("device \"" + be->device().name + "\"");
     const OpContext ctx = make_context(*be, {DType::bf16});
     const Tensor x = be->upload(HostTensor({2, 13, 5, 7}, DType::bf16));
-    expect_op_error([&] { ops::group_norm(ctx, x, 4, nullptr, nullptr, 1e-5f); }, {"GROUP_NORM", "[2,13,5,7]", "groups=4"});
+    expect_op_error([&] { ops::group_norm(ctx, x, 4, nullptr, nullptr, 1e-5f); },
+                    {"GROUP_NORM", "[2,13,5,7]", "groups=4"});
     const Tensor gamma = be->upload(HostTensor({12}, DType::bf16));
     expect_op_error([&] { ops::group_norm(ctx, x, 13, &gamma, &gamma, 1e-5f); }, {"GROUP_NORM", "gamma", "[13]"});
     const Tensor x32 = be->upload(HostTensor({2, 13, 5, 7}, DType::f32));

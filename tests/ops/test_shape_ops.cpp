@@ -34,29 +34,31 @@ OpCase concat_case(std::vector<Shape> parts, int dim) {
 }
 
 OpCase slice_case(const Shape& x, int dim, std::int64_t begin, std::int64_t end) {
-  return shape_case("slice",
-                    shape_tag(x) + "_d" + std::to_string(dim + 4) + "_" + std::to_string(begin) + "_" + std::to_string(end),
-                    {x}, {{"dim", dim}, {"begin", begin}, {"end", end}},
-                    [=](const OpContext& ctx, const std::vector<Tensor>& in) { return ops::slice(ctx, in[0], dim, begin, end); });
+  return shape_case(
+      "slice", shape_tag(x) + "_d" + std::to_string(dim + 4) + "_" + std::to_string(begin) + "_" + std::to_string(end),
+      {x}, {{"dim", dim}, {"begin", begin}, {"end", end}},
+      [=](const OpContext& ctx, const std::vector<Tensor>& in) { return ops::slice(ctx, in[0], dim, begin, end); });
 }
 
 OpCase permute_case(const Shape& x, std::vector<int> perm) {
   std::string p;
   for (int d : perm) p += std::to_string(d);
-  return shape_case("permute", shape_tag(x) + "_p" + p, {x}, {{"perm", perm}},
-                    [perm](const OpContext& ctx, const std::vector<Tensor>& in) { return ops::permute(ctx, in[0], perm); });
+  return shape_case(
+      "permute", shape_tag(x) + "_p" + p, {x}, {{"perm", perm}},
+      [perm](const OpContext& ctx, const std::vector<Tensor>& in) { return ops::permute(ctx, in[0], perm); });
 }
 
 OpCase upsample_case(const Shape& x) {
-  return shape_case("upsample_nearest2x", shape_tag(x), {x}, nlohmann::json::object(),
-                    [](const OpContext& ctx, const std::vector<Tensor>& in) { return ops::upsample_nearest2x(ctx, in[0]); });
+  return shape_case(
+      "upsample_nearest2x", shape_tag(x), {x}, nlohmann::json::object(),
+      [](const OpContext& ctx, const std::vector<Tensor>& in) { return ops::upsample_nearest2x(ctx, in[0]); });
 }
 
 // Cast from the case's storage dtype to `to`. Values up to ~1e5 overflow f16.
 OpCase cast_case(const Shape& x, DType to) {
-  OpCase c = shape_case("cast", shape_tag(x) + "_to_" + std::string(dtype_name(to)), {x},
-                        {{"out_dtype", std::string(dtype_name(to))}},
-                        [to](const OpContext& ctx, const std::vector<Tensor>& in) { return ops::cast(ctx, in[0], to); });
+  OpCase c = shape_case(
+      "cast", shape_tag(x) + "_to_" + std::string(dtype_name(to)), {x}, {{"out_dtype", std::string(dtype_name(to))}},
+      [to](const OpContext& ctx, const std::vector<Tensor>& in) { return ops::cast(ctx, in[0], to); });
   // Values past 65504 are Inf once stored as (or cast to) f16: the non-finite
   // pattern must then match exactly, and the finite rest bit for bit.
   c.expect_nonfinite = true;
@@ -79,7 +81,7 @@ std::vector<OpCasePtr> cases() {
   add(concat_case({{2, 1280, 8, 8}, {2, 640, 8, 8}}, 1));  // SD up block skip connection
   add(slice_case({2, 13, 5, 7}, 1, 3, 10));
   add(slice_case({2, 77, 26}, -1, 13, 26));
-  add(slice_case({1, 1024, 2560}, 2, 0, 1280));  // SD GEGLU halves at 32x32
+  add(slice_case({1, 1024, 2560}, 2, 0, 1280));     // SD GEGLU halves at 32x32
   add(permute_case({2, 77, 8, 40}, {0, 2, 1, 3}));  // heads to the front
   add(permute_case({13, 5, 7}, {2, 0, 1}));
   add(permute_case({2, 320, 32, 32}, {0, 2, 3, 1}));  // NCHW -> NHWC before a transformer
@@ -95,7 +97,8 @@ TEST(ShapeOpsBadInput, ShapesRangesAndEmptyTensors) {
   for (Backend* be : all_backends()) {
     SCOPED_TRACE("device \"" + be->device().name + "\"");
     const OpContext ctx = make_context(*be, {DType::f32});
-    const std::vector<Tensor> parts{be->upload(HostTensor({2, 13, 5}, DType::f32)), be->upload(HostTensor({2, 13, 6}, DType::f32))};
+    const std::vector<Tensor> parts{be->upload(HostTensor({2, 13, 5}, DType::f32)),
+                                    be->upload(HostTensor({2, 13, 6}, DType::f32))};
     expect_op_error([&] { ops::concat(ctx, parts, 1); }, {"CONCAT", "[2,13,5]", "[2,13,6]"});
     expect_op_error([&] { ops::concat(ctx, parts, 3); }, {"CONCAT", "dimension 3"});
     expect_op_error([&] { ops::slice(ctx, parts[0], 1, 5, 14); }, {"SLICE", "[2,13,5]"});

@@ -16,7 +16,9 @@ OpCase softmax_case(const Shape& x, double stddev) {
   c.desc = "x" + shape_tag(x) + "_std" + std::to_string(static_cast<int>(stddev));
   c.uses_softmax = true;
   c.oracle = {{"op", "softmax"}};
-  c.build = [=](Rng& rng, const Precision& p) { return std::vector<HostTensor>{random_normal(rng, x, p.dtype, 0.0, stddev)}; };
+  c.build = [=](Rng& rng, const Precision& p) {
+    return std::vector<HostTensor>{random_normal(rng, x, p.dtype, 0.0, stddev)};
+  };
   c.run = [](const OpContext& ctx, const std::vector<Tensor>& in) { return ops::softmax(ctx, in[0]); };
   return c;
 }
@@ -28,9 +30,9 @@ std::vector<OpCasePtr> cases() {
   };
   add(softmax_case({5, 77}, 3.0));
   add(softmax_case({3, 13}, 1.0));
-  add(softmax_case({2, 8, 77}, 8.0));       // peaked rows
-  add(softmax_case({16, 256, 77}, 3.0));    // SD cross-attention scores (heads x tokens x text), 16x16 latent
-  add(softmax_case({2, 1024}, 3.0));        // SD self-attention score rows, 32x32 latent
+  add(softmax_case({2, 8, 77}, 8.0));     // peaked rows
+  add(softmax_case({16, 256, 77}, 3.0));  // SD cross-attention scores (heads x tokens x text), 16x16 latent
+  add(softmax_case({2, 1024}, 3.0));      // SD self-attention score rows, 32x32 latent
   return all;
 }
 
@@ -39,9 +41,9 @@ NANSCOPE_OP_TESTS(Softmax, cases());
 // Huge logits (finite in f16), a row of equal values and a -Inf (masked) entry:
 // softmax subtracts the row maximum, so every precision stays finite.
 TEST(SoftmaxEdges, LargeEqualAndMaskedLogits) {
-  const std::vector<float> x{60000.0f, 59000.0f, -60000.0f, 0.0f,  //
-                             3.0f, 3.0f, 3.0f, 3.0f,                 //
-                             -INFINITY, 1.0f, 1.0f, -INFINITY};
+  const std::vector<float> x{60000.0f,  59000.0f, -60000.0f, 0.0f,  //
+                             3.0f,      3.0f,     3.0f,      3.0f,  //
+                             -INFINITY, 1.0f,     1.0f,      -INFINITY};
   for (Backend* be : all_backends()) {
     for (const Precision& p : precision_matrix(true)) {
       SCOPED_TRACE("device \"" + be->device().name + "\" " + p.describe());

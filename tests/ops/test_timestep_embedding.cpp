@@ -15,8 +15,8 @@ OpCase embedding_case(std::vector<float> timesteps, int dim, bool flip, float sh
   c.family = "timestep";
   c.desc = "n" + std::to_string(timesteps.size()) + "_dim" + std::to_string(dim) + (flip ? "_flip" : "") + "_shift" +
            std::to_string(static_cast<int>(shift)) + "_period" + std::to_string(static_cast<int>(max_period));
-  c.oracle = {{"op", "timestep_embedding"}, {"timesteps", timesteps}, {"dim", dim}, {"flip_sin_to_cos", flip},
-              {"shift", shift}, {"max_period", max_period}};
+  c.oracle = {{"op", "timestep_embedding"}, {"timesteps", timesteps}, {"dim", dim},
+              {"flip_sin_to_cos", flip},    {"shift", shift},         {"max_period", max_period}};
   c.build = [](Rng&, const Precision&) { return std::vector<HostTensor>{}; };
   c.run = [=](const OpContext& ctx, const std::vector<Tensor>&) {
     return ops::timestep_embedding(ctx, timesteps, dim, flip, shift, max_period);
@@ -29,9 +29,9 @@ std::vector<OpCasePtr> cases() {
   const auto add = [&](const OpCase& c) {
     for (auto& p : expand(c, precision_matrix())) all.push_back(std::move(p));
   };
-  add(embedding_case({999.0f, 999.0f}, 320, true, 0.0f));                   // SD 1.x UNet, CFG batch 2
+  add(embedding_case({999.0f, 999.0f}, 320, true, 0.0f));  // SD 1.x UNet, CFG batch 2
   add(embedding_case({0.0f, 1.0f, 500.5f, 981.0f, 20.0f}, 320, true, 0.0f));
-  add(embedding_case({0.0f, 7.0f, 999.0f}, 13, false, 1.0f));               // odd dim: zero pad column
+  add(embedding_case({0.0f, 7.0f, 999.0f}, 13, false, 1.0f));  // odd dim: zero pad column
   add(embedding_case({3.0f, 250.0f}, 64, false, 1.0f, 100.0f));
   return all;
 }
@@ -43,7 +43,8 @@ TEST(TimestepEmbeddingBadInput, Parameters) {
     SCOPED_TRACE("device \"" + be->device().name + "\"");
     const OpContext ctx = make_context(*be, {DType::f32});
     const std::vector<float> none, one{5.0f}, nan{NAN};
-    expect_op_error([&] { ops::timestep_embedding(ctx, none, 320, true, 0.0f); }, {"TIMESTEP_EMBEDDING", "no timesteps"});
+    expect_op_error([&] { ops::timestep_embedding(ctx, none, 320, true, 0.0f); },
+                    {"TIMESTEP_EMBEDDING", "no timesteps"});
     expect_op_error([&] { ops::timestep_embedding(ctx, one, 1, true, 0.0f); }, {"TIMESTEP_EMBEDDING", "dim"});
     expect_op_error([&] { ops::timestep_embedding(ctx, nan, 320, true, 0.0f); }, {"TIMESTEP_EMBEDDING", "not finite"});
   }

@@ -157,8 +157,8 @@ void record_observation(std::string_view key, const CompareStats& stats) {
   }
   if (diffs == 0) return ::testing::AssertionSuccess();
   return ::testing::AssertionFailure() << diffs << " of " << got.numel() << " values differ in their bits; first at "
-                                       << multi_index(got.shape, first) << ": got " << fmt(got.get(first))
-                                       << " want " << fmt(want.get(first));
+                                       << multi_index(got.shape, first) << ": got " << fmt(got.get(first)) << " want "
+                                       << fmt(want.get(first));
 }
 
 std::int64_t count_nonfinite(const HostTensor& t) {

@@ -38,21 +38,15 @@ void write_ldm_checkpoint(const fs::path& path, const models::LdmNameMap& names,
                       " table row covers the diffusers tensor '" + name + "'");
     }
     switch (ref->transform) {
-      case models::TensorRef::Transform::none:
-        out[ref->key] = t;
-        break;
+      case models::TensorRef::Transform::none: out[ref->key] = t; break;
       case models::TensorRef::Transform::squeeze: {
         HostTensor c = t;
         if (c.shape.size() == 2) c.shape = {c.shape[0], c.shape[1], 1, 1};
         out[ref->key] = std::move(c);
         break;
       }
-      case models::TensorRef::Transform::transpose:
-        out[ref->key] = transposed(t);
-        break;
-      case models::TensorRef::Transform::chunk:
-        chunks[ref->key].emplace_back(ref->chunk, &t);
-        break;
+      case models::TensorRef::Transform::transpose: out[ref->key] = transposed(t); break;
+      case models::TensorRef::Transform::chunk: chunks[ref->key].emplace_back(ref->chunk, &t); break;
     }
   }
   for (auto& [key, parts] : chunks) {

@@ -25,8 +25,8 @@
 #include <functional>
 #include <initializer_list>
 #include <memory>
-#include <ostream>
 #include <nlohmann/json.hpp>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -38,9 +38,9 @@
 namespace nanscope::test {
 
 struct OpCase {
-  std::string op;         // "conv2d": filtering and the test name
-  std::string family;     // tolerance family: matmul, conv2d, norm, activation, softmax, attention, ...
-  std::string desc;       // shape and parameters, e.g. "x1x13x5x7_o8_k3_s1_p1": names and seeds the case
+  std::string op;      // "conv2d": filtering and the test name
+  std::string family;  // tolerance family: matmul, conv2d, norm, activation, softmax, attention, ...
+  std::string desc;    // shape and parameters, e.g. "x1x13x5x7_o8_k3_s1_p1": names and seeds the case
   Precision precision;
   AttentionConfig attention;
   bool uses_softmax = false;    // the name and matrix include the softmax precision
@@ -52,7 +52,7 @@ struct OpCase {
   // bf16 swamping): the PyTorch check then covers the f32 modes only, and the
   // failure-mode tests pin down the native behaviour.
   bool native_close_to_exact = true;
-  double flops = 0.0;           // for NANSCOPE_OP_PERF
+  double flops = 0.0;  // for NANSCOPE_OP_PERF
   // What ops_oracle.py computes: {"op": ..., parameters}. Null: no PyTorch check.
   nlohmann::json oracle;
   // Inputs in their storage dtype, from the case's seeded generator.
@@ -60,9 +60,9 @@ struct OpCase {
   // Runs the op on ctx.backend with the uploaded inputs.
   std::function<Tensor(const OpContext&, const std::vector<Tensor>&)> run;
 
-  std::string name() const;     // gtest-safe unique name
-  std::uint64_t seed() const;   // from op and desc only: every precision sees the same values
-  std::string describe() const; // for traces: op, desc, precision, attention, seed
+  std::string name() const;      // gtest-safe unique name
+  std::uint64_t seed() const;    // from op and desc only: every precision sees the same values
+  std::string describe() const;  // for traces: op, desc, precision, attention, seed
 };
 
 using OpCasePtr = std::shared_ptr<const OpCase>;
@@ -111,10 +111,10 @@ class OpCaseTest : public ::testing::TestWithParam<OpCasePtr> {};
 }  // namespace nanscope::test
 
 // Defines the two checks for a list of cases (an expression giving std::vector<OpCasePtr>).
-#define NANSCOPE_OP_TESTS(Suite, cases)                                                                \
-  class Suite : public ::nanscope::test::OpCaseTest {};                                                \
-  GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(Suite);                                                \
-  TEST_P(Suite, BackendVsReference) { ::nanscope::test::check_backends(*GetParam()); }                 \
-  TEST_P(Suite, ReferenceVsTorch) { ::nanscope::test::check_torch(*GetParam()); }                      \
+#define NANSCOPE_OP_TESTS(Suite, cases)                                                              \
+  class Suite : public ::nanscope::test::OpCaseTest {};                                              \
+  GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(Suite);                                              \
+  TEST_P(Suite, BackendVsReference) { ::nanscope::test::check_backends(*GetParam()); }               \
+  TEST_P(Suite, ReferenceVsTorch) { ::nanscope::test::check_torch(*GetParam()); }                    \
   INSTANTIATE_TEST_SUITE_P(Ops, Suite, ::testing::ValuesIn(::nanscope::test::register_cases(cases)), \
                            ::nanscope::test::OpCaseName{})

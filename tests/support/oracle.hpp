@@ -26,15 +26,15 @@ std::string python_missing_message();
 bool in_ci();
 
 // Skips (or, under CI, fails) the current test when the oracle python is missing.
-#define NANSCOPE_REQUIRE_PYTHON()                                          \
-  do {                                                                     \
-    if (!::nanscope::test::find_python()) {                                \
-      if (::nanscope::test::in_ci()) {                                     \
-        FAIL() << ::nanscope::test::python_missing_message();              \
-      } else {                                                             \
-        GTEST_SKIP() << ::nanscope::test::python_missing_message();        \
-      }                                                                    \
-    }                                                                      \
+#define NANSCOPE_REQUIRE_PYTHON()                                   \
+  do {                                                              \
+    if (!::nanscope::test::find_python()) {                         \
+      if (::nanscope::test::in_ci()) {                              \
+        FAIL() << ::nanscope::test::python_missing_message();       \
+      } else {                                                      \
+        GTEST_SKIP() << ::nanscope::test::python_missing_message(); \
+      }                                                             \
+    }                                                               \
   } while (0)
 
 // A fresh directory under $TMPDIR, removed with its content on destruction

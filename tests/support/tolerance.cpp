@@ -83,7 +83,12 @@ constexpr std::array kTable{
     // Also OpenCL vs PyTorch for 4096 tokens: 2.2e-12 2.8e-6 | 1.1e-7 5.8e-4 | 5.7e-6 6.2e-3 | 7.0e-6 4.6e-3 |
     // 3.8e-4 3.2e-2; and fused vs bmm on one backend (AttentionImpls.FusedAgreesWithBmm, both backends):
     // 1.2e-13 4.8e-7 | 1.1e-7 6.0e-4 | 4.1e-6 3.9e-3 | 7.7e-6 4.8e-3 | 2.4e-4 2.3e-2
-    Row{"attention_fused", Check::torch, {1e-11, 1.2e-5}, {5e-7, 2.5e-3}, {2.5e-5, 2.5e-2}, {3e-5, 2e-2},
+    Row{"attention_fused",
+        Check::torch,
+        {1e-11, 1.2e-5},
+        {5e-7, 2.5e-3},
+        {2.5e-5, 2.5e-2},
+        {3e-5, 2e-2},
         {1.5e-3, 0.13}},
 };
 

@@ -13,20 +13,11 @@ void OpenClBackend::unary(const UnaryArgs& args) {
   const char* name = "unary_silu";
   const char* op = "SILU";
   switch (args.op) {
-    case UnaryOp::silu:
-      break;
-    case UnaryOp::gelu_erf:
-      name = "unary_gelu_erf", op = "GELU";
-      break;
-    case UnaryOp::gelu_tanh:
-      name = "unary_gelu_tanh", op = "GELU";
-      break;
-    case UnaryOp::quick_gelu:
-      name = "unary_quick_gelu", op = "QUICK_GELU";
-      break;
-    case UnaryOp::scale:
-      name = "unary_scale", op = "SCALE";
-      break;
+    case UnaryOp::silu: break;
+    case UnaryOp::gelu_erf: name = "unary_gelu_erf", op = "GELU"; break;
+    case UnaryOp::gelu_tanh: name = "unary_gelu_tanh", op = "GELU"; break;
+    case UnaryOp::quick_gelu: name = "unary_quick_gelu", op = "QUICK_GELU"; break;
+    case UnaryOp::scale: name = "unary_scale", op = "SCALE"; break;
   }
   cl_kernel k = kernel("activation", name, precision_options(detail::storage_only(args.out.dtype())));
   set_args(k, buffer(args.x), buffer(args.out), cl_ulong(n), args.param);

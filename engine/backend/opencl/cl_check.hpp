@@ -18,14 +18,14 @@ void log_cl_error(cl_int status, const char* call);
 
 }  // namespace nanscope::opencl
 
-#define NS_CL_CHECK(call)                                                                 \
-  do {                                                                                    \
-    const cl_int ns_status_ = (call);                                                     \
+#define NS_CL_CHECK(call)                                                                \
+  do {                                                                                   \
+    const cl_int ns_status_ = (call);                                                    \
     if (ns_status_ != CL_SUCCESS) ::nanscope::opencl::throw_cl_error(ns_status_, #call); \
   } while (0)
 
-#define NS_CL_CHECK_NOTHROW(call)                                                       \
-  do {                                                                                  \
-    const cl_int ns_status_ = (call);                                                   \
+#define NS_CL_CHECK_NOTHROW(call)                                                      \
+  do {                                                                                 \
+    const cl_int ns_status_ = (call);                                                  \
     if (ns_status_ != CL_SUCCESS) ::nanscope::opencl::log_cl_error(ns_status_, #call); \
   } while (0)

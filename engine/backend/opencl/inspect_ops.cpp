@@ -26,8 +26,7 @@ std::string inspect_options(OpenClBackend& be, const Precision& p) {
 [[maybe_unused]] const bool kRegisteredInspect = (register_program_options("inspect", inspect_options), true);
 
 // [N, C, H, W] (or [C, H, W]) of a map argument.
-void map_dims(const Tensor& x, std::int64_t index, const char* op, std::int64_t& c, std::int64_t& h,
-              std::int64_t& w) {
+void map_dims(const Tensor& x, std::int64_t index, const char* op, std::int64_t& c, std::int64_t& h, std::int64_t& w) {
   const Shape& s = x.shape();
   if (s.size() < 3) throw OpError(std::string(op) + ": expects [N, C, H, W], got " + shape_str(s));
   c = s[s.size() - 3];
@@ -111,14 +110,14 @@ std::vector<MapReduction> OpenClBackend::map_reduce_batch(std::span<const MapRed
 
     if (cpu_style) {
       cl_kernel kl = kernel("inspect", "map_lines_item", p.opts);
-      set_args(kl, buffer(a.x), p.base, p.c, p.h, p.w, near, static_cast<float>(a.overshoot), lines_buf, rows_f,
-               rows_u, cl_uint(lines));
+      set_args(kl, buffer(a.x), p.base, p.c, p.h, p.w, near, static_cast<float>(a.overshoot), lines_buf, rows_f, rows_u,
+               cl_uint(lines));
       const size_t gl[1] = {static_cast<size_t>(lines)};
       launch(kl, "MAP_REDUCE", 1, gl, nullptr);
     } else {
       cl_kernel kl = kernel("inspect", "map_lines", p.opts);
-      set_args(kl, buffer(a.x), p.base, p.c, p.h, p.w, near, static_cast<float>(a.overshoot), lines_buf, rows_f,
-               rows_u, LocalMem{4 * local * sizeof(float)}, LocalMem{kCounters * local * sizeof(cl_uint)});
+      set_args(kl, buffer(a.x), p.base, p.c, p.h, p.w, near, static_cast<float>(a.overshoot), lines_buf, rows_f, rows_u,
+               LocalMem{4 * local * sizeof(float)}, LocalMem{kCounters * local * sizeof(cl_uint)});
       const size_t gl[1] = {static_cast<size_t>(lines) * local};
       const size_t ll[1] = {local};
       launch(kl, "MAP_REDUCE", 1, gl, ll);
@@ -167,8 +166,8 @@ std::vector<MapReduction> OpenClBackend::map_reduce_batch(std::span<const MapRed
     p.scratch.push_back(std::make_unique<detail::ScratchBuffer>(*this, p.cells * sizeof(cl_uint), "inspector mask"));
     const cl_mem mask = p.scratch.back()->mem();
     cl_kernel km = kernel("inspect", "map_mask", p.opts);
-    set_args(km, buffer(maps[m].x), p.base, p.c, p.h, p.w, cl_uint(r.cell_h), cl_uint(r.cell_w),
-             cl_uint(r.mask_cols), cl_uint(p.cells), mask);
+    set_args(km, buffer(maps[m].x), p.base, p.c, p.h, p.w, cl_uint(r.cell_h), cl_uint(r.cell_w), cl_uint(r.mask_cols),
+             cl_uint(p.cells), mask);
     const size_t gm[1] = {p.cells};
     launch(km, "MAP_REDUCE", 1, gm, nullptr);
     NS_CL_CHECK(clEnqueueReadBuffer(queue(), mask, CL_FALSE, 0, p.cells * sizeof(cl_uint), r.mask_bad.data(), 0,
@@ -192,7 +191,8 @@ PreviewReduction OpenClBackend::latent_preview(const LatentPreviewArgs& a) {
   std::vector<float> factors(a.factors.begin(), a.factors.begin() + used * 3);
   factors.resize(std::max<std::size_t>(factors.size(), 3), 0.0f);  // a __constant buffer may not be empty
   detail::ScratchBuffer fbuf(*this, factors.size() * sizeof(float), "preview factors");
-  NS_CL_CHECK(clEnqueueWriteBuffer(queue(), fbuf.mem(), CL_FALSE, 0, fbuf.bytes(), factors.data(), 0, nullptr, nullptr));
+  NS_CL_CHECK(
+      clEnqueueWriteBuffer(queue(), fbuf.mem(), CL_FALSE, 0, fbuf.bytes(), factors.data(), 0, nullptr, nullptr));
   detail::ScratchBuffer rgb(*this, static_cast<std::size_t>(plane) * 3, "preview pixels");
   detail::ScratchBuffer counts(*this, 3 * sizeof(cl_uint), "preview counts");
   const cl_uint zero[3] = {0, 0, 0};

@@ -82,19 +82,20 @@ struct OptionsRegistry {
 };
 
 OptionsRegistry& options_registry() {
-  static OptionsRegistry r{{}, [] {
-    std::map<std::string, ProgramOptionsFn> init;
-    // The GEMM programs add their tuning -D set (gemm.hpp); conv2d builds with the same options.
-    init["matmul"] = [](OpenClBackend& be, const Precision& p) { return gemm::options(be, p); };
-    init["conv2d"] = [](OpenClBackend& be, const Precision& p) { return gemm::options(be, p); };
-    // Data movement, elementwise and activations: one program per storage dtype (launch_util.hpp).
-    for (const char* name : {"activation", "elementwise", "shape_ops", "timestep_embedding"}) {
-      init[name] = [](OpenClBackend& be, const Precision& p) {
-        return be.precision_options(detail::storage_only(p.dtype));
-      };
-    }
-    return init;
-  }()};
+  static OptionsRegistry r{
+      {}, [] {
+        std::map<std::string, ProgramOptionsFn> init;
+        // The GEMM programs add their tuning -D set (gemm.hpp); conv2d builds with the same options.
+        init["matmul"] = [](OpenClBackend& be, const Precision& p) { return gemm::options(be, p); };
+        init["conv2d"] = [](OpenClBackend& be, const Precision& p) { return gemm::options(be, p); };
+        // Data movement, elementwise and activations: one program per storage dtype (launch_util.hpp).
+        for (const char* name : {"activation", "elementwise", "shape_ops", "timestep_embedding"}) {
+          init[name] = [](OpenClBackend& be, const Precision& p) {
+            return be.precision_options(detail::storage_only(p.dtype));
+          };
+        }
+        return init;
+      }()};
   return r;
 }
 
@@ -128,24 +129,25 @@ OpenClBackend::OpenClBackend(const DeviceInfo& device, const BackendOptions& opt
   }
 
   std::string dir;
-  if (options.use_kernel_cache) dir = options.kernel_cache_dir.empty() ? ProgramCache::default_dir() : options.kernel_cache_dir;
+  if (options.use_kernel_cache)
+    dir = options.kernel_cache_dir.empty() ? ProgramCache::default_dir() : options.kernel_cache_dir;
   programs_ = std::make_unique<ProgramCache>(context_, dev, info_, dir);
   programs_->set_listener(options.on_kernel_build);
 
   cl_std_ = opencl_c_version(info_.opencl_c_version) >= 1.2 || info_.opencl_c_version.empty() ? "-cl-std=CL1.2"
-                                                                                               : "-cl-std=CL1.1";
+                                                                                              : "-cl-std=CL1.1";
   profile_ = options.profile;
   fail_allocation_ = options.fail_allocation;
   switch (options.kernel_style) {
     case KernelStyleChoice::cpu: style_ = KernelStyle::cpu; break;
     case KernelStyleChoice::gpu: style_ = KernelStyle::gpu; break;
     case KernelStyleChoice::by_device:
-      style_ = info_.kind == DeviceKind::gpu || info_.kind == DeviceKind::accelerator ? KernelStyle::gpu
-                                                                                      : KernelStyle::cpu;
+      style_ =
+          info_.kind == DeviceKind::gpu || info_.kind == DeviceKind::accelerator ? KernelStyle::gpu : KernelStyle::cpu;
       break;
   }
-  log::debug("OpenCL backend ready on \"{}\" ({}), kernel cache {}{}", info_.name, info_.id,
-             dir.empty() ? "off" : dir, profile_ ? ", profiling on" : "");
+  log::debug("OpenCL backend ready on \"{}\" ({}), kernel cache {}{}", info_.name, info_.id, dir.empty() ? "off" : dir,
+             profile_ ? ", profiling on" : "");
 }
 
 OpenClBackend::~OpenClBackend() {
@@ -205,7 +207,8 @@ Tensor OpenClBackend::upload(const HostTensor& host) {
   if (!host.data.empty()) {
     const cl_int err =
         clEnqueueWriteBuffer(queue_, buffer(t), CL_TRUE, 0, host.data.size(), host.data.data(), 0, nullptr, nullptr);
-    if (err != CL_SUCCESS) throw_cl_error(err, "clEnqueueWriteBuffer", "upload " + host.describe() + " to \"" + info_.name + "\"");
+    if (err != CL_SUCCESS)
+      throw_cl_error(err, "clEnqueueWriteBuffer", "upload " + host.describe() + " to \"" + info_.name + "\"");
   }
   return t;
 }
@@ -255,8 +258,9 @@ cl_kernel OpenClBackend::kernel(std::string_view program, std::string_view name,
   const std::string kname(name);
   cl_kernel k = clCreateKernel(prog, kname.c_str(), &err);
   if (err != CL_SUCCESS) {
-    throw_cl_error(err, "clCreateKernel",
-                   "kernel " + kname + " of program " + std::string(program) + " [" + options + "] on \"" + info_.name + "\"");
+    throw_cl_error(
+        err, "clCreateKernel",
+        "kernel " + kname + " of program " + std::string(program) + " [" + options + "] on \"" + info_.name + "\"");
   }
   kernels_.emplace(std::move(key), k);
   return k;
@@ -269,7 +273,8 @@ void OpenClBackend::launch(cl_kernel k, std::string_view op, cl_uint dims, const
     local = chosen;
   }
   cl_event ev = nullptr;
-  const cl_int err = clEnqueueNDRangeKernel(queue_, k, dims, nullptr, global, local, 0, nullptr, profile_ ? &ev : nullptr);
+  const cl_int err =
+      clEnqueueNDRangeKernel(queue_, k, dims, nullptr, global, local, 0, nullptr, profile_ ? &ev : nullptr);
   if (err != CL_SUCCESS) {
     throw_cl_error(err, "clEnqueueNDRangeKernel",
                    std::string(op) + " kernel " + kernel_name(k) + " global " + sizes_str(dims, global) + " local " +
@@ -319,7 +324,8 @@ cl_mem OpenClBackend::buffer(const Tensor& t) const {
 
 void OpenClBackend::set_arg(cl_kernel k, cl_uint i, const cl_mem& m) {
   const cl_int err = clSetKernelArg(k, i, sizeof(cl_mem), &m);
-  if (err != CL_SUCCESS) throw_cl_error(err, "clSetKernelArg", "buffer argument " + std::to_string(i) + " of kernel " + kernel_name(k));
+  if (err != CL_SUCCESS)
+    throw_cl_error(err, "clSetKernelArg", "buffer argument " + std::to_string(i) + " of kernel " + kernel_name(k));
 }
 
 void OpenClBackend::set_arg(cl_kernel k, cl_uint i, const LocalMem& m) {

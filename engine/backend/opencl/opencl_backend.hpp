@@ -127,9 +127,9 @@ class OpenClBackend final : public Backend {
   std::string cl_std_;  // "-cl-std=CL1.2" (or CL1.1 on devices that only speak OpenCL C 1.1)
   bool profile_ = false;
   KernelStyle style_ = KernelStyle::cpu;
-  std::function<bool(std::size_t)> fail_allocation_;  // BackendOptions::fail_allocation
-  double inspect_wait_ = 0;  // inspect_wait_seconds()
-  void wait_for_device();     // clFinish, timed into inspect_wait_
+  std::function<bool(std::size_t)> fail_allocation_;              // BackendOptions::fail_allocation
+  double inspect_wait_ = 0;                                       // inspect_wait_seconds()
+  void wait_for_device();                                         // clFinish, timed into inspect_wait_
   std::vector<std::pair<std::string, cl_event>> pending_events_;  // (op, event) not yet read
   std::map<std::string, OpTiming> timings_;
   void collect_profile();

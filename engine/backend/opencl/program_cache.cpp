@@ -204,8 +204,7 @@ namespace {
 
 // Reads and validates an entry. Returns the payload, or nullopt with `reason`
 // set when the file exists but cannot be trusted (reason empty: no entry).
-std::optional<std::vector<unsigned char>> read_entry(const std::string& path, const Digest& key,
-                                                     std::string& reason) {
+std::optional<std::vector<unsigned char>> read_entry(const std::string& path, const Digest& key, std::string& reason) {
   std::error_code ec;
   if (!fs::exists(path, ec)) return std::nullopt;
   std::ifstream in(path, std::ios::binary);
@@ -297,8 +296,7 @@ std::vector<unsigned char> program_binary(cl_program program) {
 
 }  // namespace
 
-cl_program ProgramCache::get_source(const std::string& program, const std::string& source,
-                                    const std::string& options) {
+cl_program ProgramCache::get_source(const std::string& program, const std::string& source, const std::string& options) {
   const std::string key = cache_key(source, options);
   {
     std::lock_guard lock(mutex_);

@@ -30,8 +30,13 @@ struct AttentionView {
   bool native_acc, native_sm;
 
   explicit AttentionView(const AttentionArgs& args)
-      : a(args), q(args.q), k(args.k), v(args.v), t(args.out.dtype()),
-        native_acc(args.precision.native_accumulation()), native_sm(args.precision.native_softmax()) {}
+      : a(args),
+        q(args.q),
+        k(args.k),
+        v(args.v),
+        t(args.out.dtype()),
+        native_acc(args.precision.native_accumulation()),
+        native_sm(args.precision.native_softmax()) {}
 
   const float* q_row(std::int64_t b, std::int64_t h, std::int64_t i) const {
     return q.data() + ((b * a.sq + i) * a.heads + h) * a.d;
@@ -148,40 +153,41 @@ void fused(const AttentionView& av, detail::Store& out) {
   const DType t = av.t;
   detail::parallel_for(a.batch * a.heads * a.sq, static_cast<double>(a.sk * (a.d + a.dv + 30)),
                        [&](std::int64_t r0, std::int64_t r1) {
-    std::vector<double> o(static_cast<std::size_t>(a.dv));
-    constexpr std::int64_t kBlock = 16;
-    float block[kBlock];  // scores of the next keys, consumed in order
-    for (std::int64_t r = r0; r < r1; ++r) {
-      const std::int64_t bh = r / a.sq, i = r % a.sq;
-      const std::int64_t b = bh / a.heads, h = bh % a.heads;
-      const float* qr = av.q_row(b, h, i);
-      double m = -kInf, l = 0.0;
-      std::fill(o.begin(), o.end(), 0.0);
-      const std::int64_t n = av.keys(i);
-      for (std::int64_t j = 0; j < n; ++j) {
-        if (j % kBlock == 0) av.scores(qr, b, h, j, std::min(n, j + kBlock), block);
-        const double s = block[j % kBlock];
-        const double m_new = detail::nan_max(m, s);
-        if (m_new == -kInf) continue;  // nothing but -Inf scores so far: they weigh 0
-        const float* vr = av.v_row(b, h, j);
-        if (av.native_sm) {
-          // Every update in the storage dtype, each product exact before its one rounding.
-          const double corr = round_d(t, std::exp(round_d(t, m - m_new)));
-          const double p = round_d(t, std::exp(round_d(t, s - m_new)));
-          l = round_sum(t, l * corr, p);
-          for (std::int64_t c = 0; c < a.dv; ++c) o[c] = round_sum(t, o[c] * corr, p * double(vr[c]));
-        } else {
-          const double corr = std::exp(m - m_new);
-          const double p = std::exp(s - m_new);
-          l = l * corr + p;
-          for (std::int64_t c = 0; c < a.dv; ++c) o[c] = o[c] * corr + p * double(vr[c]);
-        }
-        m = m_new;
-      }
-      const std::int64_t oi = av.out_index(b, h, i);
-      for (std::int64_t c = 0; c < a.dv; ++c) out.set(oi + c, o[static_cast<std::size_t>(c)] / l);
-    }
-  });
+                         std::vector<double> o(static_cast<std::size_t>(a.dv));
+                         constexpr std::int64_t kBlock = 16;
+                         float block[kBlock];  // scores of the next keys, consumed in order
+                         for (std::int64_t r = r0; r < r1; ++r) {
+                           const std::int64_t bh = r / a.sq, i = r % a.sq;
+                           const std::int64_t b = bh / a.heads, h = bh % a.heads;
+                           const float* qr = av.q_row(b, h, i);
+                           double m = -kInf, l = 0.0;
+                           std::fill(o.begin(), o.end(), 0.0);
+                           const std::int64_t n = av.keys(i);
+                           for (std::int64_t j = 0; j < n; ++j) {
+                             if (j % kBlock == 0) av.scores(qr, b, h, j, std::min(n, j + kBlock), block);
+                             const double s = block[j % kBlock];
+                             const double m_new = detail::nan_max(m, s);
+                             if (m_new == -kInf) continue;  // nothing but -Inf scores so far: they weigh 0
+                             const float* vr = av.v_row(b, h, j);
+                             if (av.native_sm) {
+                               // Every update in the storage dtype, each product exact before its one rounding.
+                               const double corr = round_d(t, std::exp(round_d(t, m - m_new)));
+                               const double p = round_d(t, std::exp(round_d(t, s - m_new)));
+                               l = round_sum(t, l * corr, p);
+                               for (std::int64_t c = 0; c < a.dv; ++c)
+                                 o[c] = round_sum(t, o[c] * corr, p * double(vr[c]));
+                             } else {
+                               const double corr = std::exp(m - m_new);
+                               const double p = std::exp(s - m_new);
+                               l = l * corr + p;
+                               for (std::int64_t c = 0; c < a.dv; ++c) o[c] = o[c] * corr + p * double(vr[c]);
+                             }
+                             m = m_new;
+                           }
+                           const std::int64_t oi = av.out_index(b, h, i);
+                           for (std::int64_t c = 0; c < a.dv; ++c) out.set(oi + c, o[static_cast<std::size_t>(c)] / l);
+                         }
+                       });
 }
 
 }  // namespace
@@ -191,9 +197,7 @@ void ReferenceBackend::attention(const AttentionArgs& args) {
   detail::Store out(args.out);
   const std::int64_t pairs = args.batch * args.heads;
   switch (args.config.impl) {
-    case AttentionImpl::fused:
-      fused(av, out);
-      return;
+    case AttentionImpl::fused: fused(av, out); return;
     case AttentionImpl::bmm:
     case AttentionImpl::sliced: {
       const std::int64_t slice =

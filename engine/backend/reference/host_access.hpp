@@ -61,7 +61,7 @@ inline double round_d(DType t, double v) {
   // bf16: 7 stored mantissa bits, normal from 2^-126, subnormal quantum 2^-133, Inf from 2^128 - 2^119 (0x1.ffp127).
   const bool half = t == DType::f16;
   const double a = std::fabs(v);
-  if (!(a == a)) return v;  // NaN stays NaN
+  if (!(a == a)) return v;                              // NaN stays NaN
   const double overflow = half ? 65520.0 : 0x1.ffp127;  // halfway past the largest finite value
   if (a >= overflow) return std::copysign(HUGE_VAL, v);
   const double min_normal = half ? 0x1p-14 : 0x1p-126;

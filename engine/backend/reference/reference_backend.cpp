@@ -133,14 +133,13 @@ double round_sum_slow(DType t, double s, double err) {
   return round_d(t, err > 0 ? up : down);
 }
 
-void parallel_for(std::int64_t count, double cost_per_item,
-                  const std::function<void(std::int64_t, std::int64_t)>& fn) {
+void parallel_for(std::int64_t count, double cost_per_item, const std::function<void(std::int64_t, std::int64_t)>& fn) {
   if (count <= 0) return;
   // Threads only pay off above ~a few million operations.
   const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
-  const auto threads = static_cast<std::int64_t>(
-      std::min<double>({static_cast<double>(std::min(hw, 8u)), static_cast<double>(count),
-                        std::max(1.0, cost_per_item * static_cast<double>(count) / 4e6)}));
+  const auto threads =
+      static_cast<std::int64_t>(std::min<double>({static_cast<double>(std::min(hw, 8u)), static_cast<double>(count),
+                                                  std::max(1.0, cost_per_item * static_cast<double>(count) / 4e6)}));
   if (threads <= 1) {
     fn(0, count);
     return;

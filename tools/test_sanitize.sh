@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Builds the suites that fit CI's time under AddressSanitizer and
+# UndefinedBehaviorSanitizer (CMAKE_BUILD_TYPE=Sanitize) and runs them:
+# the file parsers (safetensors, PNG, presets and run settings, the CLIP
+# tokenizer), dtypes, the kernel cache, the buffer pool, the inspector, the
+# device reductions and the memory plan. Usage: tools/test_sanitize.sh [ctest args]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+tools/setup.sh
+build_dir=${NANSCOPE_SANITIZE_BUILD_DIR:-build-asan}
+suites=(test_safetensors test_png test_run_config test_clip_tokenizer test_dtype test_program_cache
+        test_buffer_pool test_inspect test_sizes test_device_inspect)
+if [ ! -f "$build_dir/CMakeCache.txt" ]; then
+  cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Sanitize -DNANSCOPE_BUILD_GUI=OFF -DNANSCOPE_BUILD_BENCH=OFF
+fi
+cmake --build "$build_dir" -j "$(nproc)" --target nanscope-cli "${suites[@]}"
+export HF_HUB_OFFLINE=1
+export NANSCOPE_KERNEL_CACHE=${NANSCOPE_KERNEL_CACHE:-$PWD/$build_dir/test-kernel-cache}
+# Leaks are not checked: PoCL's LLVM keeps allocations until exit. Any other
+# finding ends the test with an error.
+export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+labels="^($(IFS='|'; echo "${suites[*]}"))$"
+cd "$build_dir"
+# Only the chosen executables' tests, by label (the rest of the tree is not built here).
+ctest --output-on-failure -j "$(nproc)" -L "$labels" "$@"
