@@ -171,6 +171,16 @@ TEST(SettingsTable, ValuesOutsideARangeNameTheKeyAndTheRange) {
   std::string many;
   for (int i = 0; i < 65; ++i) many += std::to_string(i) + ",";
   expect_contains(error_of([&] { RunConfig().set("seeds", many); }), {"\"seeds\"", "at most 64"});
+  // An absurd prompt (10 MB) is refused before any work, naming the limit; 64 KiB is accepted.
+  for (const char* key : {"prompt", "negative_prompt"}) {
+    RunConfig c;
+    EXPECT_NO_THROW(c.set(key, std::string(65536, 'a')));
+    expect_contains(error_of([&] { RunConfig().set(key, std::string(10 << 20, 'a')); }),
+                    {"\"" + std::string(key) + "\"", "at most 65536 bytes", "10485760 bytes"});
+    json j = to_json(RunConfig{});
+    j[key] = std::string(65537, 'a');
+    expect_contains(error_of([&] { run_config_from_json(j, "p.json"); }), {"p.json", "at most 65536 bytes"});
+  }
   // Overrides check their fields against the same rows.
   expect_contains(error_of([&] { RunConfig().set("unet.up_blocks.*.attention.slice_size", "65537"); }),
                   {"\"unet.up_blocks.*.attention.slice_size\"", "from 1 to 65536"});

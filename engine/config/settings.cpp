@@ -235,15 +235,21 @@ void size_from_a1111(RunConfig& c, const std::string& value, const A1111Fields&)
   c.set("height", m[2].str());
 }
 
+// Prompts far beyond what any text encoder reads (77 tokens; SDXL and long-
+// prompt front ends a few hundred) are refused before any work: 64 KiB.
+constexpr double kMaxPromptBytes = 65536;
+
 std::vector<Setting> build_table() {
   std::vector<Setting> t;
   const std::string size_help = " in pixels; 0: the size the model was trained at";
-  t.push_back(
-      member(&RunConfig::prompt,
-             {.key = "prompt", .help = "What to draw (kept as written, spaces included)", .keep_spaces = true}));
-  t.push_back(
-      member(&RunConfig::negative_prompt,
-             {.key = "negative_prompt", .help = "What to steer away from; empty: nothing", .keep_spaces = true}));
+  t.push_back(member(&RunConfig::prompt, {.key = "prompt",
+                                          .max = kMaxPromptBytes,
+                                          .help = "What to draw (kept as written, spaces included)",
+                                          .keep_spaces = true}));
+  t.push_back(member(&RunConfig::negative_prompt, {.key = "negative_prompt",
+                                                   .max = kMaxPromptBytes,
+                                                   .help = "What to steer away from; empty: nothing",
+                                                   .keep_spaces = true}));
   t.push_back(member(&RunConfig::steps, {.key = "steps",
                                          .type = SettingType::integer,
                                          .default_value = "20",
@@ -474,7 +480,7 @@ bool Setting::ranged() const {
 
 std::string Setting::allowed() const {
   switch (type) {
-    case SettingType::text: return "any text";
+    case SettingType::text: return max > 0 ? "text of at most " + integer_text(max) + " bytes" : "any text";
     case SettingType::integer: return "an integer from " + integer_text(min) + " to " + integer_text(max);
     case SettingType::number: return "a number from " + number_text(min) + " to " + number_text(max);
     case SettingType::size:
@@ -535,6 +541,11 @@ json Setting::check(const json& value, std::string_view where) const {
   switch (type) {
     case SettingType::text:
       if (!value.is_string()) fail(where, "expected a string, found " + value.dump());
+      if (max > 0 && static_cast<double>(value.get_ref<const std::string&>().size()) > max) {
+        fail(where, "expected text of at most " + integer_text(max) + " bytes, found " +
+                        std::to_string(value.get_ref<const std::string&>().size()) +
+                        " bytes (the text encoder reads the first 77 tokens)");
+      }
       return value;
     case SettingType::integer:
     case SettingType::size: {

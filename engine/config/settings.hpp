@@ -55,7 +55,7 @@ struct Setting {
   std::string key{};  // as `--set` takes it: "steps", "unet.attention.slice_size", "inspect.trace"
   SettingType type = SettingType::text;
   std::string default_value{};  // the `--set` text of the default
-  double min = 0, max = 0;      // integer, number, size; seed_list: the most seeds
+  double min = 0, max = 0;      // integer, number, size; seed_list: the most seeds; text: the most bytes (0: any)
   // choice: the allowed values as listed to users ("retry-vae:PATH" stands for
   // a family); `canonical` (below) decides what is accepted.
   std::vector<std::string> choices{};

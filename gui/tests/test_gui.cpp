@@ -4,6 +4,7 @@
 
 #include <QDockWidget>
 #include <QElapsedTimer>
+#include <QFile>
 #include <QMenu>
 #include <QMimeData>
 #include <QPlainTextEdit>
@@ -176,6 +177,41 @@ class GuiTest : public QObject {
     QCOMPARE(done.size(), 2);
     QVERIFY(done.at(0).front().value<RunFinished>().cancelled);
     QVERIFY(done.at(1).front().value<RunFinished>().cancelled);
+  }
+
+  // A size the device cannot hold (the size boxes allow up to 16384) is
+  // refused before any work with the memory plan's message; the window keeps
+  // working and the next run gives an image.
+  void a_size_the_device_cannot_hold_is_refused_and_the_next_run_works() {
+    if (!have_model_) QSKIP(qPrintable("no embedded model: " + model_note_));
+    auto w = make_window();
+    QTemporaryDir dir;
+    auto write = [&](const QString& name, const QByteArray& json) {
+      QFile f(dir.filePath(name));
+      if (!f.open(QIODevice::WriteOnly)) return QString();
+      f.write(json);
+      return f.fileName();
+    };
+    const QString huge = write("huge.json", R"({"nanscope_preset": 1, "prompt": "a red circle", "steps": 1,
+                                               "cfg_scale": 1, "width": 16384, "height": 16384})");
+    const QString small = write("small.json", R"({"nanscope_preset": 1, "prompt": "a red circle", "steps": 2})");
+    QVERIFY(w->open_file(huge));
+    QSignalSpy done(w.get(), &MainWindow::runCompleted);
+    auto* run = w->findChild<QToolButton*>("runButton");
+    QVERIFY(run);
+    run->click();
+    QVERIFY(done.wait(120000));
+    RunFinished f = done.takeFirst().front().value<RunFinished>();
+    QVERIFY(!f.ok);
+    QVERIFY2(f.error.contains("16384x16384 does not fit"), qPrintable(f.error));
+    QVERIFY2(f.error.contains("The largest square size that fits is"), qPrintable(f.error));
+    QVERIFY(!w->running());
+    QVERIFY(w->open_file(small));
+    run->click();
+    QVERIFY(done.wait(120000));
+    f = done.takeFirst().front().value<RunFinished>();
+    QVERIFY2(f.ok, qPrintable(f.error));
+    QCOMPARE(f.images, 1);
   }
 
   // The tab bars of the docks show every label whole at the default layout
