@@ -177,7 +177,8 @@ void convert(std::span<const std::uint8_t> src, FileDType from, HostTensor& out)
   const std::size_t n = static_cast<std::size_t>(out.numel());
   const DType from_dtype = *to_dtype(from);
   if (from_dtype == out.dtype) {
-    std::memcpy(out.data.data(), src.data(), src.size());
+    // An empty tensor has no buffer to copy into (memcpy must not see a null pointer).
+    if (!src.empty()) std::memcpy(out.data.data(), src.data(), src.size());
     return;
   }
   for (std::size_t i = 0; i < n; ++i) {

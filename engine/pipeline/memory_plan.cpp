@@ -137,18 +137,12 @@ OpContext on_plan(const OpContext& run, PlanBackend& be, PlanTracer& tracer) {
 
 }  // namespace
 
-std::string mib_str(std::uint64_t bytes) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "%.1f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
-  return buf;
-}
-
 std::string PlannedBuffer::describe() const {
   std::string s = op.empty() ? "a buffer" : op;
   s += " " + component;
   if (!module.empty()) s += " " + module;
   s += op.empty() ? "" : " output";
-  return s + " " + shape_str(shape) + " " + std::string(dtype_name(dtype)) + " (" + mib_str(bytes) + ")";
+  return s + " " + shape_str(shape) + " " + std::string(dtype_name(dtype)) + " (" + mib_text(bytes) + ")";
 }
 
 MemoryPlan plan_memory(const PlanRequest& r) {
@@ -220,12 +214,12 @@ MemoryPlan plan_memory(const PlanRequest& r) {
                    " elements, more than the 4294967295 that NaNscope's kernels can index. " + helps;
   } else if (dev.max_alloc_bytes && plan.largest.bytes > dev.max_alloc_bytes) {
     plan.refusal = size + " does not fit \"" + dev.name + "\": " + plan.largest.describe() +
-                   " is larger than the device's largest single buffer (" + mib_str(dev.max_alloc_bytes) +
+                   " is larger than the device's largest single buffer (" + mib_text(dev.max_alloc_bytes) +
                    ", CL_DEVICE_MAX_MEM_ALLOC_SIZE). " + helps;
   } else if (dev.global_mem_bytes && plan.peak_bytes + plan.resident_bytes > dev.global_mem_bytes) {
     plan.refusal = size + " does not fit \"" + dev.name + "\": the " + plan.peak_component + " needs " +
-                   mib_str(plan.peak_bytes) + " live at once on top of " + mib_str(plan.resident_bytes) +
-                   " of weights, more than the device's " + mib_str(dev.global_mem_bytes) +
+                   mib_text(plan.peak_bytes) + " live at once on top of " + mib_text(plan.resident_bytes) +
+                   " of weights, more than the device's " + mib_text(dev.global_mem_bytes) +
                    " of memory (its largest buffer: " + plan.largest.describe() + "). " +
                    (r.cfg ? "Guidance off (cfg_scale 1) halves the UNet's part. " : "") + helps;
   }

@@ -21,6 +21,7 @@
 #include <string>
 
 #include "core/tensor.hpp"
+#include "core/units.hpp"
 #include "ops/op_context.hpp"
 
 namespace nanscope::pipeline {
@@ -75,7 +76,5 @@ MemoryPlan plan_memory(const PlanRequest& request);
 // The largest square size (a multiple of `multiple`, at most `limit`) whose
 // plan fits the device, or 0 when none does.
 int largest_square_size(const PlanRequest& request, int multiple, int limit);
-
-std::string mib_str(std::uint64_t bytes);  // "512.0 MiB"
 
 }  // namespace nanscope::pipeline

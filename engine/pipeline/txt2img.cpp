@@ -223,7 +223,7 @@ void require_memory(const SdModel& m, const ComponentContexts& cc, int width, in
   PlanRequest r{&m, cc.unet, cc.vae, width, height, cfg, cc.unet.be().allocated_bytes()};
   const MemoryPlan plan = plan_memory(r);
   log::debug("memory plan {}x{} on \"{}\": largest buffer {}, peak {} ({}), resident {}", width, height, plan.device,
-             plan.largest.describe(), mib_str(plan.peak_bytes), plan.peak_component, mib_str(plan.resident_bytes));
+             plan.largest.describe(), mib_text(plan.peak_bytes), plan.peak_component, mib_text(plan.resident_bytes));
   if (plan.fits()) return;
   const std::int64_t multiple =
       m.vae->config().downscale() * (std::int64_t{1} << (m.unet->config().block_out_channels.size() - 1));

@@ -7,6 +7,7 @@
 
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "core/units.hpp"
 
 namespace nanscope::opencl::detail {
 
@@ -51,10 +52,8 @@ ScratchBuffer::ScratchBuffer(OpenClBackend& be, std::size_t bytes, std::string_v
   cl_int err = CL_SUCCESS;
   mem_ = pool_->acquire(bytes_, err);
   if (err != CL_SUCCESS) {
-    char mib[32];
-    std::snprintf(mib, sizeof(mib), "%.1f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
     throw_cl_error(err, "clCreateBuffer",
-                   "scratch buffer for " + std::string(what) + " (" + mib + ") on \"" + be.device().name +
+                   "scratch buffer for " + std::string(what) + " (" + mib_text(bytes) + ") on \"" + be.device().name +
                        "\"; use a smaller resolution or batch, or attention slicing");
   }
 }

@@ -19,6 +19,7 @@
 #include "backend/opencl/launch_util.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "core/units.hpp"
 
 namespace nanscope::opencl {
 
@@ -49,12 +50,6 @@ std::size_t pool_limit(const DeviceInfo& info, const BackendOptions& options) {
   if (options.pool_keep_bytes) return static_cast<std::size_t>(*options.pool_keep_bytes);
   const std::uint64_t quarter = info.global_mem_bytes / 4;
   return static_cast<std::size_t>(std::min<std::uint64_t>(quarter ? quarter : (256u << 20), std::uint64_t{4} << 30));
-}
-
-std::string mib(std::uint64_t bytes) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "%.1f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
-  return buf;
 }
 
 std::string sizes_str(cl_uint dims, const size_t* v) {
@@ -171,10 +166,10 @@ OpenClBackend::~OpenClBackend() {
 
 Tensor OpenClBackend::empty(const Shape& shape, DType dtype) {
   const std::size_t bytes = static_cast<std::size_t>(shape_numel(shape)) * dtype_size(dtype);
-  const std::string what = shape_str(shape) + " " + std::string(dtype_name(dtype)) + " (" + mib(bytes) + ")";
+  const std::string what = shape_str(shape) + " " + std::string(dtype_name(dtype)) + " (" + mib_text(bytes) + ")";
   if (info_.max_alloc_bytes && bytes > info_.max_alloc_bytes) {
     throw DeviceError("cannot allocate " + what + " on \"" + info_.name + "\": larger than the device's largest " +
-                      "single buffer (CL_DEVICE_MAX_MEM_ALLOC_SIZE = " + mib(info_.max_alloc_bytes) +
+                      "single buffer (CL_DEVICE_MAX_MEM_ALLOC_SIZE = " + mib_text(info_.max_alloc_bytes) +
                       "); use a smaller resolution, attention slicing (attention.impl=sliced), or another device");
   }
   cl_int err = CL_SUCCESS;
@@ -187,7 +182,7 @@ Tensor OpenClBackend::empty(const Shape& shape, DType dtype) {
   }
   if (err != CL_SUCCESS) {
     throw ClError("cannot allocate " + what + " on \"" + info_.name + "\" (global memory " +
-                      mib(info_.global_mem_bytes) + "): " + cl_status_name(err) +
+                      mib_text(info_.global_mem_bytes) + "): " + cl_status_name(err) +
                       " in clCreateBuffer; free memory by using a smaller resolution or batch, or pick another device",
                   err);
   }
