@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # Builds the suites that fit CI's time under AddressSanitizer and
 # UndefinedBehaviorSanitizer (CMAKE_BUILD_TYPE=Sanitize) and runs them:
-# the file parsers (safetensors, PNG, presets and run settings, the CLIP
+# the file parsers (safetensors, PNG, presets, the settings table, the CLIP
 # tokenizer), dtypes, the kernel cache, the buffer pool, the inspector, the
-# device reductions and the memory plan. Usage: tools/test_sanitize.sh [ctest args]
+# device reductions, the memory plan and the fault tests (out of memory
+# mid-run, cancel at every phase). Usage: tools/test_sanitize.sh [ctest args]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/setup.sh
 build_dir=${NANSCOPE_SANITIZE_BUILD_DIR:-build-asan}
-suites=(test_safetensors test_png test_run_config test_clip_tokenizer test_dtype test_program_cache
-        test_buffer_pool test_inspect test_sizes test_device_inspect)
+suites=(test_safetensors test_png test_run_config test_settings_table test_clip_tokenizer test_dtype
+        test_program_cache test_buffer_pool test_inspect test_sizes test_device_inspect test_faults)
 if [ ! -f "$build_dir/CMakeCache.txt" ]; then
   cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Sanitize -DNANSCOPE_BUILD_GUI=OFF -DNANSCOPE_BUILD_BENCH=OFF
 fi
