@@ -282,6 +282,41 @@ TEST_F(ProgramCacheTest, BuildFailureCarriesTheBuildLog) {
   EXPECT_TRUE(fs::is_empty(dir.path())) << "a failed build leaves no entry";
 }
 
+// A cache folder that cannot be made (what a read-only parent is to a user;
+// the tests run as root, for whom permissions do not stop writes): a warning
+// naming it, every program built, runs unaffected.
+TEST_F(ProgramCacheTest, ACacheFolderThatCannotBeMadeWarnsAndEveryRunStillWorks) {
+  TempDir dir;
+  const fs::path not_a_folder = dir.path() / "not-a-folder";
+  write_bytes(not_a_folder, {'x'});
+  const std::string cache_dir = (not_a_folder / "kernels").string();
+  for (int i = 0; i < 2; ++i) {
+    LogCapture logs;
+    auto c = cache(cache_dir);
+    expect_vadd(c->get_source("vadd", kVaddSource, "-DSCALE=1.0f"), 1.0f);
+    EXPECT_FALSE(c->records().at(0).cache_hit);
+    const std::string text = logs.text();
+    EXPECT_NE(text.find("kernel cache disabled"), std::string::npos) << text;
+    EXPECT_NE(text.find(cache_dir), std::string::npos) << "the warning names the folder:\n" << text;
+  }
+}
+
+// An entry that cannot be written (here its name is taken by a folder, as a
+// full disk or a read-only folder would refuse it): a warning, and the
+// program built in memory still runs.
+TEST_F(ProgramCacheTest, AnEntryThatCannotBeWrittenWarnsAndTheProgramStillRuns) {
+  TempDir dir;
+  auto probe = cache(dir.path().string());
+  const fs::path entry = probe->entry_path(probe->cache_key(kVaddSource, "-DSCALE=2.0f"));
+  fs::create_directories(entry / "blocker");
+  LogCapture logs;
+  auto c = cache(dir.path().string());
+  expect_vadd(c->get_source("vadd", kVaddSource, "-DSCALE=2.0f"), 2.0f);
+  const std::string text = logs.text();
+  EXPECT_NE(text.find("could not save vadd"), std::string::npos) << text;
+  EXPECT_EQ(text.find(": Success"), std::string::npos) << "the warning says why it failed:\n" << text;
+}
+
 TEST_F(ProgramCacheTest, DisabledCacheAlwaysBuilds) {
   for (int i = 0; i < 2; ++i) {
     auto c = cache("");

@@ -207,6 +207,11 @@ namespace {
 std::optional<std::vector<unsigned char>> read_entry(const std::string& path, const Digest& key, std::string& reason) {
   std::error_code ec;
   if (!fs::exists(path, ec)) return std::nullopt;
+  if (!fs::is_regular_file(path, ec)) {
+    // A folder or device node where the entry belongs: reading it would throw out of the stream.
+    reason = "not a regular file";
+    return std::nullopt;
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     reason = "cannot be opened";
@@ -279,8 +284,9 @@ void write_entry(const std::string& path, const Digest& key, const std::vector<u
   std::error_code ec;
   fs::rename(tmp, path, ec);
   if (ec) {
+    const std::string why = ec.message();  // before remove() reuses ec
     fs::remove(tmp, ec);
-    throw FileError("cannot rename " + tmp + " to " + path + ": " + ec.message());
+    throw FileError("cannot rename " + tmp + " to " + path + ": " + why);
   }
 }
 
