@@ -17,6 +17,7 @@
 #include "config/preset.hpp"
 #include "config/run_config.hpp"
 #include "core/error.hpp"
+#include "support/errors.hpp"
 #include "support/oracle.hpp"
 
 namespace nanscope {
@@ -27,23 +28,8 @@ using nlohmann::json;
 using test::TempDir;
 
 // The error message of `fn`, which must throw E.
-template <typename E, typename Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const E& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "wrong exception type: " << e.what();
-    return {};
-  }
-  ADD_FAILURE() << "no exception";
-  return {};
-}
-
-void expect_contains(const std::string& message, std::initializer_list<std::string> needles) {
-  for (const auto& n : needles) EXPECT_NE(message.find(n), std::string::npos) << "\"" << n << "\" not in: " << message;
-}
+using test::error_of;
+using test::expect_contains;
 
 std::string slurp(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);

@@ -21,6 +21,7 @@
 #include "config/run_config.hpp"
 #include "config/settings.hpp"
 #include "core/error.hpp"
+#include "support/errors.hpp"
 #include "support/oracle.hpp"
 
 namespace nanscope {
@@ -29,21 +30,12 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const ConfigError& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "wrong exception type: " << e.what();
-    return {};
-  }
-  ADD_FAILURE() << "no exception";
-  return {};
-}
+using test::expect_contains;
 
-void expect_contains(const std::string& message, std::initializer_list<std::string> needles) {
-  for (const auto& n : needles) EXPECT_NE(message.find(n), std::string::npos) << "\"" << n << "\" not in: " << message;
+// The message of the ConfigError fn throws.
+template <typename Fn>
+std::string error_of(Fn&& fn) {
+  return test::error_of<ConfigError>(fn);
 }
 
 json::json_pointer pointer(const std::string& dotted) {
