@@ -38,6 +38,23 @@ TEST(Sweep, ExpandsEveryCombinationIntoNamedCells) {
   EXPECT_EQ(spec.cells[0].config.component(Component::vae).precision.dtype, DType::f16);
   EXPECT_EQ(spec.out, dir.path() / "o");
   EXPECT_THROW(SweepSpec::load(write_spec(dir.path(), R"({"nanscope_sweep": 1, "seed": [1]})")), ConfigError);
+  // 10^7 cells are refused before anything is expanded, naming the counts and the limit.
+  std::string seeds, sizes, devices, configs;
+  for (int i = 0; i < 1000; ++i) seeds += (i ? "," : "") + std::to_string(i);
+  for (int i = 0; i < 100; ++i) sizes += std::string(i ? "," : "") + "\"" + std::to_string(64 + 16 * i) + "x64\"";
+  for (int i = 0; i < 10; ++i) devices += std::string(i ? "," : "") + "\"reference\"";
+  for (int i = 0; i < 10; ++i) configs += std::string(i ? "," : "") + "\"c" + std::to_string(i) + "\": []";
+  try {
+    SweepSpec::load(write_spec(dir.path(), R"({"nanscope_sweep": 1, "configs": {)" + configs + R"(}, "seeds": [)" +
+                                               seeds + R"(], "sizes": [)" + sizes + R"(], "devices": [)" + devices +
+                                               "]}"));
+    FAIL() << "a sweep of 10^7 cells must be refused";
+  } catch (const ConfigError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("10 configs x 1000 seeds x 100 sizes x 10 devices make 10000000 cells"), std::string::npos)
+        << msg;
+    EXPECT_NE(msg.find("more than the 100000"), std::string::npos) << msg;
+  }
   EXPECT_THROW(run_sweep_cell(spec, 8), ConfigError);
 }
 

@@ -86,6 +86,17 @@ SweepSpec SweepSpec::load(const fs::path& file) {
   if (sizes.empty()) sizes.push_back("");
   auto devices = strings(j, "devices");
   if (devices.empty()) devices.push_back(base.device);
+  // Each cell is a run someone waits for and a full config in memory: a product
+  // beyond kMaxSweepCells is a slip (a seed range pasted twice), refused before
+  // anything is expanded.
+  const std::uint64_t total = static_cast<std::uint64_t>(configs.size()) * seeds.size() * sizes.size() * devices.size();
+  if (total > kMaxSweepCells) {
+    throw ConfigError("sweep " + file.string() + ": " + std::to_string(configs.size()) + " configs x " +
+                      std::to_string(seeds.size()) + " seeds x " + std::to_string(sizes.size()) + " sizes x " +
+                      std::to_string(devices.size()) + " devices make " + std::to_string(total) +
+                      " cells, more than the " + std::to_string(kMaxSweepCells) +
+                      " a sweep may have; split it into several sweeps");
+  }
   int index = 0;
   for (const auto& [name, sets] : configs)
     for (auto seed : seeds)

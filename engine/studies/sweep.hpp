@@ -17,6 +17,7 @@
 //     "out": "sweep-out"                             // relative to the spec's folder
 //   }
 
+#include <cstdint>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -32,6 +33,9 @@ struct SweepCell {
   std::uint64_t seed = 0;
   RunConfig config;
 };
+
+// The most cells one sweep may expand to.
+inline constexpr std::uint64_t kMaxSweepCells = 100000;
 
 struct SweepSpec {
   std::filesystem::path file, out;
