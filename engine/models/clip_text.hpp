@@ -35,7 +35,7 @@ struct ClipTextOutput {
 class ClipTextModel {
  public:
   static ClipTextModel load(const std::filesystem::path& folder, Backend& backend, DType dtype);
-  explicit ClipTextModel(ClipTextConfig config) : config_(std::move(config)) {}
+  explicit ClipTextModel(const ClipTextConfig& config) : config_(config) {}
   void load_weights(WeightLoader& w);
 
   // ids: b rows of `tokens` ids. clip_skip 0 = last layer.

@@ -176,6 +176,7 @@ MemoryPlan plan_memory(const PlanRequest& r) {
     added.time_ids.assign(static_cast<std::size_t>(rows * 6), 0.0f);
   }
   std::vector<Tensor> run_state;
+  run_state.reserve(5);
   for (int i = 0; i < 4; ++i) run_state.push_back(be.empty(latent, DType::f32));  // latent, guided, denoised, sampler
   Shape in = latent;
   in[0] = rows;
