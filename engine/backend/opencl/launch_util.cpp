@@ -25,8 +25,6 @@ size_t cpu_group_size(size_t global0) {
   return g;
 }
 
-std::string_view kernel_style_name(KernelStyle s) { return s == KernelStyle::gpu ? "gpu" : "cpu"; }
-
 size_t reduction_group_size(const OpenClBackend& be) {
   if (be.kernel_style() == KernelStyle::cpu) return 1;
   const size_t max = be.device().max_work_group_size ? be.device().max_work_group_size : 64;

@@ -22,13 +22,6 @@ cl_uint to_uint(std::int64_t v, std::string_view op, std::string_view what);
 // (data movement, elementwise, activations) share one program per dtype.
 inline Precision storage_only(DType t) { return Precision{t, Accumulate::f32, SoftmaxPrecision::f32}; }
 
-// Kernel families: `cpu` (each work-item owns a register block, no barriers:
-// what PoCL and other CPU drivers run well) or `gpu` (work-groups sharing local
-// memory tiles). Chosen by device kind unless BackendOptions::kernel_style
-// forces one (used to test the GPU kernels on a CPU device).
-inline KernelStyle kernel_style(const OpenClBackend& be) { return be.kernel_style(); }
-std::string_view kernel_style_name(KernelStyle s);
-
 // Work-items per work-group for row/group reductions (norms, softmax): 1 on
 // CPU-style devices (one work-item walks its row with vector loads, no
 // barriers to pay), up to 256 on GPUs.

@@ -88,7 +88,10 @@ class OpenClBackend final : public Backend {
   BufferPool& pool() const { return *pool_; }
   cl_command_queue queue() const { return queue_; }
   ProgramCache& programs() { return *programs_; }
-  // The kernel family this backend runs (launch_util.hpp).
+  // The kernel family this backend runs: `cpu` (each work-item owns a register
+  // block, no barriers: what PoCL and other CPU drivers run well) or `gpu`
+  // (work-groups sharing local-memory tiles). Chosen by device kind unless
+  // BackendOptions::kernel_style forces one (to test the GPU kernels on a CPU).
   KernelStyle kernel_style() const { return style_; }
   std::vector<KernelBuildRecord> kernel_builds() const override;
   std::string kernel_cache_dir() const override;
