@@ -4,7 +4,11 @@
 // beside diffusers on PyTorch (CPU, f32) on the same folder in the same
 // bench, with each one's peak resident memory. Prints a table.
 //
-//   build/bench/bench_unet [--device D] [--model UNET_DIR] [--size LATENT] [--runs N] [--dtypes f32,f16] [--no-torch]
+//   build/bench/bench_unet [--device D] [--model UNET_DIR] [--size LATENT] [--runs N] [--dtypes f32,f16]
+//                          [--no-torch | --torch-device cuda]
+//
+// --torch-device cuda times diffusers on the GPU instead, in f32 (TF32 off)
+// and f16, each NaNscope dtype against PyTorch's of the same dtype.
 //
 // The folder is made once by bench/make_sd15_unet.py (seeded, 3.4 GB, under
 // $XDG_CACHE_HOME/nanscope/bench/sd15-unet) unless --model names one. Every
@@ -17,6 +21,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <random>
 #include <sstream>
@@ -119,6 +124,7 @@ std::optional<nlohmann::json> run_child(const std::string& pin, const fs::path& 
 
 int main(int argc, char** argv) {
   std::string pin, model, child_dtype, dtypes = "f32,f16";
+  std::string torch_device = "cpu";
   int size = 64, runs = 2;
   bool torch = true;
   for (int i = 1; i < argc; ++i) {
@@ -137,10 +143,13 @@ int main(int argc, char** argv) {
       child_dtype = argv[++i];
     else if (a == "--no-torch")
       torch = false;
+    else if (a == "--torch-device" && i + 1 < argc)
+      torch_device = argv[++i];
     else {
       std::fprintf(
           stderr,
-          "usage: %s [--device D] [--model UNET_DIR] [--size LATENT] [--runs N] [--dtypes f32,f16] [--no-torch]\n",
+          "usage: %s [--device D] [--model UNET_DIR] [--size LATENT] [--runs N] [--dtypes f32,f16] [--no-torch | "
+          "--torch-device cuda]\n",
           argv[0]);
       return 2;
     }
@@ -164,18 +173,35 @@ int main(int argc, char** argv) {
     struct Row {
       std::string name;
       nlohmann::json r;
+      std::string dtype;
     };
     std::vector<Row> rows;
     std::stringstream ss(dtypes);
     for (std::string dt; std::getline(ss, dt, ',');)
-      if (auto r = run_child(pin, model, dt, size, runs)) rows.push_back({"NaNscope " + dt, *r});
-    std::optional<nlohmann::json> base;
+      if (auto r = run_child(pin, model, dt, size, runs)) rows.push_back({"NaNscope " + dt, *r, dt});
+    // Baselines by dtype: on the CPU one f32 run; on CUDA f32 (TF32 off) and f16.
+    std::map<std::string, nlohmann::json> base;
     if (torch) {
       const unsigned threads = std::max(1u, std::thread::hardware_concurrency());
-      base = bench::run_python_baseline("torch_unet.py", "'" + model + "' " + std::to_string(size) + " " +
-                                                             std::to_string(runs) + " " + std::to_string(threads));
-      if (base) rows.push_back({"diffusers f32 (PyTorch CPU)", *base});
+      const bool cuda = torch_device != "cpu";
+      for (const std::string& dt : cuda ? std::vector<std::string>{"f32", "f16"} : std::vector<std::string>{"f32"}) {
+        auto r = bench::run_python_baseline("torch_unet.py", "'" + model + "' " + std::to_string(size) + " " +
+                                                                 std::to_string(runs) + " " + std::to_string(threads) +
+                                                                 " '" + torch_device + "' " + dt);
+        if (!r) continue;
+        base[dt] = *r;
+        rows.push_back({"diffusers " + dt +
+                            (cuda ? " (PyTorch CUDA" + std::string(dt == "f32" ? ", no TF32)" : ")")
+                                  : std::string(" (PyTorch CPU)")),
+                        *r, dt});
+      }
     }
+    // A row's baseline: PyTorch in the same dtype, else its f32.
+    const auto base_for = [&](const std::string& dt) -> const nlohmann::json* {
+      if (auto it = base.find(dt); it != base.end()) return &it->second;
+      if (auto it = base.find("f32"); it != base.end()) return &it->second;
+      return nullptr;
+    };
     std::printf(
         "\nbench_unet: SD 1.5 UNet (random weights), latent %dx%d, batch 2, context 2x77; %s; median of %d calls\n\n",
         size, size,
@@ -184,11 +210,12 @@ int main(int argc, char** argv) {
     std::printf(
         "| | load s | first call s | call s | RSS after load MB | peak RSS MB | PyTorch call / this |\n"
         "|---|---:|---:|---:|---:|---:|---:|\n");
-    for (const auto& [name, r] : rows) {
+    for (const auto& [name, r, dt] : rows) {
       const double call = r.at("call").get<double>();
-      std::printf("| %s | %.2f | %.2f | %.2f | %.0f | %.0f | %s |\n", name.c_str(), r.at("load").get<double>(),
+      const nlohmann::json* b = base_for(dt);
+      std::printf("| %s | %.2f | %.2f | %.4f | %.0f | %.0f | %s |\n", name.c_str(), r.at("load").get<double>(),
                   r.at("first").get<double>(), call, r.value("loaded_rss_mb", 0.0), r.at("peak_rss_mb").get<double>(),
-                  base ? (std::to_string(base->at("call").get<double>() / call).substr(0, 4) + "x").c_str() : "");
+                  b ? (std::to_string(b->at("call").get<double>() / call).substr(0, 5) + "x").c_str() : "");
     }
     std::printf(
         "\nf16 on a device without cl_khr_fp16 stores f16 and computes in f32 (conversions on every load/store);\n"

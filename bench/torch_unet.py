@@ -1,10 +1,15 @@
 """diffusers baseline for bench_unet: one UNet2DConditionModel call on the same
 folder and the same shapes (latent [2, 4, H/8, W/8], context [2, 77, 768]).
 
-usage: torch_unet.py UNET_DIR LATENT_SIZE RUNS THREADS
-Prints one JSON object: {"load": s, "first": s, "call": s (median), "peak_rss_mb": MB, "loaded_rss_mb": MB}.
+usage: torch_unet.py UNET_DIR LATENT_SIZE RUNS THREADS [DEVICE [DTYPE]]
+Prints one JSON object: {"load": s, "first": s, "call": s (median), "peak_rss_mb": MB, "loaded_rss_mb": MB}
+(on CUDA also "peak_device_mb").
 Runs in its own process so that the peak resident memory is this baseline's alone.
-PyTorch 1.13 on the CPU has no f16 convolution, so the baseline is f32."""
+DEVICE cpu (default): PyTorch 1.13 on the CPU has no f16 convolution, so the
+baseline is f32, with diffusers' classic AttnProcessor (no SDPA in 1.13).
+DEVICE cuda: PyTorch at its best on the GPU: diffusers' default attention
+(scaled_dot_product_attention, flash/memory-efficient kernels), cuDNN
+autotuning on, and TF32 off for f32 (so f32 is f32)."""
 import json
 import resource
 import sys
@@ -15,11 +20,27 @@ from diffusers import UNet2DConditionModel
 from diffusers.models.attention_processor import AttnProcessor
 
 folder, size, runs, threads = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+device = sys.argv[5] if len(sys.argv) > 5 else "cpu"
+dtype = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[sys.argv[6] if len(sys.argv) > 6 else "f32"]
+cuda = device.startswith("cuda")
 torch.set_num_threads(threads)
+if cuda:
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cudnn.benchmark = True
+
+
+def sync():
+    if cuda:
+        torch.cuda.synchronize()
+
+
 t0 = time.perf_counter()
-unet = UNet2DConditionModel.from_pretrained(folder)
-unet.set_attn_processor(AttnProcessor())
-unet.eval()
+unet = UNet2DConditionModel.from_pretrained(folder, torch_dtype=dtype)
+if not cuda:
+    unet.set_attn_processor(AttnProcessor())
+unet.eval().to(device)
+sync()
 load = time.perf_counter() - t0
 loaded_rss = 0.0
 with open("/proc/self/status") as f:
@@ -27,19 +48,25 @@ with open("/proc/self/status") as f:
         if line.startswith("VmRSS:"):
             loaded_rss = int(line.split()[1]) / 1024.0
 g = torch.Generator().manual_seed(0)
-sample = torch.randn(2, 4, size, size, generator=g)
-context = torch.randn(2, 77, unet.config.cross_attention_dim, generator=g)
-t = torch.tensor([500.0, 500.0])
+sample = torch.randn(2, 4, size, size, generator=g).to(device, dtype)
+context = torch.randn(2, 77, unet.config.cross_attention_dim, generator=g).to(device, dtype)
+t = torch.tensor([500.0, 500.0]).to(device)
 
 
 def call():
+    sync()
     start = time.perf_counter()
     with torch.no_grad():
         unet(sample, t, encoder_hidden_states=context)
+    sync()
     return time.perf_counter() - start
 
 
 first = call()
 times = sorted(call() for _ in range(runs))
 rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-print(json.dumps({"load": load, "first": first, "call": times[len(times) // 2], "peak_rss_mb": rss, "loaded_rss_mb": loaded_rss}))
+result = {"load": load, "first": first, "call": times[len(times) // 2], "peak_rss_mb": rss, "loaded_rss_mb": loaded_rss}
+if cuda:
+    result["device"] = torch.cuda.get_device_name(0)
+    result["peak_device_mb"] = torch.cuda.max_memory_allocated() / 2**20
+print(json.dumps(result))

@@ -231,3 +231,176 @@ __kernel void attention_fused(__global const store_t* q, __global const store_t*
     for (uint c = 0; c < dv; ++c) st(orow, c, o[r][c] / l[r]);
   }
 }
+
+// ---------------------------------------------------------------------------
+// GPU style (attention_flash): f32 accumulation and f32 softmax, no causal
+// mask. A work-group of 16 x 16 work-items takes FLASH_BQ = 64 query rows of
+// one (batch, head) and walks the keys in tiles of FLASH_BK = 64:
+//   S = scale * Q.K^T for the tile, in registers (4 x 4 per work-item), with Q
+//       and K staged through local memory 16 channels at a time;
+//   the tile's row maxima, the running max m and sum l, and P = exp(S - m)
+//       in local memory (four work-items per row);
+//   O = O * exp(m_old - m) + P.V, O in registers (4 rows x ATTN_DJ columns of
+//       16 apart per work-item), V staged 16 keys at a time.
+// The running max moves once per tile of 64 keys (the fused kernel: 16), an
+// f32-rounding-level difference. Head sizes up to 16 * ATTN_DJ (-DATTN_DJ,
+// set by the host from max(d, dv)); compiled only when ATTN_DJ is given.
+// Grid: (16, 16 * ceil(sq / 64), batch * heads), local (16, 16, 1).
+#ifdef ATTN_DJ
+#define FLASH_BQ 64
+#define FLASH_BK 64
+#define FLASH_DK 16
+#define FLASH_DP (16 * ATTN_DJ)
+
+__kernel __attribute__((reqd_work_group_size(16, 16, 1))) void attention_flash(
+    __global const store_t* q, __global const store_t* k, __global const store_t* v, __global store_t* out, uint sq,
+    uint sk, uint heads, uint d, uint dv, float scale) {
+  __local float qs[FLASH_DK][FLASH_BQ + 1];  // Q chunk, [channel][row]
+  __local float ks[FLASH_DK][FLASH_BK + 1];  // K chunk, [channel][key]
+  __local float ss[FLASH_BQ][FLASH_BK + 1];  // scores, then probabilities
+  __local float vs[FLASH_DK][FLASH_DP];      // V chunk, [key][channel]
+  __local float row_m[FLASH_BQ], row_l[FLASH_BQ], row_corr[FLASH_BQ];
+  __local float red_m[FLASH_BQ][4], red_l[FLASH_BQ][4];
+
+  const uint tx = (uint)get_local_id(0), ty = (uint)get_local_id(1);
+  const uint tid = ty * 16u + tx;
+  const uint i0 = (uint)get_group_id(1) * FLASH_BQ;
+  const uint bh = (uint)get_global_id(2);
+  const uint b = bh / heads, h = bh % heads;
+  const ulong qstride = (ulong)heads * d, vstride = (ulong)heads * dv;
+  const __global store_t* qb = q + (ulong)b * sq * qstride + (ulong)h * d;
+  const __global store_t* kb = k + (ulong)b * sk * qstride + (ulong)h * d;
+  const __global store_t* vb = v + (ulong)b * sk * vstride + (ulong)h * dv;
+
+  float o[4][ATTN_DJ];
+#pragma unroll
+  for (uint i = 0; i < 4u; ++i)
+#pragma unroll
+    for (uint j = 0; j < ATTN_DJ; ++j) o[i][j] = 0.0f;
+  if (tid < FLASH_BQ) {
+    row_m[tid] = -INFINITY;
+    row_l[tid] = 0.0f;
+  }
+
+  for (uint j0 = 0; j0 < sk; j0 += FLASH_BK) {
+    // S tile: rows ty + 16 i, keys tx + 16 j.
+    float s[4][4];
+#pragma unroll
+    for (uint i = 0; i < 4u; ++i)
+#pragma unroll
+      for (uint j = 0; j < 4u; ++j) s[i][j] = 0.0f;
+    for (uint c0 = 0; c0 < d; c0 += FLASH_DK) {
+      for (uint e = tid; e < FLASH_DK * FLASH_BQ; e += 256u) {
+        const uint cc = e % FLASH_DK, r = e / FLASH_DK;
+        const uint row = i0 + r, c = c0 + cc;
+        qs[cc][r] = (row < sq && c < d) ? ld(qb + (ulong)row * qstride, c) : 0.0f;
+        const uint key = j0 + r;
+        ks[cc][r] = (key < sk && c < d) ? ld(kb + (ulong)key * qstride, c) : 0.0f;
+      }
+      barrier(CLK_LOCAL_MEM_FENCE);
+#pragma unroll 4
+      for (uint cc = 0; cc < FLASH_DK; ++cc) {
+        float qv[4], kv[4];
+#pragma unroll
+        for (uint i = 0; i < 4u; ++i) qv[i] = qs[cc][ty + 16u * i];
+#pragma unroll
+        for (uint j = 0; j < 4u; ++j) kv[j] = ks[cc][tx + 16u * j];
+#pragma unroll
+        for (uint i = 0; i < 4u; ++i)
+#pragma unroll
+          for (uint j = 0; j < 4u; ++j) s[i][j] = fma(qv[i], kv[j], s[i][j]);
+      }
+      barrier(CLK_LOCAL_MEM_FENCE);
+    }
+#pragma unroll
+    for (uint i = 0; i < 4u; ++i)
+#pragma unroll
+      for (uint j = 0; j < 4u; ++j) {
+        const uint key = j0 + tx + 16u * j;
+        ss[ty + 16u * i][tx + 16u * j] = key < sk ? scale * s[i][j] : -INFINITY;
+      }
+    barrier(CLK_LOCAL_MEM_FENCE);
+
+    // Online softmax: four work-items per row, 16 scores each; the row's
+    // maximum and sum are combined through local memory.
+    {
+      const uint r = tid / 4u, part = tid % 4u;
+      __local float* sr = ss[r] + part * 16u;
+      float tmax = -INFINITY;
+      bool nan_seen = false;
+      for (uint c = 0; c < 16u; ++c) {
+        nan_seen = nan_seen || isnan(sr[c]);
+        tmax = fmax(tmax, sr[c]);
+      }
+      red_m[r][part] = nan_seen ? NAN : tmax;
+      barrier(CLK_LOCAL_MEM_FENCE);
+      const float m_old = row_m[r];
+      float m_new = m_old;
+      for (uint q4 = 0; q4 < 4u; ++q4) m_new = nan_max(m_new, red_m[r][q4]);
+      float sum = 0.0f;
+      if (m_new == -INFINITY) {  // only -Inf scores so far: they weigh 0
+        for (uint c = 0; c < 16u; ++c) sr[c] = 0.0f;
+      } else {
+        for (uint c = 0; c < 16u; ++c) {
+          const float p = exp(sr[c] - m_new);
+          sr[c] = p;
+          sum += p;
+        }
+      }
+      red_l[r][part] = sum;
+      barrier(CLK_LOCAL_MEM_FENCE);
+      if (part == 0u) {
+        const float corr = m_new == -INFINITY ? 1.0f : exp(m_old - m_new);
+        const float tile_sum = (red_l[r][0] + red_l[r][1]) + (red_l[r][2] + red_l[r][3]);
+        row_l[r] = fma(row_l[r], corr, tile_sum);
+        row_corr[r] = corr;
+        row_m[r] = m_new;
+      }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+
+    // O = O * corr + P.V over the tile's keys, 16 at a time.
+#pragma unroll
+    for (uint i = 0; i < 4u; ++i) {
+      const float corr = row_corr[ty + 16u * i];
+#pragma unroll
+      for (uint j = 0; j < ATTN_DJ; ++j) o[i][j] *= corr;
+    }
+    const uint kend = min((uint)FLASH_BK, sk - j0);
+    for (uint k0 = 0; k0 < kend; k0 += FLASH_DK) {
+      for (uint e = tid; e < FLASH_DK * FLASH_DP; e += 256u) {
+        const uint c = e % FLASH_DP, kk = e / FLASH_DP;
+        const uint key = j0 + k0 + kk;
+        vs[kk][c] = (key < sk && c < dv) ? ld(vb + (ulong)key * vstride, c) : 0.0f;
+      }
+      barrier(CLK_LOCAL_MEM_FENCE);
+      const uint kn = min((uint)FLASH_DK, kend - k0);
+      for (uint kk = 0; kk < kn; ++kk) {
+        float p[4];
+#pragma unroll
+        for (uint i = 0; i < 4u; ++i) p[i] = ss[ty + 16u * i][k0 + kk];
+#pragma unroll
+        for (uint j = 0; j < ATTN_DJ; ++j) {
+          const float vv = vs[kk][tx + 16u * j];
+#pragma unroll
+          for (uint i = 0; i < 4u; ++i) o[i][j] = fma(p[i], vv, o[i][j]);
+        }
+      }
+      barrier(CLK_LOCAL_MEM_FENCE);
+    }
+  }
+
+#pragma unroll
+  for (uint i = 0; i < 4u; ++i) {
+    const uint r = ty + 16u * i, row = i0 + r;
+    if (row >= sq) continue;
+    const float l = row_l[r];
+    __global store_t* orow = out + ((ulong)b * sq + row) * vstride + (ulong)h * dv;
+#pragma unroll
+    for (uint j = 0; j < ATTN_DJ; ++j) {
+      const uint c = tx + 16u * j;
+      if (c < dv) st(orow, c, o[i][j] / l);
+    }
+  }
+}
+#endif

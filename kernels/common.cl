@@ -255,7 +255,18 @@ inline ushort f32_to_f16(float f) {
   return (ushort)(h | sign);
 }
 
-#if defined(STORE_F16)
+#if defined(STORE_F16) && defined(F16_CVT)
+// GPU style (-DF16_CVT): scalar vload_half / vstore_half_rte are conversion
+// instructions on GPUs (exact: RNE, Inf, NaN, subnormals, as below).
+#define ld(p, i) vload_half((i), (p))
+#define ld4(p, i) vload_half4(0, (p) + (i))
+#define ld8(p, i) vload_half8(0, (p) + (i))
+#define ld16(p, i) vload_half16(0, (p) + (i))
+#define st(p, i, v) vstore_half_rte((v), (i), (p))
+#define st4(p, i, v) vstore_half4_rte((v), 0, (p) + (i))
+#define st8(p, i, v) vstore_half8_rte((v), 0, (p) + (i))
+#define st16(p, i, v) vstore_half16_rte((v), 0, (p) + (i))
+#elif defined(STORE_F16)
 #define ld(p, i) f16_to_f32(((__global const ushort*)(p))[(i)])
 #define ld4(p, i) vload_half4(0, (p) + (i))
 #define ld8(p, i) vload_half8(0, (p) + (i))

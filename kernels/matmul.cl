@@ -279,6 +279,11 @@ __kernel void gemm_native(__global const float* ap, ulong a_poff, ulong a_bs, ui
 // A element (m, k): a[a_off + b*a_bs + m*lda + k]; B element (k, n):
 // bm[b_off + b*b_bs + k*ldbk + n*ldbn]. Local size (TS_N/WPT_N, TS_M/WPT_M),
 // grid (ceil(N/TS_N) * TS_N/WPT_N, ceil(M/TS_M) * TS_M/WPT_M, batch).
+// Each work-item owns WPT_M x WPT_N outputs, rows tm + i*RTS_M and columns
+// tn + j*RTS_N (so a warp's local reads are broadcasts or consecutive words).
+// The next k-tile's elements are loaded into registers while the current one
+// is multiplied (the global loads' latency hides behind the FMAs). Local rows
+// are padded by one word: the transposed stores hit distinct banks.
 
 #ifndef TS_M
 #define TS_M 64
@@ -297,13 +302,19 @@ __kernel void gemm_native(__global const float* ap, ulong a_poff, ulong a_bs, ui
 #endif
 #define RTS_M (TS_M / WPT_M)
 #define RTS_N (TS_N / WPT_N)
+#define TILE_THREADS (RTS_M * RTS_N)
+#define LOADS_A (TS_M * TS_K / TILE_THREADS)
+#define LOADS_B (TS_N * TS_K / TILE_THREADS)
+#if LOADS_A * TILE_THREADS != TS_M * TS_K || LOADS_B * TILE_THREADS != TS_N * TS_K
+#error "gemm_tiled: the tiles must be a whole number of loads per work-item"
+#endif
 
 __kernel __attribute__((reqd_work_group_size(RTS_N, RTS_M, 1))) void gemm_tiled(
     __global const store_t* a, ulong a_off, ulong a_bs, ulong lda, __global const store_t* bm, ulong b_off,
     ulong b_bs, ulong ldbk, ulong ldbn, __global const store_t* bias, ulong bias_off, int bias_mode,
     __global store_t* c, ulong c_off, ulong c_bs, ulong ldc, uint M, uint N, uint K, float alpha) {
-  __local float as[TS_K][TS_M];
-  __local float bs[TS_K][TS_N];
+  __local float as[TS_K][TS_M + 1];
+  __local float bs[TS_K][TS_N + 1];
   const uint tn = (uint)get_local_id(0), tm = (uint)get_local_id(1);
   const uint tid = tm * RTS_N + tn;
   const uint n0 = (uint)get_group_id(0) * TS_N, m0 = (uint)get_group_id(1) * TS_M;
@@ -311,43 +322,70 @@ __kernel __attribute__((reqd_work_group_size(RTS_N, RTS_M, 1))) void gemm_tiled(
   a += a_off + bt * a_bs;
   bm += b_off + bt * b_bs;
   bias += bias_off;
+  // B's consecutive work-items walk n where B is row-major (ldbn == 1), else k.
+  const bool b_rows = ldbn == 1u;
+
   float acc[WPT_M][WPT_N];
+#pragma unroll
   for (uint i = 0; i < WPT_M; ++i)
+#pragma unroll
     for (uint j = 0; j < WPT_N; ++j) acc[i][j] = 0.0f;
 
+  float ra[LOADS_A], rb[LOADS_B];
+#define GEMM_TILED_LOAD(K0)                                                                    \
+  {                                                                                            \
+    for (uint l = 0; l < LOADS_A; ++l) {                                                       \
+      const uint i = tid + l * TILE_THREADS, kk = i % TS_K, mm = i / TS_K;                     \
+      const uint m = m0 + mm, k = (K0) + kk;                                                   \
+      ra[l] = (m < M && k < K) ? ld(a, m * lda + k) : 0.0f;                                    \
+    }                                                                                          \
+    for (uint l = 0; l < LOADS_B; ++l) {                                                       \
+      const uint i = tid + l * TILE_THREADS;                                                   \
+      const uint kk = b_rows ? i / TS_N : i % TS_K, nn = b_rows ? i % TS_N : i / TS_K;         \
+      const uint n = n0 + nn, k = (K0) + kk;                                                   \
+      rb[l] = (n < N && k < K) ? ld(bm, k * ldbk + n * ldbn) : 0.0f;                           \
+    }                                                                                          \
+  }
+  GEMM_TILED_LOAD(0u)
+
   for (uint k0 = 0; k0 < K; k0 += TS_K) {
-    // Consecutive work-items read consecutive addresses where the layout allows.
-    for (uint i = tid; i < TS_M * TS_K; i += RTS_M * RTS_N) {
-      const uint kk = i % TS_K, mm = i / TS_K;
-      const uint m = m0 + mm, k = k0 + kk;
-      as[kk][mm] = (m < M && k < K) ? ld(a, m * lda + k) : 0.0f;
+#pragma unroll
+    for (uint l = 0; l < LOADS_A; ++l) {
+      const uint i = tid + l * TILE_THREADS;
+      as[i % TS_K][i / TS_K] = ra[l];
     }
-    for (uint i = tid; i < TS_N * TS_K; i += RTS_M * RTS_N) {
-      uint kk, nn;
-      if (ldbn == 1u) {
-        nn = i % TS_N, kk = i / TS_N;
-      } else {
-        kk = i % TS_K, nn = i / TS_K;
-      }
-      const uint n = n0 + nn, k = k0 + kk;
-      bs[kk][nn] = (n < N && k < K) ? ld(bm, k * ldbk + n * ldbn) : 0.0f;
+#pragma unroll
+    for (uint l = 0; l < LOADS_B; ++l) {
+      const uint i = tid + l * TILE_THREADS;
+      if (b_rows)
+        bs[i / TS_N][i % TS_N] = rb[l];
+      else
+        bs[i % TS_K][i / TS_K] = rb[l];
     }
     barrier(CLK_LOCAL_MEM_FENCE);
+    if (k0 + TS_K < K) GEMM_TILED_LOAD(k0 + TS_K)
+#pragma unroll
     for (uint kk = 0; kk < TS_K; ++kk) {
-      float bv[WPT_N];
+      float av[WPT_M], bv[WPT_N];
+#pragma unroll
+      for (uint i = 0; i < WPT_M; ++i) av[i] = as[kk][tm + i * RTS_M];
+#pragma unroll
       for (uint j = 0; j < WPT_N; ++j) bv[j] = bs[kk][tn + j * RTS_N];
-      for (uint i = 0; i < WPT_M; ++i) {
-        const float av = as[kk][tm + i * RTS_M];
-        for (uint j = 0; j < WPT_N; ++j) acc[i][j] = fma(av, bv[j], acc[i][j]);
-      }
+#pragma unroll
+      for (uint i = 0; i < WPT_M; ++i)
+#pragma unroll
+        for (uint j = 0; j < WPT_N; ++j) acc[i][j] = fma(av[i], bv[j], acc[i][j]);
     }
     barrier(CLK_LOCAL_MEM_FENCE);
   }
+#undef GEMM_TILED_LOAD
 
   const ulong cbase = c_off + bt * c_bs;
+#pragma unroll
   for (uint i = 0; i < WPT_M; ++i) {
     const uint m = m0 + tm + i * RTS_M;
     if (m >= M) continue;
+#pragma unroll
     for (uint j = 0; j < WPT_N; ++j) {
       const uint n = n0 + tn + j * RTS_N;
       if (n >= N) continue;

@@ -1,7 +1,8 @@
 // ATTENTION: storage x accumulate x softmax precision x impl {fused, bmm,
 // sliced(1), sliced(3)} on odd shapes (77 tokens, d != dv, causal), SD shapes
 // (cross-attention at 64x64 on the reference; self-attention at 64x64 with 4096
-// tokens on OpenCL against PyTorch only, the reference being too slow), and the
+// tokens on OpenCL against PyTorch only, the reference being too slow), the SD
+// head sizes 40..160 through the fused (on GPUs: flash) kernel, and the
 // failure modes: native softmax overflow on large logits, the impls' agreement,
 // sliced == bmm bit for bit.
 
@@ -81,6 +82,13 @@ std::vector<OpCasePtr> cases() {
   const AttnShape sd_cross{1, 4096, 77, 8, 40, 40, false};  // SD 1.x attn2 at 64x64, one CFG half
   for (const auto impl : {AttentionImpl::fused, AttentionImpl::bmm})
     add(attention_case(sd_cross, {impl, 1}), sd_precisions);
+  // The head sizes of SD 1.x (40, 80, 160) and SD 2.x / XL (64) through the fused
+  // implementation (on GPU-style devices the flash kernel's tiles: 64 query rows
+  // and 64 keys per tile, so these end in partial tiles), and fewer rows than a tile.
+  const std::vector<Precision> head_precisions{sd_precisions[0], sd_precisions[1], sd_precisions[3]};
+  for (const AttnShape& s : {AttnShape{1, 100, 130, 2, 64, 64, false}, AttnShape{1, 70, 77, 2, 80, 80, false},
+                             AttnShape{1, 65, 150, 1, 160, 160, false}, AttnShape{2, 3, 5, 3, 40, 40, false}})
+    add(attention_case(s, {AttentionImpl::fused, 1}), head_precisions);
   // SD 1.x attn1 at 64x64: 21 GFLOP per run, fused only (bmm took 24 s per run on
   // PoCL here; bmm at 4096 query rows is covered by the cross-attention cases).
   const AttnShape sd_self{1, 4096, 4096, 8, 40, 40, false};

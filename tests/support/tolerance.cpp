@@ -25,6 +25,9 @@ struct Row {
 // A 0 means bit-identical results over every case: there the limit allows
 // isolated one-ulp flips (a driver with another exp or a true half ALU), at the
 // level of the f32-accumulate cell of the same dtype.
+// Rows marked "H100" were widened after the suite ran on NVIDIA's OpenCL
+// (H100, driver 580.159.04): its exp/sin/cos are within OpenCL's allowance
+// (3-4 ulp) but not PoCL's, which moves a few f16 roundings by one ulp.
 // Reading the torch rows: the f32 cells show that the reference equals PyTorch's
 // float64 result rounded once; the native cells are how far native accumulation
 // drifts from that exact result on unit-scale inputs (the documented property).
@@ -65,14 +68,14 @@ constexpr std::array kTable{
     Row{"softmax", Check::torch, kF32Floor, kF16Floor, {2.5e-3, 0.1}, kBF16Floor, {5e-2, 0.5}},
 
     // Computed in f32 on OpenCL (t * freq at t=999 carries ~6e-5 of rounding), in double on the reference.
-    // 5.5e-11 6.0e-5 | 9.9e-11 2.4e-4 | same | 0 0 | 0 0
-    Row{"timestep", Check::backend, {2.5e-10, 2.5e-4}, {5e-10, 1e-3}, {5e-10, 1e-3}, kBF16Floor, kBF16Floor},
+    // 5.5e-11 6.0e-5 | 9.9e-11 2.4e-4 | same | 0 0 | 0 0; H100: f16 9.9e-10 (sin/cos)
+    Row{"timestep", Check::backend, {2.5e-10, 2.5e-4}, {4e-9, 1e-3}, {4e-9, 1e-3}, kBF16Floor, kBF16Floor},
     // Against diffusers' own float32 evaluation: 5.3e-11 6.0e-5 | 9.9e-11 2.4e-4 | same | 0 0 | 0 0
-    Row{"timestep", Check::torch, {2.5e-10, 2.5e-4}, {5e-10, 1e-3}, {5e-10, 1e-3}, kBF16Floor, kBF16Floor},
+    Row{"timestep", Check::torch, {2.5e-10, 2.5e-4}, {4e-9, 1e-3}, {4e-9, 1e-3}, kBF16Floor, kBF16Floor},
 
     // bmm and sliced (sliced equals bmm bit for bit, tested separately).
-    // 1.1e-13 7.6e-7 | 4.8e-10 2.8e-4 | 1.5e-10 1.2e-4 | 3.4e-9 1.1e-3 | 0 0
-    Row{"attention", Check::backend, {5e-13, 4e-6}, {2e-9, 2e-3}, {1e-9, 2e-3}, {1.5e-8, 1e-2}, kBF16Floor},
+    // 1.1e-13 7.6e-7 | 4.8e-10 2.8e-4 | 1.5e-10 1.2e-4 | 3.4e-9 1.1e-3 | 0 0; H100: f16 native 1.03e-9 (exp)
+    Row{"attention", Check::backend, {5e-13, 4e-6}, {2e-9, 2e-3}, {4e-9, 2e-3}, {1.5e-8, 1e-2}, kBF16Floor},
     // Also OpenCL vs PyTorch for 4096 tokens. 2.3e-12 3.4e-6 | 7.4e-9 2.8e-4 | 5.7e-6 5.1e-3 | 1.2e-9 1.1e-3 |
     // 3.6e-4 2.1e-2
     Row{"attention", Check::torch, {1e-11, 1.5e-5}, {3e-8, 2e-3}, {2.5e-5, 2e-2}, {5e-9, 1e-2}, {1.5e-3, 0.1}},

@@ -1,8 +1,10 @@
 // ATTENTION host side. fused: kernels/attention.cl (online softmax, no score
-// matrix). bmm and sliced: per group of (batch, head) pairs, scores = scale *
-// Q.K^T on the GEMM panels, softmax rows (kernels/softmax.cl) into the
-// probabilities P in the storage dtype, then out = P.V on the GEMM. sliced
-// takes slice_size pairs at a time; both split further (whole pairs, else query
+// matrix): on GPU-style backends the flash kernel (attention_flash: local-
+// memory tiles) where the precision is f32 accumulation and f32 softmax and
+// there is no causal mask, else the per-work-item kernel (attention_fused,
+// which also carries the exact native-precision emulation). bmm and sliced: per group of (batch, head) pairs, scores =
+// scale * Q.K^T on the GEMM panels, softmax rows (kernels/softmax.cl) into the probabilities P in the storage dtype,
+// then out = P.V on the GEMM. sliced takes slice_size pairs at a time; both split further (whole pairs, else query
 // rows) to keep the scratch within budget, which cannot change a result: every
 // query row is computed the same way in any split.
 #include <algorithm>
@@ -52,6 +54,45 @@ void fused(OpenClBackend& be, const AttentionArgs& a) {
   const size_t global[3] = {ceil_div(static_cast<std::int64_t>(ceil_div(a.sq, kFusedQueryRows)), group) * group,
                             static_cast<size_t>(a.heads), static_cast<size_t>(a.batch)};
   const size_t local[3] = {group, 1, 1};
+  be.launch(k, op, 3, global, local);
+}
+
+// attention_flash's tiles (kernels/attention.cl): 64 query rows per group of
+// 16 x 16 work-items; head sizes up to 16 * kFlashMaxDj.
+constexpr std::int64_t kFlashRows = 64;
+constexpr std::int64_t kFlashMaxDj = 16;
+
+std::size_t flash_local_bytes(std::int64_t dj) {
+  return sizeof(float) * static_cast<std::size_t>(2 * 16 * 65 + 64 * 65 + 16 * 16 * dj + 3 * 64 + 2 * 64 * 4);
+}
+
+// Why the flash kernel cannot take these arguments on this backend (empty: it can).
+std::string flash_refusal(const OpenClBackend& be, const AttentionArgs& a) {
+  if (be.kernel_style() != KernelStyle::gpu) return "cpu-style kernels";
+  if (a.precision.native_accumulation() || a.precision.native_softmax()) {
+    return "native accumulation or softmax (the exact emulation runs in attention_fused)";
+  }
+  if (a.causal) return "causal mask";
+  const auto dj = static_cast<std::int64_t>(ceil_div(std::max(a.d, a.dv), 16));
+  if (dj > kFlashMaxDj) return "head size above " + std::to_string(16 * kFlashMaxDj);
+  const std::size_t need = flash_local_bytes(dj);
+  if (be.device().local_mem_bytes && be.device().local_mem_bytes < need) {
+    return "local memory " + std::to_string(be.device().local_mem_bytes) + " bytes < " + std::to_string(need);
+  }
+  if (be.device().max_work_group_size && be.device().max_work_group_size < 256) return "work-groups under 256";
+  return {};
+}
+
+void flash(OpenClBackend& be, const AttentionArgs& a) {
+  const char* op = "ATTENTION";
+  const auto dj = static_cast<std::int64_t>(ceil_div(std::max(a.d, a.dv), 16));
+  const std::string opts = attention_options(be, a.precision) + " -DATTN_DJ=" + std::to_string(dj);
+  cl_kernel k = be.kernel("attention", "attention_flash", opts);
+  OpenClBackend::set_args(k, be.buffer(a.q), be.buffer(a.k), be.buffer(a.v), be.buffer(a.out), to_uint(a.sq, op, "sq"),
+                          to_uint(a.sk, op, "sk"), to_uint(a.heads, op, "heads"), to_uint(a.d, op, "d"),
+                          to_uint(a.dv, op, "dv"), a.scale);
+  const size_t global[3] = {16, 16 * ceil_div(a.sq, kFlashRows), static_cast<size_t>(a.batch * a.heads)};
+  const size_t local[3] = {16, 16, 1};
   be.launch(k, op, 3, global, local);
 }
 
@@ -158,6 +199,17 @@ void materialised(OpenClBackend& be, const AttentionArgs& a) {
 void OpenClBackend::attention(const AttentionArgs& args) {
   if (args.batch * args.sq * args.heads * args.dv == 0) return;
   if (args.config.impl == AttentionImpl::fused) {
+    if (kernel_style() == KernelStyle::gpu) {
+      const std::string why = flash_refusal(*this, args);
+      if (why.empty()) {
+        flash(*this, args);
+        return;
+      }
+      if (!args.precision.native_accumulation() && !args.precision.native_softmax() && !args.causal) {
+        static std::once_flag noted;
+        std::call_once(noted, [&] { log::info("flash attention not used on \"{}\": {}", device().name, why); });
+      }
+    }
     if (args.d <= kFusedMaxHead && args.dv <= kFusedMaxHead) {
       fused(*this, args);
       return;

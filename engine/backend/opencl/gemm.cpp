@@ -31,12 +31,17 @@ struct Entry {
 const Entry kTable[] = {
     {"", DeviceKind::cpu, 16, {8, 2, 128, 64, 64, 16, 4, 4, "cpu, 16-wide float vectors"}},
     {"", DeviceKind::cpu, 0, {6, 1, 256, 64, 64, 16, 4, 4, "cpu, default"}},
-    {"NVIDIA", DeviceKind::gpu, 0, {6, 1, 256, 64, 64, 16, 4, 4, "gpu, NVIDIA"}},
+    {"NVIDIA", DeviceKind::gpu, 0, {6, 1, 256, 128, 128, 16, 8, 8, "gpu, NVIDIA"}},
     {"Advanced Micro Devices", DeviceKind::gpu, 0, {6, 1, 256, 64, 64, 16, 4, 4, "gpu, AMD"}},
     {"Intel", DeviceKind::gpu, 0, {6, 1, 256, 32, 64, 16, 2, 4, "gpu, Intel"}},
     {"", DeviceKind::gpu, 0, {6, 1, 256, 32, 32, 16, 2, 2, "gpu, default"}},
 };
 const Tuning kSmallGroups{6, 1, 256, 32, 32, 8, 4, 4, "small work-groups (64)"};
+// GPU tiles for problems too small to fill the device with the table's tiles.
+const Tuning kSmallTiles{6, 1, 256, 64, 64, 16, 4, 4, "gpu, small problems"};
+// GPU tiles where the GPU style is forced on a CPU device (to test the GPU
+// kernels there): the largest tiles of the table, so they are the ones tested.
+const Tuning kForcedGpuTiles{6, 1, 256, 128, 128, 16, 8, 8, "gpu style forced on a CPU device"};
 const Tuning kDefaults{};  // kernels/matmul.cl's defaults: no -D needed
 
 bool vendor_matches(std::string_view vendor, std::string_view needle) {
@@ -212,10 +217,29 @@ void compute_panels(OpenClBackend& be, const Precision& p, cl_mem a_panels, std:
 
 namespace {
 
+// The tiles for one problem: the table's, unless they would leave compute units
+// idle where the smaller tiles would not (fewer groups than compute units).
+const Tuning& tiles_for(const OpenClBackend& be, const Problem& pr) {
+  const Tuning& t = be.device().kind == DeviceKind::cpu ? kForcedGpuTiles : tuning(be.device());
+  const auto groups = [&](const Tuning& x) {
+    return static_cast<std::int64_t>(ceil_div(pr.m, x.ts_m) * ceil_div(pr.n, x.ts_n)) * pr.batch;
+  };
+  const std::size_t small_group = static_cast<std::size_t>(kSmallTiles.ts_m / kSmallTiles.wpt_m) *
+                                  static_cast<std::size_t>(kSmallTiles.ts_n / kSmallTiles.wpt_n);
+  const auto units = static_cast<std::int64_t>(std::max<std::uint32_t>(1, be.device().compute_units));
+  if (t.ts_m * t.ts_n > kSmallTiles.ts_m * kSmallTiles.ts_n && groups(t) < units &&
+      (!be.device().max_work_group_size || be.device().max_work_group_size >= small_group)) {
+    return kSmallTiles;
+  }
+  return t;
+}
+
 void run_tiled(OpenClBackend& be, const Precision& p, const Problem& pr, const char* op) {
-  const Tuning& t = tuning(be.device());
+  const Tuning& t = tiles_for(be, pr);
   if (pr.a.cs != 1) throw OpError(std::string(op) + ": the tiled GEMM needs A with unit column stride");
-  cl_kernel kern = be.kernel("matmul", "gemm_tiled", options(be, p));
+  Precision q = p;
+  q.softmax = SoftmaxPrecision::f32;
+  cl_kernel kern = be.kernel("matmul", "gemm_tiled", be.precision_options(q) + tuning_options(t));
   OpenClBackend::set_args(kern, pr.a.mem, cl_ulong(pr.a.off), cl_ulong(pr.a.bs), cl_ulong(pr.a.rs), pr.b.mem,
                           cl_ulong(pr.b.off), cl_ulong(pr.b.bs), cl_ulong(pr.b.rs), cl_ulong(pr.b.cs), pr.bias,
                           cl_ulong(pr.bias_off), cl_int(pr.bias_mode), pr.c, cl_ulong(pr.c_off), cl_ulong(pr.c_bs),

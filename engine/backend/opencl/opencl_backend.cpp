@@ -239,6 +239,8 @@ std::string OpenClBackend::precision_options(const Precision& p) const {
   if (p.native_softmax()) o += " -DSOFTMAX_NATIVE";
   // Probed, never assumed from the name. No -cl-fast-relaxed-math / -cl-mad-enable: IEEE behaviour is the point.
   if (info_.fp16) o += " -DHAS_FP16";
+  // GPU style: scalar f16 loads and stores through the conversion instructions (common.cl).
+  if (style_ == KernelStyle::gpu && p.dtype == DType::f16) o += " -DF16_CVT";
   return o;
 }
 
