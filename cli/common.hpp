@@ -42,6 +42,7 @@ std::string format_kib(std::uint64_t bytes);
 
 void add_devices_command(CLI::App& app, const GlobalOptions& g, Action& action);
 void add_precompile_command(CLI::App& app, const GlobalOptions& g, Action& action);
+void add_tune_command(CLI::App& app, const GlobalOptions& g, Action& action);  // cmd_tune.cpp
 void add_demo_command(CLI::App& app, const GlobalOptions& g, Action& action);
 void add_generate_command(CLI::App& app, const GlobalOptions& g, Action& action);  // generate + info (cmd_generate.cpp)
 void add_inspect_command(CLI::App& app, const GlobalOptions& g, Action& action);   // cmd_inspect.cpp

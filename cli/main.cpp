@@ -56,6 +56,7 @@ int main(int argc, char** argv) {
   cli::Action action;
   cli::add_devices_command(app, g, action);
   cli::add_precompile_command(app, g, action);
+  cli::add_tune_command(app, g, action);
   cli::add_demo_command(app, g, action);
   cli::add_generate_command(app, g, action);
   cli::add_inspect_command(app, g, action);

@@ -4,10 +4,10 @@
 // order (op_args.hpp). Padding contributes zeros that are multiplied like data
 // (a non-finite weight over padding gives NaN, as in the reference).
 //
-// Two layouts of the column matrix, for the two GEMM families:
-// - conv_im2col_panels: f32 panels of GEMM B (cpu style, k-blocked by kc as
-//   matmul.cl lays them out), for the output positions [p0, p0 + pc) of each image;
-// - conv_im2col: plain [K][pc] in the storage dtype (gpu style).
+// conv_im2col_panels packs f32 panels of GEMM B (cpu style and native
+// accumulation, k-blocked by kc as matmul.cl lays them out) for the output
+// positions [p0, p0 + pc) of each image. GPU style reads the columns on the
+// fly instead (matmul.cl conv_implicit_gemm).
 
 #ifndef GEMM_NV
 #define GEMM_NV 1
@@ -76,24 +76,4 @@ __kernel void conv_im2col_panels(__global const store_t* x, ulong x_off, ulong x
     }
     vstore16(vload16(0, t), 0, d + 16u * v);
   }
-}
-
-// Grid: (pc, K, images). dst[b][k][q] for q < pc in the storage dtype, image b at b * dst_bs
-// (read at x_off + b * x_bs).
-__kernel void conv_im2col(__global const store_t* x, ulong x_off, ulong x_bs, __global store_t* dst, ulong dst_bs,
-                          uint C, uint H, uint W, uint KH, uint KW, uint stride, uint pad, uint OW, uint p0, uint pc,
-                          uint kc_unused) {  // kc: same argument list as the panel variant
-  const uint q = (uint)get_global_id(0);
-  const uint k = (uint)get_global_id(1);
-  const ulong b = get_global_id(2);
-  const uint kx = k % KW, ky = (k / KW) % KH, ci = k / (KW * KH);
-  const uint p = p0 + q;
-  const uint oy = p / OW, ox = p % OW;
-  const int iy = (int)(oy * stride + ky) - (int)pad;
-  const int ix = (int)(ox * stride + kx) - (int)pad;
-  float val = 0.0f;
-  if (iy >= 0 && iy < (int)H && ix >= 0 && ix < (int)W) {
-    val = ld(x, x_off + b * x_bs + ((ulong)ci * H + (uint)iy) * W + (uint)ix);
-  }
-  st(dst, b * dst_bs + (ulong)k * pc + q, val);
 }

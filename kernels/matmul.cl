@@ -309,21 +309,34 @@ __kernel void gemm_native(__global const float* ap, ulong a_poff, ulong a_bs, ui
 #error "gemm_tiled: the tiles must be a whole number of loads per work-item"
 #endif
 
-__kernel __attribute__((reqd_work_group_size(RTS_N, RTS_M, 1))) void gemm_tiled(
-    __global const store_t* a, ulong a_off, ulong a_bs, ulong lda, __global const store_t* bm, ulong b_off,
-    ulong b_bs, ulong ldbk, ulong ldbn, __global const store_t* bias, ulong bias_off, int bias_mode,
-    __global store_t* c, ulong c_off, ulong c_bs, ulong ldc, uint M, uint N, uint K, float alpha) {
-  __local float as[TS_K][TS_M + 1];
-  __local float bs[TS_K][TS_N + 1];
+// Where B comes from: a stored matrix (gemm_tiled), or the input image of a
+// convolution read through im2col indexing on the fly (conv_implicit_gemm: B
+// element (k, n) is x[ci][oy*stride + ky - pad][ox*stride + kx - pad] for
+// k = (ci*KH + ky)*KW + kx and n = oy*OW + ox; zero outside the image), so no
+// column matrix is ever stored.
+typedef struct {
+  uint c, h, w, kh, kw, stride, pad, ow;
+} ConvGeom;
+
+inline float conv_b_elem(__global const store_t* x, uint k, uint n, ConvGeom g) {
+  const uint kx = k % g.kw, ky = (k / g.kw) % g.kh, ci = k / (g.kw * g.kh);
+  const uint oy = n / g.ow, ox = n % g.ow;
+  const int iy = (int)(oy * g.stride + ky) - (int)g.pad;
+  const int ix = (int)(ox * g.stride + kx) - (int)g.pad;
+  if (iy < 0 || iy >= (int)g.h || ix < 0 || ix >= (int)g.w) return 0.0f;
+  return ld(x, ((ulong)ci * g.h + (uint)iy) * g.w + (uint)ix);
+}
+
+inline void gemm_tiled_body(__local float (*as)[TS_M + 1], __local float (*bs)[TS_N + 1], __global const store_t* a,
+                            ulong lda, __global const store_t* bm, ulong ldbk, ulong ldbn, const int implicit,
+                            ConvGeom g, __global const store_t* bias, int bias_mode, __global store_t* c, ulong cbase,
+                            ulong ldc, uint M, uint N, uint K, float alpha) {
   const uint tn = (uint)get_local_id(0), tm = (uint)get_local_id(1);
   const uint tid = tm * RTS_N + tn;
   const uint n0 = (uint)get_group_id(0) * TS_N, m0 = (uint)get_group_id(1) * TS_M;
-  const ulong bt = get_global_id(2);
-  a += a_off + bt * a_bs;
-  bm += b_off + bt * b_bs;
-  bias += bias_off;
-  // B's consecutive work-items walk n where B is row-major (ldbn == 1), else k.
-  const bool b_rows = ldbn == 1u;
+  // B's consecutive work-items walk n where B is row-major (ldbn == 1) or an
+  // image (consecutive output positions), else k.
+  const bool b_rows = implicit || ldbn == 1u;
 
   float acc[WPT_M][WPT_N];
 #pragma unroll
@@ -343,7 +356,7 @@ __kernel __attribute__((reqd_work_group_size(RTS_N, RTS_M, 1))) void gemm_tiled(
       const uint i = tid + l * TILE_THREADS;                                                   \
       const uint kk = b_rows ? i / TS_N : i % TS_K, nn = b_rows ? i % TS_N : i / TS_K;         \
       const uint n = n0 + nn, k = (K0) + kk;                                                   \
-      rb[l] = (n < N && k < K) ? ld(bm, k * ldbk + n * ldbn) : 0.0f;                           \
+      rb[l] = (n < N && k < K) ? (implicit ? conv_b_elem(bm, k, n, g) : ld(bm, k * ldbk + n * ldbn)) : 0.0f; \
     }                                                                                          \
   }
   GEMM_TILED_LOAD(0u)
@@ -380,7 +393,6 @@ __kernel __attribute__((reqd_work_group_size(RTS_N, RTS_M, 1))) void gemm_tiled(
   }
 #undef GEMM_TILED_LOAD
 
-  const ulong cbase = c_off + bt * c_bs;
 #pragma unroll
   for (uint i = 0; i < WPT_M; ++i) {
     const uint m = m0 + tm + i * RTS_M;
@@ -393,4 +405,30 @@ __kernel __attribute__((reqd_work_group_size(RTS_N, RTS_M, 1))) void gemm_tiled(
       st(c, cbase + (ulong)m * ldc + n, fma(alpha, acc[i][j], bv));
     }
   }
+}
+
+__kernel __attribute__((reqd_work_group_size(RTS_N, RTS_M, 1))) void gemm_tiled(
+    __global const store_t* a, ulong a_off, ulong a_bs, ulong lda, __global const store_t* bm, ulong b_off,
+    ulong b_bs, ulong ldbk, ulong ldbn, __global const store_t* bias, ulong bias_off, int bias_mode,
+    __global store_t* c, ulong c_off, ulong c_bs, ulong ldc, uint M, uint N, uint K, float alpha) {
+  __local float as[TS_K][TS_M + 1];
+  __local float bs[TS_K][TS_N + 1];
+  const ulong bt = get_global_id(2);
+  const ConvGeom none = {0u, 0u, 0u, 0u, 0u, 0u, 0u, 1u};
+  gemm_tiled_body(as, bs, a + a_off + bt * a_bs, lda, bm + b_off + bt * b_bs, ldbk, ldbn, 0, none, bias + bias_off,
+                  bias_mode, c, c_off + bt * c_bs, ldc, M, N, K, alpha);
+}
+
+// Convolution as implicit GEMM: C[img] (O x OH*OW) = W (O x C*KH*KW) . im2col(x[img]) + bias
+// per output row. Grid as gemm_tiled's with the images as the batch.
+__kernel __attribute__((reqd_work_group_size(RTS_N, RTS_M, 1))) void conv_implicit_gemm(
+    __global const store_t* w, __global const store_t* x, ulong x_bs, __global const store_t* bias, int bias_mode,
+    __global store_t* out, ulong out_bs, uint O, uint C, uint H, uint W, uint KH, uint KW, uint stride, uint pad,
+    uint OH, uint OW) {
+  __local float as[TS_K][TS_M + 1];
+  __local float bs[TS_K][TS_N + 1];
+  const ulong img = get_global_id(2);
+  const ConvGeom g = {C, H, W, KH, KW, stride, pad, OW};
+  const uint K = C * KH * KW, N = OH * OW;
+  gemm_tiled_body(as, bs, w, K, x + img * x_bs, 0, 1, 1, g, bias, bias_mode, out, img * out_bs, N, O, N, K, 1.0f);
 }

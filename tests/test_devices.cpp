@@ -5,7 +5,10 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <string>
+#include <vector>
 
 #include "backend/backend.hpp"
 #include "backend/device.hpp"
@@ -341,6 +344,55 @@ TEST(DevicesCli, PrecompileOnReferenceHasNothingToDo) {
   const ProcessResult r = run_cli({}, {"--device", "reference", "precompile"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("nothing to compile"), std::string::npos) << r.out;
+}
+
+// nanscope-cli tune on the first OpenCL device with the GPU kernels forced, into a fresh kernel cache.
+ProcessResult run_tune_cli(const std::string& cache, const std::vector<std::string>& args) {
+  std::vector<std::string> all{"--device", "0", "--kernel-cache", cache};
+  all.insert(all.end(), args.begin(), args.end());
+  return run_cli({"NANSCOPE_KERNEL_STYLE=gpu"}, all);
+}
+
+TEST(TuneCli, TimesTheTileShapesStoresTheFastestAndLaterRunsUseIt) {
+  if (!first_opencl(enumerate_devices())) GTEST_SKIP() << "no OpenCL device";
+  const TempDir dir;
+  const std::string cache = (dir / "kernels").string();
+  const ProcessResult r = run_tune_cli(cache, {"tune", "--shape", "64x96x40", "--reps", "1"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("| 128x128x16 / 8x8 | 256 |"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("| 32x32x16 / 2x2 | 256 |"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("fastest: "), std::string::npos) << r.out;
+  const auto file = dir / "kernels" / "gemm-tuning.json";
+  ASSERT_TRUE(std::filesystem::exists(file)) << r.out;
+  std::ifstream in(file);
+  const auto doc = nlohmann::json::parse(in);
+  ASSERT_EQ(doc["devices"].size(), 1u);
+  const auto& entry = doc["devices"].begin().value();
+  EXPECT_GT(entry["gflops"].get<double>(), 0.0);
+
+  // A later run on the device takes the stored tiles (and says so), and still computes right
+  // (the op suite checks every tile shape's numerics through NANSCOPE_KERNEL_STYLE=gpu).
+  const ProcessResult g =
+      run_tune_cli(cache, {"generate", "--steps", "1", "--size", "64x64", "-o", (dir / "tuned.png").string()});
+  ASSERT_EQ(g.exit_code, 0) << g.err;
+  EXPECT_NE(g.err.find("GEMM tiles for"), std::string::npos) << g.err;
+  EXPECT_NE(g.err.find(file.string()), std::string::npos) << g.err;
+
+  const ProcessResult bad = run_tune_cli(cache, {"tune", "--shape", "64x0x3"});
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find("--shape \"64x0x3\""), std::string::npos) << bad.err;
+}
+
+TEST(TuneCli, CpuStyleAndReferenceDevicesHaveNothingToTune) {
+  const ProcessResult ref = run_cli({}, {"--device", "reference", "tune"});
+  ASSERT_EQ(ref.exit_code, 0) << ref.err;
+  EXPECT_NE(ref.out.find("no kernels to tune"), std::string::npos) << ref.out;
+  const DeviceList list = enumerate_devices();
+  const DeviceInfo* cl = first_opencl(list);
+  if (!cl || cl->kind != DeviceKind::cpu) return;
+  const ProcessResult cpu = run_cli({"NANSCOPE_KERNEL_STYLE=cpu"}, {"--device", "0", "tune", "--dry-run"});
+  ASSERT_EQ(cpu.exit_code, 0) << cpu.err;
+  EXPECT_NE(cpu.out.find("no GPU tiles to tune"), std::string::npos) << cpu.out;
 }
 
 }  // namespace

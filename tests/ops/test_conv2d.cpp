@@ -43,6 +43,7 @@ std::vector<OpCasePtr> cases() {
   add(conv_case({1, 13, 5, 7}, 8, 3, 1, 1, true), matrix);     // odd spatial, 13 channels
   add(conv_case({2, 4, 7, 5}, 5, 3, 2, 1, true), matrix);      // stride 2 (downsample), odd output
   add(conv_case({1, 13, 5, 7}, 3, 1, 1, 0, false), matrix);    // 1x1 (resnet shortcut)
+  add(conv_case({2, 6, 9, 7}, 5, 1, 2, 0, true), matrix);      // 1x1 stride 2: through im2col / implicit GEMM
   add(conv_case({1, 3, 9, 11}, 6, 3, 1, 0, true), matrix);     // no padding
   add(conv_case({1, 4, 64, 64}, 320, 3, 1, 1, true), matrix);  // SD conv_in
   // SD mid block input, reduced output channels. Its sums run over 11520 terms:

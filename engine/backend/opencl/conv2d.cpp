@@ -1,10 +1,12 @@
 // CONV2D host side: convolution as GEMM with the weights as A [O][C*KH*KW]
 // and the im2col matrix as B [C*KH*KW][OH*OW] per image (kernels/conv2d.cl,
 // kernels/matmul.cl). A 1x1 stride-1 unpadded convolution is a plain GEMM on
-// the input. Otherwise the columns are built in chunks of output positions so
-// the scratch stays bounded (a 512x512 VAE layer would need >1 GiB at once).
+// the input. Otherwise: on GPU-style backends (f32 accumulation) an implicit
+// GEMM that reads the columns from the input on the fly; with the panel
+// kernels (CPU style, native accumulation) the columns are packed in chunks
+// of output positions so the scratch stays bounded (a 512x512 VAE layer would
+// need >1 GiB at once).
 #include <algorithm>
-#include <optional>
 
 #include "backend/opencl/gemm.hpp"
 #include "backend/opencl/opencl_backend.hpp"
@@ -40,15 +42,20 @@ void OpenClBackend::conv2d(const Conv2dArgs& a) {
     return;
   }
 
+  if (!gemm::uses_panels(*this, a.precision)) {
+    const gemm::ConvShape s{a.n, a.c, a.h, a.w_in, a.o, a.kh, a.kw, a.stride, a.padding, a.oh, a.ow};
+    gemm::run_implicit_conv(*this, a.precision, s, buffer(a.w), buffer(a.x), a.bias ? buffer(*a.bias) : nullptr,
+                            buffer(a.out), op);
+    return;
+  }
+
   const gemm::Tuning& t = gemm::tuning(device());
-  const bool panels = gemm::uses_panels(*this, a.precision);
   const std::string opts = gemm::options(*this, a.precision);
-  const std::size_t es = panels ? sizeof(float) : dtype_size(a.x.dtype());
   // Columns per chunk (whole panels) and images per launch within the scratch budget.
-  const auto budget = static_cast<std::int64_t>(gemm::scratch_budget(device()) / es);
+  const auto budget = static_cast<std::int64_t>(gemm::scratch_budget(device()) / sizeof(float));
   std::int64_t pc = p;
   std::int64_t images = a.n;
-  const std::int64_t per_image = (panels ? gemm::b_panel_floats(t, p, k) : k * p);
+  const std::int64_t per_image = gemm::b_panel_floats(t, p, k);
   if (per_image * images > budget) {
     images = std::max<std::int64_t>(1, budget / per_image);
     if (per_image > budget) {
@@ -56,16 +63,14 @@ void OpenClBackend::conv2d(const Conv2dArgs& a) {
       pc = std::max<std::int64_t>(1, budget / (k * t.nr())) * t.nr();
     }
   }
-  const std::int64_t chunk_elems = panels ? gemm::b_panel_floats(t, pc, k) : k * pc;
-  detail::ScratchBuffer cols(*this, static_cast<std::size_t>(chunk_elems * images) * es, "CONV2D im2col columns");
-  std::optional<detail::ScratchBuffer> a_panels;
-  if (panels) {
-    a_panels.emplace(*this, static_cast<std::size_t>(gemm::a_panel_floats(t, a.o, k)) * sizeof(float),
-                     "CONV2D weight panels");
-    gemm::pack_a(*this, opts, pr.a, 1, a.o, k, a_panels->mem(), 0, op);
-  }
+  const std::int64_t chunk_elems = gemm::b_panel_floats(t, pc, k);
+  detail::ScratchBuffer cols(*this, static_cast<std::size_t>(chunk_elems * images) * sizeof(float),
+                             "CONV2D im2col columns");
+  detail::ScratchBuffer a_panels(*this, static_cast<std::size_t>(gemm::a_panel_floats(t, a.o, k)) * sizeof(float),
+                                 "CONV2D weight panels");
+  gemm::pack_a(*this, opts, pr.a, 1, a.o, k, a_panels.mem(), 0, op);
 
-  cl_kernel im2col = kernel("conv2d", panels ? "conv_im2col_panels" : "conv_im2col", opts);
+  cl_kernel im2col = kernel("conv2d", "conv_im2col_panels", opts);
   for (std::int64_t b0 = 0; b0 < a.n; b0 += images) {
     const std::int64_t nb = std::min(images, a.n - b0);
     for (std::int64_t p0 = 0; p0 < p; p0 += pc) {
@@ -75,22 +80,16 @@ void OpenClBackend::conv2d(const Conv2dArgs& a) {
                to_uint(a.kh, op, "kh"), to_uint(a.kw, op, "kw"), cl_uint(a.stride), cl_uint(a.padding),
                to_uint(a.ow, op, "ow"), to_uint(p0, op, "position"), to_uint(len, op, "positions"),
                to_uint(gemm::k_block(t, k), op, "kc"));
-      const size_t global[3] = {panels ? static_cast<size_t>(k) : static_cast<size_t>(len),
-                                panels ? ceil_div(len, t.nr()) : static_cast<size_t>(k), static_cast<size_t>(nb)};
+      const size_t global[3] = {static_cast<size_t>(k), ceil_div(len, t.nr()), static_cast<size_t>(nb)};
       launch(im2col, op, 3, global, nullptr);
 
       gemm::Problem chunk = pr;
       chunk.batch = nb;
       chunk.n = len;
       chunk.c_off = b0 * pr.c_bs + p0;
-      if (panels) {
-        chunk.b_panels = cols.mem();
-        chunk.b_panels_bs = chunk_elems;
-        gemm::compute_panels(*this, a.precision, a_panels->mem(), 0, 0, chunk, op);
-      } else {
-        chunk.b = {cols.mem(), 0, chunk_elems, len, 1};  // [k][len] per image
-        gemm::run(*this, a.precision, chunk, op);
-      }
+      chunk.b_panels = cols.mem();
+      chunk.b_panels_bs = chunk_elems;
+      gemm::compute_panels(*this, a.precision, a_panels.mem(), 0, 0, chunk, op);
     }
   }
 }

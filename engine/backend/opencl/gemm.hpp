@@ -18,7 +18,9 @@
 // Internal to engine/backend/opencl/.
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "backend/opencl/launch_util.hpp"
 #include "backend/opencl/opencl_backend.hpp"
@@ -82,6 +84,32 @@ bool uses_panels(const OpenClBackend& be, const Precision& p);
 
 // Runs the problem (packing as needed, in chunks that bound the scratch memory).
 void run(OpenClBackend& be, const Precision& p, const Problem& pr, const char* op);
+
+// The tile tuner (`nanscope-cli tune`): GPU-style tile shapes the device can
+// run, each timed on one f32 GEMM; the winner is stored per device (id, name,
+// driver) in <kernel cache>/gemm-tuning.json and taken by later runs in place
+// of the tuning table's tiles. Part of the program cache key through -D.
+std::vector<Tuning> tile_candidates(const DeviceInfo& device);
+struct TileTiming {
+  Tuning tiles;
+  double ms = 0;      // median over the repetitions
+  double gflops = 0;  // 2*m*n*k / time
+  std::string error;  // the candidate could not run here (build or launch failure), else empty
+};
+TileTiming time_tiles(OpenClBackend& be, const Tuning& tiles, std::int64_t m, std::int64_t n, std::int64_t k, int reps);
+// Writes the winner for be's device; returns the file written.
+std::string store_tuned_tiles(const OpenClBackend& be, const TileTiming& winner);
+// The stored winner for be's device, if any (read once per cache folder and device).
+std::optional<Tuning> tuned_tiles(const OpenClBackend& be);
+
+// A convolution's geometry for the implicit GEMM (GPU style, f32 accumulation).
+struct ConvShape {
+  std::int64_t n, c, h, w, o, kh, kw, stride, padding, oh, ow;
+};
+// out[img] (o x oh*ow) = w (o x c*kh*kw) . im2col(x[img]) + bias per row, the
+// columns read from x on the fly (kernels/matmul.cl conv_implicit_gemm).
+void run_implicit_conv(OpenClBackend& be, const Precision& p, const ConvShape& s, cl_mem w, cl_mem x, cl_mem bias,
+                       cl_mem out, const char* op);
 
 // Only the compute step on panels already packed (a_panels and pr.b_panels both set).
 void compute_panels(OpenClBackend& be, const Precision& p, cl_mem a_panels, std::int64_t a_panels_off,
