@@ -375,6 +375,9 @@ TEST(InspectPipeline, StatisticsEveryNStepsAndTheLastLeaveTheRunUnchanged) {
   EXPECT_FALSE(report["steps"][0].contains("latent"));
   EXPECT_TRUE(report["steps"][1]["statistics"].get<bool>());
   EXPECT_TRUE(report["steps"][1].contains("latent"));
+  // The report says which kernels ran (and any fallback taken).
+  ASSERT_GE(report["kernels"].size(), 2u) << report["kernels"].dump();
+  EXPECT_EQ(report["kernels"][0].get<std::string>().rfind("kernel family: ", 0), 0u) << report["kernels"].dump();
   EXPECT_EQ(none.images.at(0).image, every.images.at(0).image);
   // The decoded image is checked either way.
   EXPECT_EQ(none.reports.at(0).inspection.image->map.verdict, every.reports.at(0).inspection.image->map.verdict);

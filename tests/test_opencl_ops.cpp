@@ -333,6 +333,21 @@ TEST_F(OpenClOps, GpuStyle) {
     check(both({gx}, ms, [](const OpContext& c, auto& v) { return ops::softmax(c, v[0]); }), ms, "gpu softmax",
           m.dtype != DType::f32);
   }
+  // The kernel family and a fallback (causal attention leaves the flash kernel) are on record.
+  const auto q = randn({1, 9, 2 * 8}, DType::f32, "gpu.q");
+  const auto out = both({q, q, q}, Mode{DType::f32, Accumulate::f32},
+                        [](const OpContext& c, auto& v) { return ops::attention(c, v[0], v[1], v[2], 2, 0.3f, true); });
+  check(out, Mode{DType::f32, Accumulate::f32}, "gpu causal attention", false);
+  const std::vector<std::string> notes = gpu->kernel_notes();
+  ASSERT_FALSE(notes.empty());
+  EXPECT_EQ(notes.front().rfind("kernel family: gpu", 0), 0u) << notes.front();
+  bool causal = false;
+  for (const auto& n : notes) causal = causal || n.find("flash attention not used") != std::string::npos;
+  EXPECT_TRUE(causal) << "no fallback note for causal attention";
+  const std::string own_family = own->kernel_notes().front();
+  EXPECT_EQ(own_family.rfind(own->device().kind == DeviceKind::cpu ? "kernel family: cpu" : "kernel family: gpu", 0),
+            0u)
+      << own_family;
 }
 
 }  // namespace

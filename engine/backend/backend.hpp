@@ -63,6 +63,10 @@ class Backend {
   // no kernels or no cache).
   virtual std::vector<KernelBuildRecord> kernel_builds() const { return {}; }
   virtual std::string kernel_cache_dir() const { return {}; }
+  // Which kernels ran, in plain English: the kernel family and every fallback
+  // taken so far with its reason (e.g. "flash attention not used: causal
+  // mask"). Each note once. Recorded in run reports.
+  virtual std::vector<std::string> kernel_notes() const { return {}; }
 
   // Device memory held by this backend's live buffers (weights, activations,
   // scratch), for memory plans and leak checks; 0 where it is not tracked.

@@ -52,6 +52,7 @@ struct RunReport {
   double load_seconds = 0, text_seconds = 0, sampling_seconds = 0, decode_seconds = 0;
   int first_nonfinite_step = -1;  // first step whose latent held NaN/Inf
   std::vector<DecodeAttempt> decodes;
+  std::vector<std::string> kernel_notes;  // Backend::kernel_notes() at the end of the run
   std::string outcome;   // plain English: "clean", "decode gave 3145728 non-finite values; retried in f32: clean"
   bool stopped = false;  // nan_policy=stop ended the run early
   bool cancelled = false;

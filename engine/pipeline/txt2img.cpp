@@ -280,6 +280,7 @@ class Txt2ImgRun {
         report.cancelled = true;
       }
       if (report.cancelled) report.outcome = "cancelled";
+      report.kernel_notes = be_->kernel_notes();
       finish_inspection(report, state.first_bad_note, faults_);
       obs_.on_image(out, report);
       images.push_back(std::move(out));

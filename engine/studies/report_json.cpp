@@ -59,6 +59,7 @@ nlohmann::json report_json(const RunConfig& config, const std::vector<pipeline::
                    {"image", to_json(d.image.map)}});
   }
   j["decodes"] = std::move(dec);
+  j["kernels"] = report.kernel_notes;
   j["image"] = ri.image ? to_json(ri.image->map) : nlohmann::json();
   nlohmann::json tr = nlohmann::json::array();
   for (const auto& t : ri.traces) tr.push_back(to_json(t));

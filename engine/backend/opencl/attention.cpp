@@ -8,7 +8,6 @@
 // rows) to keep the scratch within budget, which cannot change a result: every
 // query row is computed the same way in any split.
 #include <algorithm>
-#include <mutex>
 
 #include "backend/opencl/gemm.hpp"
 #include "backend/opencl/opencl_backend.hpp"
@@ -205,20 +204,16 @@ void OpenClBackend::attention(const AttentionArgs& args) {
         flash(*this, args);
         return;
       }
-      if (!args.precision.native_accumulation() && !args.precision.native_softmax() && !args.causal) {
-        static std::once_flag noted;
-        std::call_once(noted, [&] { log::info("flash attention not used on \"{}\": {}", device().name, why); });
+      if (!args.precision.native_accumulation() && !args.precision.native_softmax()) {
+        note_fallback("flash attention not used (per-work-item fused kernel instead): " + why);
       }
     }
     if (args.d <= kFusedMaxHead && args.dv <= kFusedMaxHead) {
       fused(*this, args);
       return;
     }
-    static std::once_flag warned;
-    std::call_once(warned, [&] {
-      log::warn("fused attention supports head sizes up to {}; d={} dv={} runs the bmm implementation instead",
-                kFusedMaxHead, args.d, args.dv);
-    });
+    note_fallback("fused attention supports head sizes up to " + std::to_string(kFusedMaxHead) + "; d=" +
+                  std::to_string(args.d) + " dv=" + std::to_string(args.dv) + " ran the bmm implementation instead");
   }
   materialised(*this, args);
 }

@@ -227,6 +227,28 @@ void OpenClBackend::synchronize() {
   if (err != CL_SUCCESS) throw_cl_error(err, "clFinish", "waiting for queued kernels on \"" + info_.name + "\"");
 }
 
+std::vector<std::string> OpenClBackend::kernel_notes() const {
+  std::vector<std::string> notes{
+      style_ == KernelStyle::gpu
+          ? "kernel family: gpu (local-memory GEMM tiles, implicit-GEMM convolution, flash attention, work-group "
+            "reductions)"
+          : "kernel family: cpu (register-blocked GEMM panels, per-work-item attention and reductions)"};
+  notes.push_back(info_.fp16 ? "half storage; native half accumulation emulated exactly (the device has cl_khr_fp16)"
+                             : "half storage; native half accumulation emulated exactly (no cl_khr_fp16)");
+  std::lock_guard lock(notes_mutex_);
+  notes.insert(notes.end(), fallbacks_.begin(), fallbacks_.end());
+  return notes;
+}
+
+void OpenClBackend::note_fallback(const std::string& note) {
+  {
+    std::lock_guard lock(notes_mutex_);
+    if (std::find(fallbacks_.begin(), fallbacks_.end(), note) != fallbacks_.end()) return;
+    fallbacks_.push_back(note);
+  }
+  log::info("\"{}\": {}", info_.name, note);
+}
+
 std::string OpenClBackend::precision_options(const Precision& p) const {
   std::string o = cl_std_;
   switch (p.dtype) {

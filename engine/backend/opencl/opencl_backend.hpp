@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -95,6 +96,9 @@ class OpenClBackend final : public Backend {
   KernelStyle kernel_style() const { return style_; }
   std::vector<KernelBuildRecord> kernel_builds() const override;
   std::string kernel_cache_dir() const override;
+  std::vector<std::string> kernel_notes() const override;
+  // Records a fallback (logged once, listed by kernel_notes()).
+  void note_fallback(const std::string& note);
 
   // Builds every program in every precision variant the ops use; returns one record per
   // program variant built or loaded here (failed builds included, with failed = true).
@@ -130,6 +134,8 @@ class OpenClBackend final : public Backend {
   std::string cl_std_;  // "-cl-std=CL1.2" (or CL1.1 on devices that only speak OpenCL C 1.1)
   bool profile_ = false;
   KernelStyle style_ = KernelStyle::cpu;
+  mutable std::mutex notes_mutex_;
+  std::vector<std::string> fallbacks_;                            // note_fallback()
   std::function<bool(std::size_t)> fail_allocation_;              // BackendOptions::fail_allocation
   double inspect_wait_ = 0;                                       // inspect_wait_seconds()
   void wait_for_device();                                         // clFinish, timed into inspect_wait_
