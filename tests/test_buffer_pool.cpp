@@ -9,6 +9,7 @@
 #include "backend/device.hpp"
 #include "backend/opencl/buffer_pool.hpp"
 #include "backend/opencl/opencl_backend.hpp"
+#include "support/backends.hpp"
 
 namespace nanscope {
 namespace {
@@ -32,7 +33,7 @@ class BufferPoolDevice : public ::testing::Test {
  protected:
   void SetUp() override {
     for (const auto& d : enumerate_devices().devices) {
-      if (d.kind != DeviceKind::reference) {
+      if (test::is_test_device(d)) {
         BackendOptions opts;
         opts.use_kernel_cache = false;
         be_ = std::make_unique<opencl::OpenClBackend>(d, opts);

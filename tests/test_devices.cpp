@@ -14,6 +14,7 @@
 #include "backend/device.hpp"
 #include "backend/opencl/opencl_backend.hpp"
 #include "core/error.hpp"
+#include "support/backends.hpp"
 #include "support/oracle.hpp"
 
 namespace nanscope {
@@ -34,9 +35,15 @@ ProcessResult run_cli(const std::vector<std::string>& env, const std::vector<std
 
 const DeviceInfo* first_opencl(const DeviceList& list) {
   for (const auto& d : list.devices) {
-    if (d.kind != DeviceKind::reference) return &d;
+    if (test::is_test_device(d)) return &d;
   }
   return nullptr;
+}
+
+// Oclgrind's ICD library where Debian installs it (tools/setup.sh), or "".
+std::string oclgrind_library() {
+  const char* path = "/usr/lib/oclgrind/liboclgrind-rt-icd.so";
+  return std::filesystem::exists(path) ? path : "";
 }
 
 TEST(Devices, ReferenceIsAlwaysListedLast) {
@@ -298,8 +305,8 @@ TEST(DevicesCli, WithoutAnyOpenClPlatformOnlyReferenceAndANote) {
   for (const std::string fmt : {"text", "json"}) {
     std::vector<std::string> args{"devices"};
     if (fmt == "json") args.push_back("--json");
-    const ProcessResult r =
-        run_cli({"-u", "NANSCOPE_DEVICE", "OCL_ICD_VENDORS=" + empty_vendors.path().string()}, args);
+    const ProcessResult r = run_cli(
+        {"-u", "NANSCOPE_DEVICE", "OCL_ICD_VENDORS=" + empty_vendors.path().string(), "NANSCOPE_OCLGRIND=0"}, args);
     ASSERT_EQ(r.exit_code, 0) << r.err;
     EXPECT_EQ(r.out.find("opencl:"), std::string::npos) << r.out;
     if (fmt == "text") {
@@ -314,6 +321,66 @@ TEST(DevicesCli, WithoutAnyOpenClPlatformOnlyReferenceAndANote) {
       EXPECT_NE(doc["notes"][0].get<std::string>().find("pocl-opencl-icd"), std::string::npos);
     }
   }
+}
+
+// Oclgrind ships no .icd file on Debian: NaNscope loads its ICD library itself,
+// lists it after the loader's devices as a simulator, and never makes it the default.
+TEST(Devices, ASimulatorIsListedButNeverTheDefault) {
+  const DeviceList list = enumerate_devices();
+  const DeviceInfo* sim = nullptr;
+  for (const auto& d : list.devices) {
+    if (d.kind == DeviceKind::simulator) sim = &d;
+  }
+  if (!sim) GTEST_SKIP() << "no simulator device (install oclgrind: tools/setup.sh)";
+  EXPECT_FALSE(sim->is_default);
+  EXPECT_EQ(sim->reason.rfind("not default: a simulator", 0), 0u) << sim->reason;
+  EXPECT_EQ(sim->platform_name.rfind("Oclgrind", 0), 0u) << sim->platform_name;
+  EXPECT_NE(select_device(list, "").kind, DeviceKind::simulator);
+  EXPECT_EQ(&select_device(list, sim->id), sim);  // pinning it works
+  // The real devices come first: their ids do not depend on whether Oclgrind is installed.
+  for (const auto& d : list.devices) {
+    if (test::is_test_device(d)) {
+      EXPECT_LT(d.index, sim->index) << d.id;
+    }
+  }
+}
+
+TEST(DevicesCli, OclgrindIsFoundWithoutAnIcdFileAndCanBeTurnedOff) {
+  const std::string lib = oclgrind_library();
+  if (lib.empty()) GTEST_SKIP() << "oclgrind is not installed (tools/setup.sh installs it)";
+  TempDir empty_vendors;
+  const std::string vendors = "OCL_ICD_VENDORS=" + empty_vendors.path().string();
+  for (const std::string& setting : {std::string(), lib}) {
+    // env takes its -u options before the first NAME=VALUE.
+    const std::vector<std::string> env =
+        setting.empty() ? std::vector<std::string>{"-u", "NANSCOPE_DEVICE", "-u", "NANSCOPE_OCLGRIND", vendors}
+                        : std::vector<std::string>{"-u", "NANSCOPE_DEVICE", vendors, "NANSCOPE_OCLGRIND=" + setting};
+    const ProcessResult r = run_cli(env, {"devices", "--json"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const auto doc = nlohmann::json::parse(r.out);
+    ASSERT_EQ(doc["devices"].size(), 2u) << r.out;
+    EXPECT_EQ(doc["devices"][0]["id"], "opencl:0:0");
+    EXPECT_EQ(doc["devices"][0]["kind"], "simulator");
+    EXPECT_EQ(doc["devices"][0]["platform_name"], "Oclgrind");
+    EXPECT_EQ(doc["devices"][0]["default"], false);
+    EXPECT_EQ(doc["devices"][1]["id"], "reference");
+    EXPECT_EQ(doc["devices"][1]["default"], true);
+  }
+  const ProcessResult text = run_cli({"-u", "NANSCOPE_DEVICE", "-u", "NANSCOPE_OCLGRIND", vendors}, {"devices"});
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("[simulator]"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("not default: a simulator"), std::string::npos) << text.out;
+
+  const ProcessResult off = run_cli({"-u", "NANSCOPE_DEVICE", vendors, "NANSCOPE_OCLGRIND=0"}, {"devices", "--json"});
+  ASSERT_EQ(off.exit_code, 0) << off.err;
+  EXPECT_EQ(nlohmann::json::parse(off.out)["devices"].size(), 1u) << off.out;
+
+  const ProcessResult missing =
+      run_cli({"-u", "NANSCOPE_DEVICE", vendors, "NANSCOPE_OCLGRIND=/no/such/liboclgrind.so"}, {"devices", "--json"});
+  ASSERT_EQ(missing.exit_code, 0) << missing.err;
+  const auto doc = nlohmann::json::parse(missing.out);
+  EXPECT_EQ(doc["devices"].size(), 1u) << missing.out;
+  EXPECT_NE(doc["notes"].dump().find("NANSCOPE_OCLGRIND=/no/such/liboclgrind.so"), std::string::npos) << missing.out;
 }
 
 TEST(DevicesCli, MissingPinFailsWithTheListOnStderr) {

@@ -24,6 +24,7 @@
 #include "backend/backend.hpp"
 #include "backend/device.hpp"
 #include "ops/ops.hpp"
+#include "support/backends.hpp"
 #include "support/compare.hpp"
 #include "support/random.hpp"
 
@@ -65,7 +66,7 @@ class OpenClOps : public ::testing::Test {
   static void SetUpTestSuite() {
     list_ = new DeviceList(enumerate_devices());
     for (const auto& d : list_->devices) {
-      if (d.kind != DeviceKind::reference && !cl_) cl_ = make_backend(d).release();
+      if (test::is_test_device(d) && !cl_) cl_ = make_backend(d).release();
       if (d.kind == DeviceKind::reference && !ref_) ref_ = make_backend(d).release();
     }
   }

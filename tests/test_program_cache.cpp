@@ -17,6 +17,7 @@
 #include "backend/opencl/program_cache.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "support/backends.hpp"
 #include "support/oracle.hpp"
 
 namespace nanscope::opencl {
@@ -65,7 +66,7 @@ class ProgramCacheTest : public ::testing::Test {
   void SetUp() override {
     list_ = enumerate_devices();
     for (const auto& d : list_.devices) {
-      if (d.kind != DeviceKind::reference) {
+      if (test::is_test_device(d)) {
         device_ = d;
         break;
       }

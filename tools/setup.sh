@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # Installs everything NaNscope needs on Debian 12, idempotently:
-#   - build and runtime packages from apt (Qt5, OpenCL ICD + PoCL, spdlog, ...)
+#   - build and runtime packages from apt (Qt5, OpenCL ICD + PoCL, spdlog, ...,
+#     and Oclgrind, the OpenCL simulator test_oclgrind runs the GPU kernels on;
+#     Debian ships it without an /etc/OpenCL/vendors/*.icd file and none is
+#     added here: NaNscope loads its ICD library itself, so other OpenCL
+#     programs on the machine never see it; docs/oclgrind.md)
 #   - a Python venv at .venv over Debian's PyTorch, with pinned diffusers and
 #     transformers, used only by the test oracles and the model trainer.
 # Usage: tools/setup.sh [--no-python]
@@ -13,7 +17,7 @@ want_python=1
 apt_packages=(
   build-essential cmake ninja-build pkg-config git
   qtbase5-dev libqt5charts5-dev libqt5svg5-dev
-  ocl-icd-opencl-dev opencl-headers opencl-clhpp-headers pocl-opencl-icd clinfo
+  ocl-icd-opencl-dev opencl-headers opencl-clhpp-headers pocl-opencl-icd clinfo oclgrind
   libspdlog-dev nlohmann-json3-dev libpng-dev libcli11-dev libssl-dev
   libutf8proc-dev libgtest-dev libgmock-dev libbenchmark-dev
   xvfb xauth fonts-dejavu-core clang-format

@@ -20,6 +20,9 @@ export NANSCOPE_KERNEL_CACHE=${NANSCOPE_KERNEL_CACHE:-$PWD/$build_dir/test-kerne
 # Leaks are not checked: PoCL's LLVM keeps allocations until exit. Any other
 # finding ends the test with an error.
 export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1
+# These suites check NaNscope's own code: Oclgrind (an uninstrumented LLVM
+# interpreter the normal build loads beside PoCL, docs/oclgrind.md) stays out.
+export NANSCOPE_OCLGRIND=0
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 labels="^($(IFS='|'; echo "${suites[*]}"))$"
 cd "$build_dir"

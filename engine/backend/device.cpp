@@ -3,6 +3,9 @@
 // is an error listing what exists, never a silent switch.
 #include "backend/device.hpp"
 
+#include <dlfcn.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
@@ -23,6 +26,7 @@ std::string_view device_kind_name(DeviceKind k) {
     case DeviceKind::cpu: return "cpu";
     case DeviceKind::other: return "other";
     case DeviceKind::reference: return "reference";
+    case DeviceKind::simulator: return "simulator";
   }
   return "?";
 }
@@ -74,7 +78,17 @@ std::vector<std::string> split_words(const std::string& s) {
   return out;
 }
 
-DeviceKind kind_of(cl_device_type t) {
+// Hardware is one of GPU, CPU or accelerator. A device that claims several at
+// once is a simulator (Oclgrind reports GPU | CPU | ACCELERATOR), and so is
+// anything on the Oclgrind platform, whatever a later version reports.
+bool is_simulator(cl_device_type t, const std::string& platform_name) {
+  const int types = static_cast<int>((t & CL_DEVICE_TYPE_GPU) != 0) + static_cast<int>((t & CL_DEVICE_TYPE_CPU) != 0) +
+                    static_cast<int>((t & CL_DEVICE_TYPE_ACCELERATOR) != 0);
+  return types > 1 || platform_name.rfind("Oclgrind", 0) == 0;
+}
+
+DeviceKind kind_of(cl_device_type t, const std::string& platform_name) {
+  if (is_simulator(t, platform_name)) return DeviceKind::simulator;
   if (t & CL_DEVICE_TYPE_GPU) return DeviceKind::gpu;
   if (t & CL_DEVICE_TYPE_ACCELERATOR) return DeviceKind::accelerator;
   if (t & CL_DEVICE_TYPE_CPU) return DeviceKind::cpu;
@@ -88,8 +102,66 @@ std::string no_platform_note() {
          "); install pocl-opencl-icd or your GPU's OpenCL driver. Using the built-in reference device.";
 }
 
+// Oclgrind's ICD library, loaded by NaNscope when the ICD loader does not list
+// it (Debian ships no .icd file for it). Loaded once per process and never
+// unloaded: its platform handles live as long as the process.
+struct DirectPlatforms {
+  std::string library;  // the library loaded; empty when none
+  std::vector<cl_platform_id> platforms;
+  std::string note;  // why a library that exists (or was named) could not be used
+};
+
+constexpr const char* kOclgrindLibraries[] = {"/usr/lib/oclgrind/liboclgrind-rt-icd.so",  // Debian, Ubuntu
+                                              "/usr/local/lib/liboclgrind-rt-icd.so"};    // Oclgrind's own install
+
+const DirectPlatforms& oclgrind_platforms() {
+  static const DirectPlatforms loaded = [] {
+    DirectPlatforms out;
+    const char* env = std::getenv("NANSCOPE_OCLGRIND");
+    const std::string setting = env ? trim(env) : std::string();
+    if (setting == "0" || lower(setting) == "off") {
+      log::debug("Oclgrind: not loaded (NANSCOPE_OCLGRIND={})", setting);
+      return out;
+    }
+    std::vector<std::string> candidates(std::begin(kOclgrindLibraries), std::end(kOclgrindLibraries));
+    if (!setting.empty()) candidates = {setting};
+    for (const std::string& path : candidates) {
+      if (::access(path.c_str(), R_OK) != 0) {
+        if (!setting.empty())
+          out.note = "NANSCOPE_OCLGRIND=" + setting + " names no readable file; Oclgrind not loaded.";
+        continue;
+      }
+      void* lib = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+      if (!lib) {
+        const char* why = ::dlerror();
+        out.note = "Oclgrind's ICD library " + path + " could not be loaded (" + (why ? why : "dlopen failed") + ").";
+        break;
+      }
+      using GetPlatformIds = cl_int (*)(cl_uint, cl_platform_id*, cl_uint*);
+      const auto get = reinterpret_cast<GetPlatformIds>(::dlsym(lib, "clIcdGetPlatformIDsKHR"));
+      cl_uint n = 0;
+      if (!get || get(0, nullptr, &n) != CL_SUCCESS || n == 0) {
+        out.note = path + " is not an OpenCL ICD with a platform (no clIcdGetPlatformIDsKHR); Oclgrind not loaded.";
+        break;
+      }
+      out.platforms.resize(n);
+      if (get(n, out.platforms.data(), nullptr) != CL_SUCCESS) {
+        out.platforms.clear();
+        out.note = path + ": clIcdGetPlatformIDsKHR failed; Oclgrind not loaded.";
+        break;
+      }
+      out.library = path;
+      log::debug("Oclgrind: loaded {} ({} platform(s)) beside the ICD loader's platforms", path, n);
+      break;
+    }
+    if (!out.note.empty()) log::debug("{}", out.note);
+    return out;
+  }();
+  return loaded;
+}
+
 // Appends every usable device of one platform; skipped devices become notes.
-void add_platform_devices(cl_platform_id platform, cl_uint pi, DeviceList& list) {
+void add_platform_devices(cl_platform_id platform, cl_uint pi, bool via_loader, DeviceList& list) {
   const std::string pname = platform_string(platform, CL_PLATFORM_NAME);
   const std::string pversion = platform_string(platform, CL_PLATFORM_VERSION);
   cl_uint count = 0;
@@ -120,7 +192,7 @@ void add_platform_devices(cl_platform_id platform, cl_uint pi, DeviceList& list)
     info.opencl_c_version = device_string(d, CL_DEVICE_OPENCL_C_VERSION);
     info.platform_name = pname;
     info.platform_version = pversion;
-    info.kind = kind_of(device_value<cl_device_type>(d, CL_DEVICE_TYPE));
+    info.kind = kind_of(device_value<cl_device_type>(d, CL_DEVICE_TYPE), pname);
     info.extensions = split_words(device_string(d, CL_DEVICE_EXTENSIONS));
     auto has_ext = [&](std::string_view e) {
       return std::find(info.extensions.begin(), info.extensions.end(), e) != info.extensions.end();
@@ -134,6 +206,7 @@ void add_platform_devices(cl_platform_id platform, cl_uint pi, DeviceList& list)
     info.max_work_group_size = device_value<size_t>(d, CL_DEVICE_MAX_WORK_GROUP_SIZE);
     info.cl_platform = platform;
     info.cl_device = d;
+    info.via_icd_loader = via_loader;
 
     const std::string label = info.id + " \"" + info.name + "\" (" + std::string(device_kind_name(info.kind)) + ")";
     if (!device_value<cl_bool>(d, CL_DEVICE_AVAILABLE)) {
@@ -153,7 +226,8 @@ void add_platform_devices(cl_platform_id platform, cl_uint pi, DeviceList& list)
   }
 }
 
-// Marks the default (GPU > accelerator > CPU OpenCL > reference) and writes every reason.
+// Marks the default (GPU > accelerator > CPU OpenCL > reference; never a
+// simulator) and writes every reason.
 void choose_default(DeviceList& list) {
   auto first_of = [&](DeviceKind k) -> DeviceInfo* {
     for (auto& d : list.devices) {
@@ -187,6 +261,11 @@ void choose_default(DeviceList& list) {
         break;
       case DeviceKind::other:
         d.reason = "not default: device type is not GPU, accelerator or CPU; pin it with --device to use it";
+        break;
+      case DeviceKind::simulator:
+        d.reason = "not default: a simulator (" + d.platform_name +
+                   ") that interprets every kernel with checks, thousands of times slower than a device; pin it with "
+                   "--device to debug kernels on small shapes (docs/oclgrind.md)";
         break;
       case DeviceKind::reference:
         d.reason = d.is_default ? "default: no usable OpenCL device; the reference device is the fallback (slow, exact)"
@@ -230,11 +309,23 @@ DeviceList enumerate_devices() {
   } else {
     std::vector<cl_platform_id> platforms(nplat);
     if (clGetPlatformIDs(nplat, platforms.data(), nullptr) == CL_SUCCESS) {
-      for (cl_uint pi = 0; pi < nplat; ++pi) add_platform_devices(platforms[pi], pi, list);
+      for (cl_uint pi = 0; pi < nplat; ++pi) add_platform_devices(platforms[pi], pi, true, list);
     }
     if (list.devices.empty()) {
       list.notes.push_back("OpenCL platforms exist but none has a usable device. Using the built-in reference device.");
     }
+  }
+  // Oclgrind without an .icd file: its platform goes after the loader's (see device.hpp).
+  const bool loader_has_oclgrind = std::any_of(list.devices.begin(), list.devices.end(), [](const DeviceInfo& d) {
+    return d.platform_name.rfind("Oclgrind", 0) == 0;
+  });
+  if (!loader_has_oclgrind) {
+    const DirectPlatforms& direct = oclgrind_platforms();
+    const cl_uint first = err == CL_SUCCESS ? nplat : 0;
+    for (std::size_t i = 0; i < direct.platforms.size(); ++i) {
+      add_platform_devices(direct.platforms[i], first + static_cast<cl_uint>(i), false, list);
+    }
+    if (!direct.note.empty()) list.notes.push_back(direct.note);
   }
 
   // The reference device describes itself; copying its info keeps both views identical.

@@ -1,7 +1,8 @@
 #pragma once
-// Devices: every OpenCL device found through the ICD loader plus the built-in
-// `reference` device (plain C++, f64 accumulation). The user may pin one;
-// a pinned device that is missing is an error listing what exists (report R3).
+// Devices: every OpenCL device found through the ICD loader (and Oclgrind, the
+// OpenCL simulator, when it is installed: see enumerate_devices) plus the
+// built-in `reference` device (plain C++, f64 accumulation). The user may pin
+// one; a pinned device that is missing is an error listing what exists (report R3).
 
 #include <cstdint>
 #include <functional>
@@ -13,7 +14,9 @@
 
 namespace nanscope {
 
-enum class DeviceKind : std::uint8_t { gpu, accelerator, cpu, other, reference };
+// simulator: a device that interprets kernels instead of running them (Oclgrind,
+// docs/oclgrind.md): never the default, and left out of the normal test runs.
+enum class DeviceKind : std::uint8_t { gpu, accelerator, cpu, other, reference, simulator };
 std::string_view device_kind_name(DeviceKind k);
 
 struct DeviceInfo {
@@ -40,6 +43,10 @@ struct DeviceInfo {
   // OpenCL handles as opaque pointers (cl_platform_id, cl_device_id); null for reference.
   void* cl_platform = nullptr;
   void* cl_device = nullptr;
+  // false: the platform was loaded from its ICD library by NaNscope, not listed by
+  // the ICD loader (Oclgrind without an .icd file); contexts on it are then made
+  // without CL_CONTEXT_PLATFORM, which the loader would reject as unknown.
+  bool via_icd_loader = true;
 };
 
 struct DeviceList {
@@ -48,8 +55,17 @@ struct DeviceList {
 };
 
 // Enumerates all devices (OpenCL first in platform/device order, then reference),
-// marks the default (GPU > accelerator > CPU OpenCL > reference) and fills reasons.
-// Never throws for a missing ICD or platform: that becomes a note.
+// marks the default (GPU > accelerator > CPU OpenCL > reference; never a
+// simulator) and fills reasons. Never throws for a missing ICD or platform:
+// that becomes a note.
+//
+// Oclgrind: Debian's package installs its ICD library but no
+// /etc/OpenCL/vendors/*.icd, so the loader does not list it. When the loader
+// has no Oclgrind platform, the library is loaded directly and its platform
+// appended after the loader's (ids opencl:<n>:0 with n = the loader's platform
+// count, so the real devices keep their ids). NANSCOPE_OCLGRIND=PATH names the
+// library (default: /usr/lib/oclgrind/liboclgrind-rt-icd.so, then
+// /usr/local/lib/liboclgrind-rt-icd.so); NANSCOPE_OCLGRIND=0 turns this off.
 DeviceList enumerate_devices();
 
 // Resolves a pin: empty -> the default device; otherwise an index, an id, an

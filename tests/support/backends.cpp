@@ -3,8 +3,6 @@
 #include <memory>
 #include <stdexcept>
 
-#include "backend/device.hpp"
-
 namespace nanscope::test {
 
 namespace {
@@ -16,17 +14,31 @@ struct Registry {
   std::vector<Backend*> opencl_ptrs;
 };
 
+// Set by use_simulators(): the OpenCL backends are then the simulators, made by it.
+BackendFactory& simulator_factory() {
+  static BackendFactory f;
+  return f;
+}
+
+bool& registry_made() {
+  static bool made = false;
+  return made;
+}
+
 Registry& registry() {
   static Registry r = [] {
+    registry_made() = true;
     Registry reg;
     reg.list = enumerate_devices();
+    const BackendFactory& simulators = simulator_factory();
     for (const DeviceInfo& d : reg.list.devices) {
       if (d.kind == DeviceKind::reference) {
         reg.reference = make_backend(d);
-      } else {
-        reg.opencl.push_back(make_backend(d));
-        reg.opencl_ptrs.push_back(reg.opencl.back().get());
+        continue;
       }
+      if (simulators ? d.kind != DeviceKind::simulator : !is_test_device(d)) continue;
+      reg.opencl.push_back(simulators ? simulators(d) : make_backend(d));
+      reg.opencl_ptrs.push_back(reg.opencl.back().get());
     }
     return reg;
   }();
@@ -44,9 +56,25 @@ Backend& reference_backend() {
 const std::vector<Backend*>& opencl_backends() { return registry().opencl_ptrs; }
 
 std::string no_opencl_message() {
-  std::string s = "no OpenCL device found";
+  std::string s = simulator_factory() ? "no simulator device found" : "no OpenCL device found";
   for (const auto& n : registry().list.notes) s += "; " + n;
-  return s + " (install an OpenCL driver, e.g. pocl-opencl-icd via tools/setup.sh)";
+  return s + (simulator_factory() ? " (install oclgrind, e.g. via tools/setup.sh; docs/oclgrind.md)"
+                                  : " (install an OpenCL driver, e.g. pocl-opencl-icd via tools/setup.sh)");
+}
+
+bool is_test_device(const DeviceInfo& d) { return d.kind != DeviceKind::reference && d.kind != DeviceKind::simulator; }
+
+void release_backends() {
+  if (!registry_made()) return;
+  Registry& r = registry();
+  r.opencl_ptrs.clear();
+  r.opencl.clear();
+  r.reference.reset();
+}
+
+void use_simulators(BackendFactory make) {
+  if (registry_made()) throw std::logic_error("use_simulators() after the test backends were made");
+  simulator_factory() = std::move(make);
 }
 
 }  // namespace nanscope::test

@@ -44,6 +44,11 @@ DType oracle_out_dtype(const OpCase& c) {
   return c.precision.dtype;
 }
 
+CaseFilter& case_filter() {
+  static CaseFilter filter;
+  return filter;
+}
+
 std::vector<std::string> op_filter() {
   std::vector<std::string> out;
   const char* f = std::getenv("NANSCOPE_OP_FILTER");
@@ -227,12 +232,15 @@ std::vector<OpCasePtr> register_cases(std::vector<OpCasePtr> cases) {
     if (!names.insert(c->name()).second) {
       throw std::logic_error("two op cases are named " + c->name() + ": make their desc differ");
     }
-    // gtest may evaluate the generator more than once: the latest registration wins.
-    registry()[c->name()] = c;
     kept.push_back(std::move(c));
   }
+  if (case_filter()) kept = case_filter()(std::move(kept));
+  // gtest may evaluate the generator more than once: the latest registration wins.
+  for (const auto& c : kept) registry()[c->name()] = c;
   return kept;
 }
+
+void set_case_filter(CaseFilter filter) { case_filter() = std::move(filter); }
 
 OpContext make_context(Backend& backend, const Precision& p, const AttentionConfig& a, std::string path) {
   OpContext ctx;

@@ -73,8 +73,14 @@ std::vector<Precision> precision_matrix(bool with_softmax = false);
 // One copy of base per precision.
 std::vector<OpCasePtr> expand(const OpCase& base, const std::vector<Precision>& precisions);
 
-// Keeps the cases NANSCOPE_OP_FILTER selects and registers them for the oracle batch.
+// Keeps the cases NANSCOPE_OP_FILTER (and the case filter, if set) selects and
+// registers them for the oracle batch.
 std::vector<OpCasePtr> register_cases(std::vector<OpCasePtr> cases);
+// A second filter on top of NANSCOPE_OP_FILTER, given each test file's cases
+// at once, e.g. test_oclgrind's "small shapes, and every precision only on the
+// smallest". Set it before gtest registers the tests (before InitGoogleTest).
+using CaseFilter = std::function<std::vector<OpCasePtr>(std::vector<OpCasePtr>)>;
+void set_case_filter(CaseFilter filter);
 
 // Runs a case on a backend: builds and uploads its inputs, runs, downloads.
 HostTensor run_case(Backend& backend, const OpCase& c);

@@ -7,7 +7,8 @@
 
 namespace nanscope::opencl {
 
-BufferPool::BufferPool(cl_context context, std::size_t max_kept_bytes) : context_(context), max_kept_(max_kept_bytes) {
+BufferPool::BufferPool(cl_context context, std::size_t max_kept_bytes, bool exact)
+    : context_(context), max_kept_(max_kept_bytes), exact_(exact) {
   NS_CL_CHECK(clRetainContext(context_));
 }
 
@@ -24,8 +25,12 @@ std::size_t BufferPool::size_class(std::size_t bytes) {
   return (bytes + step - 1) / step * step;
 }
 
+std::size_t BufferPool::served_size(std::size_t bytes) const {
+  return exact_ ? std::max<std::size_t>(bytes, 1) : size_class(bytes);
+}
+
 cl_mem BufferPool::acquire(std::size_t bytes, cl_int& err) {
-  const std::size_t size = size_class(bytes);
+  const std::size_t size = served_size(bytes);
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = free_.find(size);
@@ -52,7 +57,7 @@ cl_mem BufferPool::acquire(std::size_t bytes, cl_int& err) {
 
 void BufferPool::release(cl_mem mem, std::size_t bytes) {
   if (!mem) return;
-  const std::size_t size = size_class(bytes);
+  const std::size_t size = served_size(bytes);
   {
     std::lock_guard<std::mutex> lock(mu_);
     in_use_ -= std::min(in_use_, size);

@@ -10,6 +10,10 @@
 //
 // The device queue is in order, so a buffer handed out again is only written
 // by kernels that run after every kernel queued on its previous owner.
+//
+// An exact pool (on a simulator: Oclgrind) serves every request at its own
+// size, so an access past the end of a tensor or scratch buffer is outside
+// its buffer, where the simulator reports it, not in a size class's slack.
 
 #include <CL/cl.h>
 
@@ -23,12 +27,13 @@ namespace nanscope::opencl {
 
 class BufferPool {
  public:
-  BufferPool(cl_context context, std::size_t max_kept_bytes);
+  BufferPool(cl_context context, std::size_t max_kept_bytes, bool exact = false);
   ~BufferPool();
   BufferPool(const BufferPool&) = delete;
   BufferPool& operator=(const BufferPool&) = delete;
 
-  // A buffer of at least `bytes` (its size class); err receives the OpenCL status.
+  // A buffer of at least `bytes` (its size class; exactly `bytes` in an exact
+  // pool); err receives the OpenCL status.
   cl_mem acquire(std::size_t bytes, cl_int& err);
   // Gives a buffer from acquire(bytes) back.
   void release(cl_mem mem, std::size_t bytes);
@@ -44,8 +49,11 @@ class BufferPool {
   std::size_t reused() const;
 
  private:
+  std::size_t served_size(std::size_t bytes) const;  // size_class(bytes), or bytes when exact
+
   cl_context context_;
   std::size_t max_kept_;
+  bool exact_;
   mutable std::mutex mu_;
   std::map<std::size_t, std::vector<cl_mem>> free_;
   std::size_t kept_ = 0;

@@ -46,8 +46,9 @@ const Entry kTable[] = {
 const Tuning kSmallGroups{6, 1, 256, 32, 32, 8, 4, 4, "small work-groups (64)"};
 // GPU tiles for problems too small to fill the device with the table's tiles.
 const Tuning kSmallTiles{6, 1, 256, 64, 64, 16, 4, 4, "gpu, small problems"};
-// GPU tiles where the GPU style is forced on a CPU device (to test the GPU
-// kernels there): the largest tiles of the table, so they are the ones tested.
+// GPU tiles where the GPU style runs on a device that is not a GPU (forced on a
+// CPU to test the GPU kernels there; the Oclgrind simulator): the largest
+// tiles of the table, so they are the ones tested.
 const Tuning kForcedGpuTiles{6, 1, 256, 128, 128, 16, 8, 8, "gpu style forced on a CPU device"};
 const Tuning kDefaults{};  // kernels/matmul.cl's defaults: no -D needed
 
@@ -251,7 +252,8 @@ bool tiles_valid(const DeviceInfo& d, const Tuning& t) {
 // compute units idle where the smaller tiles would not (fewer groups than units).
 Tuning tiles_for(const OpenClBackend& be, const Problem& pr) {
   const std::optional<Tuning> tuned = tuned_tiles(be);
-  const Tuning t = tuned ? *tuned : be.device().kind == DeviceKind::cpu ? kForcedGpuTiles : tuning(be.device());
+  const bool gpu_device = be.device().kind == DeviceKind::gpu || be.device().kind == DeviceKind::accelerator;
+  const Tuning t = tuned ? *tuned : gpu_device ? tuning(be.device()) : kForcedGpuTiles;
   const auto groups = [&](const Tuning& x) {
     return static_cast<std::int64_t>(ceil_div(pr.m, x.ts_m) * ceil_div(pr.n, x.ts_n)) * pr.batch;
   };

@@ -113,10 +113,13 @@ OpenClBackend::OpenClBackend(const DeviceInfo& device, const BackendOptions& opt
   const std::string where = "creating an OpenCL context on \"" + info_.name + "\" (" + info_.id + ")";
   cl_int err = CL_SUCCESS;
   // The context holds the chosen device only: work can never land on another one.
-  context_ = clCreateContext(props, 1, &dev, nullptr, nullptr, &err);
+  // A platform the ICD loader did not list (Oclgrind loaded directly) must not be
+  // named in the properties: the loader rejects it; the device alone finds it.
+  context_ = clCreateContext(info_.via_icd_loader ? props : nullptr, 1, &dev, nullptr, nullptr, &err);
   if (err != CL_SUCCESS) throw_cl_error(err, "clCreateContext", where);
   // In-order queue; profiling on so launch() can time kernels when asked.
-  pool_ = std::make_shared<BufferPool>(context_, pool_limit(info_, options));
+  // On a simulator every buffer has its exact size: an access past a tensor's end is then reported.
+  pool_ = std::make_shared<BufferPool>(context_, pool_limit(info_, options), info_.kind == DeviceKind::simulator);
   queue_ = clCreateCommandQueue(context_, dev, CL_QUEUE_PROFILING_ENABLE, &err);
   if (err != CL_SUCCESS) {
     NS_CL_CHECK_NOTHROW(clReleaseContext(context_));
@@ -131,14 +134,21 @@ OpenClBackend::OpenClBackend(const DeviceInfo& device, const BackendOptions& opt
 
   cl_std_ = opencl_c_version(info_.opencl_c_version) >= 1.2 || info_.opencl_c_version.empty() ? "-cl-std=CL1.2"
                                                                                               : "-cl-std=CL1.1";
+  // A simulator builds without optimisation: Oclgrind 21.10 cannot interpret some
+  // intrinsics the optimiser forms (llvm.usub.sat.i32 from `n < N ? N - n : 0u`),
+  // and the unoptimised code is the kernel as written, which is what it checks.
+  if (info_.kind == DeviceKind::simulator) cl_std_ += " -cl-opt-disable";
   profile_ = options.profile;
   fail_allocation_ = options.fail_allocation;
   switch (options.kernel_style) {
     case KernelStyleChoice::cpu: style_ = KernelStyle::cpu; break;
     case KernelStyleChoice::gpu: style_ = KernelStyle::gpu; break;
     case KernelStyleChoice::by_device:
+      // A simulator runs the GPU kernels: checking their work-groups, local memory and barriers is what it is for.
       style_ =
-          info_.kind == DeviceKind::gpu || info_.kind == DeviceKind::accelerator ? KernelStyle::gpu : KernelStyle::cpu;
+          info_.kind == DeviceKind::gpu || info_.kind == DeviceKind::accelerator || info_.kind == DeviceKind::simulator
+              ? KernelStyle::gpu
+              : KernelStyle::cpu;
       break;
   }
   log::debug("OpenCL backend ready on \"{}\" ({}), kernel cache {}{}", info_.name, info_.id, dir.empty() ? "off" : dir,

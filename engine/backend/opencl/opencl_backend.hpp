@@ -131,7 +131,8 @@ class OpenClBackend final : public Backend {
   std::unique_ptr<ProgramCache> programs_;
   std::shared_ptr<BufferPool> pool_;  // device buffers kept for reuse (buffer_pool.hpp)
   std::unordered_map<std::string, cl_kernel> kernels_;
-  std::string cl_std_;  // "-cl-std=CL1.2" (or CL1.1 on devices that only speak OpenCL C 1.1)
+  std::string
+      cl_std_;  // "-cl-std=CL1.2" (or CL1.1 on devices that only speak OpenCL C 1.1; simulators: -cl-opt-disable)
   bool profile_ = false;
   KernelStyle style_ = KernelStyle::cpu;
   mutable std::mutex notes_mutex_;
