@@ -11,6 +11,7 @@
 #include "backend/device.hpp"
 #include "backend/opencl/opencl_backend.hpp"
 #include "core/error.hpp"
+#include "core/version.hpp"
 #include "support/oracle.hpp"
 
 namespace nanscope {
@@ -268,6 +269,19 @@ TEST(Devices, PrecisionOptionsAreExactAndIeee) {
 }
 
 // --- through the CLI ---
+
+TEST(Cli, VersionNamesTheProgramTheVersionAndTheCommit) {
+  // The same line whether --version comes alone or after a subcommand.
+  for (const auto& args : {std::vector<std::string>{"--version"}, std::vector<std::string>{"devices", "--version"}}) {
+    const ProcessResult r = run_cli({}, args);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.out, version_line("nanscope-cli") + "\n");
+    EXPECT_EQ(r.out.rfind(std::string("nanscope-cli ") + NANSCOPE_VERSION, 0), 0u) << r.out;
+    if (!git_commit().empty()) {
+      EXPECT_NE(r.out.find(" (git " + std::string(git_commit()) + ")"), std::string::npos);
+    }
+  }
+}
 
 TEST(DevicesCli, ListsDevicesAndDefault) {
   const DeviceList list = enumerate_devices();
