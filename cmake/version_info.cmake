@@ -1,9 +1,9 @@
-# Writes the build's version source (engine/core/version.hpp) with the git
-# commit of the source tree. Run at every build by the nanscope_version_info
+# Writes the source of git_commit() (engine/core/version.hpp) with the git
+# commit of the source tree. Run at every build by the nanscope_git_commit
 # target (cmake -P): configure_file rewrites the file only when the commit
 # changes, so an unchanged commit rebuilds nothing.
 #   -DSOURCE_DIR=<repository> -DOUTPUT=<file.cpp> -DTEMPLATE=<file.cpp.in>
-#   -DVERSION=<x.y.z> [-DGIT_COMMIT=<override>]
+#   [-DGIT_COMMIT=<override>]
 # A source tree that is not a git checkout (a release tarball) gets no commit;
 # GIT_COMMIT set by the packager wins over git.
 if(NOT DEFINED GIT_COMMIT OR GIT_COMMIT STREQUAL "")

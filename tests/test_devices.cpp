@@ -5,13 +5,14 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdlib>
+#include <filesystem>
+#include <regex>
 #include <string>
 
 #include "backend/backend.hpp"
 #include "backend/device.hpp"
 #include "backend/opencl/opencl_backend.hpp"
 #include "core/error.hpp"
-#include "core/version.hpp"
 #include "support/oracle.hpp"
 
 namespace nanscope {
@@ -271,14 +272,17 @@ TEST(Devices, PrecisionOptionsAreExactAndIeee) {
 // --- through the CLI ---
 
 TEST(Cli, VersionNamesTheProgramTheVersionAndTheCommit) {
+  // The commit is linked into the programs only (core/version.hpp): this test
+  // sees none itself, the CLI names the source tree's when it is a git checkout.
+  const bool from_git = std::filesystem::exists(std::filesystem::path(NANSCOPE_SOURCE_DIR) / ".git");
+  const std::regex line(std::string("nanscope-cli ") + NANSCOPE_VERSION + "( \\(git [0-9a-f]{7,40}\\))?\n");
   // The same line whether --version comes alone or after a subcommand.
   for (const auto& args : {std::vector<std::string>{"--version"}, std::vector<std::string>{"devices", "--version"}}) {
     const ProcessResult r = run_cli({}, args);
     ASSERT_EQ(r.exit_code, 0) << r.err;
-    EXPECT_EQ(r.out, version_line("nanscope-cli") + "\n");
-    EXPECT_EQ(r.out.rfind(std::string("nanscope-cli ") + NANSCOPE_VERSION, 0), 0u) << r.out;
-    if (!git_commit().empty()) {
-      EXPECT_NE(r.out.find(" (git " + std::string(git_commit()) + ")"), std::string::npos);
+    EXPECT_TRUE(std::regex_match(r.out, line)) << r.out;
+    if (from_git) {
+      EXPECT_NE(r.out.find(" (git "), std::string::npos) << r.out;
     }
   }
 }

@@ -111,6 +111,16 @@ version=$(sed -n 's/^CMAKE_PROJECT_VERSION:[A-Z]*=//p' "$build/CMakeCache.txt")
 run "$cli" --version | tee "$work/version.txt"
 grep -q "^nanscope-cli $version\\( (git [0-9a-f]*)\\)\\?$" "$work/version.txt" || fail "--version: $(cat "$work/version.txt")"
 run "$root/usr/bin/nanscope" --version | grep -q "^nanscope $version" || fail "nanscope --version"
+# Built from a git checkout: the programs name the commit (tests see none; core/version.hpp).
+commit=""
+if [ -e "$src/.git" ] && command -v git >/dev/null && git -C "$src" rev-parse HEAD >/dev/null 2>&1; then
+  commit=$(sed -n 's/.*(git \([0-9a-f]*\))$/\1/p' "$work/version.txt")
+  [ -n "$commit" ] || fail "built from git, but --version names no commit"
+  git -C "$src" rev-parse --verify -q "$commit^{commit}" >/dev/null || fail "--version names $commit, not a commit here"
+  run "$root/usr/bin/nanscope" --version | grep -qF "(git $commit)" || fail "nanscope --version: no commit"
+fi
+json_commit=null
+[ -z "$commit" ] || json_commit="\"$commit\""
 
 step "nanscope-cli devices"
 run "$cli" devices >"$work/devices.txt" 2>&1 || { cat "$work/devices.txt"; fail "devices"; }
@@ -125,7 +135,10 @@ grep -qF "embedded model: $root/usr/share/nanscope/models/nanscope-tiny (install
 check_paths "$work/generate.txt" generate
 [ -s "$work/out.png" ] || fail "generate wrote no image"
 run "$cli" info "$work/out.png" >"$work/info.txt"
-grep -q "written by NaNscope $version" "$work/info.txt" || { cat "$work/info.txt"; fail "info: no Software text"; }
+grep -q "written by NaNscope $version${commit:+ (git $commit)}" "$work/info.txt" ||
+  { cat "$work/info.txt"; fail "info: no Software text naming the version and commit"; }
+grep -q "\"nanscope_commit\": $json_commit" "$work/info.txt" ||
+  { cat "$work/info.txt"; fail "info: the nanscope chunk does not name the commit"; }
 
 step "nanscope-cli scenario run R2"
 rc=0
@@ -134,6 +147,7 @@ grep -E "^(verdict|summary|origin):|presets|embedded model" "$work/r2.txt" || tr
 [ -s "$work/r2.json" ] || { cat "$work/r2.txt"; fail "scenario run R2 wrote no report (exit $rc)"; }
 grep -q '"verdict": "non-finite"' "$work/r2.json" || { cat "$work/r2.txt"; fail "R2: not non-finite"; }
 grep -q "\"nanscope_version\": \"$version\"" "$work/r2.json" || fail "R2 report: no nanscope_version"
+grep -q "\"nanscope_commit\": $json_commit" "$work/r2.json" || fail "R2 report: nanscope_commit"
 grep -qF "scenario presets: $root/usr/share/nanscope/presets (installed" "$work/r2.txt" ||
   fail "scenario run did not use the installed presets"
 check_paths "$work/r2.txt" "scenario run R2"
