@@ -179,6 +179,7 @@ int run_info(const std::string& path) {
   if (fs::path(path).extension() == ".safetensors") return run_checkpoint_info(path);
   const io::PngContents png = io::read_png(path);
   std::printf("%s: %dx%d\n", path.c_str(), png.image.width, png.image.height);
+  if (const std::string* sw = png.find("Software")) std::printf("written by %s\n", sw->c_str());
   if (const std::string* p = png.find("parameters")) std::printf("\nparameters:\n%s\n", p->c_str());
   if (const std::string* n = png.find("nanscope")) {
     try {

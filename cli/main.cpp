@@ -7,6 +7,7 @@
 #include "common.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "core/version.hpp"
 
 namespace nanscope::cli {
 
@@ -38,8 +39,10 @@ std::string format_kib(std::uint64_t bytes) { return std::to_string(bytes >> 10)
 
 int main(int argc, char** argv) {
   using namespace nanscope;
-  CLI::App app{"NaNscope: the numerics workbench for diffusion image generation (command line)"};
+  // The name is fixed, not argv[0]: usage lines (and the manual page made from them) say nanscope-cli.
+  CLI::App app{"NaNscope: the numerics workbench for diffusion image generation (command line)", "nanscope-cli"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", version_line("nanscope-cli"), "Print the version and the git commit, and exit");
   app.fallthrough();  // subcommands pass the global options below up: `generate --device 1` works
   cli::GlobalOptions g;
   app.add_flag("-v,--verbose", g.verbose, "Debug logs (device discovery, builds, cache)");

@@ -5,24 +5,51 @@
 
 #include <QApplication>
 #include <QCommandLineParser>
+#include <QIcon>
 #include <QTimer>
 #include <cstdio>
+#include <memory>
+#include <string_view>
 
+#include "core/version.hpp"
 #include "engine_types.hpp"
 #include "main_window.hpp"
 
 using nanscope::gui::MainWindow;
 
+namespace {
+
+// --help and --version answer without a display (help2man runs them at build
+// time; `nanscope --version` works over ssh): no QApplication for them.
+bool only_help_or_version(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view a = argv[i];
+    if (a == "--") break;
+    if (a == "-h" || a == "--help" || a == "--help-all" || a == "-?" || a == "-v" || a == "--version") return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
-  QApplication app(argc, argv);
-  QApplication::setApplicationName("NaNscope");
-  QApplication::setOrganizationName("NaNscope");
-  QApplication::setApplicationVersion(NANSCOPE_VERSION);
+  std::unique_ptr<QCoreApplication> app_holder;
+  if (only_help_or_version(argc, argv)) {
+    app_holder = std::make_unique<QCoreApplication>(argc, argv);
+  } else {
+    app_holder = std::make_unique<QApplication>(argc, argv);
+  }
+  QCoreApplication::setApplicationName("NaNscope");
+  QCoreApplication::setOrganizationName("NaNscope");
+  QCoreApplication::setApplicationVersion(QString::fromStdString(std::string(nanscope::version())));
 
   QCommandLineParser cli;
   cli.setApplicationDescription("NaNscope: a workbench for the numerics of diffusion image generation.");
   cli.addHelpOption();
-  cli.addVersionOption();
+  // Not addVersionOption(): it prints the settings name "NaNscope", not the
+  // program's name and commit as nanscope-cli does.
+  QCommandLineOption version_option({"v", "version"}, "Displays version information (and the git commit).");
+  cli.addOption(version_option);
   QCommandLineOption preset("preset", "Open a preset JSON file (or a NaNscope PNG).", "FILE");
   QCommandLineOption scenario("scenario", "Open a built-in scenario preset (R0 to R4).", "NAME");
   QCommandLineOption fixed("fixed", "With --scenario: open the scenario's fixed twin.");
@@ -35,7 +62,17 @@ int main(int argc, char** argv) {
                         "CHANGES");
   cli.addOptions({preset, scenario, fixed, run, screenshot, panel, ab});
   cli.addPositionalArgument("file", "A preset or PNG to open (same as --preset).", "[file]");
-  cli.process(app);
+  cli.process(*app_holder);
+  if (cli.isSet(version_option)) {
+    std::printf("%s\n", nanscope::version_line("nanscope").c_str());
+    return 0;
+  }
+
+  QIcon icon(":/icons/nanscope.png");
+  icon.addFile(":/icons/nanscope-48.png");
+  QApplication::setWindowIcon(icon);
+  // The desktop entry (packaging/nanscope.desktop): Wayland and the task bar match windows to it.
+  QGuiApplication::setDesktopFileName("nanscope");
 
   MainWindow window;
   const bool scripted = cli.isSet(screenshot);

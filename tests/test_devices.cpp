@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -278,6 +279,22 @@ TEST(Devices, PrecisionOptionsAreExactAndIeee) {
 }
 
 // --- through the CLI ---
+
+TEST(Cli, VersionNamesTheProgramTheVersionAndTheCommit) {
+  // The commit is linked into the programs only (core/version.hpp): this test
+  // sees none itself, the CLI names the source tree's when it is a git checkout.
+  const bool from_git = std::filesystem::exists(std::filesystem::path(NANSCOPE_SOURCE_DIR) / ".git");
+  const std::regex line(std::string("nanscope-cli ") + NANSCOPE_VERSION + "( \\(git [0-9a-f]{7,40}\\))?\n");
+  // The same line whether --version comes alone or after a subcommand.
+  for (const auto& args : {std::vector<std::string>{"--version"}, std::vector<std::string>{"devices", "--version"}}) {
+    const ProcessResult r = run_cli({}, args);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_TRUE(std::regex_match(r.out, line)) << r.out;
+    if (from_git) {
+      EXPECT_NE(r.out.find(" (git "), std::string::npos) << r.out;
+    }
+  }
+}
 
 TEST(DevicesCli, ListsDevicesAndDefault) {
   const DeviceList list = enumerate_devices();

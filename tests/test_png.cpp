@@ -17,6 +17,7 @@
 #include "config/png_metadata.hpp"
 #include "config/preset.hpp"
 #include "core/error.hpp"
+#include "core/version.hpp"
 #include "io/png.hpp"
 #include "support/oracle.hpp"
 
@@ -253,6 +254,13 @@ TEST(PngMetadata, RunConfigRoundTripThroughBothChunks) {
   const auto chunk = nanscope_chunk(png, "run.png");
   ASSERT_TRUE(chunk);
   EXPECT_EQ((*chunk)["nanscope_png"], 1);
+  // Which NaNscope wrote it: in the chunk, and as the PNG standard's "Software".
+  EXPECT_EQ((*chunk)["nanscope_version"], std::string(version()));
+  EXPECT_EQ((*chunk)["nanscope_commit"], git_commit().empty() ? json() : json(std::string(git_commit())));
+  ASSERT_NE(png.find("Software"), nullptr);
+  EXPECT_EQ(*png.find("Software"), version_line("NaNscope"));
+  EXPECT_NE(png.find("Software")->find(NANSCOPE_VERSION), std::string::npos);
+  EXPECT_THROW(run_png_texts(c, {{"nanscope_version", "9"}}), ConfigError);
   EXPECT_EQ((*chunk)["inspector"], extra["inspector"]);
   EXPECT_EQ((*chunk)["config"], to_json(c));
   EXPECT_EQ(config_from_png(png, "run.png"), c);

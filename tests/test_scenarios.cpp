@@ -11,7 +11,9 @@
 #include "backend/device.hpp"
 #include "config/preset.hpp"
 #include "core/error.hpp"
+#include "core/version.hpp"
 #include "pipeline/session.hpp"
+#include "studies/report_json.hpp"
 #include "studies/scenario.hpp"
 #include "support/oracle.hpp"
 
@@ -122,6 +124,25 @@ TEST(Scenarios, R3AMissingPinnedDeviceIsReportedWithTheDeviceList) {
   const ScenarioRun fixed = run_scenario(*find_scenario("R3"), true, quick(work.path()));
   EXPECT_EQ(fixed.run.verdict, Verdict::clean) << fixed.run.summary;
   EXPECT_EQ(fixed.run.report["device"], "reference");
+  // Both reports (the error's and the run's) say which NaNscope wrote them.
+  for (const auto* r : {&broken.run.report, &fixed.run.report}) {
+    EXPECT_EQ((*r)["nanscope_version"], std::string(version()));
+    EXPECT_EQ((*r)["nanscope_commit"],
+              git_commit().empty() ? nlohmann::json() : nlohmann::json(std::string(git_commit())));
+  }
+}
+
+TEST(Report, SaysWhichNaNscopeWroteIt) {
+  const nlohmann::json r = report_json(RunConfig{}, {}, pipeline::RunReport{});
+  EXPECT_EQ(r["nanscope_inspect_report"], kReportVersion);
+  EXPECT_EQ(r["nanscope_version"], std::string(version()));
+  EXPECT_EQ(r["nanscope_version"], NANSCOPE_VERSION);  // the project version from CMake
+  if (git_commit().empty()) {
+    EXPECT_TRUE(r["nanscope_commit"].is_null());
+  } else {
+    EXPECT_EQ(r["nanscope_commit"], std::string(git_commit()));
+    EXPECT_GE(git_commit().size(), 7u);
+  }
 }
 
 TEST(Scenarios, R4AColdKernelCacheIsASlowStartAndAWarmOneIsNot) {

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Installs everything NaNscope needs on Debian 12, idempotently:
 #   - build and runtime packages from apt (Qt5, OpenCL ICD + PoCL, spdlog, ...,
-#     and Oclgrind, the OpenCL simulator test_oclgrind runs the GPU kernels on;
-#     Debian ships it without an /etc/OpenCL/vendors/*.icd file and none is
+#     Oclgrind, the OpenCL simulator test_oclgrind runs the GPU kernels on
+#     (Debian ships it without an /etc/OpenCL/vendors/*.icd file and none is
 #     added here: NaNscope loads its ICD library itself, so other OpenCL
-#     programs on the machine never see it; docs/oclgrind.md)
+#     programs on the machine never see it; docs/oclgrind.md), and help2man,
+#     lintian and the AppStream checker for the Debian package)
 #   - a Python venv at .venv over Debian's PyTorch, with pinned diffusers and
 #     transformers, used only by the test oracles and the model trainer.
 # Usage: tools/setup.sh [--no-python]
@@ -21,6 +22,9 @@ apt_packages=(
   libspdlog-dev nlohmann-json3-dev libpng-dev libcli11-dev libssl-dev
   libutf8proc-dev libgtest-dev libgmock-dev libbenchmark-dev
   xvfb xauth fonts-dejavu-core clang-format
+  # packaging (packaging/, tools/package.sh, the `package` test): manual pages,
+  # and the checks of the .deb, its desktop entry and its AppStream metadata
+  help2man dpkg-dev appstream desktop-file-utils lintian
 )
 if [ "$want_python" = 1 ]; then
   apt_packages+=(python3-venv python3-torch python3-numpy libopenblas0-pthread)

@@ -3,6 +3,7 @@
 #include "config/a1111.hpp"
 #include "config/preset.hpp"
 #include "core/error.hpp"
+#include "core/version.hpp"
 
 namespace nanscope {
 
@@ -15,12 +16,15 @@ using nlohmann::json;
 std::vector<PngText> run_png_texts(const RunConfig& config, const json& extra) {
   if (!extra.is_object())
     throw ConfigError("PNG metadata: the extra data must be a JSON object, found " + extra.dump());
-  json chunk = {{"nanscope_png", kPngMetadataVersion}, {"config", to_json(config)}};
+  json chunk = {{"nanscope_png", kPngMetadataVersion},
+                {"nanscope_version", std::string(version())},
+                {"nanscope_commit", git_commit().empty() ? json() : json(std::string(git_commit()))},
+                {"config", to_json(config)}};
   for (const auto& [k, v] : extra.items()) {
     if (chunk.contains(k)) throw ConfigError("PNG metadata: the extra key \"" + k + "\" is reserved");
     chunk[k] = v;
   }
-  return {{"parameters", a1111_parameters(config)}, {"nanscope", chunk.dump()}};
+  return {{"parameters", a1111_parameters(config)}, {"nanscope", chunk.dump()}, {"Software", version_line("NaNscope")}};
 }
 
 void write_run_png(const std::filesystem::path& path, const RgbImage& image, const RunConfig& config,

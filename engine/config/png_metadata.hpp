@@ -4,9 +4,12 @@
 // their text chunks the meaning of a run configuration).
 //
 //   "parameters"  A1111-compatible text (config/a1111.hpp), for other tools
-//   "nanscope"    JSON: {"nanscope_png": 1, "config": <preset JSON of the
-//                 image's RunConfig>, ...whatever the caller adds, e.g.
-//                 "inspector": {...}, "report": {...}}
+//   "nanscope"    JSON: {"nanscope_png": 1, "nanscope_version": "0.1.0",
+//                 "nanscope_commit": "20587d2c1f" (null without one),
+//                 "config": <preset JSON of the image's RunConfig>,
+//                 ...whatever the caller adds, e.g. "inspector": {...},
+//                 "report": {...}}
+//   "Software"    the PNG standard keyword: "NaNscope 0.1.0 (git 20587d2c1f)"
 //
 // Restoring (GUI "open a PNG", nanscope-cli info) prefers the nanscope chunk
 // and falls back to A1111 parameters, so PNGs from A1111 or ComfyUI's
@@ -25,8 +28,8 @@ namespace nanscope {
 
 inline constexpr int kPngMetadataVersion = 1;
 
-// `extra` must be an object; its keys go next to "config" ("nanscope_png" and
-// "config" are reserved: ConfigError).
+// `extra` must be an object; its keys go next to "config" ("nanscope_png",
+// "nanscope_version", "nanscope_commit" and "config" are reserved: ConfigError).
 std::vector<io::PngText> run_png_texts(const RunConfig& config, const nlohmann::json& extra = nlohmann::json::object());
 
 // write_png with run_png_texts, atomically.

@@ -206,18 +206,27 @@ std::unique_ptr<SdModel> SdModel::load_single_file(const fs::path& file, const f
 fs::path embedded_model_dir() {
   std::vector<fs::path> tried;
   if (const char* env = std::getenv("NANSCOPE_MODEL_DIR"); env && *env) {
-    if (fs::is_directory(env)) return env;
+    if (fs::is_directory(env)) {
+      log::debug("embedded model: {} (NANSCOPE_MODEL_DIR)", env);
+      return env;
+    }
     tried.emplace_back(env);
   }
   std::error_code ec;
   const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
   if (!ec) {
     const fs::path installed = exe.parent_path().parent_path() / "share" / "nanscope" / "models" / "nanscope-tiny";
-    if (fs::is_directory(installed)) return installed;
+    if (fs::is_directory(installed)) {
+      log::debug("embedded model: {} (installed beside the executable)", installed.string());
+      return installed;
+    }
     tried.push_back(installed);
   }
   const fs::path source = fs::path(NANSCOPE_SOURCE_DIR) / "resources" / "models" / "nanscope-tiny";
-  if (fs::is_directory(source)) return source;
+  if (fs::is_directory(source)) {
+    log::debug("embedded model: {} (the source tree this build came from)", source.string());
+    return source;
+  }
   tried.push_back(source);
   std::string where;
   for (const auto& t : tried) where += "\n  " + t.string();

@@ -5,6 +5,7 @@
 
 #include "config/preset.hpp"
 #include "core/error.hpp"
+#include "studies/report_json.hpp"
 
 namespace nanscope::studies {
 
@@ -112,6 +113,7 @@ AbResult run_ab(const RunConfig& a, const RunConfig& b, double threshold, pipeli
       {"steps", std::move(steps)},
       {"a", r.a.report},
       {"b", r.b.report}};
+  add_version_fields(r.report);
   return r;
 }
 

@@ -1,10 +1,16 @@
 #include "studies/report_json.hpp"
 
 #include "config/preset.hpp"
+#include "core/version.hpp"
 
 namespace nanscope::studies {
 
 using namespace inspect;
+
+void add_version_fields(nlohmann::json& report) {
+  report["nanscope_version"] = std::string(version());
+  report["nanscope_commit"] = git_commit().empty() ? nlohmann::json() : nlohmann::json(std::string(git_commit()));
+}
 
 nlohmann::json report_json(const RunConfig& config, const std::vector<pipeline::StepReport>& steps,
                            const pipeline::RunReport& report) {
@@ -33,6 +39,7 @@ nlohmann::json report_json(const RunConfig& config, const std::vector<pipeline::
         {"text", report.text_seconds},
         {"sampling", report.sampling_seconds},
         {"decode", report.decode_seconds}}}};
+  add_version_fields(j);
   nlohmann::json st = nlohmann::json::array();
   for (const auto& s : steps) {
     if (s.image != report.image) continue;

@@ -5,6 +5,7 @@
 //
 //   {
 //     "nanscope_inspect_report": 1,
+//     "nanscope_version": "0.1.0", "nanscope_commit": "20587d2c1f" (null when built without git),
 //     "verdict": "non-finite", "summary": "...", "origin": "vae.decoder....conv1",
 //     "origin_op": "CONV2D", "near_limit_origin": "...", "first_bad_step": 3,
 //     "first_bad_branch": "noise_cond", "emulation": false, "emulation_note": "",
@@ -32,6 +33,10 @@
 namespace nanscope::studies {
 
 inline constexpr int kReportVersion = 1;
+
+// Sets "nanscope_version" and "nanscope_commit" (null when the build had no
+// git commit) in a report object: every JSON report says which NaNscope wrote it.
+void add_version_fields(nlohmann::json& report);
 
 // The short run report a PNG's `nanscope` chunk carries beside the config (CLI
 // generate and the workbench's Save write the same): device, model, family,

@@ -119,18 +119,27 @@ const Scenario* find_scenario(std::string_view id) {
 fs::path presets_dir() {
   std::vector<fs::path> tried;
   if (const char* env = std::getenv("NANSCOPE_PRESETS_DIR"); env && *env) {
-    if (fs::is_directory(env)) return env;
+    if (fs::is_directory(env)) {
+      log::debug("scenario presets: {} (NANSCOPE_PRESETS_DIR)", env);
+      return env;
+    }
     tried.emplace_back(env);
   }
   std::error_code ec;
   const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
   if (!ec) {
     const fs::path installed = exe.parent_path().parent_path() / "share" / "nanscope" / "presets";
-    if (fs::is_directory(installed)) return installed;
+    if (fs::is_directory(installed)) {
+      log::debug("scenario presets: {} (installed beside the executable)", installed.string());
+      return installed;
+    }
     tried.push_back(installed);
   }
   const fs::path source = fs::path(NANSCOPE_SOURCE_DIR) / "resources" / "presets";
-  if (fs::is_directory(source)) return source;
+  if (fs::is_directory(source)) {
+    log::debug("scenario presets: {} (the source tree this build came from)", source.string());
+    return source;
+  }
   tried.push_back(source);
   std::string where;
   for (const auto& t : tried) where += "\n  " + t.string();
@@ -172,6 +181,7 @@ InspectedRun run_inspected(pipeline::Session& session, const RunConfig& config, 
                   {"devices", device_list_json(list)},
                   {"steps", nlohmann::json::array()},
                   {"config", to_json(config)}};
+    add_version_fields(run.report);
     return run;
   }
   if (!run.reports.empty()) {

@@ -30,6 +30,7 @@
 #include "config_panels.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "core/version.hpp"
 #include "inspector_panel.hpp"
 #include "layer_trace_panel.hpp"
 #include "log_panel.hpp"
@@ -265,13 +266,20 @@ void MainWindow::build_menus() {
   });
 
   QMenu* help = menuBar()->addMenu(tr("&Help"));
-  help->addAction(tr("About NaNscope"), this, [this] {
-    QMessageBox::about(this, tr("About NaNscope"),
-                       tr("<b>NaNscope %1</b><p>A workbench for the numerics of diffusion image generation: run "
-                          "a Stable Diffusion pipeline on the OpenCL device you pick, change precision, attention "
-                          "and VAE per run, and watch where values go non-finite.</p>")
-                           .arg(NANSCOPE_VERSION));
-  });
+  QAction* about = help->addAction(tr("About NaNscope"), this,
+                                   [this] { QMessageBox::about(this, tr("About NaNscope"), about_text()); });
+  about->setObjectName("aboutAction");
+  about->setMenuRole(QAction::AboutRole);
+}
+
+QString MainWindow::about_text() {
+  const QString commit = QString::fromUtf8(git_commit().data(), static_cast<int>(git_commit().size()));
+  const QString version = QString::fromUtf8(nanscope::version().data(), static_cast<int>(nanscope::version().size()));
+  return tr("<b>NaNscope %1</b><p>%2</p><p>A workbench for the numerics of diffusion image generation: run "
+            "a Stable Diffusion pipeline on the OpenCL device you pick, change precision, attention "
+            "and VAE per run, and watch where values go non-finite.</p><p>Qt %3</p>")
+      .arg(version, commit.isEmpty() ? tr("Built without a git commit.") : tr("Git commit %1").arg(commit),
+           QString::fromLatin1(qVersion()));
 }
 
 void MainWindow::connect_engine() {

@@ -59,6 +59,9 @@ class MainWindow : public QMainWindow {
   QString scenario() const { return scenario_id_; }
   static QStringList scenario_ids();
 
+  // Help > About: the version, the git commit it was built from, Qt's version.
+  static QString about_text();
+
   // Screenshots: the window, or one panel by name (see panel_names()).
   QImage screenshot(const QString& panel = {});
   QStringList panel_names() const;

@@ -2,6 +2,7 @@
 // offscreen platform (QT_QPA_PLATFORM=offscreen). The run tests need the
 // embedded model (or NANSCOPE_MODEL_DIR) and skip with a note without it.
 
+#include <QAction>
 #include <QDockWidget>
 #include <QElapsedTimer>
 #include <QFile>
@@ -24,6 +25,7 @@
 #include "config/settings.hpp"
 #include "config_diff.hpp"
 #include "config_panels.hpp"
+#include "core/version.hpp"
 #include "engine_types.hpp"
 #include "inspector_panel.hpp"
 #include "layer_trace_panel.hpp"
@@ -493,6 +495,20 @@ class GuiTest : public QObject {
     // Editing a control marks the settings dirty.
     w2->findChild<QSpinBox*>("steps")->setValue(13);
     QVERIFY(w2->is_dirty());
+  }
+
+  void help_about_names_the_version_and_commit() {
+    auto w = make_window();
+    auto* about = w->findChild<QAction*>("aboutAction");
+    QVERIFY(about);
+    QVERIFY(about->text().contains("About"));
+    const QString text = MainWindow::about_text();
+    QVERIFY2(text.contains(QString::fromStdString(std::string(version()))), qPrintable(text));
+    if (git_commit().empty()) {
+      QVERIFY2(text.contains("without a git commit"), qPrintable(text));
+    } else {
+      QVERIFY2(text.contains(QString::fromStdString(std::string(git_commit()))), qPrintable(text));
+    }
   }
 
   void screenshots_have_the_right_size() {
