@@ -86,9 +86,8 @@ void expect_no_new_reports() {
   for (auto& [be, log] : logs()) {
     const std::string text = new_reports(log);
     if (text.find_first_not_of(" \n\t") == std::string::npos) continue;
-    ADD_FAILURE() << "Oclgrind reported errors on \"" << log.device << "\" while this test ran ("
-                  << text.size() << " bytes of report" << (text.size() > kShown ? ", the first shown" : "")
-                  << "):\n"
+    ADD_FAILURE() << "Oclgrind reported errors on \"" << log.device << "\" while this test ran (" << text.size()
+                  << " bytes of report" << (text.size() > kShown ? ", the first shown" : "") << "):\n"
                   << text.substr(0, kShown);
   }
 }
@@ -168,7 +167,8 @@ std::vector<OpCasePtr> small_cases(std::vector<OpCasePtr> cases) {
     if (std::find(s.begin(), s.end(), std::make_pair(n, c->desc)) == s.end()) s.emplace_back(n, c->desc);
     small.push_back(std::move(c));
   }
-  for (auto& [v, s] : shapes) std::stable_sort(s.begin(), s.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (auto& [v, s] : shapes)
+    std::stable_sort(s.begin(), s.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   const Precision f16{DType::f16, Accumulate::f32, SoftmaxPrecision::f32};
   std::vector<OpCasePtr> kept;
   for (auto& c : small) {
@@ -193,15 +193,15 @@ Backend* oclgrind_backend() {
   return all.empty() ? nullptr : all.front();
 }
 
-#define REQUIRE_OCLGRIND()                  \
-  do {                                      \
-    if (!oclgrind_backend()) {              \
-      if (in_ci()) {                        \
-        FAIL() << no_opencl_message();      \
-      } else {                              \
+#define REQUIRE_OCLGRIND()                   \
+  do {                                       \
+    if (!oclgrind_backend()) {               \
+      if (in_ci()) {                         \
+        FAIL() << no_opencl_message();       \
+      } else {                               \
         GTEST_SKIP() << no_opencl_message(); \
-      }                                     \
-    }                                       \
+      }                                      \
+    }                                        \
   } while (0)
 
 TEST(OclgrindCoverage, EveryOpOfTheOpSuiteHasSmallCases) {
@@ -335,8 +335,8 @@ TEST_F(OclgrindBrokenKernel, ReadsPastTheEnd) {
 
 TEST_F(OclgrindSelfTest, TheExecutableFailsWhenAKernelIsReported) {
   const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
-  const ProcessResult r = run_process(
-      {"/usr/bin/env", "NANSCOPE_OCLGRIND_BROKEN_KERNEL=1", self, "--gtest_filter=OclgrindBrokenKernel.ReadsPastTheEnd"});
+  const ProcessResult r = run_process({"/usr/bin/env", "NANSCOPE_OCLGRIND_BROKEN_KERNEL=1", self,
+                                       "--gtest_filter=OclgrindBrokenKernel.ReadsPastTheEnd"});
   EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
   EXPECT_NE(r.out.find("Oclgrind reported errors on \"" + be_->device().name + "\""), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("Invalid read of size 4 at global memory"), std::string::npos) << r.out;
