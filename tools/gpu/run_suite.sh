@@ -120,17 +120,22 @@ stage_scenarios() {
   done
 }
 
+# One UNet call under NANSCOPE_PROFILE: DTYPE LATENT ROWS (the slowest ROWS ops);
+# dev and unet are stage_bench's.
+profile_call() {
+  local log=$out/profile-$1-$2.log
+  NANSCOPE_PROFILE=1 timeout "$limit" "$ns/bin/bench_unet" --child "$1" --device "$dev" --model "$unet" --size "$2" \
+    --runs 1 > "$log" 2>&1
+  grep ' profile ' "$log" | awk '{print $(NF-1), $0}' | sort -rn | head -"$3" | cut -d' ' -f2-
+}
+
 stage_bench() {
   step bench
   local dev=${GPU_DEVICE:-NVIDIA} unet=$ns/sd15-unet
   python3 "$repo/bench/make_sd15_unet.py" "$unet" 2>&1 | tail -2
-  # Where the time goes: one profiled f16 call at latent 64 (kernel time per op).
-  NANSCOPE_PROFILE=1 timeout "$limit" "$ns/bin/bench_unet" --child f16 --device "$dev" --model "$unet" --size 64 \
-    --runs 1 > "$out/profile-f16-64.log" 2>&1
-  grep ' profile ' "$out/profile-f16-64.log" | awk '{print $(NF-1), $0}' | sort -rn | head -30 | cut -d' ' -f2-
-  NANSCOPE_PROFILE=1 timeout "$limit" "$ns/bin/bench_unet" --child f32 --device "$dev" --model "$unet" --size 128 \
-    --runs 1 > "$out/profile-f32-128.log" 2>&1
-  grep ' profile ' "$out/profile-f32-128.log" | awk '{print $(NF-1), $0}' | sort -rn | head -12 | cut -d' ' -f2-
+  # Where the time goes: one profiled call each (kernel time per op).
+  profile_call f16 64 30
+  profile_call f32 128 12
   local size
   for size in ${BENCH_SIZES:-64 128}; do
     echo "--- latent $size"

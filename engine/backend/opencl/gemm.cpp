@@ -126,13 +126,20 @@ std::int64_t k_block(const Tuning& t, std::int64_t k) {
   return static_cast<std::int64_t>(ceil_div(static_cast<std::int64_t>(ceil_div(k, passes)), 16)) * 16;
 }
 
-std::string options(OpenClBackend& be, const Precision& p) {
-  // GEMM and im2col kernels never touch softmax values: one program serves both
-  // softmax settings (precompile built four redundant matmul and conv2d variants).
+namespace {
+
+// The GEMM program options for a precision and a tile set. GEMM and im2col
+// kernels never touch softmax values: one program serves both softmax settings
+// (precompile built four redundant matmul and conv2d variants).
+std::string options_with(const OpenClBackend& be, const Precision& p, const Tuning& t) {
   Precision q = p;
   q.softmax = SoftmaxPrecision::f32;
-  return be.precision_options(q) + tuning_options(tuning(be.device()));
+  return be.precision_options(q) + tuning_options(t);
 }
+
+}  // namespace
+
+std::string options(OpenClBackend& be, const Precision& p) { return options_with(be, p, tuning(be.device())); }
 
 bool uses_panels(const OpenClBackend& be, const Precision& p) {
   return p.native_accumulation() || be.kernel_style() == KernelStyle::cpu;
@@ -269,9 +276,7 @@ Tuning tiles_for(const OpenClBackend& be, const Problem& pr) {
 
 void run_tiled(OpenClBackend& be, const Precision& p, const Problem& pr, const Tuning& t, const char* op) {
   if (pr.a.cs != 1) throw OpError(std::string(op) + ": the tiled GEMM needs A with unit column stride");
-  Precision q = p;
-  q.softmax = SoftmaxPrecision::f32;
-  cl_kernel kern = be.kernel("matmul", "gemm_tiled", be.precision_options(q) + tuning_options(t));
+  cl_kernel kern = be.kernel("matmul", "gemm_tiled", options_with(be, p, t));
   OpenClBackend::set_args(kern, pr.a.mem, cl_ulong(pr.a.off), cl_ulong(pr.a.bs), cl_ulong(pr.a.rs), pr.b.mem,
                           cl_ulong(pr.b.off), cl_ulong(pr.b.bs), cl_ulong(pr.b.rs), cl_ulong(pr.b.cs), pr.bias,
                           cl_ulong(pr.bias_off), cl_int(pr.bias_mode), pr.c, cl_ulong(pr.c_off), cl_ulong(pr.c_bs),
@@ -293,9 +298,7 @@ void run_implicit_conv(OpenClBackend& be, const Precision& p, const ConvShape& s
   shape.n = s.oh * s.ow;
   shape.k = s.c * s.kh * s.kw;
   const Tuning t = tiles_for(be, shape);
-  Precision q = p;
-  q.softmax = SoftmaxPrecision::f32;
-  cl_kernel kern = be.kernel("matmul", "conv_implicit_gemm", be.precision_options(q) + tuning_options(t));
+  cl_kernel kern = be.kernel("matmul", "conv_implicit_gemm", options_with(be, p, t));
   to_uint(shape.k, op, "c*kh*kw");
   OpenClBackend::set_args(kern, w, x, cl_ulong(s.c * s.h * s.w), bias, cl_int(bias ? kBiasRow : kBiasNone), out,
                           cl_ulong(s.o * s.oh * s.ow), to_uint(s.o, op, "o"), to_uint(s.c, op, "c"),
