@@ -11,9 +11,9 @@ namespace nanscope::cli {
 
 int run_checkpoint_info(const std::string& path) {
   const models::LdmCheckpoint ckpt = models::LdmCheckpoint::open(path);
-  const models::LdmFamily f = ckpt.family();
+  const models::ModelFamily f = ckpt.family();
   std::printf("%s: %.*s single-file checkpoint (original LDM names), %zu tensors\n", path.c_str(),
-              static_cast<int>(models::ldm_family_name(f).size()), models::ldm_family_name(f).data(),
+              static_cast<int>(models::model_family_name(f).size()), models::model_family_name(f).data(),
               ckpt.file().entries().size());
   std::printf("\n  %-16s %8s  %-8s %s\n", "component", "tensors", "dtype", "LDM prefix");
   std::size_t claimed = 0;

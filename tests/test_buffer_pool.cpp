@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "backend/device.hpp"
@@ -91,6 +92,33 @@ TEST_F(BufferPoolDevice, TensorsReuseBuffersAndOutliveTheirBackend) {
   // The backend is gone; its pool lives on with the tensor and takes the buffer back when it dies.
   EXPECT_EQ(kept.numel(), 15);
   kept = Tensor();
+}
+
+// Guard buffers (BackendOptions::guard_bytes, on in the op suite): a write
+// past the end of a tensor, inside the pool's size-class slack where no
+// driver would notice, is reported when the buffer is released, naming it.
+TEST_F(BufferPoolDevice, GuardsCatchAWritePastTheEnd) {
+  BackendOptions opts;
+  opts.use_kernel_cache = false;
+  opts.guard_bytes = 64;
+  opencl::OpenClBackend be(be_->device(), opts);
+  {
+    const Tensor clean = be.upload(HostTensor::from_f32({3}, {1, 2, 3}));
+    EXPECT_EQ(be.download(clean).to_f32(), (std::vector<float>{1, 2, 3}));
+  }
+  EXPECT_TRUE(be.take_guard_violations().empty());
+  {
+    const Tensor t = be.upload(HostTensor::from_f32({3}, {1, 2, 3}));
+    const float past = 7.0f;  // one float after the tensor's 12 bytes
+    ASSERT_EQ(clEnqueueWriteBuffer(be.queue(), be.buffer(t), CL_TRUE, 12 + 4, sizeof past, &past, 0, nullptr, nullptr),
+              CL_SUCCESS);
+  }
+  const std::vector<std::string> v = be.take_guard_violations();
+  ASSERT_EQ(v.size(), 1u);
+  EXPECT_NE(v[0].find("[3] f32"), std::string::npos) << v[0];
+  EXPECT_NE(v[0].find("out-of-bounds write"), std::string::npos) << v[0];
+  EXPECT_NE(v[0].find("first at byte 4"), std::string::npos) << v[0];
+  EXPECT_TRUE(be.take_guard_violations().empty()) << "the list is cleared once taken";
 }
 
 }  // namespace

@@ -5,6 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <set>
 #include <string>
@@ -12,6 +15,8 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "support/oracle.hpp"
+#include "support/small_fs.hpp"
 #include "pipeline/session.hpp"
 
 namespace nanscope {
@@ -164,6 +169,58 @@ TEST(Faults, CancelAtEveryPhaseStopsWithinOneOpAndTheNextRunWorks) {
   for (const char* phase : {"loading model", "encoding the prompt", "sampling", "decoding"}) {
     EXPECT_TRUE(phases.count(phase)) << phase << "; phases hit:" << hit;
   }
+}
+
+
+// Saving onto a full disk or a read-only file system: the command fails with
+// a message that says what to do, the file that was there survives byte for
+// byte, and no temporary is left behind. Then a save elsewhere works.
+TEST(Faults, FullOrReadOnlyDestinationKeepsTheOldFilesAndSaysWhatToDo) {
+  test::SmallFilesystem disk(256 << 10);
+  if (!disk.ok()) GTEST_SKIP() << disk.reason();
+  const std::string old_png = "old image bytes", old_preset = "{\"steps\": 3}\n";
+  const auto write = [](const std::filesystem::path& p, const std::string& bytes) { std::ofstream(p) << bytes; };
+  const auto read = [](const std::filesystem::path& p) {
+    std::ifstream in(p);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  write(disk / "out.png", old_png);
+  write(disk / "preset.json", old_preset);
+  const auto generate = [&](const std::filesystem::path& png, const std::filesystem::path& preset) {
+    return test::run_process({NANSCOPE_CLI_PATH, "generate", "--steps", "1", "--cfg", "1", "--size", "64x64", "-o",
+                              png.string(), "--save-preset", preset.string()});
+  };
+  struct Case {
+    const char* name;
+    const char* advice;
+  };
+  for (const Case c : {Case{"full", "Free some disk space"}, Case{"read-only", "writable"}}) {
+    SCOPED_TRACE(c.name);
+    if (std::string_view(c.name) == "full") {
+      disk.fill();
+    } else if (!disk.make_read_only()) {
+      GTEST_SKIP() << disk.reason();
+    }
+    test::TempDir other;
+    // The image to the bad disk (the preset elsewhere), then the preset to it.
+    for (const auto& [png, preset] : {std::pair{disk / "out.png", other / "p.json"},
+                                      std::pair{other / "o.png", disk / "preset.json"}}) {
+      const auto r = generate(png, preset);
+      ASSERT_LT(r.exit_code, 128) << "ended by a signal\n" << r.err;
+      EXPECT_NE(r.exit_code, 0);
+      EXPECT_NE(r.err.find(c.advice), std::string::npos) << r.err;
+    }
+    EXPECT_EQ(read(disk / "out.png"), old_png);
+    EXPECT_EQ(read(disk / "preset.json"), old_preset);
+    for (const auto& e : std::filesystem::directory_iterator(disk.path())) {
+      EXPECT_EQ(e.path().filename().string().find(".tmp"), std::string::npos) << "left behind: " << e.path();
+    }
+  }
+  test::TempDir elsewhere;
+  const auto r = generate(elsewhere / "out.png", elsewhere / "preset.json");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(std::filesystem::exists(elsewhere / "out.png"));
+  EXPECT_TRUE(std::filesystem::exists(elsewhere / "preset.json"));
 }
 
 }  // namespace

@@ -109,12 +109,12 @@ void check_against_torch(const std::string& capability, TorchCpuNoise::Kernel ke
 
 TEST(TorchCpuNoise, MatchesTorchAvx2KernelBitForBit) {
   NANSCOPE_REQUIRE_PYTHON();
-  check_against_torch("avx2", TorchCpuNoise::Kernel::kAvx2);
+  check_against_torch("avx2", TorchCpuNoise::Kernel::avx2);
 }
 
 TEST(TorchCpuNoise, MatchesTorchDefaultKernelBitForBit) {
   NANSCOPE_REQUIRE_PYTHON();
-  check_against_torch("default", TorchCpuNoise::Kernel::kDefault);
+  check_against_torch("default", TorchCpuNoise::Kernel::scalar);
 }
 
 // The two kernels really differ (so each test above can tell them apart), and torch's
@@ -125,11 +125,14 @@ TEST(TorchCpuNoise, KernelsDifferAndTorchPicksOne) {
   request["cases"] = {{{"seed", 7}, {"sizes", {4096}}}};
   const TorchRun torch = run_torch_oracle("auto", request);
   std::vector<float> avx2(4096), plain(4096);
-  TorchCpuNoise(7, TorchCpuNoise::Kernel::kAvx2).randn(avx2);
-  TorchCpuNoise(7, TorchCpuNoise::Kernel::kDefault).randn(plain);
+  TorchCpuNoise(7, TorchCpuNoise::Kernel::avx2).randn(avx2);
+  TorchCpuNoise(7, TorchCpuNoise::Kernel::scalar).randn(plain);
   EXPECT_NE(avx2, plain);
   const bool is_avx2 = torch.capability.find("AVX2") != std::string::npos;
   EXPECT_EQ(torch.values, is_avx2 ? avx2 : plain) << torch.capability;
+  // noise.torch_cpu_kernel=auto makes the same choice.
+  EXPECT_EQ(pipeline::torch_cpu_kernel_of_this_cpu(), is_avx2 ? TorchCpuNoise::Kernel::avx2 : TorchCpuNoise::Kernel::scalar)
+      << torch.capability;
 }
 
 TEST(TorchCpuNoise, IsDeterministicAndSeedDependent) {

@@ -16,6 +16,7 @@
 #include "config/run_config.hpp"
 #include "core/error.hpp"
 #include "io/safetensors.hpp"
+#include "pipeline/noise.hpp"
 #include "pipeline/session.hpp"
 #include "support/compare.hpp"
 #include "support/oracle.hpp"
@@ -115,6 +116,34 @@ void check_against_diffusers(const std::string& sampler) {
 
 TEST(Pipeline, EulerMatchesDiffusers) { check_against_diffusers("euler"); }
 TEST(Pipeline, EulerAncestralMatchesDiffusers) { check_against_diffusers("euler_a"); }
+
+// noise.torch_cpu_kernel picks which of torch's transforms the initial noise
+// reproduces; auto is the one torch takes on this CPU (test_noise checks each
+// against torch bit for bit).
+TEST(Pipeline, TorchCpuKernelSettingPicksTorchsTransform) {
+  NANSCOPE_REQUIRE_PYTHON();
+  pipeline::Session session;
+  std::vector<float> seen[3];
+  const char* names[3] = {"avx2", "default", "auto"};
+  for (int i = 0; i < 3; ++i) {
+    SCOPED_TRACE(names[i]);
+    RunConfig cfg = base_config(device_ids().front(), "euler");
+    cfg.steps = 1;
+    cfg.set("noise.torch_cpu_kernel", names[i]);
+    const Capture cap = run(session, cfg);
+    ASSERT_FALSE(cap.noise.empty());
+    seen[i] = cap.noise;
+  }
+  for (int i = 0; i < 3; ++i) {
+    const auto kernel = i == 0   ? pipeline::TorchCpuNoise::Kernel::avx2
+                        : i == 1 ? pipeline::TorchCpuNoise::Kernel::scalar
+                                 : pipeline::torch_cpu_kernel_of_this_cpu();
+    std::vector<float> want(seen[i].size());
+    pipeline::TorchCpuNoise(42, kernel).randn(want);
+    EXPECT_EQ(seen[i], want) << names[i];
+  }
+  EXPECT_NE(seen[0], seen[1]);
+}
 
 TEST(Pipeline, SameSeedSameImageTwiceAndAcrossBackends) {
   NANSCOPE_REQUIRE_PYTHON();

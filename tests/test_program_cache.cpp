@@ -17,6 +17,7 @@
 #include "backend/opencl/program_cache.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "support/small_fs.hpp"
 #include "support/backends.hpp"
 #include "support/oracle.hpp"
 
@@ -24,6 +25,7 @@ namespace nanscope::opencl {
 namespace {
 
 namespace fs = std::filesystem;
+using test::SmallFilesystem;
 using test::TempDir;
 
 // SCALE comes from the build options, so a program built with other options
@@ -316,6 +318,47 @@ TEST_F(ProgramCacheTest, AnEntryThatCannotBeWrittenWarnsAndTheProgramStillRuns) 
   const std::string text = logs.text();
   EXPECT_NE(text.find("could not save vadd"), std::string::npos) << text;
   EXPECT_EQ(text.find(": Success"), std::string::npos) << "the warning says why it failed:\n" << text;
+}
+
+// The cache folder is on a full disk: nothing can be saved, every program is
+// built and runs, with a warning saying why; nothing half-written is left.
+TEST_F(ProgramCacheTest, ACacheOnAFullDiskWarnsAndProgramsStillRun) {
+  SmallFilesystem disk(64 << 10);
+  if (!disk.ok()) GTEST_SKIP() << disk.reason();
+  const std::string dir = (disk / "kernels").string();
+  fs::create_directories(dir);
+  disk.fill();
+  for (int i = 0; i < 2; ++i) {
+    LogCapture logs;
+    auto c = cache(dir);
+    expect_vadd(c->get_source("vadd", kVaddSource, "-DSCALE=3.0f"), 3.0f);
+    EXPECT_FALSE(c->records().at(0).cache_hit);
+    const std::string text = logs.text();
+    EXPECT_NE(text.find("could not save vadd"), std::string::npos) << text;
+    EXPECT_NE(text.find("No space left on device"), std::string::npos) << "the warning says why:\n" << text;
+  }
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    EXPECT_FALSE(e.path().filename().string().find(".tmp") != std::string::npos) << "left behind: " << e.path();
+  }
+}
+
+// A cache folder on a read-only file system (what root meets too, unlike a
+// folder without write permission): the entries already there still load;
+// a new program is built, runs and is not saved, with a warning.
+TEST_F(ProgramCacheTest, AReadOnlyCacheStillLoadsItsEntriesAndBuildsTheRest) {
+  SmallFilesystem disk(4 << 20);
+  if (!disk.ok()) GTEST_SKIP() << disk.reason();
+  const std::string dir = (disk / "kernels").string();
+  expect_vadd(cache(dir)->get_source("vadd", kVaddSource, "-DSCALE=4.0f"), 4.0f);  // saved while writable
+  if (!disk.make_read_only()) GTEST_SKIP() << disk.reason();
+  LogCapture logs;
+  auto c = cache(dir);
+  expect_vadd(c->get_source("vadd", kVaddSource, "-DSCALE=4.0f"), 4.0f);
+  EXPECT_TRUE(c->records().at(0).cache_hit) << "the entry saved before is loaded";
+  expect_vadd(c->get_source("vadd", kVaddSource, "-DSCALE=5.0f"), 5.0f);
+  EXPECT_FALSE(c->records().at(1).cache_hit);
+  const std::string text = logs.text();
+  EXPECT_NE(text.find("Read-only file system"), std::string::npos) << "the warning says why:\n" << text;
 }
 
 TEST_F(ProgramCacheTest, DisabledCacheAlwaysBuilds) {

@@ -7,6 +7,7 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <initializer_list>
 #include <string>
@@ -119,6 +120,33 @@ TEST(Safetensors, ReadConvertsWithRoundToNearestEven) {
   // f16 -> f32 is exact.
   const HostTensor widened = f.read("h", DType::f32);
   for (std::size_t i = 0; i < v.size(); ++i) EXPECT_EQ(widened.get(i), round_to(DType::f16, v[i]));
+}
+
+// The file is truncated in place after it was opened (another program still
+// writing it, a copy overwritten): the tensors past the new end are a
+// FileError naming the file, the tensor and what to do, not a SIGBUS; what is
+// still there reads as before, also after a conversion.
+TEST(Safetensors, TruncatedAfterOpenIsAnErrorNotACrash) {
+  TempDir dir;
+  const auto path = dir / "shrinks.safetensors";
+  const std::vector<float> a(1024, 1.5f), b(1 << 16, 2.5f);
+  write_safetensors(path, {{"a", HostTensor::from_f32({1024}, a)}, {"b", HostTensor::from_f32({1 << 16}, b)}});
+  const auto f = SafetensorsFile::open(path);
+  const auto size = std::filesystem::file_size(path);
+  std::filesystem::resize_file(path, size - 4 * 1000);  // inside "b", past whole pages of it
+  EXPECT_EQ(f.read("a", DType::f32).to_f32(), a);
+  EXPECT_EQ(f.read("a", DType::f16).to_f32(), a);
+  for (const DType t : {DType::f32, DType::bf16}) {
+    try {
+      (void)f.read("b", t);
+      ADD_FAILURE() << "reading past the new end succeeded";
+    } catch (const FileError& e) {
+      const std::string what = e.what();
+      for (const char* part : {"shrinks.safetensors", "tensor \"b\"", "changed on disk", "Load the model again"}) {
+        EXPECT_NE(what.find(part), std::string::npos) << "no \"" << part << "\" in: " << what;
+      }
+    }
+  }
 }
 
 TEST(Safetensors, ReadsWhatPythonWrote) {

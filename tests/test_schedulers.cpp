@@ -29,7 +29,7 @@ namespace nanscope {
 namespace {
 
 using nlohmann::json;
-using pipeline::SamplerKind;
+
 using pipeline::SchedulerConfig;
 
 // ---- the oracle round trip ----
@@ -117,7 +117,7 @@ std::string describe(const json& c) { return c.at("kind").get<std::string>() + "
 }
 
 std::unique_ptr<pipeline::Sampler> make(const json& c) {
-  const SamplerKind kind = pipeline::sampler_kind_from_string(c.at("kind").get<std::string>());
+  const SamplerId kind = pipeline::sampler_from_name(c.at("kind").get<std::string>());
   return pipeline::make_sampler(SchedulerConfig::from_json(c.at("config"), kind, "test config"));
 }
 
@@ -341,7 +341,7 @@ TEST(Schedulers, SamplingRunsMatchDiffusers) {
 }
 
 TEST(Schedulers, DpmStepsMustRunInOrder) {
-  auto s = pipeline::make_sampler(SchedulerConfig::defaults(SamplerKind::kDpmPp2m));
+  auto s = pipeline::make_sampler(SchedulerConfig::defaults(SamplerId::dpmpp_2m));
   s->set_timesteps(5);
   std::vector<float> x(8, 1.0f), m(8, 0.5f);
   s->step(m, x, 0);
@@ -351,7 +351,7 @@ TEST(Schedulers, DpmStepsMustRunInOrder) {
 }
 
 TEST(Schedulers, AncestralNeedsNoiseAndSizesMustMatch) {
-  auto s = pipeline::make_sampler(SchedulerConfig::defaults(SamplerKind::kEulerAncestral));
+  auto s = pipeline::make_sampler(SchedulerConfig::defaults(SamplerId::euler_a));
   std::vector<float> x(8, 1.0f), m(8, 0.5f), short_m(7, 0.5f);
   EXPECT_THROW(s->step(m, x, 0), Error);  // before set_timesteps
   s->set_timesteps(4);
@@ -374,40 +374,40 @@ TEST(SchedulerConfig, ClassDefaultsAndOverrides) {
                      {"skip_prk_steps", true},
                      {"trained_betas", nullptr},
                      {"thresholding", true}};  // thresholding is read by DDIM only
-  const auto euler = SchedulerConfig::from_json(sd15, SamplerKind::kEuler);
-  EXPECT_EQ(euler.timestep_spacing, pipeline::TimestepSpacing::kLinspace);
-  EXPECT_EQ(euler.beta_schedule, pipeline::BetaSchedule::kScaledLinear);
+  const auto euler = SchedulerConfig::from_json(sd15, SamplerId::euler);
+  EXPECT_EQ(euler.timestep_spacing, pipeline::TimestepSpacing::linspace);
+  EXPECT_EQ(euler.beta_schedule, pipeline::BetaSchedule::scaled_linear);
   EXPECT_EQ(euler.steps_offset, 1);
   EXPECT_TRUE(euler.trained_betas.empty());
-  EXPECT_EQ(SchedulerConfig::defaults(SamplerKind::kDdim).timestep_spacing, pipeline::TimestepSpacing::kLeading);
-  EXPECT_TRUE(SchedulerConfig::defaults(SamplerKind::kDdim).clip_sample);
-  EXPECT_EQ(pipeline::sampler_kind_from_string("DPMSolverMultistepScheduler"), SamplerKind::kDpmPp2m);
-  EXPECT_EQ(pipeline::sampler_kind_from_string("euler_a"), SamplerKind::kEulerAncestral);
-  EXPECT_THROW(pipeline::sampler_kind_from_string("heun"), ConfigError);
+  EXPECT_EQ(SchedulerConfig::defaults(SamplerId::ddim).timestep_spacing, pipeline::TimestepSpacing::leading);
+  EXPECT_TRUE(SchedulerConfig::defaults(SamplerId::ddim).clip_sample);
+  EXPECT_EQ(pipeline::sampler_from_name("DPMSolverMultistepScheduler"), SamplerId::dpmpp_2m);
+  EXPECT_EQ(pipeline::sampler_from_name("euler_a"), SamplerId::euler_a);
+  EXPECT_THROW(pipeline::sampler_from_name("heun"), ConfigError);
 }
 
 // Each bad value is a ConfigError whose message names the file and the key.
 TEST(SchedulerConfig, ErrorsNameTheKey) {
   struct Bad {
-    SamplerKind kind;
+    SamplerId kind;
     json config;
     std::string key;
   };
   const std::vector<Bad> bad = {
-      {SamplerKind::kEuler, {{"beta_schedule", "cosine"}}, "beta_schedule"},
-      {SamplerKind::kEuler, {{"beta_start", "small"}}, "beta_start"},
-      {SamplerKind::kEuler, {{"prediction_type", "noise"}}, "prediction_type"},
-      {SamplerKind::kEulerAncestral, {{"prediction_type", "sample"}}, "prediction_type"},
-      {SamplerKind::kDdim, {{"timestep_spacing", "karras"}}, "timestep_spacing"},
-      {SamplerKind::kDdim, {{"thresholding", true}}, "thresholding"},
-      {SamplerKind::kEuler, {{"use_exponential_sigmas", true}}, "use_exponential_sigmas"},
-      {SamplerKind::kEuler, {{"interpolation_type", "log_linear"}}, "interpolation_type"},
-      {SamplerKind::kDpmPp2m, {{"algorithm_type", "sde-dpmsolver++"}}, "algorithm_type"},
-      {SamplerKind::kDpmPp2m, {{"solver_order", 4}}, "solver_order"},
-      {SamplerKind::kDpmPp2m, {{"use_karras_sigmas", "yes"}}, "use_karras_sigmas"},
-      {SamplerKind::kEuler, {{"num_train_timesteps", 1}}, "num_train_timesteps"},
-      {SamplerKind::kEuler, {{"trained_betas", {0.1, 0.2}}}, "trained_betas"},
-      {SamplerKind::kEuler, {{"steps_offset", -1}}, "steps_offset"},
+      {SamplerId::euler, {{"beta_schedule", "cosine"}}, "beta_schedule"},
+      {SamplerId::euler, {{"beta_start", "small"}}, "beta_start"},
+      {SamplerId::euler, {{"prediction_type", "noise"}}, "prediction_type"},
+      {SamplerId::euler_a, {{"prediction_type", "sample"}}, "prediction_type"},
+      {SamplerId::ddim, {{"timestep_spacing", "karras"}}, "timestep_spacing"},
+      {SamplerId::ddim, {{"thresholding", true}}, "thresholding"},
+      {SamplerId::euler, {{"use_exponential_sigmas", true}}, "use_exponential_sigmas"},
+      {SamplerId::euler, {{"interpolation_type", "log_linear"}}, "interpolation_type"},
+      {SamplerId::dpmpp_2m, {{"algorithm_type", "sde-dpmsolver++"}}, "algorithm_type"},
+      {SamplerId::dpmpp_2m, {{"solver_order", 4}}, "solver_order"},
+      {SamplerId::dpmpp_2m, {{"use_karras_sigmas", "yes"}}, "use_karras_sigmas"},
+      {SamplerId::euler, {{"num_train_timesteps", 1}}, "num_train_timesteps"},
+      {SamplerId::euler, {{"trained_betas", {0.1, 0.2}}}, "trained_betas"},
+      {SamplerId::euler, {{"steps_offset", -1}}, "steps_offset"},
   };
   for (const Bad& b : bad) {
     try {
@@ -420,7 +420,7 @@ TEST(SchedulerConfig, ErrorsNameTheKey) {
     }
   }
   // The same keys are ignored by a class that does not read them (as diffusers does).
-  EXPECT_NO_THROW(SchedulerConfig::from_json({{"thresholding", true}, {"algorithm_type", "x"}}, SamplerKind::kEuler));
+  EXPECT_NO_THROW(SchedulerConfig::from_json({{"thresholding", true}, {"algorithm_type", "x"}}, SamplerId::euler));
 }
 
 }  // namespace

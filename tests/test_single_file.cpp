@@ -39,25 +39,25 @@ namespace nanscope {
 namespace {
 
 namespace fs = std::filesystem;
-using models::LdmFamily;
+using models::ModelFamily;
 
-const char* family_arg(LdmFamily f) {
+const char* family_arg(ModelFamily f) {
   switch (f) {
-    case LdmFamily::sd1: return "sd1";
-    case LdmFamily::sd2: return "sd2";
-    case LdmFamily::sdxl: return "sdxl";
+    case ModelFamily::sd1: return "sd1";
+    case ModelFamily::sd2: return "sd2";
+    case ModelFamily::sdxl: return "sdxl";
   }
   return "?";
 }
 
-std::vector<std::string> components(LdmFamily f) {
+std::vector<std::string> components(ModelFamily f) {
   std::vector<std::string> c{"unet", "vae", "text_encoder"};
-  if (f == LdmFamily::sdxl) c.emplace_back("text_encoder_2");
+  if (f == ModelFamily::sdxl) c.emplace_back("text_encoder_2");
   return c;
 }
 
 // Every tensor of the diffusers folder, named "<component>.<diffusers name>".
-std::vector<std::pair<std::string, HostTensor>> folder_tensors(const fs::path& folder, LdmFamily f) {
+std::vector<std::pair<std::string, HostTensor>> folder_tensors(const fs::path& folder, ModelFamily f) {
   std::vector<std::pair<std::string, HostTensor>> out;
   for (const auto& comp : components(f)) {
     const fs::path dir = folder / comp;
@@ -69,14 +69,14 @@ std::vector<std::pair<std::string, HostTensor>> folder_tensors(const fs::path& f
   return out;
 }
 
-models::LdmStructure folder_structure(const fs::path& folder, LdmFamily f) {
+models::LdmStructure folder_structure(const fs::path& folder, ModelFamily f) {
   models::LdmStructure s;
   s.family = f;
   s.unet = models::UNetConfig::from_json(models::ConfigJson::load(folder / "unet" / "config.json"));
   s.vae = models::VaeConfig::from_json(models::ConfigJson::load(folder / "vae" / "config.json"));
   s.text_layers =
       models::ClipTextConfig::from_json(models::ConfigJson::load(folder / "text_encoder" / "config.json")).layers;
-  if (f == LdmFamily::sdxl) {
+  if (f == ModelFamily::sdxl) {
     s.text_2_layers =
         models::ClipTextConfig::from_json(models::ConfigJson::load(folder / "text_encoder_2" / "config.json")).layers;
   }
@@ -90,9 +90,9 @@ struct Made {
 
 struct Fixture {
   test::TempDir dir;
-  std::map<LdmFamily, Made> made;
+  std::map<ModelFamily, Made> made;
 
-  const Made& get(LdmFamily f) {
+  const Made& get(ModelFamily f) {
     if (auto it = made.find(f); it != made.end()) return it->second;
     const std::string name = family_arg(f);
     Made m;
@@ -104,7 +104,7 @@ struct Fixture {
     const models::LdmNameMap names(folder_structure(m.folder, f));
     test::write_ldm_checkpoint(m.file, names, folder_tensors(m.folder, f));
     fs::copy(m.folder / "tokenizer", single / "tokenizer");
-    if (f == LdmFamily::sdxl) fs::copy(m.folder / "tokenizer_2", single / "tokenizer_2");
+    if (f == ModelFamily::sdxl) fs::copy(m.folder / "tokenizer_2", single / "tokenizer_2");
     return made[f] = m;
   }
 };
@@ -114,15 +114,15 @@ Fixture& fixture() {
   return f;
 }
 
-class SingleFile : public ::testing::TestWithParam<LdmFamily> {};
+class SingleFile : public ::testing::TestWithParam<ModelFamily> {};
 
-std::string param_name(const ::testing::TestParamInfo<LdmFamily>& p) { return family_arg(p.param); }
+std::string param_name(const ::testing::TestParamInfo<ModelFamily>& p) { return family_arg(p.param); }
 
 // (a) diffusers -> LDM -> diffusers is the identity over the model's key set,
 // and no two diffusers tensors land on the same LDM tensor (part).
 TEST_P(SingleFile, TableRoundTripsEveryDiffusersName) {
   NANSCOPE_REQUIRE_PYTHON();
-  const LdmFamily f = GetParam();
+  const ModelFamily f = GetParam();
   const Made& m = fixture().get(f);
   const models::LdmNameMap names(folder_structure(m.folder, f));
   std::set<std::pair<std::string, int>> seen;
@@ -147,7 +147,7 @@ TEST_P(SingleFile, TableRoundTripsEveryDiffusersName) {
 // (b) diffusers' own converters read the file we wrote back to the model's exact tensors.
 TEST_P(SingleFile, DiffusersConvertsOurFileBackToTheSameTensors) {
   NANSCOPE_REQUIRE_PYTHON();
-  const LdmFamily f = GetParam();
+  const ModelFamily f = GetParam();
   const Made& m = fixture().get(f);
   const fs::path out = fixture().dir / (std::string(family_arg(f)) + "-convert.json");
   test::run_oracle("single_file_oracle.py",
@@ -167,7 +167,7 @@ TEST_P(SingleFile, DiffusersConvertsOurFileBackToTheSameTensors) {
 // The configs inferred from the file equal the model's own where they matter.
 TEST_P(SingleFile, InfersTheComponentConfigs) {
   NANSCOPE_REQUIRE_PYTHON();
-  const LdmFamily f = GetParam();
+  const ModelFamily f = GetParam();
   const Made& m = fixture().get(f);
   const auto ckpt = models::LdmCheckpoint::open(m.file);
   EXPECT_EQ(ckpt.family(), f);
@@ -190,7 +190,7 @@ TEST_P(SingleFile, InfersTheComponentConfigs) {
   EXPECT_FLOAT_EQ(vae.scaling_factor, want.vae.scaling_factor);
   const auto te = models::ClipTextConfig::from_json(models::ConfigJson(ckpt.text_encoder_config(), "inferred"));
   EXPECT_EQ(te.layers, want.text_layers);
-  EXPECT_EQ(te.quick_gelu, f != LdmFamily::sd2);
+  EXPECT_EQ(te.quick_gelu, f != ModelFamily::sd2);
   EXPECT_TRUE(ckpt.unclaimed().empty()) << ckpt.unclaimed().front();
   std::size_t tensors = 0;
   for (const auto& c : ckpt.components()) {
@@ -199,7 +199,7 @@ TEST_P(SingleFile, InfersTheComponentConfigs) {
     tensors += c.tensors;
   }
   // q, k and v (weight and bias) become one in_proj weight and bias per OpenCLIP layer.
-  const int open_clip_layers = f == LdmFamily::sd2 ? want.text_layers : f == LdmFamily::sdxl ? want.text_2_layers : 0;
+  const int open_clip_layers = f == ModelFamily::sd2 ? want.text_layers : f == ModelFamily::sdxl ? want.text_2_layers : 0;
   EXPECT_EQ(tensors, folder_tensors(m.folder, f).size() - 4u * static_cast<std::size_t>(open_clip_layers));
 }
 
@@ -213,14 +213,14 @@ OpContext context(Backend& be) {
 // (c) the engine gives bit-identical outputs from the single file and from the folder.
 TEST_P(SingleFile, SameOutputsAsTheDiffusersFolder) {
   NANSCOPE_REQUIRE_PYTHON();
-  const LdmFamily f = GetParam();
+  const ModelFamily f = GetParam();
   const Made& m = fixture().get(f);
   auto be = make_backend(select_device(enumerate_devices(), "reference"));
   const pipeline::ComponentDTypes dt;
   const auto a = pipeline::SdModel::load(m.folder, "", *be, dt);
   const auto b = pipeline::SdModel::load(m.file, "", *be, dt);
   EXPECT_EQ(a->family(), b->family());
-  EXPECT_EQ(b->force_zeros_for_empty_prompt(), f == LdmFamily::sdxl);
+  EXPECT_EQ(b->force_zeros_for_empty_prompt(), f == ModelFamily::sdxl);
   const OpContext ctx = context(*be);
   test::Rng rng(test::seed_from(std::string("single-file-") + family_arg(f)));
 
@@ -231,7 +231,7 @@ TEST_P(SingleFile, SameOutputsAsTheDiffusersFolder) {
   EXPECT_TRUE(test::bitwise_equal(be->download(tb.prompt_embeds), be->download(ta.prompt_embeds)));
   EXPECT_TRUE(test::bitwise_equal(be->download(tb.pooled), be->download(ta.pooled)));
   HostTensor text_embeds;
-  if (f == LdmFamily::sdxl) {
+  if (f == ModelFamily::sdxl) {
     const auto ids2 = std::vector<std::vector<int>>{a->tokenizer_2->encode("a red circle").ids};
     const auto t2a = a->text_encoder_2->forward(ctx, ids2, 0);
     const auto t2b = b->text_encoder_2->forward(ctx, ids2, 0);
@@ -246,12 +246,12 @@ TEST_P(SingleFile, SameOutputsAsTheDiffusersFolder) {
   const HostTensor context_h = test::random_normal(rng, {1, 77, uc.cross_attention_dim.front()}, DType::f32);
   const std::vector<float> timesteps{500.0f};
   models::AddedConditions added;
-  if (f == LdmFamily::sdxl) {
+  if (f == ModelFamily::sdxl) {
     added.text_embeds = be->upload(text_embeds);
     added.time_ids = {64, 64, 0, 0, 64, 64};
   }
   const Tensor x = be->upload(sample), c = be->upload(context_h);
-  const auto* add = f == LdmFamily::sdxl ? &added : nullptr;
+  const auto* add = f == ModelFamily::sdxl ? &added : nullptr;
   const HostTensor ua = be->download(a->unet->forward(ctx, x, timesteps, c, add));
   const HostTensor ub = be->download(b->unet->forward(ctx, x, timesteps, c, add));
   EXPECT_TRUE(test::bitwise_equal(ub, ua));
@@ -269,7 +269,7 @@ TEST_P(SingleFile, SameOutputsAsTheDiffusersFolder) {
   EXPECT_TRUE(test::bitwise_equal(be->download(vb.encode(ctx, img)), be->download(va.encode(ctx, img))));
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, SingleFile, ::testing::Values(LdmFamily::sd1, LdmFamily::sd2, LdmFamily::sdxl),
+INSTANTIATE_TEST_SUITE_P(Families, SingleFile, ::testing::Values(ModelFamily::sd1, ModelFamily::sd2, ModelFamily::sdxl),
                          param_name);
 
 // A VAE on its own in one file, in the original naming (encoder.down.0.block.0...,
@@ -277,7 +277,7 @@ INSTANTIATE_TEST_SUITE_P(Families, SingleFile, ::testing::Values(LdmFamily::sd1,
 // folder's own diffusion_pytorch_model.safetensors), as --vae or on its own.
 TEST(SingleFileVae, LoneVaeFilesInEitherNamingMatchTheFolder) {
   NANSCOPE_REQUIRE_PYTHON();
-  const Made& m = fixture().get(LdmFamily::sd1);
+  const Made& m = fixture().get(ModelFamily::sd1);
   const auto src = io::SafetensorsFile::open(m.file);
   const std::string prefix = "first_stage_model.";
   std::vector<std::pair<std::string, HostTensor>> vae_only;
@@ -309,7 +309,7 @@ TEST(SingleFileVae, LoneVaeFilesInEitherNamingMatchTheFolder) {
 
 // A copy of the SD 1.x file with one tensor dropped, reshaped or added.
 fs::path edited_copy(const std::string& name, const std::string& drop, const std::string& reshape) {
-  const auto src = io::SafetensorsFile::open(fixture().get(LdmFamily::sd1).file);
+  const auto src = io::SafetensorsFile::open(fixture().get(ModelFamily::sd1).file);
   std::vector<std::pair<std::string, HostTensor>> t;
   for (const auto& e : src.entries()) {
     if (e.name == drop) continue;
@@ -319,7 +319,7 @@ fs::path edited_copy(const std::string& name, const std::string& drop, const std
   }
   const fs::path dir = fixture().dir / name;
   fs::create_directories(dir);
-  fs::copy(fixture().get(LdmFamily::sd1).folder / "tokenizer", dir / "tokenizer",
+  fs::copy(fixture().get(ModelFamily::sd1).folder / "tokenizer", dir / "tokenizer",
            fs::copy_options::overwrite_existing | fs::copy_options::recursive);
   io::write_safetensors(dir / "model.safetensors", t);
   return dir / "model.safetensors";
@@ -364,13 +364,13 @@ TEST(SingleFileErrors, RefusesPickleAndNonCheckpoints) {
   std::ofstream(pickle, std::ios::binary) << std::string("\x80\x02}q\x00.", 6);
   EXPECT_NE(load_error(pickle).find("pickle"), std::string::npos) << load_error(pickle);
   // A diffusers component file passed as a model.
-  const fs::path unet = fixture().get(LdmFamily::sd1).folder / "unet" / "diffusion_pytorch_model.safetensors";
+  const fs::path unet = fixture().get(ModelFamily::sd1).folder / "unet" / "diffusion_pytorch_model.safetensors";
   const std::string msg = load_error(unet);
   EXPECT_NE(msg.find("diffusers"), std::string::npos) << msg;
   // No tokenizer beside the file.
   const fs::path lone = fixture().dir / "lone" / "model.safetensors";
   fs::create_directories(lone.parent_path());
-  fs::copy_file(fixture().get(LdmFamily::sd1).file, lone);
+  fs::copy_file(fixture().get(ModelFamily::sd1).file, lone);
   const std::string tok = load_error(lone);
   EXPECT_NE(tok.find("tokenizer"), std::string::npos) << tok;
   EXPECT_NE(tok.find((lone.parent_path() / "tokenizer").string()), std::string::npos) << tok;
@@ -378,7 +378,7 @@ TEST(SingleFileErrors, RefusesPickleAndNonCheckpoints) {
 
 TEST(SingleFileCli, InfoAndGenerate) {
   NANSCOPE_REQUIRE_PYTHON();
-  const Made& m = fixture().get(LdmFamily::sd1);
+  const Made& m = fixture().get(ModelFamily::sd1);
   const auto info = test::run_process({NANSCOPE_CLI_PATH, "info", m.file.string()});
   ASSERT_EQ(info.exit_code, 0) << info.err;
   EXPECT_NE(info.out.find("SD 1.x"), std::string::npos) << info.out;
@@ -407,7 +407,7 @@ namespace {
 // latent.
 TEST(SingleFileSession, F32RedecodeOfALoneVaeFileKeepsTheSdxlScalingFactor) {
   NANSCOPE_REQUIRE_PYTHON();
-  const Made& m = fixture().get(LdmFamily::sdxl);
+  const Made& m = fixture().get(ModelFamily::sdxl);
   const auto src = io::SafetensorsFile::open(m.file);
   const std::string prefix = "first_stage_model.";
   std::vector<std::pair<std::string, HostTensor>> vae_only;

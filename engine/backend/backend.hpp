@@ -67,6 +67,10 @@ class Backend {
   // taken so far with its reason (e.g. "flash attention not used: causal
   // mask"). Each note once. Recorded in run reports.
   virtual std::vector<std::string> kernel_notes() const { return {}; }
+  // Out-of-bounds writes the guard buffers caught since the last call
+  // (BackendOptions::guard_bytes), one message each naming the buffer; the
+  // list is cleared. Buffers are checked when released.
+  virtual std::vector<std::string> take_guard_violations() { return {}; }
 
   // Device memory held by this backend's live buffers (weights, activations,
   // scratch), for memory plans and leak checks; 0 where it is not tracked.

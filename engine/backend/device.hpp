@@ -124,6 +124,11 @@ struct BackendOptions {
   // its size; returning true makes that allocation fail as the driver would
   // (CL_MEM_OBJECT_ALLOCATION_FAILURE). Empty: never.
   std::function<bool(std::size_t bytes)> fail_allocation;
+  // Guard buffers for tests (as ggml's test-backend-ops): every device buffer
+  // gets this many bytes after its end, filled with a sentinel and checked
+  // when the buffer is released; a changed byte is an out-of-bounds write,
+  // listed by Backend::take_guard_violations(). 0: none (runs, benches).
+  std::size_t guard_bytes = 0;
 };
 
 // The options the environment asks for, on top of `base`. The engine reads no

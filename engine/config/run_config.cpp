@@ -114,6 +114,22 @@ std::optional<NoiseKind> parse_noise(std::string_view s) {
   return std::nullopt;
 }
 
+std::string_view torch_cpu_kernel_name(TorchCpuKernel k) {
+  switch (k) {
+    case TorchCpuKernel::automatic: return "auto";
+    case TorchCpuKernel::avx2: return "avx2";
+    case TorchCpuKernel::scalar: return "default";
+  }
+  return "?";
+}
+
+std::optional<TorchCpuKernel> parse_torch_cpu_kernel(std::string_view s) {
+  for (TorchCpuKernel k : {TorchCpuKernel::automatic, TorchCpuKernel::avx2, TorchCpuKernel::scalar}) {
+    if (torch_cpu_kernel_name(k) == s) return k;
+  }
+  return std::nullopt;
+}
+
 std::string NanPolicy::to_string() const {
   switch (kind) {
     case Kind::report: return "report";

@@ -52,6 +52,14 @@ enum class NoiseKind : std::uint8_t { nanscope, torch_cpu };
 std::string_view noise_name(NoiseKind n);  // "nanscope", "torch-cpu"
 std::optional<NoiseKind> parse_noise(std::string_view s);
 
+// Which of torch's CPU normal transforms torch-cpu noise reproduces (they
+// differ in the last bits; pipeline/noise.hpp): the one torch picks on this
+// CPU, its AVX2 kernel, or its scalar one (CPUs without AVX2, or torch run
+// with ATEN_CPU_CAPABILITY=default).
+enum class TorchCpuKernel : std::uint8_t { automatic, avx2, scalar };
+std::string_view torch_cpu_kernel_name(TorchCpuKernel k);  // "auto", "avx2", "default" (torch's own name)
+std::optional<TorchCpuKernel> parse_torch_cpu_kernel(std::string_view s);
+
 // What to do when the decoded image (or a step) holds non-finite values.
 struct NanPolicy {
   enum class Kind : std::uint8_t { report, stop, retry_vae_f32, retry_vae };
@@ -98,6 +106,7 @@ struct RunConfig {
   int height = 0;
   SamplerId sampler = SamplerId::euler;
   NoiseKind noise = NoiseKind::nanscope;
+  TorchCpuKernel torch_cpu_kernel = TorchCpuKernel::automatic;
   std::string device;  // device pin; "" = the default device
   int clip_skip = 0;
   NanPolicy nan_policy;

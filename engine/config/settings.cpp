@@ -76,6 +76,9 @@ const Codec<AttentionImpl> kImplCodec{
     attention_impl_name, parse_attention_impl, {AttentionImpl::fused, AttentionImpl::bmm, AttentionImpl::sliced}};
 const Codec<SamplerId> kSamplerCodec{sampler_name, parse_sampler, {kSamplers.begin(), kSamplers.end()}};
 const Codec<NoiseKind> kNoiseCodec{noise_name, parse_noise, {NoiseKind::nanscope, NoiseKind::torch_cpu}};
+const Codec<TorchCpuKernel> kTorchCpuKernelCodec{
+    torch_cpu_kernel_name, parse_torch_cpu_kernel,
+    {TorchCpuKernel::automatic, TorchCpuKernel::avx2, TorchCpuKernel::scalar}};
 
 // ---------------------------------------------------------------- row accessors
 
@@ -386,6 +389,14 @@ std::vector<Setting> build_table() {
                                [](RunConfig& c, const std::string& v, const A1111Fields&) {
                                  if (v == "CPU") c.noise = NoiseKind::torch_cpu;
                                }}));
+  t.push_back(enum_member(&RunConfig::torch_cpu_kernel, kTorchCpuKernelCodec,
+                          {.key = "noise.torch_cpu_kernel",
+                           .default_value = "auto",
+                           .help = "Which of torch's CPU normal kernels torch-cpu noise matches (they differ in the "
+                                   "last bits): auto (the one torch picks on this CPU), avx2, or default (CPUs "
+                                   "without AVX2, or torch run with ATEN_CPU_CAPABILITY=default)",
+                           .json_path = "torch_cpu_kernel",  // "noise" itself is a string in presets
+                           .omit_default = true}));
   t.push_back(member(&RunConfig::device, {.key = "device",
                                           .help = "Device to run on: index, id, name or part of a name; empty: the "
                                                   "default device"}));

@@ -227,11 +227,18 @@ FileDType to_file_dtype(DType t) {
 
 // A read-only private mapping of the whole file, unmapped when the last
 // SafetensorsFile copy goes away.
+// The header is parsed from a read-only mapping; tensors are read with
+// pread() on the descriptor kept open here. A file truncated in place after
+// open() then gives a short read, reported as a FileError, where a read from
+// the mapping would end the process with SIGBUS. A file replaced by a rename
+// keeps its old contents for this object (the descriptor holds the old inode).
 struct SafetensorsFile::Mapping {
   const std::uint8_t* data = nullptr;
   std::size_t size = 0;
+  int fd = -1;
   ~Mapping() {
     if (data) munmap(const_cast<std::uint8_t*>(data), size);
+    if (fd >= 0) ::close(fd);
   }
 };
 
@@ -263,7 +270,7 @@ SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
     mapping->data = static_cast<const std::uint8_t*>(p);
     mapping->size = size;
   }
-  ::close(fd);  // the mapping stays valid without the descriptor
+  mapping->fd = fd;  // read() reads tensors through it
   f.mapping_ = mapping;
   const std::uint8_t* base = mapping->data;
 
@@ -358,18 +365,30 @@ HostTensor SafetensorsFile::read(const TensorEntry& entry, DType target) const {
                     "st.save_file({k: v.float() for k, v in st.load_file(path).items()}, out_path).");
   }
   HostTensor out(entry.shape, target);
-  const auto src = bytes(entry);
-  convert(src, entry.file_dtype, out);
-  // The copy is what the caller keeps: give the mapped pages back so that loading
-  // a 3.4 GB UNet does not hold the file and its copy resident at once (peak RSS
-  // 6.7 -> ~3.5 GB). The mapping is private and never written, so the pages just
-  // leave this process (they stay in the page cache); a later read faults them in.
-  if (!src.empty()) {
-    static const std::uintptr_t page = static_cast<std::uintptr_t>(sysconf(_SC_PAGESIZE));
-    const auto begin = reinterpret_cast<std::uintptr_t>(src.data()) / page * page;
-    const auto end = reinterpret_cast<std::uintptr_t>(src.data() + src.size());
-    madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+  // Read with pread(), not from the mapping (see Mapping): straight into the
+  // result when no conversion is needed, else through one buffer. Nothing of
+  // the file stays resident beyond the page cache, so loading a 3.4 GB UNet
+  // does not hold the file and its copy at once.
+  const bool same = *to_dtype(entry.file_dtype) == target;
+  std::vector<std::uint8_t> staged(same ? 0 : static_cast<std::size_t>(entry.bytes()));
+  std::uint8_t* dst = same ? out.data.data() : staged.data();
+  const std::uint64_t first = data_start_ + entry.begin;
+  std::uint64_t done = 0;
+  while (done < entry.bytes()) {
+    const ssize_t got = ::pread(mapping_->fd, dst + done, static_cast<std::size_t>(entry.bytes() - done),
+                                static_cast<off_t>(first + done));
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) fail(path_, "cannot read " + tensor_label(entry.name) + ": " + errno_text());
+    if (got == 0) {
+      struct stat st {};
+      const std::string now = fstat(mapping_->fd, &st) == 0 ? std::to_string(st.st_size) + " bytes" : "fewer bytes";
+      fail(path_, "changed on disk while it was open: " + tensor_label(entry.name) + " needs bytes " +
+                      std::to_string(first) + " to " + std::to_string(first + entry.bytes()) + ", but the file now has " +
+                      now + " (truncated or rewritten in place). Load the model again once the file is complete.");
+    }
+    done += static_cast<std::uint64_t>(got);
   }
+  if (!same) convert(staged, entry.file_dtype, out);
   return out;
 }
 

@@ -108,26 +108,26 @@ std::string component_of(std::string_view diffusers) {
 
 }  // namespace
 
-std::string_view ldm_family_name(LdmFamily f) {
+std::string_view model_family_name(ModelFamily f) {
   switch (f) {
-    case LdmFamily::sd1: return "SD 1.x";
-    case LdmFamily::sd2: return "SD 2.x";
-    case LdmFamily::sdxl: return "SDXL";
+    case ModelFamily::sd1: return "SD 1.x";
+    case ModelFamily::sd2: return "SD 2.x";
+    case ModelFamily::sdxl: return "SDXL";
   }
   return "?";
 }
 
-std::string_view ldm_component_prefix(LdmFamily f, std::string_view component) {
+std::string_view ldm_component_prefix(ModelFamily f, std::string_view component) {
   if (component == "unet") return kUnetPrefix;
   if (component == "vae") return kVaePrefix;
   if (component == "text_encoder") {
     switch (f) {
-      case LdmFamily::sd1: return "cond_stage_model.transformer.";
-      case LdmFamily::sd2: return "cond_stage_model.model.";
-      case LdmFamily::sdxl: return "conditioner.embedders.0.transformer.";
+      case ModelFamily::sd1: return "cond_stage_model.transformer.";
+      case ModelFamily::sd2: return "cond_stage_model.model.";
+      case ModelFamily::sdxl: return "conditioner.embedders.0.transformer.";
     }
   }
-  if (component == "text_encoder_2" && f == LdmFamily::sdxl) return "conditioner.embedders.1.model.";
+  if (component == "text_encoder_2" && f == ModelFamily::sdxl) return "conditioner.embedders.1.model.";
   return {};
 }
 
@@ -229,12 +229,12 @@ LdmNameMap::LdmNameMap(const LdmStructure& s) : family_(s.family) {
   };
   const std::string te(ldm_component_prefix(s.family, "text_encoder"));
   switch (s.family) {
-    case LdmFamily::sd1:
-    case LdmFamily::sdxl:
+    case ModelFamily::sd1:
+    case ModelFamily::sdxl:
       add("text_encoder.", te);
       ignored_prefixes_.push_back(te + "text_model.embeddings.position_ids");
       break;
-    case LdmFamily::sd2:
+    case ModelFamily::sd2:
       // SD 2.x conditions on the penultimate layer: diffusers' text encoder has one layer
       // fewer than the file, and no projection.
       open_clip("text_encoder.", te, s.text_layers, false);
@@ -242,7 +242,7 @@ LdmNameMap::LdmNameMap(const LdmStructure& s) : family_(s.family) {
       ignored_prefixes_.push_back(te + "text_projection");
       break;
   }
-  if (s.family == LdmFamily::sdxl) {
+  if (s.family == ModelFamily::sdxl) {
     open_clip("text_encoder_2.", std::string(ldm_component_prefix(s.family, "text_encoder_2")), s.text_2_layers, true);
   }
 }
@@ -366,7 +366,7 @@ std::int64_t heads_of_64(const io::SafetensorsFile& f, std::int64_t channels, co
   return channels / 64;
 }
 
-nlohmann::json infer_unet_config(const io::SafetensorsFile& f, LdmFamily fam, std::int64_t pooled_dim) {
+nlohmann::json infer_unet_config(const io::SafetensorsFile& f, ModelFamily fam, std::int64_t pooled_dim) {
   const std::string u(kUnetPrefix);
   const Shape& conv_in = shape_of(f, u + "input_blocks.0.0.weight");
   if (conv_in.size() != 4) fail(f, "input_blocks.0.0.weight should be a convolution, found " + shape_str(conv_in));
@@ -421,7 +421,7 @@ nlohmann::json infer_unet_config(const io::SafetensorsFile& f, LdmFamily fam, st
   }
   std::vector<std::int64_t> heads;
   for (std::size_t i = 0; i < n; ++i) {
-    if (fam == LdmFamily::sd1) {
+    if (fam == ModelFamily::sd1) {
       if (channels[i] % 8 != 0) fail(f, "UNet level " + std::to_string(i) + " channels are not divisible by 8 heads");
       heads.push_back(8);
     } else {
@@ -431,8 +431,8 @@ nlohmann::json infer_unet_config(const io::SafetensorsFile& f, LdmFamily fam, st
   const bool uniform = std::all_of(layers.begin(), layers.end(), [&](std::int64_t v) { return v == layers[0]; });
   nlohmann::json j = {
       {"_class_name", "UNet2DConditionModel"},
-      {"sample_size", fam == LdmFamily::sd1   ? 64
-                      : fam == LdmFamily::sd2 ? 96
+      {"sample_size", fam == ModelFamily::sd1   ? 64
+                      : fam == ModelFamily::sd2 ? 96
                                               : 128},
       {"in_channels", conv_in[1]},
       {"out_channels", dim_of(f, u + "out.2.weight", 0)},
@@ -441,7 +441,7 @@ nlohmann::json infer_unet_config(const io::SafetensorsFile& f, LdmFamily fam, st
       {"up_block_types", up_types},
       {"mid_block_type", "UNetMidBlock2DCrossAttn"},
       {"layers_per_block", uniform ? nlohmann::json(layers[0]) : nlohmann::json(layers)},
-      {"attention_head_dim", fam == LdmFamily::sd1 ? nlohmann::json(8) : nlohmann::json(heads)},
+      {"attention_head_dim", fam == ModelFamily::sd1 ? nlohmann::json(8) : nlohmann::json(heads)},
       {"cross_attention_dim", cross_dim},
       {"transformer_layers_per_block", depth},
       {"use_linear_projection", linear},
@@ -453,7 +453,7 @@ nlohmann::json infer_unet_config(const io::SafetensorsFile& f, LdmFamily fam, st
       {"act_fn", "silu"},
   };
   if (f.find(u + "label_emb.0.0.weight")) {
-    if (fam != LdmFamily::sdxl) fail(f, "the UNet has a label embedding (label_emb) but no SDXL text encoders");
+    if (fam != ModelFamily::sdxl) fail(f, "the UNet has a label embedding (label_emb) but no SDXL text encoders");
     const std::int64_t in = dim_of(f, u + "label_emb.0.0.weight", 1);
     if (in <= pooled_dim || (in - pooled_dim) % 6 != 0) {
       fail(f, "label_emb.0.0.weight takes " + std::to_string(in) + " inputs; SDXL's are the pooled text embedding (" +
@@ -462,7 +462,7 @@ nlohmann::json infer_unet_config(const io::SafetensorsFile& f, LdmFamily fam, st
     j["addition_embed_type"] = "text_time";
     j["addition_time_embed_dim"] = (in - pooled_dim) / 6;
     j["projection_class_embeddings_input_dim"] = in;
-  } else if (fam == LdmFamily::sdxl) {
+  } else if (fam == ModelFamily::sdxl) {
     fail(f, "an SDXL checkpoint without the UNet's label_emb (size/crop conditioning)");
   }
   return j;
@@ -473,7 +473,7 @@ struct VaeKeys {
   std::string down, block, mid_attn_q;  // "encoder.down.", ".block.", "decoder.mid.attn_1.q.weight"
 };
 
-nlohmann::json infer_vae_config(const io::SafetensorsFile& f, LdmFamily fam, const std::string& prefix,
+nlohmann::json infer_vae_config(const io::SafetensorsFile& f, ModelFamily fam, const std::string& prefix,
                                 bool diffusers) {
   const VaeKeys k = diffusers
                         ? VaeKeys{"encoder.down_blocks.", ".resnets.", "decoder.mid_block.attentions.0.to_q.weight"}
@@ -495,10 +495,10 @@ nlohmann::json infer_vae_config(const io::SafetensorsFile& f, LdmFamily fam, con
       {"layers_per_block", layers},
       {"norm_num_groups", 32},
       {"act_fn", "silu"},
-      {"sample_size", fam == LdmFamily::sd1   ? 512
-                      : fam == LdmFamily::sd2 ? 768
+      {"sample_size", fam == ModelFamily::sd1   ? 512
+                      : fam == ModelFamily::sd2 ? 768
                                               : 1024},
-      {"scaling_factor", fam == LdmFamily::sdxl ? 0.13025 : 0.18215},
+      {"scaling_factor", fam == ModelFamily::sdxl ? 0.13025 : 0.18215},
       {"force_upcast", true},
       {"mid_block_add_attention", f.find(prefix + k.mid_attn_q) != nullptr},
       {"use_quant_conv", f.find(prefix + "quant_conv.weight") != nullptr},
@@ -535,7 +535,7 @@ nlohmann::json infer_clip_config(const io::SafetensorsFile& f, const std::string
   return j;
 }
 
-nlohmann::json default_scheduler_config(LdmFamily fam) {
+nlohmann::json default_scheduler_config(ModelFamily fam) {
   // The schedulers of the reference repositories (SD 1.5: PNDM, SD 2.1: DDIM with
   // v-prediction, SDXL base: Euler); the sampler the user picks replaces the class.
   nlohmann::json j = {{"beta_start", 0.00085},        {"beta_end", 0.012},       {"beta_schedule", "scaled_linear"},
@@ -543,12 +543,12 @@ nlohmann::json default_scheduler_config(LdmFamily fam) {
                       {"clip_sample", false},         {"skip_prk_steps", true},  {"timestep_spacing", "leading"},
                       {"prediction_type", "epsilon"}, {"trained_betas", nullptr}};
   switch (fam) {
-    case LdmFamily::sd1: j["_class_name"] = "PNDMScheduler"; break;
-    case LdmFamily::sd2:
+    case ModelFamily::sd1: j["_class_name"] = "PNDMScheduler"; break;
+    case ModelFamily::sd2:
       j["_class_name"] = "DDIMScheduler";
       j["prediction_type"] = "v_prediction";
       break;
-    case LdmFamily::sdxl:
+    case ModelFamily::sdxl:
       j["_class_name"] = "EulerDiscreteScheduler";
       j["interpolation_type"] = "linear";
       j["use_karras_sigmas"] = false;
@@ -565,18 +565,18 @@ std::string dtypes_of(const std::set<std::string>& s) {
 
 }  // namespace
 
-LdmFamily detect_ldm_family(const io::SafetensorsFile& f) {
+ModelFamily detect_ldm_family(const io::SafetensorsFile& f) {
   const bool unet = has_prefix(f, kUnetPrefix);
   if (has_prefix(f, "conditioner.embedders.1.model.") && has_prefix(f, "conditioner.embedders.0.transformer.")) {
-    return LdmFamily::sdxl;
+    return ModelFamily::sdxl;
   }
   if (has_prefix(f, "conditioner.embedders.0.model.")) {
     fail(f,
          "this is an SDXL refiner (one OpenCLIP text encoder, conditioner.embedders.0.model.*); only SD 1.x, SD "
          "2.x and SDXL base checkpoints are supported");
   }
-  if (has_prefix(f, "cond_stage_model.model.")) return LdmFamily::sd2;
-  if (has_prefix(f, "cond_stage_model.transformer.")) return LdmFamily::sd1;
+  if (has_prefix(f, "cond_stage_model.model.")) return ModelFamily::sd2;
+  if (has_prefix(f, "cond_stage_model.transformer.")) return ModelFamily::sd1;
   if (unet) {
     fail(f,
          "the file holds a UNet (model.diffusion_model.*) but no text encoder (cond_stage_model.* or "
@@ -599,11 +599,11 @@ LdmCheckpoint LdmCheckpoint::open(const fs::path& path) {
   c.file_ = std::make_shared<io::SafetensorsFile>(io::SafetensorsFile::open(path));
   const io::SafetensorsFile& f = *c.file_;
   c.family_ = detect_ldm_family(f);
-  const LdmFamily fam = c.family_;
+  const ModelFamily fam = c.family_;
   const std::string te(ldm_component_prefix(fam, "text_encoder"));
-  c.text_encoder_ = infer_clip_config(f, te, fam == LdmFamily::sd2, fam == LdmFamily::sd2, false);
+  c.text_encoder_ = infer_clip_config(f, te, fam == ModelFamily::sd2, fam == ModelFamily::sd2, false);
   std::int64_t pooled = 0;
-  if (fam == LdmFamily::sdxl) {
+  if (fam == ModelFamily::sdxl) {
     c.text_encoder_2_ =
         infer_clip_config(f, std::string(ldm_component_prefix(fam, "text_encoder_2")), true, false, true);
     pooled = c.text_encoder_2_["projection_dim"].get<std::int64_t>();
@@ -617,11 +617,11 @@ LdmCheckpoint LdmCheckpoint::open(const fs::path& path) {
 
   LdmStructure s;
   s.family = fam;
-  const std::string origin = "the built-in " + std::string(ldm_family_name(fam)) + " config for " + path.string();
+  const std::string origin = "the built-in " + std::string(model_family_name(fam)) + " config for " + path.string();
   s.unet = UNetConfig::from_json(ConfigJson(c.unet_, origin + " (unet)"));
   s.vae = VaeConfig::from_json(ConfigJson(c.vae_, origin + " (vae)"));
   s.text_layers = c.text_encoder_["num_hidden_layers"].get<int>();
-  if (fam == LdmFamily::sdxl) s.text_2_layers = c.text_encoder_2_["num_hidden_layers"].get<int>();
+  if (fam == ModelFamily::sdxl) s.text_2_layers = c.text_encoder_2_["num_hidden_layers"].get<int>();
   c.names_ = std::make_shared<const LdmNameMap>(s);
   return c;
 }
@@ -643,7 +643,7 @@ WeightSource LdmCheckpoint::source(std::string_view component) const {
 
 std::vector<LdmCheckpoint::ComponentInfo> LdmCheckpoint::components() const {
   std::vector<std::string> comps{"unet", "vae", "text_encoder"};
-  if (family_ == LdmFamily::sdxl) comps.emplace_back("text_encoder_2");
+  if (family_ == ModelFamily::sdxl) comps.emplace_back("text_encoder_2");
   std::vector<ComponentInfo> out;
   for (const auto& comp : comps) {
     const std::string prefix(ldm_component_prefix(family_, comp));
@@ -677,7 +677,7 @@ std::vector<std::string> LdmCheckpoint::unclaimed() const {
 // ---------------------------------------------------------------------------
 // A VAE from one file
 
-Vae load_vae_file(const fs::path& path, Backend& backend, DType dtype, bool with_encoder, LdmFamily family) {
+Vae load_vae_file(const fs::path& path, Backend& backend, DType dtype, bool with_encoder, ModelFamily family) {
   auto file = std::make_shared<io::SafetensorsFile>(io::SafetensorsFile::open(path));
   const io::SafetensorsFile& f = *file;
   std::string prefix;
@@ -696,13 +696,13 @@ Vae load_vae_file(const fs::path& path, Backend& backend, DType dtype, bool with
   }
   const nlohmann::json cfg = infer_vae_config(f, family, prefix, diffusers);
   Vae vae(VaeConfig::from_json(
-      ConfigJson(cfg, "the built-in " + std::string(ldm_family_name(family)) + " VAE config for " + path.string())));
+      ConfigJson(cfg, "the built-in " + std::string(model_family_name(family)) + " VAE config for " + path.string())));
   std::optional<WeightSource> source;
   if (diffusers) {
     source.emplace(std::vector<fs::path>{path});
   } else {
     LdmStructure s;
-    s.family = LdmFamily::sd1;  // only the VAE rows are used
+    s.family = ModelFamily::sd1;  // only the VAE rows are used
     s.vae = vae.config();
     s.vae_prefix = prefix;
     auto names = std::make_shared<const LdmNameMap>(s);
@@ -718,7 +718,7 @@ Vae load_vae_file(const fs::path& path, Backend& backend, DType dtype, bool with
   WeightLoader loader(*source, backend, dtype, "vae");
   vae.load_weights(loader, with_encoder);
   if (with_encoder) loader.report_unused();
-  log::info("VAE from the single file {} ({}, {} naming, scaling_factor {})", path.string(), ldm_family_name(family),
+  log::info("VAE from the single file {} ({}, {} naming, scaling_factor {})", path.string(), model_family_name(family),
             diffusers ? "diffusers" : "original", vae.config().scaling_factor);
   return vae;
 }

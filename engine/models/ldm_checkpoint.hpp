@@ -31,8 +31,10 @@
 
 namespace nanscope::models {
 
-enum class LdmFamily : std::uint8_t { sd1, sd2, sdxl };
-std::string_view ldm_family_name(LdmFamily f);  // "SD 1.x", "SD 2.x", "SDXL"
+// The model families NaNscope runs, for single files, diffusers folders and
+// the pipeline alike.
+enum class ModelFamily : std::uint8_t { sd1, sd2, sdxl };
+std::string_view model_family_name(ModelFamily f);  // "SD 1.x", "SD 2.x", "SDXL"
 
 // How the leaves under a mapped module are renamed (and transformed).
 enum class LeafRule : std::uint8_t {
@@ -54,7 +56,7 @@ struct ModuleMap {
 
 // The block structure a table is built from.
 struct LdmStructure {
-  LdmFamily family = LdmFamily::sd1;
+  ModelFamily family = ModelFamily::sd1;
   UNetConfig unet;
   VaeConfig vae;
   int text_layers = 0;                            // text_encoder's layers
@@ -78,22 +80,22 @@ class LdmNameMap {
   // buffers, SD 2.x's unused last text layer and projection, logit_scale).
   bool ignored(std::string_view ldm) const;
   const std::vector<ModuleMap>& rows() const { return rows_; }
-  LdmFamily family() const { return family_; }
+  ModelFamily family() const { return family_; }
 
  private:
-  LdmFamily family_;
+  ModelFamily family_;
   std::vector<ModuleMap> rows_;
   std::vector<std::string> ignored_prefixes_;
 };
 
 // The diffusers component names ("unet", "vae", "text_encoder", "text_encoder_2")
 // and the LDM prefix of each in a file of this family.
-std::string_view ldm_component_prefix(LdmFamily f, std::string_view component);
+std::string_view ldm_component_prefix(ModelFamily f, std::string_view component);
 
 // Detects the family from key names. Throws FileError naming the file when it
 // is no SD 1.x / 2.x / XL checkpoint (a diffusers component file, a refiner, an
 // inpainting model, a LoRA).
-LdmFamily detect_ldm_family(const io::SafetensorsFile& file);
+ModelFamily detect_ldm_family(const io::SafetensorsFile& file);
 
 // An opened single-file checkpoint: family, component configs (diffusers
 // config.json form) and the name table.
@@ -101,7 +103,7 @@ class LdmCheckpoint {
  public:
   static LdmCheckpoint open(const std::filesystem::path& path);
 
-  LdmFamily family() const { return family_; }
+  ModelFamily family() const { return family_; }
   const io::SafetensorsFile& file() const { return *file_; }
   // diffusers config.json equivalents: built-in defaults with the counts read from the tensors.
   const nlohmann::json& unet_config() const { return unet_; }
@@ -123,7 +125,7 @@ class LdmCheckpoint {
   std::vector<std::string> unclaimed() const;
 
  private:
-  LdmFamily family_ = LdmFamily::sd1;
+  ModelFamily family_ = ModelFamily::sd1;
   std::shared_ptr<io::SafetensorsFile> file_;
   nlohmann::json unet_, vae_, text_encoder_, text_encoder_2_, scheduler_;
   std::shared_ptr<const LdmNameMap> names_;
@@ -135,6 +137,6 @@ class LdmCheckpoint {
 // the channel counts read from the tensors; scaling_factor is the family's
 // (SD 1.x/2.x 0.18215, SDXL 0.13025; a lone VAE file is taken as `family`).
 Vae load_vae_file(const std::filesystem::path& path, Backend& backend, DType dtype, bool with_encoder,
-                  LdmFamily family = LdmFamily::sd1);
+                  ModelFamily family = ModelFamily::sd1);
 
 }  // namespace nanscope::models

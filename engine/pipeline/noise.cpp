@@ -92,6 +92,15 @@ void avx_mathfun_sincos(float x, float* s, float* c) {
 
 // ---- TorchCpuNoise ------------------------------------------------------------------
 
+TorchCpuNoise::Kernel torch_cpu_kernel_of_this_cpu() {
+#if defined(__x86_64__) || defined(__i386__)
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+  const bool avx2 = false;  // torch's AVX2 kernel exists only on x86: other CPUs use the scalar path
+#endif
+  return avx2 ? TorchCpuNoise::Kernel::avx2 : TorchCpuNoise::Kernel::scalar;
+}
+
 TorchCpuNoise::TorchCpuNoise(std::uint64_t seed, Kernel kernel)
     : engine_(static_cast<std::uint32_t>(seed & 0xffffffffu)), kernel_(kernel) {}
 
@@ -124,7 +133,7 @@ void TorchCpuNoise::transform_block(float* data) const {
   for (int j = 0; j < 8; ++j) {
     const float u1 = 1.0f - data[j];  // [0, 1) -> (0, 1] for the log
     const float u2 = data[j + 8];
-    if (kernel_ == Kernel::kAvx2) {
+    if (kernel_ == Kernel::avx2) {
       const float radius = std::sqrt(-2.0f * avx_mathfun_log(u1));
       const float theta = static_cast<float>(2.0 * std::numbers::pi) * u2;
       float s;

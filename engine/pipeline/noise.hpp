@@ -47,15 +47,16 @@ class NoiseSource {
 //    to: on any CPU with AVX2 and FMA (AVX-512 ones included: torch's AVX-512
 //    kernels are compiled with AVX2 enabled and take the same branch) torch 1.13
 //    uses avx_mathfun's log256_ps and sincos256_ps (Cephes polynomials in float)
-//    with theta = float(2 pi) * u (Kernel::kAvx2, the default); without AVX2, or
+//    with theta = float(2 pi) * u (Kernel::avx2, the default); without AVX2, or
 //    with ATEN_CPU_CAPABILITY=default, glibc's logf/cosf/sinf with
-//    theta = float(2 pi u in double) (Kernel::kDefault). make_noise
-//    (pipeline/txt2img.cpp) picks the kernel the same way.
+//    theta = float(2 pi u in double) (Kernel::scalar). The run's
+//    noise.torch_cpu_kernel setting picks one; "auto" is
+//    torch_cpu_kernel_of_this_cpu().
 class TorchCpuNoise final : public NoiseSource {
  public:
-  enum class Kernel { kAvx2, kDefault };
+  enum class Kernel { avx2, scalar };  // torch's AVX2 kernel; its scalar (ATEN_CPU_CAPABILITY=default) one
 
-  explicit TorchCpuNoise(std::uint64_t seed, Kernel kernel = Kernel::kAvx2);
+  explicit TorchCpuNoise(std::uint64_t seed, Kernel kernel = Kernel::avx2);
   void randn(std::span<float> out) override;
   std::string name() const override { return "torch-cpu"; }
 
@@ -69,6 +70,10 @@ class TorchCpuNoise final : public NoiseSource {
   Kernel kernel_;
   std::optional<double> next_double_normal_;
 };
+
+// The kernel torch 1.13 dispatches to on this CPU: avx2 with AVX2 and FMA
+// (x86 only), else scalar.
+TorchCpuNoise::Kernel torch_cpu_kernel_of_this_cpu();
 
 // NaNscope's counter-based noise, Philox4x32-10 (Salmon et al., "Parallel random
 // numbers: as easy as 1, 2, 3", SC 2011; the Random123 reference), defined as:

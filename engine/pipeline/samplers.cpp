@@ -36,16 +36,16 @@ std::vector<float> euler_timesteps(const SchedulerConfig& c, int n) {
   const int t_max = c.num_train_timesteps;
   std::vector<float> t;
   switch (c.timestep_spacing) {
-    case TimestepSpacing::kLinspace:
+    case TimestepSpacing::linspace:
       for (double v : schedule::numpy_linspace(0.0, t_max - 1, n)) t.push_back(static_cast<float>(v));
       std::reverse(t.begin(), t.end());
       break;
-    case TimestepSpacing::kLeading: {
+    case TimestepSpacing::leading: {
       const int ratio = t_max / n;
       for (int i = n - 1; i >= 0; --i) t.push_back(static_cast<float>(i * ratio) + static_cast<float>(c.steps_offset));
       break;
     }
-    case TimestepSpacing::kTrailing:
+    case TimestepSpacing::trailing:
       for (double v : schedule::numpy_arange(t_max, 0.0, -(static_cast<double>(t_max) / n))) {
         t.push_back(static_cast<float>(numpy_round(v)) - 1.0f);
       }
@@ -58,7 +58,7 @@ std::vector<float> euler_timesteps(const SchedulerConfig& c, int n) {
 // rule, whatever its reason).
 float euler_init_noise_sigma(const SchedulerConfig& c, const std::vector<float>& sigmas) {
   const float max_sigma = *std::max_element(sigmas.begin(), sigmas.end());
-  if (c.timestep_spacing == TimestepSpacing::kLeading) return std::sqrt(max_sigma * max_sigma + 1.0f);
+  if (c.timestep_spacing == TimestepSpacing::leading) return std::sqrt(max_sigma * max_sigma + 1.0f);
   return max_sigma;
 }
 
@@ -84,7 +84,7 @@ class EulerSampler final : public Sampler {
       for (double s : sig) ts.push_back(schedule::sigma_to_t(s, log_sigmas));
     }
     for (double s : sig) sigmas_.push_back(static_cast<float>(s));
-    sigmas_.push_back(c.final_sigmas_type == FinalSigmas::kZero ? 0.0f : train_sigmas_.front());
+    sigmas_.push_back(c.final_sigmas_type == FinalSigmas::zero ? 0.0f : train_sigmas_.front());
     if (c.continuous_timesteps) {
       // timestep_type "continuous" (v-prediction): the model takes 0.25 * log(sigma).
       for (std::size_t i = 0; i + 1 < sigmas_.size(); ++i) timesteps_.push_back(0.25f * std::log(sigmas_[i]));
@@ -147,14 +147,14 @@ class DdimSampler final : public Sampler {
     const int t_max = c.num_train_timesteps;
     std::vector<double> t;
     switch (c.timestep_spacing) {
-      case TimestepSpacing::kLinspace:
+      case TimestepSpacing::linspace:
         for (double v : schedule::numpy_linspace(0.0, t_max - 1, n)) t.push_back(numpy_round(v));
         std::reverse(t.begin(), t.end());
         break;
-      case TimestepSpacing::kLeading:
+      case TimestepSpacing::leading:
         for (int i = n - 1; i >= 0; --i) t.push_back(static_cast<double>(i * (t_max / n) + c.steps_offset));
         break;
-      case TimestepSpacing::kTrailing:
+      case TimestepSpacing::trailing:
         for (double v : schedule::numpy_arange(t_max, 0.0, -(static_cast<double>(t_max) / n))) {
           t.push_back(numpy_round(v) - 1);
         }
@@ -217,17 +217,17 @@ class DpmPpSampler final : public Sampler {
     const int last_timestep = t_max - clipped_index();
     std::vector<double> t;
     switch (c.timestep_spacing) {
-      case TimestepSpacing::kLinspace: {
+      case TimestepSpacing::linspace: {
         const std::vector<double> v = schedule::numpy_linspace(0.0, last_timestep - 1, n + 1);
         for (int i = n; i >= 1; --i) t.push_back(numpy_round(v[static_cast<std::size_t>(i)]));
         break;
       }
-      case TimestepSpacing::kLeading: {
+      case TimestepSpacing::leading: {
         const int ratio = last_timestep / (n + 1);
         for (int i = n; i >= 1; --i) t.push_back(static_cast<double>(i * ratio + c.steps_offset));
         break;
       }
-      case TimestepSpacing::kTrailing:
+      case TimestepSpacing::trailing:
         for (double v : schedule::numpy_arange(last_timestep, 0.0, -(static_cast<double>(t_max) / n))) {
           t.push_back(numpy_round(v) - 1);
         }
@@ -245,7 +245,7 @@ class DpmPpSampler final : public Sampler {
     }
     for (double v : t) timesteps_.push_back(static_cast<float>(v));
     for (double s : sig) sigmas_.push_back(static_cast<float>(s));
-    sigmas_.push_back(c.final_sigmas_type == FinalSigmas::kZero ? 0.0f : train_sigmas_.front());
+    sigmas_.push_back(c.final_sigmas_type == FinalSigmas::zero ? 0.0f : train_sigmas_.front());
     init_noise_sigma_ = 1.0f;
   }
 
@@ -264,7 +264,7 @@ class DpmPpSampler final : public Sampler {
     const int n = num_steps();
     const bool last = i == n - 1;
     const bool lower_order_final =
-        last && (c.euler_at_final || (c.lower_order_final && n < 15) || c.final_sigmas_type == FinalSigmas::kZero);
+        last && (c.euler_at_final || (c.lower_order_final && n < 15) || c.final_sigmas_type == FinalSigmas::zero);
     const bool lower_order_second = i == n - 2 && c.lower_order_final && n < 15;
 
     // convert_model_output: the data prediction x0.
@@ -320,7 +320,7 @@ class DpmPpSampler final : public Sampler {
     const float em1 = std::exp(-h) - 1.0f;
     const float b = t.alpha * em1;
     // midpoint: - 0.5 * b * D1; heun: + alpha_t * ((exp(-h) - 1)/h + 1) * D1
-    const bool heun = config_.solver_type == DpmSolverType::kHeun;
+    const bool heun = config_.solver_type == DpmSolverType::heun;
     const float c = heun ? t.alpha * (em1 / h + 1.0f) : 0.5f * b;
     apply(be, LatentOp::dpm2, x, &history_[history_.size() - 1], x, {a, b, c, d1_coef}, nullptr,
           &history_[history_.size() - 2], nullptr, heun ? 1 : 0);

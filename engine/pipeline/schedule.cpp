@@ -107,9 +107,9 @@ std::vector<float> betas(const SchedulerConfig& config) {
   std::vector<float> b;
   if (!config.trained_betas.empty()) {
     b = config.trained_betas;
-  } else if (config.beta_schedule == BetaSchedule::kLinear) {
+  } else if (config.beta_schedule == BetaSchedule::linear) {
     b = torch_linspace_f32(static_cast<float>(config.beta_start), static_cast<float>(config.beta_end), n);
-  } else if (config.beta_schedule == BetaSchedule::kScaledLinear) {
+  } else if (config.beta_schedule == BetaSchedule::scaled_linear) {
     b = torch_linspace_f32(static_cast<float>(std::pow(config.beta_start, 0.5)),
                            static_cast<float>(std::pow(config.beta_end, 0.5)), n);
     for (float& v : b) v = v * v;

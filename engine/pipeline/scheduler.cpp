@@ -14,13 +14,13 @@ namespace nanscope::pipeline {
 
 Sampler::Sampler(SchedulerConfig config) : config_(std::move(config)) {
   // Euler, Euler ancestral and DPM++ keep the zero-SNR terminal alpha finite; DDIM does not.
-  alphas_cumprod_ = schedule::alphas_cumprod(config_, config_.kind != SamplerKind::kDdim);
+  alphas_cumprod_ = schedule::alphas_cumprod(config_, config_.kind != SamplerId::ddim);
   train_sigmas_ = schedule::training_sigmas(alphas_cumprod_);
 }
 
 void Sampler::set_timesteps(int steps) {
   if (steps < 1 || steps > config_.num_train_timesteps) {
-    throw ConfigError(std::string(to_string(kind())) + ": steps = " + std::to_string(steps) + " must be 1 to " +
+    throw ConfigError(std::string(sampler_name(kind())) + ": steps = " + std::to_string(steps) + " must be 1 to " +
                       std::to_string(config_.num_train_timesteps) + " (num_train_timesteps of " + config_.origin + ")");
   }
   requested_steps_ = steps;
@@ -32,7 +32,7 @@ void Sampler::set_timesteps(int steps) {
     log::warn(
         "{}: {} spacing with {} steps gives {} timesteps in diffusers (last t = {}); running them all, as "
         "diffusers does",
-        to_string(kind()), to_string(config_.timestep_spacing), steps, num_steps(), timesteps_.back());
+        sampler_name(kind()), to_string(config_.timestep_spacing), steps, num_steps(), timesteps_.back());
   }
 }
 
@@ -86,7 +86,7 @@ void Sampler::scale_model_input(std::span<float> sample, int step_index) const {
 
 void Sampler::step(Backend& be, const Tensor& model_output, Tensor& sample, int step_index, NoiseSource* noise,
                    Tensor* denoised) {
-  const std::string name(to_string(kind()));
+  const std::string name(sampler_name(kind()));
   if (timesteps_.empty()) throw Error(name + " sampler: step() before set_timesteps()");
   if (step_index < 0 || step_index >= num_steps()) {
     throw Error(name + " sampler: step " + std::to_string(step_index) + " is outside 0.." +
@@ -116,10 +116,11 @@ void Sampler::step(std::span<const float> model_output, std::span<float> sample,
 
 std::unique_ptr<Sampler> make_sampler(const SchedulerConfig& config) {
   switch (config.kind) {
-    case SamplerKind::kEuler: return make_euler_sampler(config);
-    case SamplerKind::kEulerAncestral: return make_euler_ancestral_sampler(config);
-    case SamplerKind::kDdim: return make_ddim_sampler(config);
-    case SamplerKind::kDpmPp2m: return make_dpmpp_sampler(config);
+    case SamplerId::euler: return make_euler_sampler(config);
+    case SamplerId::euler_a: return make_euler_ancestral_sampler(config);
+    case SamplerId::ddim: return make_ddim_sampler(config);
+    case SamplerId::dpmpp_2m:
+    case SamplerId::dpmpp_2m_karras: return make_dpmpp_sampler(config);
   }
   throw ConfigError("unknown sampler kind");
 }

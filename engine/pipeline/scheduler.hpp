@@ -14,7 +14,7 @@
 // correctly rounded. The span forms run the same code on host data.
 //
 // Use (as diffusers' StableDiffusionPipeline does):
-//   auto s = make_sampler(SchedulerConfig::from_json(j, SamplerKind::kEuler));
+//   auto s = make_sampler(SchedulerConfig::from_json(j, SamplerId::euler));
 //   s->set_timesteps(20);
 //   noise.randn(latent); multiply latent by s->init_noise_sigma();
 //   for i in 0..s->num_steps()-1:
@@ -45,7 +45,7 @@ class Sampler {
   Sampler& operator=(const Sampler&) = delete;
 
   const SchedulerConfig& config() const { return config_; }
-  SamplerKind kind() const { return config_.kind; }
+  SamplerId kind() const { return config_.kind; }
 
   // Computes the schedule for `steps` denoising steps (1..num_train_timesteps) and
   // resets the sampler's state. Throws ConfigError for a bad count.

@@ -9,16 +9,16 @@
 namespace nanscope::pipeline {
 namespace {
 
-struct KindName {
-  SamplerKind kind;
+struct DiffusersClass {
+  SamplerId sampler;
   std::string_view name;
-  std::string_view diffusers;
 };
-constexpr std::array<KindName, 4> kKindNames{{
-    {SamplerKind::kEuler, "euler", "EulerDiscreteScheduler"},
-    {SamplerKind::kEulerAncestral, "euler_a", "EulerAncestralDiscreteScheduler"},
-    {SamplerKind::kDdim, "ddim", "DDIMScheduler"},
-    {SamplerKind::kDpmPp2m, "dpmpp_2m", "DPMSolverMultistepScheduler"},
+constexpr std::array<DiffusersClass, 5> kDiffusersClasses{{
+    {SamplerId::euler, "EulerDiscreteScheduler"},
+    {SamplerId::euler_a, "EulerAncestralDiscreteScheduler"},
+    {SamplerId::ddim, "DDIMScheduler"},
+    {SamplerId::dpmpp_2m, "DPMSolverMultistepScheduler"},
+    {SamplerId::dpmpp_2m_karras, "DPMSolverMultistepScheduler"},
 }};
 
 // A string key whose value must be one of `choices`; the error lists them.
@@ -46,65 +46,60 @@ std::optional<double> optional_number(const models::ConfigJson& c, const std::st
 
 }  // namespace
 
-SamplerKind sampler_kind_from_string(std::string_view name) {
-  std::string known;
-  for (const auto& k : kKindNames) {
-    if (name == k.name || name == k.diffusers) return k.kind;
-    known += (known.empty() ? "" : ", ") + std::string(k.name);
+SamplerId sampler_from_name(std::string_view name) {
+  if (const auto id = parse_sampler(name)) return *id;
+  for (const auto& c : kDiffusersClasses) {
+    if (name == c.name) return c.sampler;  // the first: DPMSolverMultistepScheduler is dpmpp_2m
   }
+  std::string known;
+  for (const SamplerId id : kSamplers) known += (known.empty() ? "" : ", ") + std::string(sampler_name(id));
   throw ConfigError("unknown sampler '" + std::string(name) + "'; known samplers: " + known);
 }
 
-std::string_view to_string(SamplerKind kind) {
-  for (const auto& k : kKindNames) {
-    if (k.kind == kind) return k.name;
-  }
-  return "?";
-}
-
-std::string_view diffusers_class_name(SamplerKind kind) {
-  for (const auto& k : kKindNames) {
-    if (k.kind == kind) return k.diffusers;
+std::string_view diffusers_class_name(SamplerId sampler) {
+  for (const auto& c : kDiffusersClasses) {
+    if (c.sampler == sampler) return c.name;
   }
   return "?";
 }
 
 std::string_view to_string(PredictionType p) {
   switch (p) {
-    case PredictionType::kEpsilon: return "epsilon";
-    case PredictionType::kVPrediction: return "v_prediction";
-    case PredictionType::kSample: return "sample";
+    case PredictionType::epsilon: return "epsilon";
+    case PredictionType::v_prediction: return "v_prediction";
+    case PredictionType::sample: return "sample";
   }
   return "?";
 }
 
 std::string_view to_string(TimestepSpacing s) {
   switch (s) {
-    case TimestepSpacing::kLinspace: return "linspace";
-    case TimestepSpacing::kLeading: return "leading";
-    case TimestepSpacing::kTrailing: return "trailing";
+    case TimestepSpacing::linspace: return "linspace";
+    case TimestepSpacing::leading: return "leading";
+    case TimestepSpacing::trailing: return "trailing";
   }
   return "?";
 }
 
 std::string_view to_string(BetaSchedule b) {
   switch (b) {
-    case BetaSchedule::kLinear: return "linear";
-    case BetaSchedule::kScaledLinear: return "scaled_linear";
-    case BetaSchedule::kSquaredCosCapV2: return "squaredcos_cap_v2";
+    case BetaSchedule::linear: return "linear";
+    case BetaSchedule::scaled_linear: return "scaled_linear";
+    case BetaSchedule::squaredcos_cap_v2: return "squaredcos_cap_v2";
   }
   return "?";
 }
 
-SchedulerConfig SchedulerConfig::defaults(SamplerKind kind) {
+SchedulerConfig SchedulerConfig::defaults(SamplerId kind) {
   SchedulerConfig c;
   c.kind = kind;
   // Every class defaults to linspace spacing except DDIM (leading).
-  if (kind == SamplerKind::kDdim) c.timestep_spacing = TimestepSpacing::kLeading;
+  if (kind == SamplerId::ddim) c.timestep_spacing = TimestepSpacing::leading;
+  c.use_karras_sigmas = kind == SamplerId::dpmpp_2m_karras;
   return c;
 }
 
-SchedulerConfig SchedulerConfig::from_json(const nlohmann::json& j, SamplerKind kind, const std::string& origin) {
+SchedulerConfig SchedulerConfig::from_json(const nlohmann::json& j, SamplerId kind, const std::string& origin) {
   if (!j.is_object()) throw ConfigError(origin + ": a scheduler config must be a JSON object, found " + j.dump());
   const models::ConfigJson c(j, origin);
   SchedulerConfig s = defaults(kind);
@@ -119,9 +114,9 @@ SchedulerConfig SchedulerConfig::from_json(const nlohmann::json& j, SamplerKind 
   if (!(s.beta_start >= 0.0 && s.beta_end >= 0.0)) c.unsupported("beta_start", "betas must be >= 0");
   s.beta_schedule = choose(c, "beta_schedule", s.beta_schedule,
                            std::array<std::pair<std::string_view, BetaSchedule>, 3>{{
-                               {"linear", BetaSchedule::kLinear},
-                               {"scaled_linear", BetaSchedule::kScaledLinear},
-                               {"squaredcos_cap_v2", BetaSchedule::kSquaredCosCapV2},
+                               {"linear", BetaSchedule::linear},
+                               {"scaled_linear", BetaSchedule::scaled_linear},
+                               {"squaredcos_cap_v2", BetaSchedule::squaredcos_cap_v2},
                            }});
   if (c.has("trained_betas")) {
     const auto& tb = j["trained_betas"];
@@ -136,22 +131,22 @@ SchedulerConfig SchedulerConfig::from_json(const nlohmann::json& j, SamplerKind 
   // Euler also accepts "original_sample" (an alias of "sample"); Euler ancestral rejects "sample".
   s.prediction_type = choose(c, "prediction_type", s.prediction_type,
                              std::array<std::pair<std::string_view, PredictionType>, 4>{{
-                                 {"epsilon", PredictionType::kEpsilon},
-                                 {"v_prediction", PredictionType::kVPrediction},
-                                 {"sample", PredictionType::kSample},
-                                 {"original_sample", PredictionType::kSample},
+                                 {"epsilon", PredictionType::epsilon},
+                                 {"v_prediction", PredictionType::v_prediction},
+                                 {"sample", PredictionType::sample},
+                                 {"original_sample", PredictionType::sample},
                              }});
-  if (c.get_string("prediction_type", "") == "original_sample" && kind != SamplerKind::kEuler) {
+  if (c.get_string("prediction_type", "") == "original_sample" && kind != SamplerId::euler) {
     c.unsupported("prediction_type", "only the Euler sampler accepts 'original_sample'; use 'sample'");
   }
-  if (kind == SamplerKind::kEulerAncestral && s.prediction_type == PredictionType::kSample) {
+  if (kind == SamplerId::euler_a && s.prediction_type == PredictionType::sample) {
     c.unsupported("prediction_type", "diffusers' Euler ancestral sampler does not implement 'sample'");
   }
   s.timestep_spacing = choose(c, "timestep_spacing", s.timestep_spacing,
                               std::array<std::pair<std::string_view, TimestepSpacing>, 3>{{
-                                  {"linspace", TimestepSpacing::kLinspace},
-                                  {"leading", TimestepSpacing::kLeading},
-                                  {"trailing", TimestepSpacing::kTrailing},
+                                  {"linspace", TimestepSpacing::linspace},
+                                  {"leading", TimestepSpacing::leading},
+                                  {"trailing", TimestepSpacing::trailing},
                               }});
   s.steps_offset = static_cast<int>(c.get_int("steps_offset", s.steps_offset));
   if (s.steps_offset < 0 || s.steps_offset >= s.num_train_timesteps) {
@@ -159,8 +154,9 @@ SchedulerConfig SchedulerConfig::from_json(const nlohmann::json& j, SamplerKind 
   }
   s.rescale_betas_zero_snr = c.get_bool("rescale_betas_zero_snr", false);
 
-  if (kind == SamplerKind::kEuler || kind == SamplerKind::kDpmPp2m) {
-    s.use_karras_sigmas = c.get_bool("use_karras_sigmas", false);
+  if (kind == SamplerId::euler || is_dpmpp(kind)) {
+    // dpmpp_2m_karras: Karras sigmas whatever the file says (A1111's "DPM++ 2M Karras").
+    s.use_karras_sigmas = c.get_bool("use_karras_sigmas", false) || kind == SamplerId::dpmpp_2m_karras;
     reject_if_true(c, "use_exponential_sigmas", "exponential sigmas are not implemented; use use_karras_sigmas");
     reject_if_true(c, "use_beta_sigmas", "beta sigmas are not implemented; use use_karras_sigmas");
     // diffusers' from_config keeps sigma_min/sigma_max even for DPM++ (whose __init__ lacks
@@ -169,25 +165,25 @@ SchedulerConfig SchedulerConfig::from_json(const nlohmann::json& j, SamplerKind 
     s.sigma_max = optional_number(c, "sigma_max");
     s.final_sigmas_type = choose(c, "final_sigmas_type", s.final_sigmas_type,
                                  std::array<std::pair<std::string_view, FinalSigmas>, 2>{{
-                                     {"zero", FinalSigmas::kZero},
-                                     {"sigma_min", FinalSigmas::kSigmaMin},
+                                     {"zero", FinalSigmas::zero},
+                                     {"sigma_min", FinalSigmas::sigma_min},
                                  }});
   }
-  if (kind == SamplerKind::kEuler) {
+  if (kind == SamplerId::euler) {
     if (c.get_string("interpolation_type", "linear") != "linear") {
       c.unsupported("interpolation_type", "only 'linear' is implemented");
     }
     const std::string type = c.get_string("timestep_type", "discrete");
     if (type != "discrete" && type != "continuous") c.unsupported("timestep_type", "expected discrete or continuous");
-    s.continuous_timesteps = type == "continuous" && s.prediction_type == PredictionType::kVPrediction;
+    s.continuous_timesteps = type == "continuous" && s.prediction_type == PredictionType::v_prediction;
   }
-  if (kind == SamplerKind::kDdim) {
+  if (kind == SamplerId::ddim) {
     s.clip_sample = c.get_bool("clip_sample", s.clip_sample);
     s.clip_sample_range = c.get_float("clip_sample_range", s.clip_sample_range);
     s.set_alpha_to_one = c.get_bool("set_alpha_to_one", s.set_alpha_to_one);
     reject_if_true(c, "thresholding", "dynamic thresholding is not implemented");
   }
-  if (kind == SamplerKind::kDpmPp2m) {
+  if (is_dpmpp(kind)) {
     s.solver_order = static_cast<int>(c.get_int("solver_order", s.solver_order));
     if (s.solver_order < 1 || s.solver_order > 3) c.unsupported("solver_order", "expected 1, 2 or 3");
     if (c.get_string("algorithm_type", "dpmsolver++") != "dpmsolver++") {
@@ -196,7 +192,7 @@ SchedulerConfig SchedulerConfig::from_json(const nlohmann::json& j, SamplerKind 
     // diffusers maps the UniPC/DEIS solver types onto midpoint.
     const std::string solver = c.get_string("solver_type", "midpoint");
     if (solver == "heun") {
-      s.solver_type = DpmSolverType::kHeun;
+      s.solver_type = DpmSolverType::heun;
     } else if (solver != "midpoint" && solver != "logrho" && solver != "bh1" && solver != "bh2") {
       c.unsupported("solver_type", "expected midpoint or heun");
     }

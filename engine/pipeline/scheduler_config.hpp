@@ -18,40 +18,41 @@
 
 #include <nlohmann/json.hpp>
 
+#include "config/run_config.hpp"
+
 namespace nanscope::pipeline {
 
-// The samplers, each matching one diffusers 0.31 scheduler class.
-enum class SamplerKind {
-  kEuler,           // EulerDiscreteScheduler
-  kEulerAncestral,  // EulerAncestralDiscreteScheduler
-  kDdim,            // DDIMScheduler (eta = 0)
-  kDpmPp2m,         // DPMSolverMultistepScheduler, algorithm_type dpmsolver++
-};
+// The samplers are config's SamplerId (config/run_config.hpp), each matching
+// one diffusers 0.31 scheduler class: euler (EulerDiscreteScheduler), euler_a
+// (EulerAncestralDiscreteScheduler), ddim (DDIMScheduler, eta = 0), dpmpp_2m
+// and dpmpp_2m_karras (DPMSolverMultistepScheduler, algorithm_type
+// dpmsolver++; the latter with use_karras_sigmas forced on).
 
-// "euler", "euler_a", "ddim", "dpmpp_2m"; the diffusers class names are accepted too.
+// "euler", "euler_a", "ddim", "dpmpp_2m", "dpmpp_2m_karras"; the diffusers class names are accepted too.
 // Throws ConfigError listing the known names.
-SamplerKind sampler_kind_from_string(std::string_view name);
-std::string_view to_string(SamplerKind kind);
-std::string_view diffusers_class_name(SamplerKind kind);
+SamplerId sampler_from_name(std::string_view name);
+std::string_view diffusers_class_name(SamplerId sampler);
+// DPM-Solver++ (2M), with or without Karras sigmas.
+constexpr bool is_dpmpp(SamplerId s) { return s == SamplerId::dpmpp_2m || s == SamplerId::dpmpp_2m_karras; }
 
-enum class BetaSchedule { kLinear, kScaledLinear, kSquaredCosCapV2 };
-enum class PredictionType { kEpsilon, kVPrediction, kSample };
-enum class TimestepSpacing { kLinspace, kLeading, kTrailing };
-enum class FinalSigmas { kZero, kSigmaMin };
-enum class DpmSolverType { kMidpoint, kHeun };
+enum class BetaSchedule { linear, scaled_linear, squaredcos_cap_v2 };
+enum class PredictionType { epsilon, v_prediction, sample };
+enum class TimestepSpacing { linspace, leading, trailing };
+enum class FinalSigmas { zero, sigma_min };
+enum class DpmSolverType { midpoint, heun };
 
 struct SchedulerConfig {
-  SamplerKind kind = SamplerKind::kEuler;
+  SamplerId kind = SamplerId::euler;
   std::string origin = "scheduler config";  // file name for error messages
 
   // Shared by all samplers.
   int num_train_timesteps = 1000;
   double beta_start = 0.0001;
   double beta_end = 0.02;
-  BetaSchedule beta_schedule = BetaSchedule::kLinear;
+  BetaSchedule beta_schedule = BetaSchedule::linear;
   std::vector<float> trained_betas;  // when not empty, replaces the schedule (num_train_timesteps entries)
-  PredictionType prediction_type = PredictionType::kEpsilon;
-  TimestepSpacing timestep_spacing = TimestepSpacing::kLinspace;
+  PredictionType prediction_type = PredictionType::epsilon;
+  TimestepSpacing timestep_spacing = TimestepSpacing::linspace;
   int steps_offset = 0;
   bool rescale_betas_zero_snr = false;
 
@@ -59,7 +60,7 @@ struct SchedulerConfig {
   bool use_karras_sigmas = false;
   std::optional<double> sigma_min;  // Euler only (DPM++ has no such key in 0.31)
   std::optional<double> sigma_max;
-  FinalSigmas final_sigmas_type = FinalSigmas::kZero;
+  FinalSigmas final_sigmas_type = FinalSigmas::zero;
 
   // Euler: timestep_type "continuous" feeds 0.25*log(sigma) to the model (v-prediction only).
   bool continuous_timesteps = false;
@@ -71,16 +72,16 @@ struct SchedulerConfig {
 
   // DPM++.
   int solver_order = 2;
-  DpmSolverType solver_type = DpmSolverType::kMidpoint;
+  DpmSolverType solver_type = DpmSolverType::midpoint;
   bool lower_order_final = true;
   bool euler_at_final = false;
   double lambda_min_clipped = -std::numeric_limits<double>::infinity();  // no clipping
 
   // The defaults of the diffusers class behind `kind`.
-  static SchedulerConfig defaults(SamplerKind kind);
+  static SchedulerConfig defaults(SamplerId kind);
 
   // Parses a scheduler_config.json object for `kind`. `origin` names the file in errors.
-  static SchedulerConfig from_json(const nlohmann::json& j, SamplerKind kind,
+  static SchedulerConfig from_json(const nlohmann::json& j, SamplerId kind,
                                    const std::string& origin = "scheduler_config.json");
 };
 

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "core/error.hpp"
+#include "core/resources.hpp"
 #include "core/log.hpp"
 #include "io/safetensors.hpp"
 #include "models/ldm_checkpoint.hpp"
@@ -14,15 +15,6 @@
 namespace nanscope::pipeline {
 
 namespace fs = std::filesystem;
-
-std::string_view family_name(ModelFamily f) {
-  switch (f) {
-    case ModelFamily::sd1: return "SD 1.x";
-    case ModelFamily::sd2: return "SD 2.x";
-    case ModelFamily::sdxl: return "SDXL";
-  }
-  return "?";
-}
 
 namespace {
 
@@ -95,7 +87,7 @@ std::unique_ptr<SdModel> SdModel::load(const fs::path& folder, const fs::path& v
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   log::info("loaded {} ({}, {}) on \"{}\" in {:.2f} s: text encoder {}, UNet {}, VAE {} from {}",
-            folder.filename().string(), cls, family_name(m->family_), backend.device().name, secs,
+            folder.filename().string(), cls, models::model_family_name(m->family_), backend.device().name, secs,
             dtype_name(dtypes.text_encoder), dtype_name(dtypes.unet), dtype_name(dtypes.vae), m->vae_folder_.string());
   if (m->vae->config().force_upcast && dtypes.vae != DType::f32) {
     log::warn(
@@ -108,21 +100,12 @@ std::unique_ptr<SdModel> SdModel::load(const fs::path& folder, const fs::path& v
 
 namespace {
 
-ModelFamily to_family(models::LdmFamily f) {
-  switch (f) {
-    case models::LdmFamily::sd1: return ModelFamily::sd1;
-    case models::LdmFamily::sd2: return ModelFamily::sd2;
-    case models::LdmFamily::sdxl: return ModelFamily::sdxl;
-  }
-  return ModelFamily::sd1;
-}
-
 // A single file carries no tokenizer: it is read from tokenizer/ (and SDXL's
 // tokenizer_2/) next to the checkpoint.
 ClipTokenizer single_file_tokenizer(const fs::path& checkpoint, const std::string& name, ModelFamily family) {
   const fs::path dir = checkpoint.parent_path() / name;
   if (!fs::is_directory(dir)) {
-    throw FileError(checkpoint.string() + " is a " + std::string(family_name(family)) +
+    throw FileError(checkpoint.string() + " is a " + std::string(models::model_family_name(family)) +
                     " single-file checkpoint, which carries no tokenizer; put the CLIP tokenizer files (vocab.json, "
                     "merges.txt, tokenizer_config.json, e.g. the " +
                     name +
@@ -152,10 +135,10 @@ std::unique_ptr<SdModel> SdModel::load_single_file(const fs::path& file, const f
   std::unique_ptr<SdModel> m(new SdModel());
   m->folder_ = file;
   m->dtypes_ = dtypes;
-  m->family_ = to_family(ckpt.family());
+  m->family_ = ckpt.family();
   const bool xl = m->family_ == ModelFamily::sdxl;
   m->force_zeros_for_empty_prompt_ = xl;
-  const std::string origin = "the built-in " + std::string(family_name(m->family_)) + " config for " + file.string();
+  const std::string origin = "the built-in " + std::string(models::model_family_name(m->family_)) + " config for " + file.string();
 
   m->tokenizer = single_file_tokenizer(file, "tokenizer", m->family_);
   m->text_encoder.emplace(
@@ -194,44 +177,18 @@ std::unique_ptr<SdModel> SdModel::load_single_file(const fs::path& file, const f
   const std::vector<std::string> unclaimed = ckpt.unclaimed();
   if (!unclaimed.empty()) {
     log::warn("{}: {} tensors have no diffusers name in the {} table and are not used (first: {})", file.string(),
-              unclaimed.size(), family_name(m->family_), unclaimed.front());
+              unclaimed.size(), models::model_family_name(m->family_), unclaimed.front());
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   log::info("loaded {} (single file, {}) on \"{}\" in {:.2f} s: text encoder {}, UNet {}, VAE {} from {}",
-            file.filename().string(), family_name(m->family_), backend.device().name, secs,
+            file.filename().string(), models::model_family_name(m->family_), backend.device().name, secs,
             dtype_name(dtypes.text_encoder), dtype_name(dtypes.unet), dtype_name(dtypes.vae), m->vae_folder_.string());
   return m;
 }
 
 fs::path embedded_model_dir() {
-  std::vector<fs::path> tried;
-  if (const char* env = std::getenv("NANSCOPE_MODEL_DIR"); env && *env) {
-    if (fs::is_directory(env)) {
-      log::debug("embedded model: {} (NANSCOPE_MODEL_DIR)", env);
-      return env;
-    }
-    tried.emplace_back(env);
-  }
-  std::error_code ec;
-  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  if (!ec) {
-    const fs::path installed = exe.parent_path().parent_path() / "share" / "nanscope" / "models" / "nanscope-tiny";
-    if (fs::is_directory(installed)) {
-      log::debug("embedded model: {} (installed beside the executable)", installed.string());
-      return installed;
-    }
-    tried.push_back(installed);
-  }
-  const fs::path source = fs::path(NANSCOPE_SOURCE_DIR) / "resources" / "models" / "nanscope-tiny";
-  if (fs::is_directory(source)) {
-    log::debug("embedded model: {} (the source tree this build came from)", source.string());
-    return source;
-  }
-  tried.push_back(source);
-  std::string where;
-  for (const auto& t : tried) where += "\n  " + t.string();
-  throw FileError("the embedded default model was not found; looked in:" + where +
-                  "\nSet NANSCOPE_MODEL_DIR or pass --model PATH to a diffusers folder.");
+  return find_resource("the embedded default model", "models/nanscope-tiny", "NANSCOPE_MODEL_DIR",
+                       "Set NANSCOPE_MODEL_DIR or pass --model PATH to a diffusers folder.");
 }
 
 }  // namespace nanscope::pipeline

@@ -11,14 +11,14 @@
 #include <nlohmann/json.hpp>
 
 #include "models/clip_text.hpp"
+#include "models/ldm_checkpoint.hpp"
 #include "models/unet.hpp"
 #include "models/vae.hpp"
 #include "text/clip_tokenizer.hpp"
 
 namespace nanscope::pipeline {
 
-enum class ModelFamily { sd1, sd2, sdxl };
-std::string_view family_name(ModelFamily f);
+using models::ModelFamily;  // models/ldm_checkpoint.hpp
 
 struct ComponentDTypes {
   DType text_encoder = DType::f32, unet = DType::f32, vae = DType::f32;

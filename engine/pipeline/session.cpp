@@ -50,9 +50,9 @@ models::Vae& Session::vae_for(Backend& be, const fs::path& folder, DType dtype, 
   const std::string key = be.device().id + "|" + folder.string() + "|" + std::string(dtype_name(dtype));
   auto it = extra_vaes_.find(key);
   if (it != extra_vaes_.end()) return *it->second;
-  const models::LdmFamily ldm = family == ModelFamily::sdxl  ? models::LdmFamily::sdxl
-                                : family == ModelFamily::sd2 ? models::LdmFamily::sd2
-                                                             : models::LdmFamily::sd1;
+  const models::ModelFamily ldm = family == ModelFamily::sdxl  ? models::ModelFamily::sdxl
+                                : family == ModelFamily::sd2 ? models::ModelFamily::sd2
+                                                             : models::ModelFamily::sd1;
   auto vae =
       std::make_unique<models::Vae>(fs::is_regular_file(folder) ? models::load_vae_file(folder, be, dtype, false, ldm)
                                                                 : models::Vae::load(folder, be, dtype));

@@ -75,33 +75,14 @@ void check_overrides(const RunConfig& config) {
   }
 }
 
-std::unique_ptr<NoiseSource> make_noise(NoiseKind kind, std::uint64_t seed) {
+std::unique_ptr<NoiseSource> make_noise(NoiseKind kind, std::uint64_t seed, TorchCpuKernel torch_kernel) {
   if (kind == NoiseKind::torch_cpu) {
-    // torch 1.13 (Debian's build) transforms normals with its AVX2 kernel on
-    // any CPU with AVX2 and FMA, and with the scalar libm path otherwise or when
-    // ATEN_CPU_CAPABILITY=default forces it; the two differ in the last bits.
-    const char* cap = std::getenv("ATEN_CPU_CAPABILITY");
-    const bool forced_default = cap && std::string_view(cap) == "default";
-#if defined(__x86_64__) || defined(__i386__)
-    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-#else
-    const bool avx2 = false;  // torch's AVX2 kernel exists only on x86: other CPUs use the scalar path
-#endif
-    return std::make_unique<TorchCpuNoise>(
-        seed, avx2 && !forced_default ? TorchCpuNoise::Kernel::kAvx2 : TorchCpuNoise::Kernel::kDefault);
+    TorchCpuNoise::Kernel k = torch_cpu_kernel_of_this_cpu();
+    if (torch_kernel == TorchCpuKernel::avx2) k = TorchCpuNoise::Kernel::avx2;
+    if (torch_kernel == TorchCpuKernel::scalar) k = TorchCpuNoise::Kernel::scalar;
+    return std::make_unique<TorchCpuNoise>(seed, k);
   }
   return std::make_unique<NanscopeNoise>(seed);
-}
-
-SamplerKind sampler_kind(SamplerId id) {
-  switch (id) {
-    case SamplerId::euler: return SamplerKind::kEuler;
-    case SamplerId::euler_a: return SamplerKind::kEulerAncestral;
-    case SamplerId::ddim: return SamplerKind::kDdim;
-    case SamplerId::dpmpp_2m:
-    case SamplerId::dpmpp_2m_karras: return SamplerKind::kDpmPp2m;
-  }
-  return SamplerKind::kEuler;
 }
 
 // diffusers' postprocess: (x / 2 + 0.5).clamp(0, 1) * 255, rounded to nearest
@@ -395,7 +376,7 @@ class Txt2ImgRun {
     RunReport report;
     report.device = be_->device().name;
     report.model = m_->folder().string();
-    report.family = std::string(family_name(m_->family()));
+    report.family = std::string(models::model_family_name(m_->family()));
     report.image = img;
     report.load_seconds = load_seconds_;
     report.text_seconds = text_seconds_;
@@ -411,10 +392,9 @@ class Txt2ImgRun {
   void sample(std::uint64_t seed, int img, GeneratedImage& out, RunReport& report, ImageState& state) {
     SdModel& m = *m_;
     Backend& be = *be_;
-    auto noise = make_noise(config_.noise, seed);
-    SchedulerConfig sc = SchedulerConfig::from_json(m.scheduler_config(), sampler_kind(config_.sampler),
+    auto noise = make_noise(config_.noise, seed, config_.torch_cpu_kernel);
+    SchedulerConfig sc = SchedulerConfig::from_json(m.scheduler_config(), config_.sampler,
                                                     (m.folder() / "scheduler" / "scheduler_config.json").string());
-    if (config_.sampler == SamplerId::dpmpp_2m_karras) sc.use_karras_sigmas = true;
     auto sampler = make_sampler(sc);
     sampler->set_timesteps(config_.steps);
     const auto preview_factors = inspect::latent_rgb_factors(preview_family(m));

@@ -11,6 +11,7 @@
 #include "config/inspect_settings.hpp"
 #include "config/preset.hpp"
 #include "core/error.hpp"
+#include "core/resources.hpp"
 #include "core/log.hpp"
 #include "inspect/fault_emulation.hpp"
 #include "io/safetensors.hpp"
@@ -117,33 +118,7 @@ const Scenario* find_scenario(std::string_view id) {
 }
 
 fs::path presets_dir() {
-  std::vector<fs::path> tried;
-  if (const char* env = std::getenv("NANSCOPE_PRESETS_DIR"); env && *env) {
-    if (fs::is_directory(env)) {
-      log::debug("scenario presets: {} (NANSCOPE_PRESETS_DIR)", env);
-      return env;
-    }
-    tried.emplace_back(env);
-  }
-  std::error_code ec;
-  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  if (!ec) {
-    const fs::path installed = exe.parent_path().parent_path() / "share" / "nanscope" / "presets";
-    if (fs::is_directory(installed)) {
-      log::debug("scenario presets: {} (installed beside the executable)", installed.string());
-      return installed;
-    }
-    tried.push_back(installed);
-  }
-  const fs::path source = fs::path(NANSCOPE_SOURCE_DIR) / "resources" / "presets";
-  if (fs::is_directory(source)) {
-    log::debug("scenario presets: {} (the source tree this build came from)", source.string());
-    return source;
-  }
-  tried.push_back(source);
-  std::string where;
-  for (const auto& t : tried) where += "\n  " + t.string();
-  throw FileError("the scenario presets were not found; looked in:" + where + "\nSet NANSCOPE_PRESETS_DIR.");
+  return find_resource("the scenario presets", "presets", "NANSCOPE_PRESETS_DIR", "Set NANSCOPE_PRESETS_DIR.");
 }
 
 void resolve_vae_path(RunConfig& config) {

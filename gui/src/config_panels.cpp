@@ -34,6 +34,7 @@
 #include "config/inspect_settings.hpp"
 #include "config/settings.hpp"
 #include "core/error.hpp"
+#include "settings_panel.hpp"
 
 namespace nanscope::gui {
 
@@ -67,6 +68,7 @@ bool is_vae_folder(const QString& dir) {
 // and the CLI describe a setting in the same words.
 void describe(QWidget* w, std::string_view key) {
   const Setting& row = setting(key);
+  mark_shown(key);
   w->setToolTip(QString("%1\n\n--set %2: %3").arg(qs(row.help), qs(row.key), qs(row.allowed())));
 }
 
@@ -151,6 +153,9 @@ ModelDevicePanel::ModelDevicePanel(QWidget* parent)
     }
     emit changed();
   });
+
+  // Their own controls, with tooltips of their own: not listed under More.
+  for (const char* key : {"model", "vae", "device"}) mark_shown(key);
 
   device_->setObjectName("devicePin");
   device_->setToolTip(

@@ -35,6 +35,7 @@
 #include "layer_trace_panel.hpp"
 #include "log_panel.hpp"
 #include "result_panel.hpp"
+#include "settings_panel.hpp"
 #include "studies/report_json.hpp"
 #include "studies/scenario.hpp"
 
@@ -144,7 +145,8 @@ void MainWindow::build_docks() {
   result_ = new ResultPanel(save_image_, copy_image_);
   layer_trace_ = new LayerTracePanel;
   ab_ = new AbPanel;
-  config_panels_ = {model_, prompt_, precision_, attention_, vae_};
+  more_ = new MoreSettingsPanel;  // after the other settings panels: it lists what they do not show
+  config_panels_ = {model_, prompt_, precision_, attention_, vae_, more_};
   for (ConfigPanel* p : config_panels_) connect(p, &ConfigPanel::changed, this, &MainWindow::mark_dirty);
 
   setCentralWidget(inspector_);
@@ -157,6 +159,7 @@ void MainWindow::build_docks() {
   auto* precision = add_dock(precision_, "precision", tr("Precision"), Qt::LeftDockWidgetArea);
   auto* attention = add_dock(attention_, "attention", tr("Attention"), Qt::LeftDockWidgetArea);
   auto* vae = add_dock(vae_, "vae", tr("VAE, NaN"), Qt::LeftDockWidgetArea);
+  auto* more = add_dock(more_, "more", tr("More"), Qt::LeftDockWidgetArea);
   add_dock(result_, "result", tr("Result"), Qt::RightDockWidgetArea);
   auto* log = add_dock(log_, "log", tr("Log"), Qt::BottomDockWidgetArea);
   auto* trace = add_dock(layer_trace_, "trace", tr("Layer trace"), Qt::BottomDockWidgetArea);
@@ -169,6 +172,7 @@ void MainWindow::build_docks() {
   tabifyDockWidget(model, precision);
   tabifyDockWidget(precision, attention);
   tabifyDockWidget(attention, vae);
+  tabifyDockWidget(vae, more);
   model->raise();
   resizeDocks({prompt}, {440}, Qt::Horizontal);
   resizeDocks({docks_["result"]}, {300}, Qt::Horizontal);

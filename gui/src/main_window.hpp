@@ -23,6 +23,7 @@ class AbPanel;
 class InspectorPanel;
 class LayerTracePanel;
 class LogPanel;
+class MoreSettingsPanel;
 class ModelDevicePanel;
 class PrecisionPanel;
 class PromptPanel;
@@ -119,6 +120,7 @@ class MainWindow : public QMainWindow {
   PrecisionPanel* precision_ = nullptr;
   AttentionPanel* attention_ = nullptr;
   VaePolicyPanel* vae_ = nullptr;
+  MoreSettingsPanel* more_ = nullptr;
   InspectorPanel* inspector_ = nullptr;
   ResultPanel* result_ = nullptr;
   LayerTracePanel* layer_trace_ = nullptr;

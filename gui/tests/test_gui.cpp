@@ -3,6 +3,7 @@
 // embedded model (or NANSCOPE_MODEL_DIR) and skip with a note without it.
 
 #include <QAction>
+#include <QComboBox>
 #include <QDockWidget>
 #include <QElapsedTimer>
 #include <QFile>
@@ -13,6 +14,7 @@
 #include <QSignalSpy>
 #include <QSlider>
 #include <QSpinBox>
+#include <QStatusBar>
 #include <QTabBar>
 #include <QTemporaryDir>
 #include <QTimer>
@@ -32,7 +34,9 @@
 #include "main_window.hpp"
 #include "pipeline/sd_model.hpp"
 #include "result_panel.hpp"
+#include "settings_panel.hpp"
 #include "studies/scenario.hpp"
+#include "support/small_fs.hpp"
 
 using namespace nanscope;
 using namespace nanscope::gui;
@@ -129,6 +133,48 @@ class GuiTest : public QObject {
     QCOMPARE(to_json(w2->current_config()).dump(), to_json(saved).dump());
   }
 
+  // Saving onto a full disk or a read-only file system: the save fails with a
+  // message that says what to do, the old file survives, the image stays in
+  // the workbench and saves elsewhere; a failed preset save keeps the current file.
+  void full_or_read_only_disk_keeps_the_image() {
+    if (!have_model_) QSKIP(qPrintable("no embedded model: " + model_note_));
+    test::SmallFilesystem disk(256 << 10);
+    if (!disk.ok()) QSKIP(disk.reason().c_str());
+    auto w = make_window();
+    QSignalSpy done(w.get(), &MainWindow::runCompleted);
+    press_run(*w, 2, "a red circle");
+    QVERIFY(done.wait(300000));
+    QVERIFY(w->result_panel()->has_image());
+    const QString png = QString::fromStdString((disk / "out.png").string());
+    const QString preset = QString::fromStdString((disk / "preset.json").string());
+    for (const QString& path : {png, preset}) {
+      QFile f(path);
+      QVERIFY(f.open(QIODevice::WriteOnly));
+      f.write("old bytes");
+    }
+    const auto old_bytes = [](const QString& path) {
+      QFile f(path);
+      return f.open(QIODevice::ReadOnly) && f.readAll() == "old bytes";
+    };
+    disk.fill();
+    QVERIFY(!w->save_image(png));
+    QVERIFY2(w->statusBar()->currentMessage().contains("Free some disk space"),
+             qPrintable(w->statusBar()->currentMessage()));
+    QVERIFY(old_bytes(png));
+    QVERIFY(w->result_panel()->has_image());
+    QVERIFY(!w->save_preset(preset));
+    QVERIFY(old_bytes(preset));
+    QVERIFY(disk.make_read_only());
+    QVERIFY(!w->save_image(png));
+    QVERIFY2(w->statusBar()->currentMessage().contains("writable"), qPrintable(w->statusBar()->currentMessage()));
+    QVERIFY(old_bytes(png));
+    QVERIFY(w->result_panel()->has_image());
+    QTemporaryDir elsewhere;
+    QVERIFY(w->save_image(elsewhere.filePath("out.png")));
+    QVERIFY(QFileInfo(elsewhere.filePath("out.png")).size() > 100);
+    QVERIFY(w->save_preset(elsewhere.filePath("preset.json")));
+  }
+
   void cancel_mid_run() {
     if (!have_model_) QSKIP(qPrintable("no embedded model: " + model_note_));
     auto w = make_window();
@@ -214,6 +260,43 @@ class GuiTest : public QObject {
     f = done.takeFirst().front().value<RunFinished>();
     QVERIFY2(f.ok, qPrintable(f.error));
     QCOMPARE(f.images, 1);
+  }
+
+  // Settings without a control of their own are listed under More, each with
+  // an editor made from its settings-table row: a new row needs no GUI code.
+  void more_settings_come_from_the_table() {
+    auto w = make_window();
+    auto* more = w->findChild<MoreSettingsPanel*>("moreSettingsPanel");
+    QVERIFY(more);
+    const QStringList keys = more->keys();
+    QVERIFY2(keys.contains("noise.torch_cpu_kernel"), qPrintable(keys.join(", ")));
+    QVERIFY2(keys.contains("inspect.emulate_min_tokens"), qPrintable(keys.join(", ")));
+    for (const char* own : {"steps", "noise", "model", "device", "unet.dtype", "inspect.trace", "nan_policy"}) {
+      QVERIFY2(!keys.contains(own), own);
+    }
+    // Every row of the table has a control somewhere.
+    for (const Setting& row : settings()) {
+      QVERIFY2(keys.contains(QString::fromStdString(row.key)) || is_shown(row.key), row.key.c_str());
+    }
+    auto* kernel = w->findChild<QComboBox*>("noise.torch_cpu_kernel");
+    QVERIFY(kernel);
+    QVERIFY2(kernel->toolTip().contains("--set noise.torch_cpu_kernel"), qPrintable(kernel->toolTip()));
+    QCOMPARE(kernel->currentData().toString(), QString("auto"));
+    kernel->setCurrentIndex(kernel->findData("default"));
+    QCOMPARE(w->current_config().torch_cpu_kernel, TorchCpuKernel::scalar);
+    auto* tokens = w->findChild<QSpinBox*>("inspect.emulate_min_tokens");
+    QVERIFY(tokens);
+    QCOMPARE(tokens->maximum(), static_cast<int>(setting("inspect.emulate_min_tokens").max));
+    tokens->setValue(2048);
+    QCOMPARE(w->current_config().inspect.value("emulate_min_tokens", 0), 2048);
+    // Loading a config sets the editors; storing it again changes nothing.
+    RunConfig c = w->current_config();
+    c.set("noise.torch_cpu_kernel", "avx2");
+    c.set("inspect.emulate_min_tokens", "64");
+    w->load_config(c);
+    QCOMPARE(kernel->currentData().toString(), QString("avx2"));
+    QCOMPARE(tokens->value(), 64);
+    QCOMPARE(to_json(w->current_config()).dump(), to_json(c).dump());
   }
 
   // The tab bars of the docks show every label whole at the default layout

@@ -83,5 +83,27 @@ TEST(ActivationBadInput, DtypesAndEmptyTensors) {
   }
 }
 
+
+// Hand-worked values on every backend (erf/tanh values from their series).
+TEST(ActivationKnownValues, EveryActivation) {
+  const Precision p{DType::f32};
+  const double qg = 1.0 / (1.0 + std::exp(-1.702));
+  for_each_backend([&](Backend& be) {
+    const OpContext c = make_context(be, p);
+    const Tensor x = upload_values(be, {3}, {-1, 0, 1});
+    EXPECT_TRUE(matches_known(be.download(ops::silu(c, x)), {-0.26894142f, 0, 0.73105858f}, "activation", p));
+    EXPECT_TRUE(matches_known(be.download(ops::gelu(c, x)), {-0.15865525f, 0, 0.84134475f}, "activation", p));
+    EXPECT_TRUE(matches_known(be.download(ops::gelu(c, x, ops::GeluApprox::tanh)), {-0.15880801f, 0, 0.84119199f},
+                              "activation", p));
+    EXPECT_TRUE(matches_known(be.download(ops::quick_gelu(c, x)), {float(-(1 - qg)), 0, float(qg)}, "activation", p));
+    EXPECT_EQ(download_values(be, ops::scale(c, x, 0.18215f)), (std::vector<float>{-0.18215f, 0, 0.18215f}));
+    // GEGLU: values [1, 2], gate [0, 1] -> [1 * gelu(0), 2 * gelu(1)].
+    EXPECT_TRUE(matches_known(be.download(ops::geglu(c, upload_values(be, {1, 4}, {1, 2, 0, 1}))), {0, 1.6826895f},
+                              "activation", p));
+    // Large inputs stay finite and exact: silu(x) = x for big x.
+    EXPECT_EQ(download_values(be, ops::silu(make_context(be, {DType::f16}), upload_values(be, {1}, {60000}, DType::f16)))[0],
+              60000.0f);
+  });
+}
 }  // namespace
 }  // namespace nanscope::test

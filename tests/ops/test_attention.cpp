@@ -7,6 +7,7 @@
 // sliced == bmm bit for bit.
 
 #include <cmath>
+#include <memory>
 
 #include "support/backends.hpp"
 #include "support/op_case.hpp"
@@ -209,5 +210,60 @@ TEST(AttentionBadInput, ShapesDtypesAndEmptyTensors) {
   }
 }
 
+
+// Hand-worked values on every backend and in every implementation.
+TEST(AttentionKnownValues, TwoKeysAndCausalAverages) {
+  const Precision p{DType::f32};
+  for_each_backend([&](Backend& be) {
+    for (const AttentionImpl impl : {AttentionImpl::fused, AttentionImpl::bmm, AttentionImpl::sliced}) {
+      SCOPED_TRACE(std::string(attention_impl_name(impl)));
+      const OpContext c = make_context(be, p, {impl, 1});
+      // Scores {0, ln 3}: probabilities {1/4, 3/4}; values {4, 8} -> 7.
+      const Tensor q = upload_values(be, {1, 1, 1}, {1});
+      const Tensor k = upload_values(be, {1, 2, 1}, {0, float(std::log(3.0))});
+      const Tensor v = upload_values(be, {1, 2, 1}, {4, 8});
+      EXPECT_TRUE(matches_known(be.download(ops::attention(c, q, k, v, 1, 1.0f)), {7}, "attention", p));
+      // Causal with zero queries: query i averages v[0..i].
+      const Tensor q3 = upload_values(be, {1, 3, 1}, {0, 0, 0});
+      const Tensor k3 = upload_values(be, {1, 3, 1}, {1, 2, 3});
+      const Tensor v3 = upload_values(be, {1, 3, 1}, {3, 6, 12});
+      EXPECT_TRUE(
+          matches_known(be.download(ops::attention(c, q3, k3, v3, 1, 1.0f, true)), {3, 4.5f, 7}, "attention", p));
+    }
+  });
+}
+
+// The GPU kernel family, forced on each OpenCL device, puts its family and
+// every fallback it takes on record (the run report's "kernels"): causal
+// attention leaves the flash kernel, and says so.
+TEST(AttentionKernelNotes, FamilyAndFallbacksAreOnRecord) {
+  for_each_opencl([](Backend& own) {
+    BackendOptions options = test_backend_options();
+    options.kernel_style = KernelStyleChoice::gpu;
+    const std::unique_ptr<Backend> gpu = make_backend(own.device(), options);
+    Rng rng(seed_from("kernel notes"));
+    const HostTensor q = random_normal(rng, {1, 9, 2 * 8}, DType::f32);
+    const HostTensor want =
+        run_attention(reference_backend(), {q, q, q}, {DType::f32}, {AttentionImpl::fused, 1}, 2, 0.3f, true);
+    const HostTensor got = run_attention(*gpu, {q, q, q}, {DType::f32}, {AttentionImpl::fused, 1}, 2, 0.3f, true);
+    EXPECT_TRUE(tensors_close(got, want, tolerance("attention_fused", Precision{DType::f32}, Check::backend)));
+    expect_no_guard_violations(*gpu);
+    const std::vector<std::string> notes = gpu->kernel_notes();
+    ASSERT_FALSE(notes.empty());
+    EXPECT_EQ(notes.front().rfind("kernel family: gpu", 0), 0u) << notes.front();
+    bool causal = false;
+    for (const auto& n : notes) causal = causal || n.find("flash attention not used") != std::string::npos;
+    EXPECT_TRUE(causal) << "no fallback note for causal attention";
+    // The suite's own backend names the family its options chose.
+    (void)run_attention(own, {q, q, q}, {DType::f32}, {AttentionImpl::fused, 1}, 2, 0.3f);
+    ASSERT_FALSE(own.kernel_notes().empty());
+    const std::string family = own.kernel_notes().front();
+    const bool gpu_forced = test_backend_options().kernel_style == KernelStyleChoice::gpu;
+    EXPECT_EQ(family.rfind(gpu_forced || own.device().kind != DeviceKind::cpu ? "kernel family: gpu" : "kernel family: cpu",
+                           0),
+              0u)
+        << family;
+  });
+}
 }  // namespace
 }  // namespace nanscope::test

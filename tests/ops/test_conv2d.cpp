@@ -45,6 +45,8 @@ std::vector<OpCasePtr> cases() {
   add(conv_case({1, 13, 5, 7}, 3, 1, 1, 0, false), matrix);    // 1x1 (resnet shortcut)
   add(conv_case({2, 6, 9, 7}, 5, 1, 2, 0, true), matrix);      // 1x1 stride 2: through im2col / implicit GEMM
   add(conv_case({1, 3, 9, 11}, 6, 3, 1, 0, true), matrix);     // no padding
+  add(conv_case({1, 3, 34, 40}, 5, 3, 1, 1, true), matrix);    // rows wide enough for the vector im2col path
+  add(conv_case({2, 48, 7, 9}, 5, 3, 1, 1, true), matrix);     // k = 432: two k-blocks
   add(conv_case({1, 4, 64, 64}, 320, 3, 1, 1, true), matrix);  // SD conv_in
   // SD mid block input, reduced output channels. Its sums run over 11520 terms:
   // far too long for bf16 partial sums to stay near the exact value, so the
@@ -105,5 +107,55 @@ TEST(Conv2dBadInput, ShapesDtypesAndEmptyTensors) {
   }
 }
 
+
+// Hand-worked values on every backend (integer arithmetic: exact everywhere).
+TEST(Conv2dKnownValues, BoxFilterStrideBiasAndChannelMixing) {
+  for_each_backend([](Backend& be) {
+    const OpContext c = make_context(be, {DType::f32});
+    const auto up = [&](const Shape& s, const std::vector<float>& v) { return upload_values(be, s, v); };
+    const Tensor x = up({1, 1, 3, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9});
+    const Tensor w = up({1, 1, 3, 3}, std::vector<float>(9, 1.0f));
+    EXPECT_EQ(download_values(be, ops::conv2d(c, x, w, nullptr, 1, 1)),
+              (std::vector<float>{12, 21, 16, 27, 45, 33, 24, 39, 28}));
+    const Tensor bias = up({1}, {100});
+    const Tensor y = ops::conv2d(c, x, w, &bias, 2, 1);
+    EXPECT_EQ(y.shape(), (Shape{1, 1, 2, 2}));
+    EXPECT_EQ(download_values(be, y), (std::vector<float>{112, 116, 124, 128}));
+    // Two input channels, two outputs, 1x1: out = w0 * x0 + w1 * x1 + b.
+    const Tensor b2 = up({2}, {0, 0.5f});
+    EXPECT_EQ(download_values(be, ops::conv2d(c, up({1, 2, 1, 2}, {1, 2, 10, 20}), up({2, 2, 1, 1}, {1, 1, 2, -1}),
+                                              &b2, 1, 0)),
+              (std::vector<float>{11, 22, -7.5f, -15.5f}));
+  });
+}
+
+// As im2col + GEMM: 0 (padding) * Inf = NaN at the border, Inf inside.
+TEST(Conv2dFailureModes, NonFiniteWeightPoisonsPadding) {
+  for_each_backend([](Backend& be) {
+    const Tensor x = upload_values(be, {1, 1, 3, 3}, std::vector<float>(9, 1.0f));
+    const Tensor w = upload_values(be, {1, 1, 3, 3}, {0, 0, 0, 0, 0, 0, 0, 0, INFINITY});
+    const auto y = download_values(be, ops::conv2d(make_context(be, {DType::f32}), x, w, nullptr, 1, 1));
+    EXPECT_EQ(y[0], INFINITY);
+    EXPECT_TRUE(std::isnan(y[8]));
+  });
+}
+
+// Same terms in the same order (input channels ascending): identical roundings.
+TEST(Conv2dFailureModes, Conv1x1EqualsMatmulBitForBitInNativeF16) {
+  const std::int64_t c = 37, o = 5, hw = 12;
+  Rng rng(seed_from("conv1x1 vs matmul"));
+  const HostTensor xv = random_normal(rng, {c, hw}, DType::f16, 0.0, 2.0);
+  const HostTensor wv = random_normal(rng, {o, c}, DType::f16, 0.0, 2.0);
+  for_each_backend([&](Backend& be) {
+    const OpContext cx = make_context(be, {DType::f16, Accumulate::native});
+    HostTensor x4 = xv, w4 = wv;
+    x4.shape = {1, c, 3, 4};
+    w4.shape = {o, c, 1, 1};
+    const HostTensor conv = be.download(ops::conv2d(cx, be.upload(x4), be.upload(w4), nullptr, 1, 0));
+    HostTensor mm = be.download(ops::matmul(cx, be.upload(wv), be.upload(xv)));
+    mm.shape = conv.shape;
+    EXPECT_TRUE(bitwise_equal(conv, mm));
+  });
+}
 }  // namespace
 }  // namespace nanscope::test

@@ -83,5 +83,38 @@ TEST(ElementwiseBadInput, ShapesDtypesAndEmptyTensors) {
   }
 }
 
+
+// Broadcast patterns worked out by hand on every backend, and f16's rounding
+// of an exact sum at the top of its range.
+TEST(ElementwiseKnownValues, BroadcastPatternsAndF16Ties) {
+  std::vector<float> av(24);
+  for (std::size_t i = 0; i < av.size(); ++i) av[i] = static_cast<float>(i);
+  Rng rng(seed_from("elementwise rank 5"));
+  const HostTensor a5 = random_normal(rng, {2, 1, 2, 2, 3}, DType::f32);
+  for_each_backend([&](Backend& be) {
+    const OpContext c = make_context(be, {DType::f32});
+    const Tensor a = upload_values(be, {2, 3, 4}, av);
+    // b [3, 1]: one value per middle row.
+    const auto s = download_values(be, ops::add(c, a, upload_values(be, {3, 1}, {100, 200, 300})));
+    for (std::size_t i = 0; i < 24; ++i) EXPECT_EQ(s[i], av[i] + 100.0f * static_cast<float>(1 + (i / 4) % 3));
+    // b [4]: one value per column; b [2, 1, 4]: broadcast over the middle.
+    const auto d = download_values(be, ops::sub(c, a, upload_values(be, {4}, {0, 1, 2, 3})));
+    for (std::size_t i = 0; i < 24; ++i) EXPECT_EQ(d[i], av[i] - static_cast<float>(i % 4));
+    const auto m = download_values(be, ops::mul(c, a, upload_values(be, {2, 1, 4}, {1, 1, 1, 1, 2, 2, 2, 2})));
+    for (std::size_t i = 0; i < 24; ++i) EXPECT_EQ(m[i], av[i] * (i < 12 ? 1.0f : 2.0f));
+    // A rank-5 shape whose broadcast pattern collapses to rank 4.
+    const auto a5v = a5.to_f32();
+    const auto r5 = download_values(be, ops::add(c, be.upload(a5), upload_values(be, {2, 1, 3}, {1, 2, 3, 4, 5, 6})));
+    for (std::size_t i = 0; i < 24; ++i) {
+      const std::size_t k = i % 3, j = (i / 6) % 2;
+      EXPECT_EQ(r5[i], a5v[i] + static_cast<float>(j * 3 + k + 1));
+    }
+    // f16: the exact sum rounds once: 65520 is the tie that goes to Inf, 65512 rounds down.
+    const OpContext h = make_context(be, {DType::f16});
+    const Tensor top = upload_values(be, {1}, {65504}, DType::f16);
+    EXPECT_EQ(download_values(be, ops::add(h, top, upload_values(be, {1}, {16}, DType::f16)))[0], INFINITY);
+    EXPECT_EQ(download_values(be, ops::add(h, top, upload_values(be, {1}, {8}, DType::f16)))[0], 65504.0f);
+  });
+}
 }  // namespace
 }  // namespace nanscope::test

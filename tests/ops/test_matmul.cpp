@@ -62,6 +62,11 @@ std::vector<OpCasePtr> cases() {
   add(linear_case({5, 13}, 7, false));
   add(linear_case({2, 77, 768}, 320, true));    // SD cross-attention to_k on CLIP output
   add(linear_case({1, 1024, 320}, 320, true));  // SD attention projection, 32x32 latent
+  // k = 700: several k-blocks (passes) of the CPU panel GEMM and the GPU k-tiles, odd m and n.
+  add(linear_case({29, 700}, 41, true));
+  add(matmul_case({2, 29, 700}, {2, 700, 41}, false, 1.0f, false));
+  // m = 67, n = 77: past one 64-row GPU tile, ragged edges in both directions.
+  add(matmul_case({2, 67, 70}, {2, 70, 77}, false, 0.7f, true));
   return all;
 }
 
@@ -125,6 +130,47 @@ TEST(MatmulBadInput, ShapesDtypesAndEmptyTensors) {
     const Tensor empty = be->upload(HostTensor({0, 13}, DType::f32));
     expect_op_error([&] { ops::matmul(ctx, empty, good_b); }, {"MATMUL", "[0,13]", "zero-size"});
   }
+}
+
+
+// Hand-worked values on every backend (integer arithmetic: exact everywhere).
+TEST(MatmulKnownValues, ProductsBiasAlphaLayoutsAndBroadcastWeights) {
+  for_each_backend([](Backend& be) {
+    const OpContext c = make_context(be, {DType::f32});
+    const auto up = [&](const Shape& s, const std::vector<float>& v) { return upload_values(be, s, v); };
+    const Tensor a = up({2, 3}, {1, 2, 3, 4, 5, 6});
+    const Tensor b = up({3, 2}, {7, 8, 9, 10, 11, 12});
+    EXPECT_EQ(download_values(be, ops::matmul(c, a, b)), (std::vector<float>{58, 64, 139, 154}));
+    const Tensor bias = up({2}, {1, -1});
+    EXPECT_EQ(download_values(be, ops::matmul(c, a, b, false, 0.5f, &bias)), (std::vector<float>{30, 31, 70.5f, 76}));
+    // trans_b: b given as [n, k].
+    const Tensor bt = up({2, 3}, {7, 9, 11, 8, 10, 12});
+    EXPECT_EQ(download_values(be, ops::matmul(c, a, bt, true)), (std::vector<float>{58, 64, 139, 154}));
+    // Batched b, and one b shared by every batch.
+    const Tensor a3 = up({2, 1, 2}, {1, 2, 3, 4});
+    EXPECT_EQ(download_values(be, ops::matmul(c, a3, up({2, 2, 1}, {1, 1, 10, 100}))), (std::vector<float>{3, 430}));
+    const Tensor shared = ops::matmul(c, a3, up({2, 1}, {1, 1}));
+    EXPECT_EQ(shared.shape(), (Shape{2, 1, 1}));
+    EXPECT_EQ(download_values(be, shared), (std::vector<float>{3, 7}));
+    // linear takes torch's weight layout [out, in]: out0 = x0, out1 = x0 + x1 + x2.
+    const Tensor lin_bias = up({2}, {0.5f, -0.5f});
+    const Tensor y = ops::linear(c, up({1, 2, 3}, {1, 2, 3, 4, 5, 6}), up({2, 3}, {1, 0, 0, 1, 1, 1}), &lin_bias);
+    EXPECT_EQ(y.shape(), (Shape{1, 2, 2}));
+    EXPECT_EQ(download_values(be, y), (std::vector<float>{1.5f, 5.5f, 4.5f, 14.5f}));
+  });
+}
+
+// 1 + 256 * 2^-9: each small term is a quarter of bf16's ulp at 1 (2^-7), so
+// every native partial sum rounds back to 1; the exact sum 1.5 is a bf16 value.
+TEST(MatmulFailureModes, Bf16NativeSumLosesSmallTerms) {
+  std::vector<float> av(257, 1.0f), bv(257, 0x1p-9f);
+  bv[0] = 1.0f;
+  for_each_backend([&](Backend& be) {
+    const Tensor a = upload_values(be, {1, 257}, av, DType::bf16);
+    const Tensor b = upload_values(be, {257, 1}, bv, DType::bf16);
+    EXPECT_EQ(download_values(be, ops::matmul(make_context(be, {DType::bf16, Accumulate::native}), a, b))[0], 1.0f);
+    EXPECT_EQ(download_values(be, ops::matmul(make_context(be, {DType::bf16, Accumulate::f32}), a, b))[0], 1.5f);
+  });
 }
 
 }  // namespace

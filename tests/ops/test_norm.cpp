@@ -130,5 +130,44 @@ TEST(NormBadInput, ShapesDtypesAndEmptyTensors) {
   }
 }
 
+
+// Hand-worked values on every backend.
+TEST(NormKnownValues, GroupAndLayerNorm) {
+  for_each_backend([](Backend& be) {
+    const Precision p{DType::f32};
+    const OpContext c = make_context(be, p);
+    // Groups of two channels: {1,2,3,4} and {10,10,30,30}.
+    const Tensor x = upload_values(be, {1, 4, 2}, {1, 2, 3, 4, 10, 10, 30, 30});
+    const Tensor gamma = upload_values(be, {4}, {1, 1, 2, 2});
+    const Tensor beta = upload_values(be, {4}, {0, 0, 0, 1});
+    const double s = 1.0 / std::sqrt(1.25);
+    EXPECT_TRUE(matches_known(be.download(ops::group_norm(c, x, 2, &gamma, &beta, 0.0f)),
+                              {float(-1.5 * s), float(-0.5 * s), float(0.5 * s), float(1.5 * s), -2, -2, 3, 3}, "norm",
+                              p));
+    const Tensor r = upload_values(be, {2, 4}, {1, 2, 3, 4, 5, 5, 5, 5});
+    const double t = 1.0 / std::sqrt(1.25 + 1e-5);
+    EXPECT_TRUE(matches_known(be.download(ops::layer_norm(c, r, nullptr, nullptr, 1e-5f)),
+                              {float(-1.5 * t), float(-0.5 * t), float(0.5 * t), float(1.5 * t), 0, 0, 0, 0}, "norm",
+                              p));
+  });
+}
+
+// 64 values around 3000 (exact in f16): x*x is already past 65504 and the
+// running sum of x passes it after 22 terms, so native f16 statistics are
+// Inf/NaN while f32 accumulation normalises the group.
+TEST(NormFailureModes, F16NativeGroupNormOverflowsOnLargeActivations) {
+  std::vector<float> xv(64);
+  for (std::size_t i = 0; i < xv.size(); ++i) xv[i] = 3000.0f + 2.0f * static_cast<float>(i % 8);
+  for_each_backend([&](Backend& be) {
+    const Tensor x = upload_values(be, {1, 2, 32}, xv, DType::f16);
+    const auto native = download_values(
+        be, ops::group_norm(make_context(be, {DType::f16, Accumulate::native}), x, 1, nullptr, nullptr, 1e-5f));
+    const auto wide = download_values(
+        be, ops::group_norm(make_context(be, {DType::f16, Accumulate::f32}), x, 1, nullptr, nullptr, 1e-5f));
+    EXPECT_TRUE(std::isnan(native[0])) << native[0];
+    for (float v : wide) EXPECT_TRUE(std::isfinite(v));
+    EXPECT_NEAR(wide[0], -7.0f / std::sqrt(21.0f), 2e-3f);  // offsets 0, 2, .., 14: mean 7, var 21; f16 output
+  });
+}
 }  // namespace
 }  // namespace nanscope::test

@@ -84,6 +84,7 @@ std::vector<OpCasePtr> cases() {
   add(slice_case({1, 1024, 2560}, 2, 0, 1280));     // SD GEGLU halves at 32x32
   add(permute_case({2, 77, 8, 40}, {0, 2, 1, 3}));  // heads to the front
   add(permute_case({13, 5, 7}, {2, 0, 1}));
+  add(permute_case({2, 5, 7, 19}, {3, 1, 0, 2}));  // innermost dimension moves: the gather path
   add(permute_case({2, 320, 32, 32}, {0, 2, 3, 1}));  // NCHW -> NHWC before a transformer
   add(upsample_case({2, 13, 5, 7}));
   add(upsample_case({1, 1280, 8, 8}));
@@ -114,5 +115,39 @@ TEST(ShapeOpsBadInput, ShapesRangesAndEmptyTensors) {
   }
 }
 
+
+// Hand-worked values on every backend.
+TEST(ShapeOpsKnownValues, ConcatSlicePermuteUpsampleCast) {
+  std::vector<float> xv(24);
+  for (std::size_t i = 0; i < xv.size(); ++i) xv[i] = static_cast<float>(i);
+  for_each_backend([&](Backend& be) {
+    const OpContext c = make_context(be, {DType::f32});
+    const std::vector<Tensor> parts{upload_values(be, {2, 2}, {1, 2, 3, 4}), upload_values(be, {2, 1}, {5, 6})};
+    const Tensor cat = ops::concat(c, parts, -1);
+    EXPECT_EQ(cat.shape(), (Shape{2, 3}));
+    EXPECT_EQ(download_values(be, cat), (std::vector<float>{1, 2, 5, 3, 4, 6}));
+    const Tensor sl = ops::slice(c, cat, 1, 1, 3);
+    EXPECT_EQ(sl.shape(), (Shape{2, 2}));
+    EXPECT_EQ(download_values(be, sl), (std::vector<float>{2, 5, 4, 6}));
+
+    const std::vector<int> perm{0, 2, 1};
+    const Tensor p = ops::permute(c, upload_values(be, {2, 3, 4}, xv), perm);
+    EXPECT_EQ(p.shape(), (Shape{2, 4, 3}));
+    const auto pv = download_values(be, p);
+    for (int i = 0; i < 2; ++i)
+      for (int j = 0; j < 4; ++j)
+        for (int k = 0; k < 3; ++k) EXPECT_EQ(pv[(i * 4 + j) * 3 + k], xv[(i * 3 + k) * 4 + j]);
+
+    EXPECT_EQ(download_values(be, ops::upsample_nearest2x(c, upload_values(be, {1, 1, 2, 2}, {1, 2, 3, 4}))),
+              (std::vector<float>{1, 1, 2, 2, 1, 1, 2, 2, 3, 3, 4, 4, 3, 3, 4, 4}));
+
+    // Round to nearest even, overflow to Inf; the f16 -> f32 widening is exact.
+    const Tensor x = upload_values(be, {5}, {65504, 65520, 1.0f + 0x1p-11f, 1.0f + 3 * 0x1p-11f, -70000});
+    const Tensor h = ops::cast(c, x, DType::f16);
+    EXPECT_EQ(h.dtype(), DType::f16);
+    EXPECT_EQ(download_values(be, h), (std::vector<float>{65504, INFINITY, 1.0f, 1.0f + 0x1p-9f, -INFINITY}));
+    EXPECT_EQ(download_values(be, ops::cast(make_context(be, {DType::f16}), h, DType::f32)), download_values(be, h));
+  });
+}
 }  // namespace
 }  // namespace nanscope::test

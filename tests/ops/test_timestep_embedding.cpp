@@ -50,5 +50,21 @@ TEST(TimestepEmbeddingBadInput, Parameters) {
   }
 }
 
+
+// dim 4, shift 1: half = 2, freq = exp(-ln(10000) * i / (2 - 1)) = {1, 1e-4};
+// odd dim 5 with flip: cos first, then sin, then the zero pad column.
+TEST(TimestepEmbeddingKnownValues, FrequenciesFlipAndPadding) {
+  const std::vector<float> ts{0.0f, 1.0f};
+  const Precision p{DType::f32};
+  const float s1 = float(std::sin(1.0)), s4 = float(std::sin(1e-4)), c1 = float(std::cos(1.0)),
+              c4 = float(std::cos(1e-4));
+  for_each_backend([&](Backend& be) {
+    const OpContext c = make_context(be, p);
+    EXPECT_TRUE(matches_known(be.download(ops::timestep_embedding(c, ts, 4, false, 1.0f)), {0, 0, 1, 1, s1, s4, c1, c4},
+                              "timestep", p));
+    EXPECT_TRUE(matches_known(be.download(ops::timestep_embedding(c, ts, 5, true, 1.0f)),
+                              {1, 1, 0, 0, 0, c1, c4, s1, s4, 0}, "timestep", p));
+  });
+}
 }  // namespace
 }  // namespace nanscope::test

@@ -62,7 +62,7 @@ for f in usr/bin/nanscope usr/bin/nanscope-cli \
   usr/share/icons/hicolor/scalable/apps/nanscope.svg usr/share/icons/hicolor/48x48/apps/nanscope.png \
   usr/share/icons/hicolor/128x128/apps/nanscope.png usr/share/icons/hicolor/256x256/apps/nanscope.png \
   usr/share/man/man1/nanscope.1.gz usr/share/man/man1/nanscope-cli.1.gz \
-  usr/share/bash-completion/completions/nanscope-cli \
+  usr/share/bash-completion/completions/nanscope-cli usr/share/bash-completion/completions/nanscope \
   usr/share/doc/nanscope/copyright usr/share/doc/nanscope/changelog.gz; do
   [ -e "$root/$f" ] || fail "the package lacks $f"
 done
@@ -91,6 +91,16 @@ done
 for s in $subs; do grep -q "\\b$s\\b" "$completion" || fail "the bash completion lacks the subcommand $s"; done
 bash -c "source /usr/share/bash-completion/bash_completion 2>/dev/null; source '$completion'; complete -p nanscope-cli" ||
   fail "the bash completion does not load"
+# The workbench's completion names every option of `nanscope --help`.
+gui_completion=$root/usr/share/bash-completion/completions/nanscope
+gui_words=$(QT_QPA_PLATFORM=offscreen "$root/usr/bin/nanscope" --help | sed -n 's/^  \(-.*\)/\1/p' | sed 's/   .*//' |
+  grep -o -- '-\{1,2\}[a-z][a-z-]*')
+[ -n "$gui_words" ] || fail "no options in nanscope --help"
+for w in $gui_words; do
+  grep -q -- "\\(^\\|[ \"]\\)$w\\([ \")]\\|$\\)" "$gui_completion" || fail "the nanscope completion lacks '$w'"
+done
+bash -c "source /usr/share/bash-completion/bash_completion 2>/dev/null; source '$gui_completion'; complete -p nanscope" ||
+  fail "the nanscope completion does not load"
 
 # A clean environment: no NANSCOPE_* but the kernel cache (compiled programs
 # are keyed by source and device, so the tests' cache is safe to share).

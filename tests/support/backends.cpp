@@ -1,5 +1,7 @@
 #include "support/backends.hpp"
 
+#include <gtest/gtest.h>
+
 #include <memory>
 #include <stdexcept>
 
@@ -37,7 +39,7 @@ Registry& registry() {
         continue;
       }
       if (simulators ? d.kind != DeviceKind::simulator : !is_test_device(d)) continue;
-      reg.opencl.push_back(simulators ? simulators(d) : make_backend(d));
+      reg.opencl.push_back(simulators ? simulators(d) : make_backend(d, test_backend_options()));
       reg.opencl_ptrs.push_back(reg.opencl.back().get());
     }
     return reg;
@@ -45,7 +47,27 @@ Registry& registry() {
   return r;
 }
 
+// Buffers released outside run_case (the failure-mode and bad-input tests)
+// are checked once more when the tests end.
+class GuardCheck final : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    if (!registry_made()) return;
+    for (Backend* b : registry().opencl_ptrs) {
+      for (const auto& v : b->take_guard_violations()) ADD_FAILURE() << "on \"" << b->device().name << "\": " << v;
+    }
+  }
+};
+[[maybe_unused]] ::testing::Environment* const kGuardCheck = ::testing::AddGlobalTestEnvironment(new GuardCheck);
+
 }  // namespace
+
+BackendOptions test_backend_options() {
+  // NANSCOPE_KERNEL_STYLE=gpu (the *_gpu_style CTest entries) forces the GPU kernels, as in the front ends.
+  BackendOptions o = backend_options_from_environment();
+  o.guard_bytes = kTestGuardBytes;
+  return o;
+}
 
 Backend& reference_backend() {
   Registry& r = registry();

@@ -5,6 +5,7 @@
 // test process (an OpenCL context and its compiled programs are expensive) and
 // live until exit.
 
+#include <cstddef>
 #include <functional>
 #include <memory>
 #include <string>
@@ -14,6 +15,15 @@
 #include "backend/device.hpp"
 
 namespace nanscope::test {
+
+// Every OpenCL test backend's buffers carry this many guard bytes after their
+// end (BackendOptions::guard_bytes): run_case() fails a case whose op wrote
+// past the end of a buffer, even within the buffer pool's size-class slack.
+inline constexpr std::size_t kTestGuardBytes = 4096;
+// The options the OpenCL test backends are made with: the environment's (as
+// the front ends read it: NANSCOPE_KERNEL_STYLE=gpu forces the GPU kernels)
+// plus the guard buffers.
+BackendOptions test_backend_options();
 
 Backend& reference_backend();
 // Every OpenCL device found, in enumeration order, except simulators (Oclgrind

@@ -34,7 +34,7 @@ void write_ldm_checkpoint(const fs::path& path, const models::LdmNameMap& names,
   for (const auto& [name, t] : tensors) {
     const auto ref = names.to_ldm(name);
     if (!ref) {
-      throw FileError("cannot write " + path.string() + ": no " + std::string(models::ldm_family_name(names.family())) +
+      throw FileError("cannot write " + path.string() + ": no " + std::string(models::model_family_name(names.family())) +
                       " table row covers the diffusers tensor '" + name + "'");
     }
     switch (ref->transform) {
@@ -60,10 +60,10 @@ void write_ldm_checkpoint(const fs::path& path, const models::LdmNameMap& names,
       whole.data.insert(whole.data.end(), parts[i].second->data.begin(), parts[i].second->data.end());
     out[key] = std::move(whole);
   }
-  if (names.family() == models::LdmFamily::sd2) {
+  if (names.family() == models::ModelFamily::sd2) {
     // Original SD 2.x files carry what the model skips: the last OpenCLIP layer
     // (written as a copy of the one before) and the text projection (identity).
-    const std::string te(models::ldm_component_prefix(models::LdmFamily::sd2, "text_encoder"));
+    const std::string te(models::ldm_component_prefix(models::ModelFamily::sd2, "text_encoder"));
     if (const auto it = out.find(te + "ln_final.weight"); it != out.end()) {
       const std::int64_t h = it->second.shape[0];
       HostTensor eye({h, h}, it->second.dtype);

@@ -252,10 +252,21 @@ OpContext make_context(Backend& backend, const Precision& p, const AttentionConf
 }
 
 HostTensor run_case(Backend& backend, const OpCase& c) {
-  const auto inputs = upload_inputs(backend, c);
-  const Tensor out = c.run(make_context(backend, c.precision, c.attention, "test." + c.op), inputs);
-  backend.synchronize();
-  return backend.download(out);
+  HostTensor result;
+  {
+    const auto inputs = upload_inputs(backend, c);
+    const Tensor out = c.run(make_context(backend, c.precision, c.attention, "test." + c.op), inputs);
+    backend.synchronize();
+    result = backend.download(out);
+  }  // every buffer of the case released: their guards are checked
+  expect_no_guard_violations(backend);
+  return result;
+}
+
+void expect_no_guard_violations(Backend& backend) {
+  for (const auto& v : backend.take_guard_violations()) {
+    ADD_FAILURE() << "on \"" << backend.device().name << "\": " << v;
+  }
 }
 
 const HostTensor& reference_output(const OpCase& c) {
@@ -299,6 +310,29 @@ std::vector<Backend*> all_backends() {
   std::vector<Backend*> out{&reference_backend()};
   for (Backend* b : opencl_backends()) out.push_back(b);
   return out;
+}
+
+void for_each_backend(const std::function<void(Backend&)>& f) {
+  for (Backend* b : all_backends()) {
+    SCOPED_TRACE("device \"" + b->device().name + "\"");
+    f(*b);
+    expect_no_guard_violations(*b);
+  }
+}
+
+Tensor upload_values(Backend& backend, const Shape& shape, const std::vector<float>& values, DType t) {
+  return backend.upload(HostTensor::from_f32(shape, values, t));
+}
+
+std::vector<float> download_values(Backend& backend, const Tensor& t) { return backend.download(t).to_f32(); }
+
+::testing::AssertionResult matches_known(const HostTensor& got, const std::vector<float>& want,
+                                         std::string_view family, const Precision& p) {
+  const HostTensor exact = HostTensor::from_f32(got.shape, want, got.dtype);
+  if (exact.numel() != got.numel()) {
+    return ::testing::AssertionFailure() << "got " << got.numel() << " values, expected " << want.size();
+  }
+  return tensors_close(got, exact, tolerance(family, p, Check::torch));
 }
 
 void for_each_opencl(const std::function<void(Backend&)>& f) {

@@ -82,8 +82,12 @@ std::vector<OpCasePtr> register_cases(std::vector<OpCasePtr> cases);
 using CaseFilter = std::function<std::vector<OpCasePtr>(std::vector<OpCasePtr>)>;
 void set_case_filter(CaseFilter filter);
 
-// Runs a case on a backend: builds and uploads its inputs, runs, downloads.
+// Runs a case on a backend: builds and uploads its inputs, runs, downloads,
+// then fails the test if the op wrote past the end of any buffer (guards:
+// support/backends.hpp).
 HostTensor run_case(Backend& backend, const OpCase& c);
+// Fails the test for every guard violation the backend recorded so far.
+void expect_no_guard_violations(Backend& backend);
 // The reference backend's output (computed once per case).
 const HostTensor& reference_output(const OpCase& c);
 // PyTorch's output for the case (batched, computed once per process).
@@ -98,6 +102,18 @@ void for_each_opencl(const std::function<void(Backend&)>& f);
 // The reference backend followed by every OpenCL backend.
 std::vector<Backend*> all_backends();
 OpContext make_context(Backend& backend, const Precision& p, const AttentionConfig& a = {}, std::string path = "test");
+
+// Known-value tests: small hand-worked cases, run on every backend.
+// for_each_backend runs f on the reference backend and every OpenCL backend
+// (each traced with its device name; the guards are checked after each).
+void for_each_backend(const std::function<void(Backend&)>& f);
+Tensor upload_values(Backend& backend, const Shape& shape, const std::vector<float>& values, DType t = DType::f32);
+std::vector<float> download_values(Backend& backend, const Tensor& t);
+// `got` against values worked out by hand (exact results, rounded once into
+// got's dtype) at the tolerance table's PyTorch cell for the family and
+// precision: the hand-worked values stand where the float64 oracle does.
+::testing::AssertionResult matches_known(const HostTensor& got, const std::vector<float>& want,
+                                         std::string_view family, const Precision& p);
 
 // "1x13x5x7": shapes in case descriptions.
 std::string shape_tag(const Shape& s);

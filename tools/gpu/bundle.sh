@@ -19,7 +19,7 @@ mkdir -p "$out/bin" "$out/lib" "$out/whl"
 # the pipeline suites and the benches.
 bins=(cli/nanscope-cli bench/bench_unet bench/bench_ops)
 for src in tests/ops/test_*.cpp; do bins+=("tests/$(basename "$src" .cpp)"); done
-bins+=(tests/test_opencl_ops tests/test_devices tests/test_device_inspect tests/test_embedded_model
+bins+=(tests/test_devices tests/test_device_inspect tests/test_embedded_model
   tests/test_pipeline tests/test_scenarios tests/test_inspect_pipeline tests/test_faults)
 for b in "${bins[@]}"; do
   strip -o "$out/bin/$(basename "$b")" "$build/$b"

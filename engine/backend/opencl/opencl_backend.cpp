@@ -13,6 +13,7 @@
 #include <mutex>
 #include <set>
 #include <thread>
+#include <utility>
 
 #include "backend/opencl/gemm.hpp"
 #include "backend/opencl/kernel_sources.hpp"
@@ -23,13 +24,35 @@
 
 namespace nanscope::opencl {
 
+// Where guard-buffer checks (BackendOptions::guard_bytes) report: shared with
+// the storages, which may outlive their backend.
+struct GuardLog {
+  std::mutex mu;
+  std::vector<std::string> violations;
+};
+
 namespace {
+
+constexpr unsigned char kGuardByte = 0xA5;
 
 class ClStorage final : public Storage {
  public:
   ClStorage(cl_mem mem, std::size_t bytes, const Backend* owner, std::shared_ptr<BufferPool> pool)
       : mem_(mem), bytes_(bytes), owner_(owner), pool_(std::move(pool)) {}
-  ~ClStorage() override { pool_->release(mem_, std::max<std::size_t>(bytes_, 1)); }
+  // A buffer with `guard` sentinel bytes after its end, checked on release through `queue`.
+  ClStorage(cl_mem mem, std::size_t bytes, const Backend* owner, std::shared_ptr<BufferPool> pool, std::size_t guard,
+            cl_command_queue queue, std::shared_ptr<GuardLog> log, std::string what)
+      : ClStorage(mem, bytes, owner, std::move(pool)) {
+    guard_ = guard;
+    queue_ = queue;
+    log_ = std::move(log);
+    what_ = std::move(what);
+    clRetainCommandQueue(queue_);
+  }
+  ~ClStorage() override {
+    if (guard_) check_guard();
+    pool_->release(mem_, std::max<std::size_t>(bytes_, 1) + guard_);
+  }
   ClStorage(const ClStorage&) = delete;
   ClStorage& operator=(const ClStorage&) = delete;
 
@@ -38,10 +61,40 @@ class ClStorage final : public Storage {
   cl_mem mem() const { return mem_; }
 
  private:
+  // Never throws (a destructor): a failed read is itself recorded.
+  void check_guard() noexcept {
+    std::vector<unsigned char> tail(guard_);
+    const std::size_t at = std::max<std::size_t>(bytes_, 1);
+    const cl_int err = clEnqueueReadBuffer(queue_, mem_, CL_TRUE, at, guard_, tail.data(), 0, nullptr, nullptr);
+    clReleaseCommandQueue(queue_);
+    std::string problem;
+    if (err != CL_SUCCESS) {
+      problem = "its guard could not be read back (" + std::string(cl_status_name(err)) + ")";
+    } else {
+      std::size_t changed = 0, first = guard_;
+      for (std::size_t i = 0; i < guard_; ++i) {
+        if (tail[i] != kGuardByte) {
+          ++changed;
+          first = std::min(first, i);
+        }
+      }
+      if (changed == 0) return;
+      problem = std::to_string(changed) + " of the " + std::to_string(guard_) +
+                " guard bytes after its end were overwritten, the first at byte " + std::to_string(first) +
+                " past the end: an out-of-bounds write";
+    }
+    const std::lock_guard lock(log_->mu);
+    log_->violations.push_back("buffer " + what_ + ": " + problem);
+  }
+
   cl_mem mem_;
   std::size_t bytes_;
   const Backend* owner_;
   std::shared_ptr<BufferPool> pool_;  // outlives the backend while tensors do
+  std::size_t guard_ = 0;
+  cl_command_queue queue_ = nullptr;  // retained while guarded
+  std::shared_ptr<GuardLog> log_;
+  std::string what_;
 };
 
 // What the buffer pool may keep unused: a quarter of the device's memory, at
@@ -140,6 +193,8 @@ OpenClBackend::OpenClBackend(const DeviceInfo& device, const BackendOptions& opt
   if (info_.kind == DeviceKind::simulator) cl_std_ += " -cl-opt-disable";
   profile_ = options.profile;
   fail_allocation_ = options.fail_allocation;
+  guard_bytes_ = options.guard_bytes;
+  guard_log_ = std::make_shared<GuardLog>();
   switch (options.kernel_style) {
     case KernelStyleChoice::cpu: style_ = KernelStyle::cpu; break;
     case KernelStyleChoice::gpu: style_ = KernelStyle::gpu; break;
@@ -188,7 +243,7 @@ Tensor OpenClBackend::empty(const Shape& shape, DType dtype) {
     err = CL_MEM_OBJECT_ALLOCATION_FAILURE;  // injected (BackendOptions::fail_allocation)
   } else {
     // Zero-sized buffers are invalid in OpenCL; a 1-byte buffer stands in for empty tensors.
-    mem = pool_->acquire(std::max<std::size_t>(bytes, 1), err);
+    mem = pool_->acquire(std::max<std::size_t>(bytes, 1) + guard_bytes_, err);
   }
   if (err != CL_SUCCESS) {
     throw ClError("cannot allocate " + what + " on \"" + info_.name + "\" (global memory " +
@@ -196,7 +251,20 @@ Tensor OpenClBackend::empty(const Shape& shape, DType dtype) {
                       " in clCreateBuffer; free memory by using a smaller resolution or batch, or pick another device",
                   err);
   }
-  return Tensor(shape, dtype, std::make_shared<ClStorage>(mem, bytes, this, pool_));
+  if (guard_bytes_ == 0) return Tensor(shape, dtype, std::make_shared<ClStorage>(mem, bytes, this, pool_));
+  const cl_int fill = clEnqueueFillBuffer(queue_, mem, &kGuardByte, 1, std::max<std::size_t>(bytes, 1), guard_bytes_,
+                                          0, nullptr, nullptr);
+  if (fill != CL_SUCCESS) {
+    pool_->release(mem, std::max<std::size_t>(bytes, 1) + guard_bytes_);
+    throw_cl_error(fill, "clEnqueueFillBuffer", "fill the guard after " + what + " on \"" + info_.name + "\"");
+  }
+  return Tensor(shape, dtype,
+                std::make_shared<ClStorage>(mem, bytes, this, pool_, guard_bytes_, queue_, guard_log_, what));
+}
+
+std::vector<std::string> OpenClBackend::take_guard_violations() {
+  const std::lock_guard lock(guard_log_->mu);
+  return std::exchange(guard_log_->violations, {});
 }
 
 std::uint64_t OpenClBackend::allocated_bytes() const { return pool_->in_use_bytes(); }

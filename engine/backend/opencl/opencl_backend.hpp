@@ -35,6 +35,7 @@ struct OpTiming {
 };
 
 class OpenClBackend;
+struct GuardLog;  // opencl_backend.cpp
 // Build options of a program at a precision, where an op builds with more than
 // precision_options() (tuning table, exact-math flags). Register once per
 // program so precompile() builds exactly the variants runs will ask for.
@@ -97,6 +98,7 @@ class OpenClBackend final : public Backend {
   std::vector<KernelBuildRecord> kernel_builds() const override;
   std::string kernel_cache_dir() const override;
   std::vector<std::string> kernel_notes() const override;
+  std::vector<std::string> take_guard_violations() override;
   // Records a fallback (logged once, listed by kernel_notes()).
   void note_fallback(const std::string& note);
 
@@ -138,6 +140,8 @@ class OpenClBackend final : public Backend {
   mutable std::mutex notes_mutex_;
   std::vector<std::string> fallbacks_;                            // note_fallback()
   std::function<bool(std::size_t)> fail_allocation_;              // BackendOptions::fail_allocation
+  std::size_t guard_bytes_ = 0;                                   // BackendOptions::guard_bytes
+  std::shared_ptr<GuardLog> guard_log_;  // shared with the guarded storages
   double inspect_wait_ = 0;                                       // inspect_wait_seconds()
   void wait_for_device();                                         // clFinish, timed into inspect_wait_
   std::vector<std::pair<std::string, cl_event>> pending_events_;  // (op, event) not yet read

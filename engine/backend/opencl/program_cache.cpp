@@ -1,10 +1,12 @@
 #include "backend/opencl/program_cache.hpp"
 
+#include <fcntl.h>
 #include <openssl/evp.h>
 #include <unistd.h>
 
 #include <array>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -12,6 +14,7 @@
 #include <fstream>
 #include <optional>
 #include <system_error>
+#include <utility>
 
 #include "backend/opencl/kernel_sources.hpp"
 #include "core/error.hpp"
@@ -270,16 +273,31 @@ void write_entry(const std::string& path, const Digest& key, const std::vector<u
   std::memcpy(header.data() + 40, &length, 8);
   const Digest sum = sha256(payload.data(), payload.size());
   std::memcpy(header.data() + 48, sum.data(), sum.size());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out.write(reinterpret_cast<const char*>(header.data()), static_cast<std::streamsize>(header.size()));
-    out.write(reinterpret_cast<const char*>(payload.data()), static_cast<std::streamsize>(payload.size()));
-    out.close();
-    if (!out) {
-      std::error_code ec;
-      fs::remove(tmp, ec);
-      throw FileError("cannot write kernel cache entry " + tmp);
+  // POSIX calls rather than a stream, so that the warning can say why (a full
+  // disk, a read-only file system); a failed entry leaves no temporary behind.
+  // (io/atomic_file sits above this layer.)
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const auto fail = [&](const char* step) {
+    const std::string why = std::strerror(errno);
+    if (fd >= 0) ::close(fd);
+    ::unlink(tmp.c_str());
+    throw FileError("cannot write kernel cache entry " + path + " (" + step + "): " + why);
+  };
+  if (fd < 0) fail("create");
+  for (const auto& [data, size] : {std::pair<const unsigned char*, std::size_t>{header.data(), header.size()},
+                                    std::pair<const unsigned char*, std::size_t>{payload.data(), payload.size()}}) {
+    std::size_t done = 0;
+    while (done < size) {
+      const ssize_t n = ::write(fd, data + done, size - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) fail("write");
+      done += static_cast<std::size_t>(n);
     }
+  }
+  if (::close(fd) != 0) {
+    const std::string why = std::strerror(errno);
+    ::unlink(tmp.c_str());
+    throw FileError("cannot write kernel cache entry " + path + " (close): " + why);
   }
   std::error_code ec;
   fs::rename(tmp, path, ec);

@@ -53,7 +53,7 @@ class Store {
 
 // round_dtype(v): one correct round-to-nearest-even from double to the
 // storage dtype (the same result as core's round_to_from_double, checked by
-// tests/test_reference_ops.cpp), done on the double's bits because it runs
+// tests/test_reference_rounding.cpp), done on the double's bits because it runs
 // once per partial sum in native accumulation.
 inline double round_d(DType t, double v) {
   if (t == DType::f32) return static_cast<double>(static_cast<float>(v));

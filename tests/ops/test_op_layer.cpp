@@ -1,0 +1,96 @@
+// The op layer itself, on every backend: errors name the op, the module, the
+// shapes and dtypes and the device; zero-size inputs, dtype mismatches and
+// tensors of another backend are refused; the tracer sees every op.
+
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/error.hpp"
+#include "support/backends.hpp"
+#include "support/op_case.hpp"
+
+namespace nanscope::test {
+namespace {
+
+std::string op_error_message(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const OpError& e) {
+    return e.what();
+  }
+  return "(no OpError thrown)";
+}
+
+TEST(OpLayerErrors, MismatchedShapesNameOpModuleShapesAndDevice) {
+  for_each_backend([](Backend& be) {
+    const OpContext c = make_context(be, {DType::f32}, {}, "unet.mid_block.attentions.0.proj_in");
+    const Tensor a = be.upload(HostTensor({2, 3}, DType::f32));
+    const Tensor b = be.upload(HostTensor({4, 2}, DType::f32));
+    const std::string m = op_error_message([&] { ops::matmul(c, a, b); });
+    for (const std::string& part : {std::string("MATMUL"), std::string("unet.mid_block.attentions.0.proj_in"),
+                                    std::string("a[2,3] f32"), std::string("b[4,2] f32"),
+                                    "\"" + be.device().name + "\""}) {
+      EXPECT_NE(m.find(part), std::string::npos) << "no \"" << part << "\" in: " << m;
+    }
+    const Tensor x = be.upload(HostTensor({1, 6, 2, 2}, DType::f32));
+    const std::string g = op_error_message([&] { ops::group_norm(c, x, 4, nullptr, nullptr, 1e-5f); });
+    for (const char* part : {"GROUP_NORM", "x[1,6,2,2]", "groups=4"}) {
+      EXPECT_NE(g.find(part), std::string::npos) << "no \"" << part << "\" in: " << g;
+    }
+    const std::string bc = op_error_message([&] { ops::add(c, x, upload_values(be, {3}, {1, 2, 3})); });
+    EXPECT_NE(bc.find("ADD"), std::string::npos) << bc;
+    EXPECT_NE(bc.find("cannot broadcast"), std::string::npos) << bc;
+  });
+}
+
+TEST(OpLayerErrors, ZeroSizeDtypeMismatchAndForeignTensorsAreRefused) {
+  for_each_backend([](Backend& be) {
+    const OpContext c = make_context(be, {DType::f32});
+    const std::string z = op_error_message([&] { ops::softmax(c, be.upload(HostTensor({0, 4}, DType::f32))); });
+    for (const char* part : {"SOFTMAX", "x[0,4]", "zero-size"}) {
+      EXPECT_NE(z.find(part), std::string::npos) << "no \"" << part << "\" in: " << z;
+    }
+    const std::string d = op_error_message([&] { ops::silu(c, be.upload(HostTensor({2, 2}, DType::f16))); });
+    for (const char* part : {"SILU", "x[2,2] f16", "precision is f32"}) {
+      EXPECT_NE(d.find(part), std::string::npos) << "no \"" << part << "\" in: " << d;
+    }
+    // A tensor that lives on another backend (another device, or another instance).
+    const std::unique_ptr<Backend> other = make_backend(reference_backend().device());
+    const Tensor foreign = other->upload(HostTensor::from_f32({2}, {1, 2}));
+    const std::string f = op_error_message([&] { ops::scale(c, foreign, 2.0f); });
+    EXPECT_NE(f.find("another device"), std::string::npos) << f;
+  });
+  const OpContext none;  // no backend
+  EXPECT_THROW(ops::silu(none, reference_backend().upload(HostTensor::from_f32({1}, {1}))), OpError);
+}
+
+TEST(OpLayerTracer, SeesEveryOpWithItsInputsAndModulePath) {
+  struct Recorder : OpTracer {
+    std::vector<std::string> names;
+    std::vector<std::size_t> inputs;
+    std::vector<std::string> paths;
+    void on_op(const OpContext& ctx, std::string_view op, std::span<const Tensor* const> in, const Tensor&) override {
+      names.emplace_back(op);
+      inputs.push_back(in.size());
+      paths.push_back(ctx.path);
+    }
+  };
+  for_each_backend([](Backend& be) {
+    Recorder rec;
+    OpContext c = make_context(be, {DType::f32}).child("down_blocks.0");
+    c.tracer = &rec;
+    const Tensor x = upload_values(be, {1, 2}, {1, 2});
+    const Tensor w = upload_values(be, {3, 2}, {1, 0, 0, 1, 1, 1});
+    const Tensor y = ops::linear(c.child("proj"), x, w, nullptr);
+    ops::gelu(c, y);
+    EXPECT_EQ(rec.names, (std::vector<std::string>{"LINEAR", "GELU"}));
+    EXPECT_EQ(rec.inputs, (std::vector<std::size_t>{2, 1}));
+    EXPECT_EQ(rec.paths, (std::vector<std::string>{"test.down_blocks.0.proj", "test.down_blocks.0"}));
+  });
+}
+
+}  // namespace
+}  // namespace nanscope::test
