@@ -154,7 +154,8 @@ state=
 for _ in $(seq 120); do
   state=$(sinfo -h -n "$host" -o %t 2>/dev/null) || true
   [ "$state" = idle ] && break
-  for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null || { show_logs; cannot_start "a Slurm daemon exited"; }; done
+  kill -0 "${pids[1]}" 2>/dev/null || { show_logs; cannot_start "slurmctld exited"; }
+  kill -0 "${pids[2]}" 2>/dev/null || { show_logs; cannot_start "slurmd exited"; }
   sleep 0.5
 done
 [ "$state" = idle ] || { show_logs; cannot_start "node $host is not idle after 60 s (state: ${state:-none})"; }
