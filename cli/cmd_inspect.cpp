@@ -233,6 +233,7 @@ void add_sweep_command(CLI::App& app, const GlobalOptions& g, Action& action) {
     int workers = 1;
     int cell = -1;
     bool merge_only = false;
+    bool count = false;
   };
   auto o = std::make_shared<Opts>();
   CLI::App* cmd = app.add_subcommand(
@@ -243,10 +244,16 @@ void add_sweep_command(CLI::App& app, const GlobalOptions& g, Action& action) {
                   "Run only this cell (0-based): one Slurm array task ($SLURM_ARRAY_TASK_ID) or Kubernetes "
                   "indexed-Job pod ($JOB_COMPLETION_INDEX)");
   cmd->add_flag("--merge", o->merge_only, "Only merge the finished cells' reports into summary.csv / summary.md");
+  cmd->add_flag("--count", o->count,
+                "Only print the number of cells (a job array's size: Slurm --array=0-$((N-1))) and exit");
   cmd->callback([&g, &action, o] {
     action = [&g, o]() -> int {
       const studies::SweepSpec spec = studies::SweepSpec::load(o->spec);
       const int n = static_cast<int>(spec.cells.size());
+      if (o->count) {
+        std::printf("%d\n", n);
+        return 0;
+      }
       if (o->cell >= 0) {
         const bool ran = studies::run_sweep_cell(spec, o->cell);
         std::printf("cell %d (%s): %s\n", o->cell, spec.cells[static_cast<std::size_t>(o->cell)].id.c_str(),

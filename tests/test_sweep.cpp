@@ -58,6 +58,19 @@ TEST(Sweep, ExpandsEveryCombinationIntoNamedCells) {
   EXPECT_THROW(run_sweep_cell(spec, 8), ConfigError);
 }
 
+// `sweep --count` is the job array's size (docs/sweep/README.md: N=$(... --count)):
+// the number alone on stdout, exit 0, nothing run and nothing written.
+TEST(Sweep, CountPrintsTheNumberOfCellsAndNothingElse) {
+  test::TempDir dir;
+  const auto spec = write_spec(dir.path(), R"({
+    "nanscope_sweep": 1, "configs": {"a": [], "b": [], "c": []}, "seeds": [1, 2],
+    "devices": ["reference"], "out": "o"})");
+  const auto r = test::run_process({NANSCOPE_CLI_PATH, "sweep", spec.string(), "--count"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "6\n") << r.err;
+  EXPECT_FALSE(fs::exists(dir.path() / "o"));
+}
+
 TEST(Sweep, FinishedCellsAreSkippedAndTheMergeListsEveryCell) {
   try {
     pipeline::embedded_model_dir();

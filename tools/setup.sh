@@ -5,7 +5,9 @@
 #     (Debian ships it without an /etc/OpenCL/vendors/*.icd file and none is
 #     added here: NaNscope loads its ICD library itself, so other OpenCL
 #     programs on the machine never see it; docs/oclgrind.md), and help2man,
-#     lintian and the AppStream checker for the Debian package)
+#     lintian and the AppStream checker for the Debian package, and munge,
+#     slurmctld, slurmd and the Slurm client commands for the test that runs
+#     the sweep as a Slurm job array on a one-node cluster; tests/slurm/)
 #   - a Python venv at .venv over Debian's PyTorch, with pinned diffusers and
 #     transformers, used only by the test oracles and the model trainer.
 # Usage: tools/setup.sh [--no-python]
@@ -25,6 +27,9 @@ apt_packages=(
   # packaging (packaging/, tools/package.sh, the `package` test): manual pages,
   # and the checks of the .deb, its desktop entry and its AppStream metadata
   help2man dpkg-dev appstream desktop-file-utils lintian
+  # the Slurm test (tests/slurm/test_slurm.sh) starts its own daemons on private
+  # ports and sockets; the packages' services are left alone
+  munge slurmctld slurmd slurm-client
 )
 if [ "$want_python" = 1 ]; then
   apt_packages+=(python3-venv python3-torch python3-numpy libopenblas0-pthread)
