@@ -498,5 +498,47 @@ TEST_F(ReferenceOps, TracerSeesEveryOpWithItsInputs) {
   EXPECT_EQ(rec.paths, (std::vector<std::string>{"test.down_blocks.0.proj", "test.down_blocks.0"}));
 }
 
+// Mixed precision (per-module dtype overrides): an op casts inputs of another
+// dtype to its context's, activations through a traced CAST under the op's
+// module path and weights untraced; without the flag they are an error.
+TEST_F(ReferenceOps, MixedPrecisionCastsInputsToTheModulesDtype) {
+  struct Recorder : OpTracer {
+    std::vector<std::string> names;
+    std::vector<DType> dtypes;
+    void on_op(const OpContext& ctx, std::string_view op, std::span<const Tensor* const> in,
+               const Tensor& out) override {
+      names.emplace_back(op);
+      dtypes.push_back(out.dtype());
+    }
+  } rec;
+  const Tensor x16 = up({1, 2}, {30000, 40000}, DType::f16);
+  const Tensor w16 = up({2, 2}, {1, 1, 1, 1}, DType::f16);
+  OpContext strict = ctx(DType::f32);
+  EXPECT_THROW(ops::linear(strict, x16, w16, nullptr), OpError);
+
+  OpContext up32 = ctx(DType::f32);
+  up32.mixed_precision = true;
+  up32.tracer = &rec;
+  const Tensor y = ops::linear(up32, x16, w16, nullptr);  // 70000: past f16's 65504, fine in f32
+  EXPECT_EQ(y.dtype(), DType::f32);
+  EXPECT_EQ(down(y), (std::vector<float>{70000, 70000}));
+  EXPECT_EQ(rec.names, (std::vector<std::string>{"CAST", "LINEAR"}));  // the weight's cast is not traced
+
+  // Back in an f16 module the value no longer fits: its CAST is where it breaks.
+  OpContext back16 = ctx(DType::f16);
+  back16.mixed_precision = true;
+  back16.tracer = &rec;
+  const Tensor z = ops::scale(back16, y, 0.5f);
+  EXPECT_EQ(z.dtype(), DType::f16);
+  EXPECT_EQ(rec.names.back(), "SCALE");
+  EXPECT_EQ(rec.names[rec.names.size() - 2], "CAST");
+  EXPECT_EQ(rec.dtypes[rec.names.size() - 2], DType::f16);
+  EXPECT_TRUE(std::isinf(down(z)[0]));
+  // Same dtypes: no cast at all.
+  const std::size_t before = rec.names.size();
+  ops::scale(up32, y, 2.0f);
+  EXPECT_EQ(rec.names.size(), before + 1);
+}
+
 }  // namespace
 }  // namespace nanscope
