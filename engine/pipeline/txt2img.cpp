@@ -769,7 +769,8 @@ class Txt2ImgRun {
     LayerRetryReport& lr = report.layer_retry;
     if (!lr.active) return;
     lr.upcast = upcast_;
-    lr.clean = lr.remaining.empty() && !report.cancelled;
+    if (report.cancelled && lr.remaining.empty()) lr.remaining = "the run was cancelled before the retries finished";
+    lr.clean = lr.remaining.empty();
     std::string modules;
     for (const auto& u : lr.upcast) modules += (modules.empty() ? "" : ", ") + u;
     char secs[32];
