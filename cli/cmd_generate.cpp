@@ -172,6 +172,16 @@ int run_generate(const GlobalOptions& g, const GenerateOptions& o) {
                 report.decode_seconds, report.outcome.c_str());
     if (img.nonfinite_pixels > 0) ++failures;
   }
+  // retry-layer-f32: the modules it computed in f32, as settings for the next run.
+  for (auto it = done.rbegin(); it != done.rend(); ++it) {
+    const auto& lr = it->report.layer_retry;
+    if (lr.upcast.empty()) continue;
+    std::string sets;
+    for (const auto& u : lr.upcast) sets += " --set " + u + ".dtype=f32";
+    std::printf("retry-layer-f32 computed %zu module%s in f32; the fix as settings:%s\n", lr.upcast.size(),
+                lr.upcast.size() == 1 ? "" : "s", sets.c_str());
+    break;
+  }
   return failures == 0 ? 0 : 3;
 }
 
@@ -212,7 +222,9 @@ void add_generate_command(CLI::App& app, const GlobalOptions& g, Action& action)
   cmd->add_option("--size", o->size, "Image size WxH (default: the model's)");
   cmd->add_option("--sampler", o->sampler, "euler, euler_a, ddim, dpmpp_2m, dpmpp_2m_karras");
   cmd->add_option("--noise", o->noise, "Noise source: nanscope (same on every device) or torch-cpu (as diffusers)");
-  cmd->add_option("--nan-policy", o->nan_policy, "report, stop, retry-vae-f32 or retry-vae:PATH");
+  cmd->add_option("--nan-policy", o->nan_policy,
+                  "report, stop, retry-vae-f32, retry-vae:PATH or retry-layer-f32 (upcast only the module "
+                  "that broke to f32 and redo that call)");
   cmd->add_option("--set", o->sets, "Any run setting as key=value, e.g. unet.dtype=f16 (repeatable)");
   cmd->add_option("--save-preset", o->save_preset, "Also save the resulting run configuration as a preset");
   cmd->add_option("--dump", o->dump,

@@ -71,6 +71,32 @@ void print_trace(const inspect::LayerTrace& t) {
   }
 }
 
+// nan_policy=retry-layer-f32: each upcast with its origin and time, the set
+// found, and the same fix as --set arguments.
+void print_layer_retry(const pipeline::LayerRetryReport& lr) {
+  if (!lr.active) return;
+  std::printf("\nretry-layer-f32 (limit %d upcast modules per image):\n", lr.limit);
+  for (std::size_t i = 0; i < lr.attempts.size(); ++i) {
+    const auto& a = lr.attempts[i];
+    // The first trace of a failed decode is the inspector's own (inspect.trace): it costs the policy nothing.
+    char trace[48] = "the inspector's trace";
+    if (a.trace_seconds > 0) std::snprintf(trace, sizeof trace, "trace %.3f s", a.trace_seconds);
+    std::printf(
+        "  %zu. %s: %s (%s) broke with %lld non-finite values; computed it in f32, redid the call: %s "
+        "(%s, redo %.3f s)\n",
+        i + 1, a.call.c_str(), a.origin.c_str(), a.origin_op.c_str(), static_cast<long long>(a.nonfinite_before),
+        a.nonfinite_after == 0 ? "clean" : (std::to_string(a.nonfinite_after) + " non-finite left").c_str(), trace,
+        a.redo_seconds);
+  }
+  std::printf("  modules in f32: %zu, retries took %.3f s: %s\n", lr.upcast.size(), lr.seconds(),
+              lr.clean ? "clean" : lr.remaining.c_str());
+  if (!lr.upcast.empty()) {
+    std::string sets;
+    for (const auto& u : lr.upcast) sets += " --set " + u + ".dtype=f32";
+    std::printf("  the fix as settings:%s\n", sets.c_str());
+  }
+}
+
 void print_result(const studies::InspectedRun& run, bool trace, const std::string& note) {
   if (!run.error.empty()) std::printf("error: %s\n\n", run.error.c_str());
   print_steps(run);
@@ -89,6 +115,7 @@ void print_result(const studies::InspectedRun& run, bool trace, const std::strin
       std::printf("first bad step: %d (%s)\n", ri.first_bad_step + 1, ri.first_bad_branch.c_str());
     if (!ri.near_limit_origin.empty()) std::printf("first op near the dtype limit: %s\n", ri.near_limit_origin.c_str());
     if (!run.reports.front().outcome.empty()) std::printf("outcome: %s\n", run.reports.front().outcome.c_str());
+    print_layer_retry(run.reports.front().layer_retry);
   }
 }
 
@@ -102,7 +129,7 @@ void write_json(const std::string& path, const nlohmann::json& j) {
 
 void add_inspect_command(CLI::App& app, const GlobalOptions& g, Action& action) {
   struct Opts {
-    std::string preset, json;
+    std::string preset, json, nan_policy;
     std::vector<std::string> sets;
     bool trace = false;
   };
@@ -112,12 +139,15 @@ void add_inspect_command(CLI::App& app, const GlobalOptions& g, Action& action) 
   cmd->add_option("--preset", o->preset, "Preset JSON file (any preset, e.g. resources/presets/R2.json)")->required();
   cmd->add_option("--set", o->sets, "key=value on top of the preset (repeatable), e.g. --set vae.dtype=f32");
   cmd->add_option("--json", o->json, "Write the JSON report to this file");
+  cmd->add_option("--nan-policy", o->nan_policy,
+                  "report, stop, retry-vae-f32, retry-vae:PATH or retry-layer-f32 (instead of the preset's)");
   cmd->add_flag(
       "--trace", o->trace,
       "Trace every op of the last step's UNet call and of the decode (inspect.trace=always) and print the trace");
   cmd->callback([&g, &action, o] {
     action = [&g, o]() -> int {
       RunConfig config = load_preset(o->preset);
+      if (!o->nan_policy.empty()) config.set("nan_policy", o->nan_policy);
       for (const auto& s : o->sets) config.set(s);
       if (o->trace) config.set("inspect.trace", "always");
       if (config.device.empty()) config.device = device_pin(g);

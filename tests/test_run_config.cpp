@@ -13,6 +13,7 @@
 #include <sstream>
 #include <string>
 
+#include "config/inspect_settings.hpp"
 #include "config/module_pattern.hpp"
 #include "config/preset.hpp"
 #include "config/run_config.hpp"
@@ -117,6 +118,21 @@ TEST(RunConfig, SetStoresEveryKey) {
   EXPECT_EQ(d.image_seeds(), (std::vector<std::uint64_t>{7, 8, 9}));
 }
 
+TEST(RunConfig, NanPoliciesRoundTripThroughTheirNames) {
+  for (const char* name : {"report", "stop", "retry-vae-f32", "retry-vae:/models/vae-fp16-fix", "retry-layer-f32"}) {
+    const auto p = NanPolicy::parse(name);
+    ASSERT_TRUE(p) << name;
+    EXPECT_EQ(p->to_string(), name);
+  }
+  EXPECT_EQ(NanPolicy::parse("retry-layer-f32")->kind, NanPolicy::Kind::retry_layer_f32);
+  EXPECT_FALSE(NanPolicy::parse("retry-layer"));
+  RunConfig c;
+  c.set("nan_policy", "retry-layer-f32");
+  c.set("inspect.layer_retry_limit", "5");
+  EXPECT_EQ(inspect_settings(c.inspect).layer_retry_limit, 5);
+  EXPECT_EQ(inspect_settings(RunConfig{}.inspect).layer_retry_limit, 8);
+}
+
 TEST(RunConfig, SetErrorsNameTheKeyAndTheAllowedValues) {
   RunConfig c;
   auto err = [&c](const std::string& k, const std::string& v) { return error_of<ConfigError>([&] { c.set(k, v); }); };
@@ -201,6 +217,11 @@ TEST(RunConfig, MostSpecificOverrideWinsPerFieldAndLaterWinsTies) {
             (Precision{DType::f16, Accumulate::native, SoftmaxPrecision::f32}));
   EXPECT_EQ(c.resolve(Component::unet, ""), (Precision{DType::f16, Accumulate::native, SoftmaxPrecision::f32}));
   EXPECT_EQ(c.resolve_attention(Component::unet, attn1), (AttentionConfig{AttentionImpl::sliced, 8}));
+  // The dtype an override sets (the module computes in it), and only where one does.
+  EXPECT_EQ(c.override_dtype(Component::unet, attn1 + ".to_q"), DType::f32);
+  EXPECT_EQ(c.override_dtype(Component::unet, "up_blocks.1.resnets.0.conv1"), std::nullopt);
+  EXPECT_TRUE(c.has_dtype_overrides(Component::unet));
+  EXPECT_FALSE(c.has_dtype_overrides(Component::vae));
   EXPECT_EQ(c.resolve_attention(Component::unet, "mid_block.attentions.0.transformer_blocks.0.attn1"),
             (AttentionConfig{AttentionImpl::bmm, 1}));
   // Overrides of one component never reach another.

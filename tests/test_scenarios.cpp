@@ -7,8 +7,10 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 
 #include "backend/device.hpp"
+#include "config/module_pattern.hpp"
 #include "config/preset.hpp"
 #include "core/error.hpp"
 #include "core/version.hpp"
@@ -40,6 +42,13 @@ ScenarioOptions quick(const fs::path& work) {
   return o;
 }
 
+// The VAE modules retry-layer-f32 computes in f32 for R2, in the order the
+// traces name them: the conv whose output overflows f16, then the norm that
+// output flows into (casting it back to f16 overflowed there; the norm's own
+// output is small again).
+const std::vector<std::string> R2_UPCAST = {"vae.decoder.up_blocks.2.resnets.0.conv1",
+                                            "vae.decoder.up_blocks.2.resnets.0.norm2"};
+
 TEST(Scenarios, ListNamesTheFiveReportsAndTheirPresetsExist) {
   ASSERT_EQ(scenarios().size(), 5u);
   const char* ids[] = {"R0", "R1", "R2", "R3", "R4"};
@@ -51,6 +60,7 @@ TEST(Scenarios, ListNamesTheFiveReportsAndTheirPresetsExist) {
     EXPECT_NO_THROW(load_preset(presets_dir() / scenarios()[i].fixed_preset)) << scenarios()[i].fixed_preset;
   }
   EXPECT_NO_THROW(load_preset(presets_dir() / "R2-retry.json"));
+  EXPECT_EQ(load_preset(presets_dir() / "R2-layer-retry.json").nan_policy.kind, NanPolicy::Kind::retry_layer_f32);
   EXPECT_EQ(find_scenario("r2"), &scenarios()[2]);
   EXPECT_EQ(find_scenario("R9"), nullptr);
 }
@@ -110,6 +120,175 @@ TEST(Scenarios, R2TheF16VaeOverflowsAtItsScaledConvAndBothFixesAreClean) {
   EXPECT_EQ(r.verdict, Verdict::clean) << r.summary;
   EXPECT_NE(r.summary.find("recovered"), std::string::npos) << r.summary;
   EXPECT_EQ(r.report["decodes"].size(), 2u);
+}
+
+// retry-layer-f32 on a scenario: the policy and a trace of the clean call (inspect.trace=always).
+ScenarioRun run_layer_retry(const char* id, const fs::path& work, std::vector<std::string> extra = {}) {
+  ScenarioOptions o = quick(work);
+  o.sets.insert(o.sets.end(), {"nan_policy=retry-layer-f32", "inspect.trace=always"});
+  o.sets.insert(o.sets.end(), extra.begin(), extra.end());
+  return run_scenario(*find_scenario(id), false, o);
+}
+
+bool upcast_by(const std::vector<std::string>& patterns, const std::string& module) {
+  for (const auto& p : patterns)
+    if (ModulePattern::parse(p).matches(module)) return true;
+  return false;
+}
+
+// Every op of a trace computes in f32 when one of `patterns` covers its module
+// and in `rest` otherwise; both kinds occur. CAST ops carry a value into the
+// next module's dtype, so they follow the same rule.
+void expect_only_upcast_modules_in_f32(const LayerTrace& t, const std::vector<std::string>& patterns, DType rest) {
+  int upcast = 0, kept = 0;
+  for (const auto& op : t.ops) {
+    const bool up = upcast_by(patterns, op.full_path());
+    (up ? upcast : kept) += 1;
+    EXPECT_EQ(dtype_name(op.dtype), dtype_name(up ? DType::f32 : rest))
+        << t.call << " op " << op.index << " " << op.full_path() << " " << op.op;
+  }
+  EXPECT_GT(upcast, 0) << t.call;
+  EXPECT_GT(kept, upcast) << t.call;
+}
+
+TEST(Scenarios, R1WithRetryLayerF32UpcastsOnlyTheBrokenAttentionAndComesOutClean) {
+  REQUIRE_EMBEDDED_MODEL();
+  test::TempDir work;
+  const ScenarioRun r = run_layer_retry("R1", work.path());
+  const InspectedRun& run = r.run;
+  ASSERT_EQ(run.reports.size(), 1u);
+  const pipeline::LayerRetryReport& lr = run.reports[0].layer_retry;
+  EXPECT_EQ(run.verdict, Verdict::clean) << run.summary;
+  EXPECT_TRUE(lr.active);
+  EXPECT_TRUE(lr.clean) << lr.remaining;
+  // Only the stressed self-attention was upcast, found in the UNet call of step 1 and redone there.
+  EXPECT_EQ(lr.upcast, std::vector<std::string>{"unet.mid_block.attentions.0.transformer_blocks.0.attn1"});
+  ASSERT_EQ(lr.attempts.size(), 1u);
+  EXPECT_EQ(lr.attempts[0].call, "unet step 1");
+  EXPECT_EQ(lr.attempts[0].origin_op, "ATTENTION");
+  EXPECT_GT(lr.attempts[0].nonfinite_before, 0);
+  EXPECT_EQ(lr.attempts[0].nonfinite_after, 0);
+  EXPECT_GT(lr.attempts[0].redo_seconds, 0.0);
+  // The run was not restarted: each step ran once, and none went non-finite.
+  EXPECT_EQ(run.steps.size(), 8u);
+  for (const auto& s : run.steps) EXPECT_EQ(s.noise_cond.nonfinite(), 0) << "step " << s.index + 1;
+  // The last step's trace (inspect.trace=always): attn1 in f32, the rest of the UNet in f16.
+  const auto& traces = run.reports[0].inspection.traces;
+  ASSERT_GE(traces.size(), 2u);
+  EXPECT_EQ(traces.front().call, "unet step 1");  // the trace that named the origin
+  EXPECT_EQ(traces.front().origin_op()->full_path(), lr.upcast[0]);
+  const LayerTrace* last = nullptr;
+  for (const auto& t : traces)
+    if (t.call == "unet step 8") last = &t;
+  ASSERT_NE(last, nullptr);
+  EXPECT_EQ(last->origin, -1);
+  expect_only_upcast_modules_in_f32(*last, lr.upcast, DType::f16);
+  // The report says it; the overrides are ready to apply.
+  const auto& j = run.report["layer_retry"];
+  EXPECT_TRUE(j["clean"].get<bool>());
+  EXPECT_EQ(j["overrides"],
+            nlohmann::json::parse(
+                R"([{"pattern": "unet.mid_block.attentions.0.transformer_blocks.0.attn1", "dtype": "f32"}])"));
+  EXPECT_NE(run.reports[0].outcome.find("retry-layer-f32 computed 1 module in f32"), std::string::npos)
+      << run.reports[0].outcome;
+  // The overrides alone (no policy) make the same run clean from the first step.
+  ScenarioOptions o = quick(work.path());
+  o.sets.push_back(lr.upcast[0] + ".dtype=f32");
+  const ScenarioRun fixed = run_scenario(*find_scenario("R1"), false, o);
+  EXPECT_EQ(fixed.run.verdict, Verdict::clean) << fixed.run.summary;
+  EXPECT_TRUE(fixed.run.reports.at(0).inspection.traces.empty());
+}
+
+TEST(Scenarios, R2WithRetryLayerF32UpcastsOnlyTheVaeModulesThatBreakAndComesOutClean) {
+  REQUIRE_EMBEDDED_MODEL();
+  test::TempDir work;
+  const ScenarioRun r = run_layer_retry("R2", work.path());
+  const InspectedRun& run = r.run;
+  ASSERT_EQ(run.reports.size(), 1u);
+  const pipeline::RunReport& rep = run.reports[0];
+  const pipeline::LayerRetryReport& lr = rep.layer_retry;
+  EXPECT_EQ(run.verdict, Verdict::clean) << run.summary;
+  EXPECT_TRUE(lr.clean) << lr.remaining;
+  ASSERT_FALSE(lr.upcast.empty());
+  // The first module is the conv the trace names; each later one is the next origin of the redone decode.
+  EXPECT_EQ(lr.upcast[0], "vae.decoder.up_blocks.2.resnets.0.conv1");
+  EXPECT_EQ(lr.upcast, R2_UPCAST);
+  ASSERT_EQ(lr.attempts.size(), lr.upcast.size());
+  for (std::size_t i = 0; i < lr.attempts.size(); ++i) {
+    EXPECT_EQ(lr.attempts[i].call, "vae decode");
+    EXPECT_EQ(lr.attempts[i].upcast, lr.upcast[i]);
+    EXPECT_EQ(lr.attempts[i].nonfinite_after == 0, i + 1 == lr.attempts.size());
+  }
+  // Sampling ran once; only the decode was redone, from the kept latent.
+  EXPECT_EQ(run.steps.size(), 8u);
+  ASSERT_EQ(rep.decodes.size(), 1 + lr.attempts.size());
+  EXPECT_GT(rep.decodes.front().nonfinite, 0);
+  EXPECT_EQ(rep.decodes.back().nonfinite, 0);
+  for (const auto& d : rep.decodes) EXPECT_EQ(d.dtype, DType::f16);  // the VAE stays f16
+  // The clean decode's trace: the upcast modules in f32, the rest of the VAE in f16.
+  const LayerTrace& last = rep.inspection.traces.back();
+  EXPECT_EQ(last.call, "vae decode");
+  EXPECT_EQ(last.origin, -1);
+  expect_only_upcast_modules_in_f32(last, lr.upcast, DType::f16);
+  // The UNet keeps its f32: its last-step trace has no f16 op and no upcast.
+  for (const auto& t : rep.inspection.traces) {
+    if (t.call.rfind("unet", 0) != 0) continue;
+    for (const auto& op : t.ops) EXPECT_EQ(op.dtype, DType::f32) << op.full_path();
+  }
+  EXPECT_EQ(run.report["layer_retry"]["upcast"], nlohmann::json(lr.upcast));
+  EXPECT_EQ(run.report["layer_retry"]["attempts"].size(), lr.attempts.size());
+  EXPECT_NE(run.summary.find("recovered by retry-layer-f32"), std::string::npos) << run.summary;
+}
+
+TEST(Scenarios, RetryLayerF32StopsAtTheLimitAndSaysWhatIsStillBroken) {
+  REQUIRE_EMBEDDED_MODEL();
+  test::TempDir work;
+  const ScenarioRun none = run_layer_retry("R2", work.path(), {"inspect.layer_retry_limit=0"});
+  const pipeline::LayerRetryReport& lr0 = none.run.reports.at(0).layer_retry;
+  EXPECT_EQ(none.run.verdict, Verdict::non_finite) << none.run.summary;
+  EXPECT_TRUE(lr0.active);
+  EXPECT_FALSE(lr0.clean);
+  EXPECT_TRUE(lr0.limit_reached);
+  EXPECT_TRUE(lr0.upcast.empty());
+  EXPECT_NE(lr0.remaining.find("vae decode still gives"), std::string::npos) << lr0.remaining;
+  EXPECT_NE(lr0.remaining.find("inspect.layer_retry_limit"), std::string::npos) << lr0.remaining;
+  EXPECT_NE(none.run.summary.find("did not recover"), std::string::npos) << none.run.summary;
+  EXPECT_EQ(none.run.report["layer_retry"]["limit_reached"], true);
+
+  const ScenarioRun one = run_layer_retry("R2", work.path(), {"inspect.layer_retry_limit=1"});
+  const pipeline::LayerRetryReport& lr1 = one.run.reports.at(0).layer_retry;
+  ASSERT_EQ(lr1.upcast.size(), 1u);
+  EXPECT_EQ(lr1.upcast[0], "vae.decoder.up_blocks.2.resnets.0.conv1");
+  EXPECT_EQ(lr1.clean, R2_UPCAST.size() == 1);
+  EXPECT_EQ(lr1.limit_reached, R2_UPCAST.size() > 1);
+}
+
+TEST(Scenarios, R2WithRetryLayerF32FromTheCommandLine) {
+  REQUIRE_EMBEDDED_MODEL();
+  test::TempDir work;
+  const fs::path json = work.path() / "r2.json", png = work.path() / "r2.png";
+  const std::string preset = (presets_dir() / "R2.json").string();
+  const auto r = test::run_process({NANSCOPE_CLI_PATH, "inspect", "--preset", preset, "--set", "steps=8",
+                                    "--nan-policy", "retry-layer-f32", "--json", json.string()});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("verdict: clean"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("retry-layer-f32 (limit 8 upcast modules per image):"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("1. vae decode: vae.decoder.up_blocks.2.resnets.0.conv1 (CONV2D) broke"), std::string::npos)
+      << r.out;
+  std::string sets;
+  for (const auto& u : R2_UPCAST) sets += " --set " + u + ".dtype=f32";
+  EXPECT_NE(r.out.find("the fix as settings:" + sets + "\n"), std::string::npos) << r.out;
+  const nlohmann::json j = nlohmann::json::parse(std::ifstream(json));
+  EXPECT_EQ(j["verdict"], "clean");
+  EXPECT_EQ(j["layer_retry"]["clean"], true);
+  EXPECT_EQ(j["layer_retry"]["upcast"], nlohmann::json(R2_UPCAST));
+  EXPECT_EQ(j["config"]["nan_policy"], "retry-layer-f32");
+
+  const auto g = test::run_process({NANSCOPE_CLI_PATH, "generate", "--preset", preset, "--steps", "8", "--nan-policy",
+                                    "retry-layer-f32", "-o", png.string()});
+  ASSERT_EQ(g.exit_code, 0) << g.err;
+  EXPECT_NE(g.out.find("retry-layer-f32 computed " + std::to_string(R2_UPCAST.size())), std::string::npos) << g.out;
+  EXPECT_NE(g.out.find("the fix as settings:" + sets + "\n"), std::string::npos) << g.out;
 }
 
 TEST(Scenarios, R3AMissingPinnedDeviceIsReportedWithTheDeviceList) {

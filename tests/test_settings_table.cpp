@@ -221,8 +221,8 @@ TEST(SettingsTable, InspectorSettingsAreRowsCheckedOnSetAndOnRead) {
   EXPECT_EQ(s.stats_every, 4);
 }
 
-// The setting that shows a new key is one row: nothing uses it yet, but it is
-// checked, stored in presets and listed.
+// A key is one row: checked, stored in presets and listed (the retry-layer-f32
+// NaN policy reads this one through inspect_settings).
 TEST(SettingsTable, LayerRetryLimitIsOneRow) {
   const Setting& row = setting("inspect.layer_retry_limit");
   EXPECT_EQ(row.type, SettingType::integer);

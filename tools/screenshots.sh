@@ -36,6 +36,8 @@ for id in R0 R1 R2 R3 R4; do
   shoot "scenario-$id-fixed" --scenario "$id" --fixed
 done
 shoot scenario-R1-trace --scenario R1 --panel trace
+# R2 with nan_policy=retry-layer-f32: only the VAE modules that broke in f32, and the "Apply this fix" offer.
+shoot scenario-R2-layer-retry --preset resources/presets/R2-layer-retry.json
 # A/B: the same seed with the UNet in f16 (B) against f32 (A).
 shoot ab-unet-f16 --preset "$preset_dir/default.json" --ab "unet.dtype=f16"
 echo "screenshots: written to $out/"

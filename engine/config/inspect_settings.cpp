@@ -33,6 +33,7 @@ inspect::InspectSettings inspect_settings(const nlohmann::json& inspect) {
                               : inspect::TraceMode::automatic;
   s.decode_every = value(inspect, "decode_every").get<int>();
   s.stats_every = value(inspect, "stats_every").get<int>();
+  s.layer_retry_limit = value(inspect, "layer_retry_limit").get<int>();
   return s;
 }
 

@@ -136,6 +136,7 @@ std::string NanPolicy::to_string() const {
     case Kind::stop: return "stop";
     case Kind::retry_vae_f32: return "retry-vae-f32";
     case Kind::retry_vae: return "retry-vae:" + vae_path;
+    case Kind::retry_layer_f32: return "retry-layer-f32";
   }
   return "?";
 }
@@ -144,6 +145,7 @@ std::optional<NanPolicy> NanPolicy::parse(std::string_view s) {
   if (s == "report") return NanPolicy{Kind::report, {}};
   if (s == "stop") return NanPolicy{Kind::stop, {}};
   if (s == "retry-vae-f32") return NanPolicy{Kind::retry_vae_f32, {}};
+  if (s == "retry-layer-f32") return NanPolicy{Kind::retry_layer_f32, {}};
   constexpr std::string_view prefix = "retry-vae:";
   if (s.size() > prefix.size() && s.substr(0, prefix.size()) == prefix) {
     return NanPolicy{Kind::retry_vae, std::string(s.substr(prefix.size()))};
@@ -159,6 +161,20 @@ Precision RunConfig::resolve(Component c, std::string_view module_path) const {
     if (o.softmax) p.softmax = *o.softmax;
   });
   return p;
+}
+
+std::optional<DType> RunConfig::override_dtype(Component c, std::string_view module_path) const {
+  std::optional<DType> d;
+  for_matching_overrides(*this, c, module_path, [&d](const PrecisionOverride& o) {
+    if (o.dtype) d = *o.dtype;
+  });
+  return d;
+}
+
+bool RunConfig::has_dtype_overrides(Component c) const {
+  return std::any_of(overrides.begin(), overrides.end(), [c](const PrecisionOverride& o) {
+    return o.dtype && ModulePattern::parse(o.pattern).component() == component_name(c);
+  });
 }
 
 AttentionConfig RunConfig::resolve_attention(Component c, std::string_view module_path) const {

@@ -62,7 +62,11 @@ std::optional<TorchCpuKernel> parse_torch_cpu_kernel(std::string_view s);
 
 // What to do when the decoded image (or a step) holds non-finite values.
 struct NanPolicy {
-  enum class Kind : std::uint8_t { report, stop, retry_vae_f32, retry_vae };
+  // retry_layer_f32: when a UNet call or the decode goes non-finite, trace it,
+  // upcast the module of the op that broke to f32 (a per-module dtype
+  // override), redo that call alone, and repeat until it is clean or
+  // inspect.layer_retry_limit modules were upcast.
+  enum class Kind : std::uint8_t { report, stop, retry_vae_f32, retry_vae, retry_layer_f32 };
   Kind kind = Kind::report;
   std::string vae_path;  // retry_vae only: the VAE to decode with on the retry
 
@@ -125,6 +129,11 @@ struct RunConfig {
   // transformer_blocks.0.attn1"; "" for the component itself).
   Precision resolve(Component c, std::string_view module_path) const;
   AttentionConfig resolve_attention(Component c, std::string_view module_path) const;
+  // The dtype the most specific override matching the module sets, if any
+  // sets one (the module then computes in it: ops cast their inputs).
+  std::optional<DType> override_dtype(Component c, std::string_view module_path) const;
+  // Whether any override of component c sets a dtype.
+  bool has_dtype_overrides(Component c) const;
 
   // One key of the grammar above. Throws ConfigError naming the key and the
   // allowed values; a failed set() changes nothing.

@@ -403,10 +403,12 @@ std::vector<Setting> build_table() {
   Setting policy{.key = "nan_policy",
                  .type = SettingType::choice,
                  .default_value = "report",
-                 .choices = {"report", "stop", "retry-vae-f32", "retry-vae:PATH"},
+                 .choices = {"report", "stop", "retry-vae-f32", "retry-vae:PATH", "retry-layer-f32"},
                  .help =
                      "When the latent or the decoded image holds NaN or Inf: report it and keep going, stop at "
-                     "the first non-finite step, decode again in f32, or decode again with the VAE at PATH"};
+                     "the first non-finite step, decode again in f32, decode again with the VAE at PATH, or upcast "
+                     "only the module that broke to f32 and redo the failed UNet call or decode (repeated for each "
+                     "module that breaks, up to inspect.layer_retry_limit)"};
   policy.get = [](const RunConfig& c) { return json(c.nan_policy.to_string()); };
   policy.put = [](RunConfig& c, const json& v) { c.nan_policy = *NanPolicy::parse(v.get<std::string>()); };
   policy.canonical = [](std::string_view s) -> std::optional<std::string> {
@@ -464,9 +466,9 @@ std::vector<Setting> build_table() {
                          .default_value = "8",
                          .min = 0,
                          .max = 64,
-                         .help = "How many layers the retry-layer-f32 NaN policy may upcast before it gives up. "
-                                 "Used by the retry-layer-f32 NaN policy, which this version does not have yet: "
-                                 "the value is only checked and stored"}));
+                         .help = "How many modules the retry-layer-f32 NaN policy may upcast to f32 in one image "
+                                 "(each one a redo of the failed UNet call or decode) before it gives up and "
+                                 "reports what is still broken; 0: never upcast"}));
   return t;
 }
 

@@ -44,6 +44,8 @@ struct InspectSettings {
   // image is still checked; nan_policy=stop and the first bad step then see
   // only the steps with statistics).
   int stats_every = 1;
+  // nan_policy=retry-layer-f32: how many modules it may upcast per image.
+  int layer_retry_limit = 8;
 };
 
 class R0Emulator final : public FaultEmulator {

@@ -8,6 +8,7 @@ namespace nanscope::ops {
 namespace {
 
 Tensor unary(const OpContext& ctx, std::string_view op, const Tensor& x, UnaryOp kind, float param) {
+  if (detail::needs_conform(ctx, {&x})) return unary(ctx, op, detail::conform(ctx, x), kind, param);
   const detail::OpCall call(ctx, op, {{"x", &x}});
   call.check_tensor("x", x);
   call.check_rank("x", x, 1, 1 << 20);
@@ -34,6 +35,7 @@ Tensor scale(const OpContext& ctx, const Tensor& x, float factor) {
 }
 
 Tensor geglu(const OpContext& ctx, const Tensor& x) {
+  if (detail::needs_conform(ctx, {&x})) return geglu(ctx, detail::conform(ctx, x));
   const detail::OpCall call(ctx, "GEGLU", {{"x", &x}});
   call.check_tensor("x", x);
   call.check_rank("x", x, 1, 1 << 20);

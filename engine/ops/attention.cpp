@@ -7,6 +7,10 @@ namespace nanscope::ops {
 
 Tensor attention(const OpContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v, int heads, float scale,
                  bool causal) {
+  if (detail::needs_conform(ctx, {&q, &k, &v})) {
+    return attention(ctx, detail::conform(ctx, q), detail::conform(ctx, k), detail::conform(ctx, v), heads, scale,
+                     causal);
+  }
   const detail::OpCall call(ctx, "ATTENTION", {{"q", &q}, {"k", &k}, {"v", &v}});
   call.check_tensor("q", q);
   call.check_tensor("k", k);

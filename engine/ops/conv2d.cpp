@@ -7,6 +7,11 @@ namespace nanscope::ops {
 
 Tensor conv2d(const OpContext& ctx, const Tensor& x, const Tensor& weight, const Tensor* bias, int stride,
               int padding) {
+  if (detail::needs_conform(ctx, {&x, &weight, bias})) {
+    const Tensor b = detail::conform_optional(ctx, bias, false);
+    return conv2d(ctx, detail::conform(ctx, x), detail::conform(ctx, weight, false), detail::optional_arg(b), stride,
+                  padding);
+  }
   const detail::OpCall call(ctx, "CONV2D", {{"x", &x}, {"weight", &weight}, {"bias", bias}});
   call.check_tensor("x", x);
   call.check_tensor("weight", weight);

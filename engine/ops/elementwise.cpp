@@ -14,6 +14,9 @@ namespace nanscope::ops {
 namespace {
 
 Tensor binary(const OpContext& ctx, std::string_view op, const Tensor& a, const Tensor& b, BinaryOp kind) {
+  if (detail::needs_conform(ctx, {&a, &b})) {
+    return binary(ctx, op, detail::conform(ctx, a), detail::conform(ctx, b), kind);
+  }
   const detail::OpCall call(ctx, op, {{"a", &a}, {"b", &b}});
   call.check_tensor("a", a);
   call.check_tensor("b", b);

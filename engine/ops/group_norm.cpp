@@ -7,6 +7,10 @@ namespace nanscope::ops {
 
 Tensor group_norm(const OpContext& ctx, const Tensor& x, int groups, const Tensor* gamma, const Tensor* beta,
                   float eps) {
+  if (detail::needs_conform(ctx, {&x, gamma, beta})) {
+    const Tensor g = detail::conform_optional(ctx, gamma, false), b = detail::conform_optional(ctx, beta, false);
+    return group_norm(ctx, detail::conform(ctx, x), groups, detail::optional_arg(g), detail::optional_arg(b), eps);
+  }
   const detail::OpCall call(ctx, "GROUP_NORM", {{"x", &x}, {"gamma", gamma}, {"beta", beta}});
   call.check_tensor("x", x);
   call.check_rank("x", x, 2, 1 << 20);

@@ -8,6 +8,10 @@ namespace nanscope::ops {
 using detail::OpCall;
 
 Tensor matmul(const OpContext& ctx, const Tensor& a, const Tensor& b, bool trans_b, float alpha, const Tensor* bias) {
+  if (detail::needs_conform(ctx, {&a, &b, bias})) {
+    const Tensor c = detail::conform_optional(ctx, bias, false);
+    return matmul(ctx, detail::conform(ctx, a), detail::conform(ctx, b), trans_b, alpha, detail::optional_arg(c));
+  }
   const OpCall call(ctx, "MATMUL", {{"a", &a}, {"b", &b}, {"bias", bias}});
   call.check_tensor("a", a);
   call.check_tensor("b", b);
@@ -37,6 +41,10 @@ Tensor matmul(const OpContext& ctx, const Tensor& a, const Tensor& b, bool trans
 }
 
 Tensor linear(const OpContext& ctx, const Tensor& x, const Tensor& weight, const Tensor* bias) {
+  if (detail::needs_conform(ctx, {&x, &weight, bias})) {
+    const Tensor b = detail::conform_optional(ctx, bias, false);
+    return linear(ctx, detail::conform(ctx, x), detail::conform(ctx, weight, false), detail::optional_arg(b));
+  }
   const OpCall call(ctx, "LINEAR", {{"x", &x}, {"weight", &weight}, {"bias", bias}});
   call.check_tensor("x", x);
   call.check_tensor("weight", weight);

@@ -39,6 +39,11 @@ struct OpContext {
   const PrecisionPolicy* policy = nullptr;  // when set, child() re-resolves precision for the child's path
   FaultEmulator* faults = nullptr;          // the inspector's fault emulation; null: real numerics, untouched
   const CancelProbe* cancel = nullptr;      // when set and cancelled, the next op throws Cancelled
+  // Per-module dtype overrides are in effect: an op whose inputs have another
+  // dtype than precision.dtype casts them to it first (activations through the
+  // traced CAST op, weights untraced), so each module computes in its own
+  // dtype. Off: an input of another dtype is an error.
+  bool mixed_precision = false;
 
   // The same context for a child module: path + "." + name.
   OpContext child(std::string_view name) const;

@@ -2,6 +2,8 @@
 
 #include <new>
 
+#include "ops/ops.hpp"
+
 namespace nanscope::ops::detail {
 
 void OpCall::fail(std::string_view what) const { throw OpError(format_op_message(ctx_, op_, tensors_, what)); }
@@ -98,6 +100,26 @@ int normalize_dim(const OpCall& call, int dim, int rank) {
   call.require(d >= 0 && d < rank,
                "dimension " + std::to_string(dim) + " is out of range for rank " + std::to_string(rank));
   return d;
+}
+
+bool needs_conform(const OpContext& ctx, std::initializer_list<const Tensor*> inputs) {
+  if (!ctx.mixed_precision) return false;
+  for (const Tensor* t : inputs) {
+    if (t != nullptr && t->defined() && t->dtype() != ctx.precision.dtype) return true;
+  }
+  return false;
+}
+
+Tensor conform(const OpContext& ctx, const Tensor& t, bool traced) {
+  if (!t.defined() || t.dtype() == ctx.precision.dtype) return t;
+  if (traced) return cast(ctx, t, ctx.precision.dtype);
+  OpContext quiet = ctx;
+  quiet.tracer = nullptr;
+  return cast(quiet, t, ctx.precision.dtype);
+}
+
+Tensor conform_optional(const OpContext& ctx, const Tensor* t, bool traced) {
+  return t == nullptr ? Tensor() : conform(ctx, *t, traced);
 }
 
 }  // namespace nanscope::ops::detail

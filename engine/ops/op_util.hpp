@@ -72,6 +72,18 @@ class OpCall {
   std::vector<std::pair<std::string_view, const Tensor*>> tensors_;
 };
 
+// Mixed precision (OpContext::mixed_precision): whether any defined input has
+// another dtype than ctx.precision.dtype, and the input in that dtype. An op
+// that needs it calls itself again with the conformed inputs. `traced`: the
+// cast is a CAST op in the layer trace (activations: where a value stops
+// fitting its module's dtype shows there); weights are cast untraced.
+bool needs_conform(const OpContext& ctx, std::initializer_list<const Tensor*> inputs);
+Tensor conform(const OpContext& ctx, const Tensor& t, bool traced = true);
+// As above; an undefined tensor for a null `t`.
+Tensor conform_optional(const OpContext& ctx, const Tensor* t, bool traced);
+// &t when `t` is defined, else null (the optional argument of the op's second call).
+inline const Tensor* optional_arg(const Tensor& t) { return t.defined() ? &t : nullptr; }
+
 // op_message for a list built at run time (op_context.cpp).
 std::string format_op_message(const OpContext& ctx, std::string_view op,
                               std::span<const std::pair<std::string_view, const Tensor*>> tensors,

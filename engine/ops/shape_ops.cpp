@@ -12,6 +12,13 @@ namespace nanscope::ops {
 using detail::OpCall;
 
 Tensor concat(const OpContext& ctx, std::span<const Tensor> parts, int dim) {
+  if (ctx.mixed_precision && std::any_of(parts.begin(), parts.end(), [&ctx](const Tensor& p) {
+        return p.defined() && p.dtype() != ctx.precision.dtype;
+      })) {
+    std::vector<Tensor> conformed;
+    for (const Tensor& p : parts) conformed.push_back(detail::conform(ctx, p));
+    return concat(ctx, conformed, dim);
+  }
   const Tensor* first = parts.empty() ? nullptr : &parts[0];
   const Tensor* second = parts.size() > 1 ? &parts[1] : nullptr;
   const OpCall call(ctx, "CONCAT", {{"parts[0]", first}, {"parts[1]", second}});
@@ -45,6 +52,7 @@ Tensor concat(const OpContext& ctx, std::span<const Tensor> parts, int dim) {
 }
 
 Tensor slice(const OpContext& ctx, const Tensor& x, int dim, std::int64_t begin, std::int64_t end) {
+  if (detail::needs_conform(ctx, {&x})) return slice(ctx, detail::conform(ctx, x), dim, begin, end);
   const OpCall call(ctx, "SLICE", {{"x", &x}});
   call.check_tensor("x", x);
   call.check_rank("x", x, 1, 1 << 20);
@@ -63,6 +71,7 @@ Tensor slice(const OpContext& ctx, const Tensor& x, int dim, std::int64_t begin,
 }
 
 Tensor permute(const OpContext& ctx, const Tensor& x, std::span<const int> perm) {
+  if (detail::needs_conform(ctx, {&x})) return permute(ctx, detail::conform(ctx, x), perm);
   const OpCall call(ctx, "PERMUTE", {{"x", &x}});
   call.check_tensor("x", x);
   call.check_rank("x", x, 1, 4);

@@ -6,6 +6,7 @@
 namespace nanscope::ops {
 
 Tensor softmax(const OpContext& ctx, const Tensor& x) {
+  if (detail::needs_conform(ctx, {&x})) return softmax(ctx, detail::conform(ctx, x));
   const detail::OpCall call(ctx, "SOFTMAX", {{"x", &x}});
   call.check_tensor("x", x);
   call.check_rank("x", x, 1, 1 << 20);

@@ -6,6 +6,7 @@
 namespace nanscope::ops {
 
 Tensor upsample_nearest2x(const OpContext& ctx, const Tensor& x) {
+  if (detail::needs_conform(ctx, {&x})) return upsample_nearest2x(ctx, detail::conform(ctx, x));
   const detail::OpCall call(ctx, "UPSAMPLE_NEAREST2X", {{"x", &x}});
   call.check_tensor("x", x);
   call.check_rank("x", x, 4, 4);

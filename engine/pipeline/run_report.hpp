@@ -44,6 +44,33 @@ struct DecodeAttempt {
   inspect::ImageStats image;  // the image checks of this decode (before clamping)
 };
 
+// nan_policy=retry-layer-f32: one upcast and redo of a failed call.
+struct LayerRetryAttempt {
+  std::string call;       // "unet step 3", "vae decode"
+  std::string origin;     // full module path of the op that broke ("vae.decoder.up_blocks.2.resnets.0.conv1")
+  std::string origin_op;  // "CONV2D"
+  std::string upcast;     // the override pattern set to dtype=f32 (the origin's module)
+  std::int64_t nonfinite_before = 0, nonfinite_after = 0;  // non-finite values the call gave before and after
+  double trace_seconds = 0;                                // the traced call that named the origin
+  double redo_seconds = 0;                                 // the redone call with the module upcast
+};
+
+// What the retry-layer-f32 policy did for one image.
+struct LayerRetryReport {
+  bool active = false;  // the policy saw a failed call in this image
+  std::vector<LayerRetryAttempt> attempts;
+  std::vector<std::string> upcast;  // every module the run computes in f32 after this image (override patterns)
+  int limit = 0;                    // inspect.layer_retry_limit
+  bool clean = false;               // every failed call came out finite after the upcasts
+  bool limit_reached = false;
+  std::string remaining;  // plain English: what is still broken and why the policy stopped; empty when clean
+  double seconds() const {
+    double s = 0;
+    for (const auto& a : attempts) s += a.trace_seconds + a.redo_seconds;
+    return s;
+  }
+};
+
 struct RunReport {
   std::string device;
   std::string model;
@@ -57,6 +84,7 @@ struct RunReport {
   bool stopped = false;  // nan_policy=stop ended the run early
   bool cancelled = false;
   inspect::RunInspection inspection;  // verdict, first bad step, origin op, image checks, layer traces
+  LayerRetryReport layer_retry;       // nan_policy=retry-layer-f32
 };
 
 struct GeneratedImage {

@@ -8,10 +8,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string_view>
 
 #include "config/a1111.hpp"
@@ -34,21 +36,23 @@ namespace {
 
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-// Per-module overrides of accumulation, softmax and attention within one
-// component (the component's storage dtype is fixed: its weights are stored in it).
+// Per-module overrides within one component: accumulation, softmax,
+// attention, and the dtype a module computes in (its weights stay stored in
+// the component's dtype and are cast on use; OpContext::mixed_precision).
+// `base`: the component's dtype in this call (a decode retried in f32 passes f32).
 class ComponentPolicy final : public PrecisionPolicy {
  public:
-  ComponentPolicy(const RunConfig& config, Component c) : config_(config), component_(c) {}
+  ComponentPolicy(const RunConfig& config, Component c, DType base) : config_(config), component_(c), base_(base) {}
   void resolve(std::string_view path, Precision& p, AttentionConfig& a) const override {
-    const DType dtype = p.dtype;
     p = config_.resolve(component_, path);
-    p.dtype = dtype;
+    p.dtype = config_.override_dtype(component_, path).value_or(base_);
     a = config_.resolve_attention(component_, path);
   }
 
  private:
   const RunConfig& config_;
   Component component_;
+  DType base_;
 };
 
 struct ComponentContexts {
@@ -56,23 +60,17 @@ struct ComponentContexts {
   OpContext te, unet, vae;
 };
 
-OpContext make_context(Backend& be, const RunConfig& config, Component c, const ComponentPolicy* policy) {
+// The context of a component's root in `dtype`, with the policy that
+// resolves each module's precision when the config has overrides.
+OpContext make_context(Backend& be, const RunConfig& config, Component c, const ComponentPolicy* policy, DType dtype) {
   OpContext ctx;
   ctx.backend = &be;
   ctx.precision = config.component(c).precision;
+  ctx.precision.dtype = dtype;
   ctx.attention = config.component(c).attention;
   if (!config.overrides.empty()) ctx.policy = policy;
+  ctx.mixed_precision = config.has_dtype_overrides(c);
   return ctx;
-}
-
-void check_overrides(const RunConfig& config) {
-  for (const auto& o : config.overrides) {
-    if (o.dtype) {
-      throw ConfigError("override '" + o.pattern + "' sets dtype: storage precision is set per component (" +
-                        "text_encoder.dtype, unet.dtype, vae.dtype); per-module overrides may set accumulate, " +
-                        "attention.softmax, attention.impl and attention.slice_size");
-    }
-  }
 }
 
 std::unique_ptr<NoiseSource> make_noise(NoiseKind kind, std::uint64_t seed, TorchCpuKernel torch_kernel) {
@@ -180,7 +178,14 @@ void finish_inspection(RunReport& report, const std::string& first_bad_note, con
   } else if (!first_bad_note.empty()) {
     s += ": " + first_bad_note;
   }
-  if (ri.first_decode && ri.first_decode->map.verdict != inspect::Verdict::clean) {
+  const LayerRetryReport& lr = report.layer_retry;
+  const bool first_decode_bad = ri.first_decode && ri.first_decode->map.verdict != inspect::Verdict::clean;
+  if (lr.active) {
+    s += lr.clean ? "; recovered by retry-layer-f32 (" + std::to_string(lr.upcast.size()) + " module" +
+                        (lr.upcast.size() == 1 ? "" : "s") + " in f32" +
+                        (first_decode_bad ? "; first decode: " + ri.first_decode->map.note : std::string()) + ")"
+                  : "; retry-layer-f32 did not recover: " + lr.remaining;
+  } else if (first_decode_bad) {
     s += std::string(ri.verdict == inspect::Verdict::clean ? "; recovered" : "") +
          " (first decode: " + ri.first_decode->map.note + "; " + report.outcome + ")";
   }
@@ -261,6 +266,7 @@ class Txt2ImgRun {
         report.cancelled = true;
       }
       if (report.cancelled) report.outcome = "cancelled";
+      finish_layer_retry(report);
       report.kernel_notes = be_->kernel_notes();
       finish_inspection(report, state.first_bad_note, faults_);
       obs_.on_image(out, report);
@@ -294,12 +300,15 @@ class Txt2ImgRun {
     load_seconds_ = since(t_load);
     SdModel& m = *m_;
 
-    cc_.te_policy = std::make_unique<ComponentPolicy>(config_, Component::text_encoder);
-    cc_.unet_policy = std::make_unique<ComponentPolicy>(config_, Component::unet);
-    cc_.vae_policy = std::make_unique<ComponentPolicy>(config_, Component::vae);
-    cc_.te = make_context(*be_, config_, Component::text_encoder, cc_.te_policy.get());
-    cc_.unet = make_context(*be_, config_, Component::unet, cc_.unet_policy.get());
-    cc_.vae = make_context(*be_, config_, Component::vae, cc_.vae_policy.get());
+    unet_dtype_ = config_.component(Component::unet).precision.dtype;
+    vae_dtype_ = config_.component(Component::vae).precision.dtype;
+    const DType te_dtype = config_.component(Component::text_encoder).precision.dtype;
+    cc_.te_policy = std::make_unique<ComponentPolicy>(config_, Component::text_encoder, te_dtype);
+    cc_.unet_policy = std::make_unique<ComponentPolicy>(config_, Component::unet, unet_dtype_);
+    cc_.vae_policy = std::make_unique<ComponentPolicy>(config_, Component::vae, vae_dtype_);
+    cc_.te = make_context(*be_, config_, Component::text_encoder, cc_.te_policy.get(), te_dtype);
+    cc_.unet = make_context(*be_, config_, Component::unet, cc_.unet_policy.get(), unet_dtype_);
+    cc_.vae = make_context(*be_, config_, Component::vae, cc_.vae_policy.get(), vae_dtype_);
     cc_.te.faults = cc_.unet.faults = cc_.vae.faults = faults_;
     cc_.te.cancel = cc_.unet.cancel = cc_.vae.cancel = &cancel_;
 
@@ -325,8 +334,6 @@ class Txt2ImgRun {
     if (faults_) faults_->begin_run(latent_shape_[2], latent_shape_[3]);
     cfg_ = config_.cfg_scale > 1.0;
     sdxl_ = m.family() == ModelFamily::sdxl;
-    unet_dtype_ = config_.component(Component::unet).precision.dtype;
-    vae_dtype_ = config_.component(Component::vae).precision.dtype;
     require_memory(m, cc_, width_, height_, cfg_);
   }
 
@@ -425,7 +432,28 @@ class Txt2ImgRun {
       const Tensor unet_in = cast_to(be, batch_in, unet_dtype_);
       const float t = sampler->timesteps()[static_cast<std::size_t>(i)];
       const std::vector<float> ts(static_cast<std::size_t>(rows), t);
-      const Tensor pred = m.unet->forward(cc_.unet, unet_in, ts, context_, sdxl_ ? &added_ : nullptr);
+      Tensor pred = m.unet->forward(cc_.unet, unet_in, ts, context_, sdxl_ ? &added_ : nullptr);
+      if (layer_retry_on()) {
+        // retry-layer-f32: a UNet output with NaN/Inf is redone from the same inputs before the sampler uses it.
+        const std::int64_t bad = count_nonfinite(be, pred);
+        if (bad > 0) {
+          std::int64_t left = bad;
+          layer_retry(
+              "unet step " + std::to_string(i + 1), "unet", bad, std::nullopt, report,
+              [&](inspect::LayerTracer& tracer) {
+                OpContext tctx = cc_.unet;
+                tctx.tracer = &tracer;
+                m.unet->forward(tctx, unet_in, ts, context_, sdxl_ ? &added_ : nullptr);
+              },
+              [&](std::optional<inspect::LayerTrace>&) {
+                pred = m.unet->forward(cc_.unet, unet_in, ts, context_, sdxl_ ? &added_ : nullptr);
+                left = count_nonfinite(be, pred);
+                return left;
+              });
+          // Still broken: its trace is in the report already, the one below would repeat it.
+          if (left > 0) state.traced_unet = true;
+        }
+      }
       const Tensor pred32 = cast_to(be, pred, DType::f32);
       Tensor guided = pred32;
       if (cfg_) {
@@ -551,7 +579,11 @@ class Txt2ImgRun {
       decode_tracer.emplace("vae", "vae decode");
       session_.redecode(config_, out, m.vae_folder(), vae_dtype_, nullptr, &*decode_tracer, faults_, &cancel_);
     }
-    if (decode_tracer) ri.traces.push_back(decode_tracer->trace());
+    std::optional<inspect::LayerTrace> first_trace;
+    if (decode_tracer) {
+      first_trace = decode_tracer->trace();
+      ri.traces.push_back(*first_trace);
+    }
     report.decodes.push_back(first);
     out.image = std::move(decoded.image);
     out.nonfinite_pixels = decoded.nonfinite_pixels;
@@ -562,13 +594,18 @@ class Txt2ImgRun {
                        std::string(dtype_name(vae_dtype_)) + ")";
       log::warn("decode: image {}x{} has {} non-finite values with the VAE in {} ({})", width_, height_,
                 first.nonfinite, dtype_name(vae_dtype_), m.vae_folder().string());
-      apply_nan_policy(out, report);
+      apply_nan_policy(out, report, first, std::move(first_trace));
     }
     report.decode_seconds = since(t_dec);
   }
 
-  void apply_nan_policy(GeneratedImage& out, RunReport& report) {
+  void apply_nan_policy(GeneratedImage& out, RunReport& report, const DecodeAttempt& first,
+                        std::optional<inspect::LayerTrace> first_trace) {
     const NanPolicy& policy = config_.nan_policy;
+    if (policy.kind == NanPolicy::Kind::retry_layer_f32) {
+      retry_decode_layers(out, report, first, std::move(first_trace));
+      return;
+    }
     std::optional<std::pair<fs::path, DType>> retry;
     if (policy.kind == NanPolicy::Kind::retry_vae_f32 && vae_dtype_ != DType::f32) {
       retry.emplace(m_->vae_folder(), DType::f32);
@@ -589,8 +626,145 @@ class Txt2ImgRun {
     out.nonfinite_pixels = again.nonfinite_pixels;
   }
 
+  bool layer_retry_on() const { return config_.nan_policy.kind == NanPolicy::Kind::retry_layer_f32; }
+
+  static std::int64_t count_nonfinite(Backend& be, const Tensor& t) {
+    std::int64_t n = 0;
+    for (float v : download_f32(be, t)) n += std::isfinite(v) ? 0 : 1;
+    return n;
+  }
+
+  // The contexts follow config_'s overrides (the retry policy adds some).
+  void refresh_contexts() {
+    const bool any = !config_.overrides.empty();
+    cc_.te.policy = any ? cc_.te_policy.get() : nullptr;
+    cc_.unet.policy = any ? cc_.unet_policy.get() : nullptr;
+    cc_.vae.policy = any ? cc_.vae_policy.get() : nullptr;
+    cc_.te.mixed_precision = config_.has_dtype_overrides(Component::text_encoder);
+    cc_.unet.mixed_precision = config_.has_dtype_overrides(Component::unet);
+    cc_.vae.mixed_precision = config_.has_dtype_overrides(Component::vae);
+  }
+
+  // retry-layer-f32 for one failed call (`bad` non-finite values in its
+  // output): trace it (or use `known`, a trace of it as it is now), upcast the
+  // module of the op that broke to f32, redo it from the same inputs, and go
+  // on with the next origin until it is clean or the limit is reached.
+  // `traced(tracer)` runs the call with a tracer; `redo(trace)` runs it again
+  // and returns its non-finite count (setting `trace` when it traced itself).
+  template <class Traced, class Redo>
+  void layer_retry(const std::string& call, const std::string& component, std::int64_t bad,
+                   std::optional<inspect::LayerTrace> known, RunReport& report, Traced traced, Redo redo) {
+    LayerRetryReport& lr = report.layer_retry;
+    lr.active = true;
+    lr.limit = insp_.layer_retry_limit;
+    auto stop = [&](const std::string& why) {
+      if (lr.remaining.empty()) lr.remaining = why;
+      log::warn("retry-layer-f32: {}", why);
+    };
+    while (bad > 0) {
+      const std::string still = call + " still gives " + std::to_string(bad) + " non-finite values";
+      if (static_cast<int>(lr.attempts.size()) >= lr.limit) {
+        lr.limit_reached = true;
+        stop(still + ": the limit of " + std::to_string(lr.limit) +
+             " upcast modules per image (inspect.layer_retry_limit) is reached");
+        return;
+      }
+      LayerRetryAttempt a;
+      a.call = call;
+      a.nonfinite_before = bad;
+      if (!known) {
+        obs_.on_status("tracing " + call + " to find the layer that broke");
+        const auto t_trace = Clock::now();
+        inspect::LayerTracer tracer(component, call);
+        traced(tracer);
+        known = tracer.trace();
+        a.trace_seconds = since(t_trace);
+        report.inspection.traces.push_back(*known);
+      }
+      const inspect::OpRecord* origin = known->origin_op();
+      if (origin == nullptr) {
+        stop(still +
+             ", but its layer trace names no op that turned finite inputs into non-finite output, so there "
+             "is no module to upcast");
+        return;
+      }
+      a.origin = origin->full_path();
+      a.origin_op = origin->op;
+      if (origin->path.empty()) {
+        stop(still + ": the op that breaks (" + a.origin_op + ") belongs to no module inside " + component +
+             ", so only the whole component can be upcast (" + component + ".dtype=f32)");
+        return;
+      }
+      if (origin->dtype == DType::f32) {
+        stop(still + ": " + a.origin + " (" + a.origin_op + ") breaks in f32 already, so upcasting cannot fix it");
+        return;
+      }
+      a.upcast = a.origin;
+      config_.set(a.upcast + ".dtype", "f32");
+      refresh_contexts();
+      upcast_.push_back(a.upcast);
+      obs_.on_status("redoing " + call + " with " + a.upcast + " in f32");
+      known.reset();
+      const auto t_redo = Clock::now();
+      bad = redo(known);
+      a.redo_seconds = since(t_redo);
+      a.nonfinite_after = bad;
+      log::info("retry-layer-f32: {}: {} ({}) broke; computed it in f32 and redid the call: {} ({:.3f} s)", call,
+                a.origin, a.origin_op, bad == 0 ? "clean" : std::to_string(bad) + " non-finite values left",
+                a.trace_seconds + a.redo_seconds);
+      lr.attempts.push_back(std::move(a));
+    }
+  }
+
+  // retry-layer-f32 for a failed decode: each redo decodes the kept latent
+  // again with the modules found so far in f32 (traced too with inspect.trace=always).
+  void retry_decode_layers(GeneratedImage& out, RunReport& report, const DecodeAttempt& first,
+                           std::optional<inspect::LayerTrace> first_trace) {
+    const fs::path vae = m_->vae_folder();
+    layer_retry(
+        "vae decode", "vae", first.nonfinite, std::move(first_trace), report,
+        [&](inspect::LayerTracer& tracer) {
+          session_.redecode(config_, out, vae, vae_dtype_, nullptr, &tracer, faults_, &cancel_);
+        },
+        [&](std::optional<inspect::LayerTrace>& trace) {
+          DecodeAttempt again;
+          std::optional<inspect::LayerTracer> tracer;
+          if (insp_.trace == inspect::TraceMode::always) tracer.emplace("vae", "vae decode");
+          GeneratedImage img =
+              session_.redecode(config_, out, vae, vae_dtype_, &again, tracer ? &*tracer : nullptr, faults_, &cancel_);
+          if (tracer) {
+            trace = tracer->trace();
+            report.inspection.traces.push_back(*trace);
+          }
+          report.decodes.push_back(again);
+          out.image = std::move(img.image);
+          out.nonfinite_pixels = img.nonfinite_pixels;
+          return again.nonfinite;
+        });
+  }
+
+  // The image's layer-retry report: the modules upcast so far in the run,
+  // whether it came out clean, and a line in the outcome.
+  void finish_layer_retry(RunReport& report) const {
+    LayerRetryReport& lr = report.layer_retry;
+    if (!lr.active) return;
+    lr.upcast = upcast_;
+    if (report.cancelled && lr.remaining.empty()) lr.remaining = "the run was cancelled before the retries finished";
+    lr.clean = lr.remaining.empty();
+    std::string modules;
+    for (const auto& u : lr.upcast) modules += (modules.empty() ? "" : ", ") + u;
+    char secs[32];
+    std::snprintf(secs, sizeof secs, "%.2f s", lr.seconds());
+    std::string line = "retry-layer-f32 computed " + std::to_string(lr.upcast.size()) + " module" +
+                       (lr.upcast.size() == 1 ? "" : "s") + " in f32 (" + (modules.empty() ? "none" : modules) + "), " +
+                       std::to_string(lr.attempts.size()) + " redone call" + (lr.attempts.size() == 1 ? "" : "s") +
+                       ", " + secs + ": " + (lr.clean ? "clean" : lr.remaining);
+    report.outcome += (report.outcome.empty() ? "" : "; ") + line;
+    log::info("{}", line);
+  }
+
   Session& session_;
-  const RunConfig& config_;
+  RunConfig config_;  // the run's config; retry-layer-f32 adds dtype overrides to it
   RunObserver& obs_;
   FaultEmulator* faults_;
   const inspect::InspectSettings insp_;
@@ -607,13 +781,13 @@ class Txt2ImgRun {
   DType unet_dtype_ = DType::f32, vae_dtype_ = DType::f32;
   Tensor context_;
   models::AddedConditions added_;
+  std::vector<std::string> upcast_;  // modules retry-layer-f32 set to f32 in this run, in order
 };
 
 }  // namespace
 
 std::vector<GeneratedImage> Session::generate(const RunConfig& config, RunObserver* observer, FaultEmulator* faults) {
   config.validate();
-  check_overrides(config);
   RunObserver fallback;
   return Txt2ImgRun(*this, config, observer ? *observer : fallback, faults).run();
 }
@@ -626,9 +800,8 @@ GeneratedImage Session::redecode(const RunConfig& config, const GeneratedImage& 
   Backend& be = backend(config.device);
   const bool own = vae_folder == m.vae_folder() && dtype == m.dtypes().vae;
   models::Vae& vae = own ? *m.vae : vae_for(be, vae_folder, dtype, m.family());
-  ComponentPolicy policy(config, Component::vae);
-  OpContext ctx = make_context(be, config, Component::vae, &policy);
-  ctx.precision.dtype = dtype;
+  ComponentPolicy policy(config, Component::vae, dtype);
+  OpContext ctx = make_context(be, config, Component::vae, &policy, dtype);
   ctx.tracer = tracer;
   ctx.faults = faults;
   ctx.cancel = cancel;

@@ -12,6 +12,31 @@ void add_version_fields(nlohmann::json& report) {
   report["nanscope_commit"] = git_commit().empty() ? nlohmann::json() : nlohmann::json(std::string(git_commit()));
 }
 
+nlohmann::json layer_retry_json(const pipeline::LayerRetryReport& lr) {
+  if (!lr.active) return nullptr;
+  nlohmann::json attempts = nlohmann::json::array();
+  for (const auto& a : lr.attempts) {
+    attempts.push_back({{"call", a.call},
+                        {"origin", a.origin},
+                        {"origin_op", a.origin_op},
+                        {"upcast", a.upcast},
+                        {"nonfinite_before", a.nonfinite_before},
+                        {"nonfinite_after", a.nonfinite_after},
+                        {"trace_seconds", a.trace_seconds},
+                        {"redo_seconds", a.redo_seconds}});
+  }
+  nlohmann::json overrides = nlohmann::json::array();
+  for (const auto& u : lr.upcast) overrides.push_back({{"pattern", u}, {"dtype", "f32"}});
+  return {{"clean", lr.clean},
+          {"upcast", lr.upcast},
+          {"overrides", std::move(overrides)},
+          {"attempts", std::move(attempts)},
+          {"seconds", lr.seconds()},
+          {"limit", lr.limit},
+          {"limit_reached", lr.limit_reached},
+          {"remaining", lr.remaining.empty() ? nlohmann::json() : nlohmann::json(lr.remaining)}};
+}
+
 nlohmann::json report_json(const RunConfig& config, const std::vector<pipeline::StepReport>& steps,
                            const pipeline::RunReport& report) {
   const RunInspection& ri = report.inspection;
@@ -66,6 +91,7 @@ nlohmann::json report_json(const RunConfig& config, const std::vector<pipeline::
                    {"image", to_json(d.image.map)}});
   }
   j["decodes"] = std::move(dec);
+  j["layer_retry"] = layer_retry_json(report.layer_retry);
   j["kernels"] = report.kernel_notes;
   j["image"] = ri.image ? to_json(ri.image->map) : nlohmann::json();
   nlohmann::json tr = nlohmann::json::array();
@@ -86,6 +112,7 @@ nlohmann::json image_report_json(const pipeline::RunReport& r) {
           {"outcome", r.outcome},
           {"first_nonfinite_step", r.first_nonfinite_step},
           {"decodes", decodes},
+          {"layer_retry", layer_retry_json(r.layer_retry)},
           {"seconds",
            {{"load", r.load_seconds},
             {"text", r.text_seconds},

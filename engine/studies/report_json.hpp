@@ -14,6 +14,11 @@
 //     "steps": [{"step": 1, "timestep": 999, "sigma": .., "sigma_after": .., "verdict": "clean",
 //                "latent": {...map...}, "noise_cond": {...}, "noise_uncond": {...}, "seconds": ..}],
 //     "decodes": [{"vae": "...", "dtype": "f16", "nonfinite_pixels": 12, "image": {...map...}}],
+//     "layer_retry": null, or (nan_policy=retry-layer-f32 after a failed call) {"clean": true,
+//       "upcast": ["vae.decoder....conv1", ...], "overrides": [{"pattern": "...", "dtype": "f32"}],
+//       "attempts": [{"call": "vae decode", "origin", "origin_op", "upcast", "nonfinite_before",
+//                     "nonfinite_after", "trace_seconds", "redo_seconds"}],
+//       "seconds": s, "limit": 8, "limit_reached": false, "remaining": null or "..."},
 //     "image": {...map...},
 //     "traces": [{"call": "vae decode", "origin": 17, "near_limit": 17, "ops": [...]}],
 //     "config": {...preset JSON...}
@@ -41,8 +46,11 @@ void add_version_fields(nlohmann::json& report);
 // The short run report a PNG's `nanscope` chunk carries beside the config (CLI
 // generate and the workbench's Save write the same): device, model, family,
 // outcome, first_nonfinite_step, decodes [{vae, dtype, nonfinite, seconds}],
-// seconds {load, text, sampling, decode}.
+// layer_retry (as in report_json), seconds {load, text, sampling, decode}.
 nlohmann::json image_report_json(const pipeline::RunReport& report);
+
+// The retry-layer-f32 part of a report; null when the policy did nothing.
+nlohmann::json layer_retry_json(const pipeline::LayerRetryReport& report);
 
 // The whole report of one image of a run.
 nlohmann::json report_json(const RunConfig& config, const std::vector<pipeline::StepReport>& steps,

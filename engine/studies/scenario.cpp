@@ -99,7 +99,9 @@ const std::vector<Scenario>& scenarios() {
       {"R1", "NaN on some GPUs: attention with half-precision accumulation overflows (stress variant of the weights)",
        "R1.json", "R1-fixed.json", "f32 accumulation for the self-attention (attn1) modules only", Verdict::non_finite},
       {"R2", "The VAE overflows in f16 at decode (SDXL-style VAE)", "R2.json", "R2-fixed.json",
-       "the fp16-fix VAE (vae-fp16-fix/); R2-retry.json: the upcast retry of the kept latent", Verdict::non_finite},
+       "the fp16-fix VAE (vae-fp16-fix/); R2-retry.json: the upcast retry of the kept latent; "
+       "R2-layer-retry.json: only the VAE modules that broke in f32",
+       Verdict::non_finite},
       {"R3", "Wrong or missing device: a pinned device that is not there", "R3.json", "R3-fixed.json",
        "pin a device that exists (the list says which); work never moves to another device", Verdict::device_missing},
       {"R4", "Minutes of first-run kernel compilation (cold kernel cache)", "R4.json", "R4-fixed.json",

@@ -9,7 +9,8 @@
 //       the score sums pass 65504; made on first use in the cache dir and
 //       labelled in the report); fixed: f32 accumulation for attn1 only.
 //   R2  the embedded model's vae/ (overflows in f16 by construction);
-//       fixed: vae-fp16-fix/ (R2-retry.json: the upcast retry of the kept latent).
+//       fixed: vae-fp16-fix/ (R2-retry.json: the upcast retry of the kept latent;
+//       R2-layer-retry.json: nan_policy=retry-layer-f32, only the modules that broke in f32).
 //   R3  a pinned device that does not exist: an error listing the devices,
 //       never a silent switch; fixed: pinning one that exists.
 //   R4  kernel compilation on a cold cache (an empty kernel cache dir);

@@ -731,7 +731,8 @@ VaePolicyPanel::VaePolicyPanel(QWidget* parent)
       policy_(combo({{"Report it and keep going", "report"},
                      {"Stop the run at the first non-finite step", "stop"},
                      {"Decode again in f32", "retry-vae-f32"},
-                     {"Decode again with another VAE", "retry-vae"}})),
+                     {"Decode again with another VAE", "retry-vae"},
+                     {"Upcast only the layer that broke to f32, redo that call", "retry-layer-f32"}})),
       retry_vae_(new QLineEdit),
       retry_browse_(new QPushButton(tr("Browse..."))),
       redecode_vae_(new QComboBox),
@@ -741,6 +742,7 @@ VaePolicyPanel::VaePolicyPanel(QWidget* parent)
       redecode_note_(new QLabel),
       decode_every_(new QSpinBox),
       stats_every_(new QSpinBox),
+      layer_retry_limit_(new QSpinBox),
       trace_(combo(
           {{"When something breaks", "auto"}, {"Always (last step and decode too)", "always"}, {"Never", "off"}})),
       emulate_(combo({{"None (real numerics)", "none"}, {"R0 bands (EMULATED device quirk)", "r0"}})) {
@@ -766,11 +768,15 @@ VaePolicyPanel::VaePolicyPanel(QWidget* parent)
   stats_every_->setPrefix(tr("every "));
   stats_every_->setSuffix(tr(" steps"));
   stats_every_->setValue(setting("inspect.stats_every").default_json().get<int>());
+  layer_retry_limit_->setObjectName("layerRetryLimit");
+  from_table(layer_retry_limit_, "inspect.layer_retry_limit");
+  layer_retry_limit_->setSuffix(tr(" modules"));
+  layer_retry_limit_->setValue(setting("inspect.layer_retry_limit").default_json().get<int>());
   trace_->setObjectName("traceMode");
   describe(trace_, "inspect.trace");
   emulate_->setObjectName("emulateFault");
   describe(emulate_, "inspect.emulate");
-  for (QSpinBox* b : {decode_every_, stats_every_})
+  for (QSpinBox* b : {decode_every_, stats_every_, layer_retry_limit_})
     connect(b, qOverload<int>(&QSpinBox::valueChanged), this, [this] { emit changed(); });
   for (QComboBox* c : {trace_, emulate_})
     connect(c, qOverload<int>(&QComboBox::activated), this, [this] { emit changed(); });
@@ -807,6 +813,7 @@ VaePolicyPanel::VaePolicyPanel(QWidget* parent)
   auto* form = new QFormLayout;
   form->addRow(tr("On NaN/Inf:"), policy_);
   form->addRow(tr("Retry VAE:"), retry_row);
+  form->addRow(tr("Upcast at most:"), layer_retry_limit_);
 
   auto* box = new QGroupBox(tr("Decode the last latent again"));
   auto* box_form = new QFormLayout(box);
@@ -855,6 +862,7 @@ void VaePolicyPanel::update_enabled() {
   const bool retry_vae = policy_->currentData().toString() == "retry-vae";
   retry_vae_->setEnabled(retry_vae);
   retry_browse_->setEnabled(retry_vae);
+  layer_retry_limit_->setEnabled(policy_->currentData().toString() == "retry-layer-f32");
   redecode_->setEnabled(redecode_available_);
   redecode_vae_->setEnabled(redecode_available_);
   redecode_dtype_->setEnabled(redecode_available_);
@@ -867,6 +875,7 @@ void VaePolicyPanel::load(const RunConfig& c) {
     case NanPolicy::Kind::stop: select_data(policy_, "stop"); break;
     case NanPolicy::Kind::retry_vae_f32: select_data(policy_, "retry-vae-f32"); break;
     case NanPolicy::Kind::retry_vae: select_data(policy_, "retry-vae"); break;
+    case NanPolicy::Kind::retry_layer_f32: select_data(policy_, "retry-layer-f32"); break;
   }
   retry_vae_->setText(qs(c.nan_policy.vae_path));
   inspect::InspectSettings insp;
@@ -877,6 +886,7 @@ void VaePolicyPanel::load(const RunConfig& c) {
   }
   decode_every_->setValue(insp.decode_every);
   stats_every_->setValue(insp.stats_every);
+  layer_retry_limit_->setValue(insp.layer_retry_limit);
   select_data(trace_, insp.trace == inspect::TraceMode::always ? "always"
                       : insp.trace == inspect::TraceMode::off  ? "off"
                                                                : "auto");
@@ -897,6 +907,7 @@ void VaePolicyPanel::store(RunConfig& c) const {
   // preset); inspect.* keys without a control here (emulate_min_tokens) are kept.
   c.set("inspect.decode_every", std::to_string(decode_every_->value()));
   c.set("inspect.stats_every", std::to_string(stats_every_->value()));
+  c.set("inspect.layer_retry_limit", std::to_string(layer_retry_limit_->value()));
   c.set("inspect.trace", trace_->currentData().toString().toStdString());
   c.set("inspect.emulate", emulate_->currentData().toString().toStdString());
 }

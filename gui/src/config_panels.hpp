@@ -166,6 +166,7 @@ class VaePolicyPanel : public ConfigPanel {
   // Inspector settings (RunConfig::inspect).
   QSpinBox* decode_every_;
   QSpinBox* stats_every_;
+  QSpinBox* layer_retry_limit_;
   QComboBox* trace_;
   QComboBox* emulate_;
   bool redecode_available_ = false;

@@ -4,6 +4,7 @@
 #include <QGridLayout>
 #include <QHBoxLayout>
 #include <QLabel>
+#include <QPushButton>
 #include <QSlider>
 #include <QSplitter>
 #include <QToolTip>
@@ -70,6 +71,7 @@ QChartView* InspectorPanel::make_chart(const QString& title, QChart*& chart) {
 InspectorPanel::InspectorPanel(QWidget* parent)
     : QWidget(parent),
       verdict_(new QLabel),
+      apply_fix_(new QPushButton),
       image_(new QComboBox),
       scrubber_(new QSlider(Qt::Horizontal)),
       step_label_(new QLabel),
@@ -202,6 +204,19 @@ InspectorPanel::InspectorPanel(QWidget* parent)
   auto* layout = new QVBoxLayout(this);
   layout->setContentsMargins(6, 6, 6, 6);
   layout->addWidget(verdict_);
+  apply_fix_->setObjectName("applyFix");
+  apply_fix_->setVisible(false);
+  connect(apply_fix_, &QPushButton::clicked, this, [this] {
+    const QStringList sets = offered_fix();
+    if (sets.isEmpty()) return;
+    emit applyFix(sets);
+    fix_applied_ = true;
+    update_verdict();
+  });
+  auto* fix_row = new QHBoxLayout;
+  fix_row->addWidget(apply_fix_);
+  fix_row->addStretch(1);
+  layout->addLayout(fix_row);
   layout->addWidget(split, 1);
   clear(1, 20);
   verdict_->setText(tr("Press <b>Run</b>: every step's statistics appear here as the sampler produces them."));
@@ -220,6 +235,8 @@ void InspectorPanel::clear(int images, int steps) {
   image_->setVisible(images_.size() > 1);
   rebuild_series();
   show_step(-1);
+  fix_applied_ = false;
+  apply_fix_->setVisible(false);
   verdict_->setText(tr("Starting..."));
 }
 
@@ -509,6 +526,18 @@ void InspectorPanel::update_verdict() {
                       .arg(run_verdict_.toHtmlEscaped(), run_summary_.toHtmlEscaped()));
   if (parts.isEmpty()) parts << (note_.isEmpty() ? tr("Waiting for the first step...") : note_.toHtmlEscaped());
   verdict_->setText(parts.join(' '));
+  const QStringList fix = offered_fix();
+  apply_fix_->setVisible(!fix.isEmpty());
+  apply_fix_->setEnabled(!fix_applied_);
+  if (!fix.isEmpty() && fix_applied_) {
+    apply_fix_->setText(tr("Fix applied: the Precision panel lists the overrides"));
+  } else if (!fix.isEmpty()) {
+    apply_fix_->setText(fix.size() == 1 ? tr("Apply this fix: compute 1 module in f32")
+                                        : tr("Apply this fix: compute %1 modules in f32").arg(fix.size()));
+    apply_fix_->setToolTip(tr("Writes these per-module overrides into the current settings (Precision panel); "
+                              "Save preset keeps them:\n%1")
+                               .arg(fix.join('\n')));
+  }
   // Scenario facts (R1's stress variant, R4's build times) sit in the tooltip and the log.
   verdict_->setToolTip(note_);
 }
@@ -523,5 +552,14 @@ const StepView* InspectorPanel::step_view(int image, int index) const {
 QString InspectorPanel::preview_caption() const { return preview_caption_->text(); }
 int InspectorPanel::points_plotted() const { return max_latent_->count(); }
 QString InspectorPanel::verdict() const { return verdict_->text(); }
+
+QStringList InspectorPanel::offered_fix() const {
+  QStringList sets;
+  if (!failure_.isEmpty()) return sets;
+  const ImageSteps& im = images_.value(shown_);
+  if (!im.has_report || !im.report.layer_retry.clean) return sets;
+  for (const auto& u : im.report.layer_retry.upcast) sets << QString::fromStdString(u + ".dtype=f32");
+  return sets;
+}
 
 }  // namespace nanscope::gui

@@ -11,6 +11,7 @@
 
 class QComboBox;
 class QLabel;
+class QPushButton;
 class QSlider;
 
 namespace QtCharts {
@@ -43,6 +44,13 @@ class InspectorPanel : public QWidget {
   QString preview_caption() const;
   int points_plotted() const;  // points in the max |x| latent series of the shown image
   QString verdict() const;
+  // The fix the retry-layer-f32 NaN policy found for the shown image, as
+  // "PATTERN.dtype=f32" settings (empty when it found none); the "Apply this
+  // fix" button offers it and emits applyFix.
+  QStringList offered_fix() const;
+
+ signals:
+  void applyFix(const QStringList& sets);
 
  private:
   struct ImageSteps {
@@ -62,8 +70,10 @@ class InspectorPanel : public QWidget {
   int shown_ = 0;
   QVector<ImageSteps> images_;
   QString failure_, note_, run_verdict_, run_summary_;
+  bool fix_applied_ = false;  // "Apply this fix" was pressed for the shown run
 
   QLabel* verdict_;
+  QPushButton* apply_fix_;
   QComboBox* image_;
   QtCharts::QChart* max_chart_ = nullptr;
   QtCharts::QChart* nonfinite_chart_ = nullptr;

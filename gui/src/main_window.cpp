@@ -328,6 +328,7 @@ void MainWindow::connect_engine() {
     // The decode's outcome and the inspector's verdict ("decode clean" can still be a banded image).
     log::info("image {}: decode {}; verdict {}", r.image + 1, r.outcome, inspect::verdict_name(r.inspection.verdict));
   });
+  connect(inspector_, &InspectorPanel::applyFix, this, [this](const QStringList& sets) { apply_fix(sets); });
   connect(c, &EngineController::kernels, this, [this](const KernelStats& k) { model_->set_kernel_stats(k); });
   connect(c, &EngineController::kernelBuild, model_, &ModelDevicePanel::kernel_build);
   connect(c, &EngineController::runFinished, this, [this](const RunFinished& f) {
@@ -432,6 +433,29 @@ bool MainWindow::start_ab(const QStringList& b_changes) {
   log::info("A/B: B = A with {}", b_changes.join("; ").toStdString());
   controller()->note_request();
   emit requestAb(config, b_changes);
+  return true;
+}
+
+bool MainWindow::apply_fix(const QStringList& sets) {
+  if (running_) return false;
+  RunConfig config;
+  try {
+    config = current_config();
+    for (const QString& s : sets) config.set(s.toStdString());
+    config.validate();
+  } catch (const std::exception& e) {
+    show_error(tr("This fix cannot be applied"), QString::fromUtf8(e.what()));
+    return false;
+  }
+  load_config(config);
+  mark_dirty();
+  log::info("applied the fix the retry-layer-f32 policy found: {}", sets.join(", ").toStdString());
+  statusBar()->showMessage(sets.size() == 1
+                               ? tr("Applied 1 per-module override: the Precision panel lists it, Save preset keeps it")
+                               : tr("Applied %1 per-module overrides: the Precision panel lists them, Save preset "
+                                    "keeps them")
+                                     .arg(sets.size()));
+  if (docks_.contains("precision")) docks_["precision"]->raise();
   return true;
 }
 

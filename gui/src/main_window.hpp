@@ -57,6 +57,12 @@ class MainWindow : public QMainWindow {
   // into the panels, and Run then runs it the way the engine defines it, with
   // the user's edits applied on top.
   bool open_scenario(const QString& id, bool fixed);
+
+  // Writes settings ("PATTERN.dtype=f32": the fix the retry-layer-f32 NaN
+  // policy found, offered by the inspector's "Apply this fix") into the
+  // current config; the panels show them and Save preset stores them. False
+  // (and the reason shown) when a run is going or a setting is refused.
+  bool apply_fix(const QStringList& sets);
   QString scenario() const { return scenario_id_; }
   static QStringList scenario_ids();
 

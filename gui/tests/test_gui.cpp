@@ -4,18 +4,21 @@
 
 #include <QAction>
 #include <QComboBox>
+#include <QDir>
 #include <QDockWidget>
 #include <QElapsedTimer>
 #include <QFile>
 #include <QMenu>
 #include <QMimeData>
 #include <QPlainTextEdit>
+#include <QPushButton>
 #include <QSettings>
 #include <QSignalSpy>
 #include <QSlider>
 #include <QSpinBox>
 #include <QStatusBar>
 #include <QTabBar>
+#include <QTableWidget>
 #include <QTemporaryDir>
 #include <QTimer>
 #include <QToolButton>
@@ -367,6 +370,91 @@ class GuiTest : public QObject {
     const ImageView* fixed = run_scenario(*w, "R0", true);
     QVERIFY(fixed);
     QCOMPARE(inspect::verdict_name(fixed->report.inspection.verdict), inspect::verdict_name(inspect::Verdict::clean));
+  }
+
+  // Where a test's screenshots go: $NANSCOPE_TEST_SCREENSHOTS, else screenshots/ in the working directory.
+  static QString screenshot_path(const QString& name) {
+    const QString dir = qEnvironmentVariable("NANSCOPE_TEST_SCREENSHOTS", QDir::current().filePath("screenshots"));
+    QDir().mkpath(dir);
+    return QDir(dir).filePath(name);
+  }
+
+  // R2 with the retry-layer-f32 policy: the run comes out clean with only the
+  // VAE modules that broke in f32, the inspector offers them as a fix, and
+  // "Apply this fix" writes them into the settings (and so into a saved preset).
+  void retry_layer_f32_offers_its_fix_and_apply_writes_it_into_the_config() {
+    if (!have_model_) QSKIP(qPrintable("no embedded model: " + model_note_));
+    auto w = make_window();
+    QVERIFY(w->open_scenario("R2", false));
+    auto* policy = w->findChild<QComboBox*>("nanPolicy");
+    QVERIFY(policy);
+    const int index = policy->findData("retry-layer-f32");
+    QVERIFY(index >= 0);
+    policy->setCurrentIndex(index);
+    auto* apply = w->findChild<QPushButton*>("applyFix");
+    QVERIFY(apply);
+    QVERIFY(!apply->isVisible());
+    QVERIFY(w->current_config().overrides.empty());
+
+    QSignalSpy done(w.get(), &MainWindow::runCompleted);
+    QVERIFY(w->start_run());
+    QVERIFY(done.wait(300000));
+    const ImageView* img = w->result_panel()->current();
+    QVERIFY(img);
+    const auto& lr = img->report.layer_retry;
+    QCOMPARE(inspect::verdict_name(img->report.inspection.verdict), inspect::verdict_name(inspect::Verdict::clean));
+    QVERIFY2(lr.clean, lr.remaining.c_str());
+    QVERIFY(!lr.upcast.empty());
+    QCOMPARE(QString::fromStdString(lr.upcast.front()), QString("vae.decoder.up_blocks.2.resnets.0.conv1"));
+    for (const auto& u : lr.upcast) QVERIFY2(u.rfind("vae.decoder.", 0) == 0, u.c_str());
+    QVERIFY(apply->isVisible());
+    QVERIFY2(apply->text().startsWith("Apply this fix"), qPrintable(apply->text()));
+    QVERIFY2(w->inspector()->verdict().contains("recovered by retry-layer-f32"), qPrintable(w->inspector()->verdict()));
+    QCoreApplication::processEvents();
+    const QString offer = screenshot_path("retry-layer-f32-fix-offer.png");
+    QVERIFY(w->screenshot().save(offer));
+    qInfo("screenshot: %s", qPrintable(offer));
+
+    QTest::mouseClick(apply, Qt::LeftButton);
+    QVERIFY(!apply->isEnabled());  // applied once; the next run offers its own
+    QVERIFY2(apply->text().startsWith("Fix applied"), qPrintable(apply->text()));
+    const RunConfig c = w->current_config();
+    QCOMPARE(c.overrides.size(), lr.upcast.size());
+    for (std::size_t i = 0; i < lr.upcast.size(); ++i) {
+      QCOMPARE(QString::fromStdString(c.overrides[i].pattern), QString::fromStdString(lr.upcast[i]));
+      QVERIFY(c.overrides[i].dtype && *c.overrides[i].dtype == DType::f32);
+      QVERIFY(!c.overrides[i].accumulate && !c.overrides[i].softmax);
+    }
+    QCOMPARE(c.component(Component::vae).precision.dtype, DType::f16);  // the rest of the VAE stays f16
+    QVERIFY(w->is_dirty());
+    auto* table = w->findChild<QTableWidget*>("overrides");
+    QVERIFY(table);
+    QCOMPARE(table->rowCount(), static_cast<int>(lr.upcast.size()));
+    QCOMPARE(table->item(0, 0)->text(), QString::fromStdString(lr.upcast.front()));
+    QCOMPARE(table->item(0, 1)->text(), QString("dtype=f32"));
+    QVERIFY2(w->statusBar()->currentMessage().contains("Save preset keeps them"),
+             qPrintable(w->statusBar()->currentMessage()));
+    QCoreApplication::processEvents();
+    const QString applied = screenshot_path("retry-layer-f32-fix-applied.png");
+    QVERIFY(w->screenshot().save(applied));
+    qInfo("screenshot: %s", qPrintable(applied));
+
+    // Save preset stores the overrides.
+    QTemporaryDir dir;
+    const QString path = dir.filePath("fixed.json");
+    QVERIFY(w->save_preset(path));
+    QCOMPARE(to_json(load_preset(path.toStdString())).dump(), to_json(c).dump());
+
+    // With the overrides and the plain report policy the same run decodes clean the first time.
+    policy->setCurrentIndex(policy->findData("report"));
+    QVERIFY(w->start_run());
+    QVERIFY(done.wait(300000));
+    const ImageView* again = w->result_panel()->current();
+    QVERIFY(again);
+    QCOMPARE(inspect::verdict_name(again->report.inspection.verdict), inspect::verdict_name(inspect::Verdict::clean));
+    QCOMPARE(again->report.decodes.size(), std::size_t{1});
+    QVERIFY(!again->report.layer_retry.active);
+    QVERIFY(!apply->isVisible());
   }
 
   void scenario_r1_layer_trace_names_the_origin() {

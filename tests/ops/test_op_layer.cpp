@@ -2,6 +2,7 @@
 // shapes and dtypes and the device; zero-size inputs, dtype mismatches and
 // tensors of another backend are refused; the tracer sees every op.
 
+#include <cmath>
 #include <functional>
 #include <memory>
 #include <span>
@@ -89,6 +90,52 @@ TEST(OpLayerTracer, SeesEveryOpWithItsInputsAndModulePath) {
     EXPECT_EQ(rec.names, (std::vector<std::string>{"LINEAR", "GELU"}));
     EXPECT_EQ(rec.inputs, (std::vector<std::size_t>{2, 1}));
     EXPECT_EQ(rec.paths, (std::vector<std::string>{"test.down_blocks.0.proj", "test.down_blocks.0"}));
+  });
+}
+
+
+// Mixed precision (per-module dtype overrides): an op casts inputs of another
+// dtype to its context's, activations through a traced CAST under the op's
+// module path and weights untraced; without the flag they are an error.
+TEST(OpLayerMixedPrecision, CastsInputsToTheModulesDtype) {
+  struct Recorder : OpTracer {
+    std::vector<std::string> names;
+    std::vector<DType> dtypes;
+    void on_op(const OpContext&, std::string_view op, std::span<const Tensor* const>, const Tensor& out) override {
+      names.emplace_back(op);
+      dtypes.push_back(out.dtype());
+    }
+  };
+  for_each_backend([](Backend& be) {
+    Recorder rec;
+    const Tensor x16 = upload_values(be, {1, 2}, {30000, 40000}, DType::f16);
+    const Tensor w16 = upload_values(be, {2, 2}, {1, 1, 1, 1}, DType::f16);
+    const OpContext strict = make_context(be, {DType::f32});
+    EXPECT_THROW(ops::linear(strict, x16, w16, nullptr), OpError);
+
+    OpContext up32 = make_context(be, {DType::f32});
+    up32.mixed_precision = true;
+    up32.tracer = &rec;
+    const Tensor y = ops::linear(up32, x16, w16, nullptr);  // 70000: past f16's 65504, fine in f32
+    EXPECT_EQ(y.dtype(), DType::f32);
+    EXPECT_EQ(download_values(be, y), (std::vector<float>{70000, 70000}));
+    EXPECT_EQ(rec.names, (std::vector<std::string>{"CAST", "LINEAR"}));  // the weight's cast is not traced
+
+    // Back in an f16 module the value no longer fits: its CAST is where it breaks.
+    OpContext back16 = make_context(be, {DType::f16});
+    back16.mixed_precision = true;
+    back16.tracer = &rec;
+    const Tensor z = ops::scale(back16, y, 0.5f);
+    EXPECT_EQ(z.dtype(), DType::f16);
+    ASSERT_GE(rec.names.size(), 2u);
+    EXPECT_EQ(rec.names.back(), "SCALE");
+    EXPECT_EQ(rec.names[rec.names.size() - 2], "CAST");
+    EXPECT_EQ(rec.dtypes[rec.names.size() - 2], DType::f16);
+    EXPECT_TRUE(std::isinf(download_values(be, z)[0]));
+    // Same dtypes: no cast at all.
+    const std::size_t before = rec.names.size();
+    ops::scale(up32, y, 2.0f);
+    EXPECT_EQ(rec.names.size(), before + 1);
   });
 }
 
