@@ -167,18 +167,14 @@ TEST(LatentStep, OffsetsAddressRowsOfABatchAndBadArgumentsAreOpErrors) {
 
 // Whole samplers: the same model outputs on both backends give the same latents, step after step.
 TEST(LatentStep, SamplersOnTheDeviceMatchTheHostBitForBit) {
-  
   struct Case {
     SamplerId kind;
     const char* prediction;
     int order;
   };
-  const Case cases[] = {{SamplerId::euler, "epsilon", 2},
-                        {SamplerId::euler, "v_prediction", 2},
-                        {SamplerId::euler_a, "epsilon", 2},
-                        {SamplerId::ddim, "epsilon", 2},
-                        {SamplerId::ddim, "sample", 2},
-                        {SamplerId::dpmpp_2m, "epsilon", 2},
+  const Case cases[] = {{SamplerId::euler, "epsilon", 2},        {SamplerId::euler, "v_prediction", 2},
+                        {SamplerId::euler_a, "epsilon", 2},      {SamplerId::ddim, "epsilon", 2},
+                        {SamplerId::ddim, "sample", 2},          {SamplerId::dpmpp_2m, "epsilon", 2},
                         {SamplerId::dpmpp_2m, "v_prediction", 3}};
   const std::int64_t n = 4 * 8 * 8;
   FOR_EACH_DEVICE(dev) {
@@ -199,8 +195,7 @@ TEST(LatentStep, SamplersOnTheDeviceMatchTheHostBitForBit) {
         const Tensor dev_eps = upload(*dev, {n}, eps);
         Tensor dev_x0 = dev->empty({n}, DType::f32);
         device->step(*dev, dev_eps, dev_latent, i, &noise_d, &dev_x0);
-        const std::string what =
-            std::string(sampler_name(k.kind)) + " " + k.prediction + " step " + std::to_string(i);
+        const std::string what = std::string(sampler_name(k.kind)) + " " + k.prediction + " step " + std::to_string(i);
         // Over several steps a division's ulp can grow through the update: 8 ulp where division is not exact.
         const int ulps = allowed_ulps(*dev) ? 8 : 0;
         expect_same(latent, download(*dev, dev_latent), what + " latent", ulps);

@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "pipeline/session.hpp"
 #include "support/oracle.hpp"
 #include "support/small_fs.hpp"
-#include "pipeline/session.hpp"
 
 namespace nanscope {
 namespace {
@@ -171,7 +171,6 @@ TEST(Faults, CancelAtEveryPhaseStopsWithinOneOpAndTheNextRunWorks) {
   }
 }
 
-
 // Saving onto a full disk or a read-only file system: the command fails with
 // a message that says what to do, the file that was there survives byte for
 // byte, and no temporary is left behind. Then a save elsewhere works.
@@ -203,8 +202,8 @@ TEST(Faults, FullOrReadOnlyDestinationKeepsTheOldFilesAndSaysWhatToDo) {
     }
     test::TempDir other;
     // The image to the bad disk (the preset elsewhere), then the preset to it.
-    for (const auto& [png, preset] : {std::pair{disk / "out.png", other / "p.json"},
-                                      std::pair{other / "o.png", disk / "preset.json"}}) {
+    for (const auto& [png, preset] :
+         {std::pair{disk / "out.png", other / "p.json"}, std::pair{other / "o.png", disk / "preset.json"}}) {
       const auto r = generate(png, preset);
       ASSERT_LT(r.exit_code, 128) << "ended by a signal\n" << r.err;
       EXPECT_NE(r.exit_code, 0);

@@ -131,7 +131,8 @@ TEST(TorchCpuNoise, KernelsDifferAndTorchPicksOne) {
   const bool is_avx2 = torch.capability.find("AVX2") != std::string::npos;
   EXPECT_EQ(torch.values, is_avx2 ? avx2 : plain) << torch.capability;
   // noise.torch_cpu_kernel=auto makes the same choice.
-  EXPECT_EQ(pipeline::torch_cpu_kernel_of_this_cpu(), is_avx2 ? TorchCpuNoise::Kernel::avx2 : TorchCpuNoise::Kernel::scalar)
+  EXPECT_EQ(pipeline::torch_cpu_kernel_of_this_cpu(),
+            is_avx2 ? TorchCpuNoise::Kernel::avx2 : TorchCpuNoise::Kernel::scalar)
       << torch.capability;
 }
 

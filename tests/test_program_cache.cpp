@@ -17,9 +17,9 @@
 #include "backend/opencl/program_cache.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
-#include "support/small_fs.hpp"
 #include "support/backends.hpp"
 #include "support/oracle.hpp"
+#include "support/small_fs.hpp"
 
 namespace nanscope::opencl {
 namespace {

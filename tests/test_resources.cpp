@@ -58,10 +58,10 @@ TEST(Resources, AMissNamesEveryPlaceAndWhatToDo) {
     FAIL() << "found a folder that does not exist";
   } catch (const FileError& e) {
     const std::string what = e.what();
-    for (const std::string& part : {std::string("the test resource was not found"), (mine / "missing").string(),
-                                    std::string("share/nanscope/no-such-folder"),
-                                    std::string(NANSCOPE_SOURCE_DIR) + "/resources/no-such-folder",
-                                    std::string("Set it right.")}) {
+    for (const std::string& part :
+         {std::string("the test resource was not found"), (mine / "missing").string(),
+          std::string("share/nanscope/no-such-folder"), std::string(NANSCOPE_SOURCE_DIR) + "/resources/no-such-folder",
+          std::string("Set it right.")}) {
       EXPECT_NE(what.find(part), std::string::npos) << "no \"" << part << "\" in: " << what;
     }
   }

@@ -199,7 +199,9 @@ TEST_P(SingleFile, InfersTheComponentConfigs) {
     tensors += c.tensors;
   }
   // q, k and v (weight and bias) become one in_proj weight and bias per OpenCLIP layer.
-  const int open_clip_layers = f == ModelFamily::sd2 ? want.text_layers : f == ModelFamily::sdxl ? want.text_2_layers : 0;
+  const int open_clip_layers = f == ModelFamily::sd2    ? want.text_layers
+                               : f == ModelFamily::sdxl ? want.text_2_layers
+                                                        : 0;
   EXPECT_EQ(tensors, folder_tensors(m.folder, f).size() - 4u * static_cast<std::size_t>(open_clip_layers));
 }
 

@@ -77,7 +77,8 @@ const Codec<AttentionImpl> kImplCodec{
 const Codec<SamplerId> kSamplerCodec{sampler_name, parse_sampler, {kSamplers.begin(), kSamplers.end()}};
 const Codec<NoiseKind> kNoiseCodec{noise_name, parse_noise, {NoiseKind::nanscope, NoiseKind::torch_cpu}};
 const Codec<TorchCpuKernel> kTorchCpuKernelCodec{
-    torch_cpu_kernel_name, parse_torch_cpu_kernel,
+    torch_cpu_kernel_name,
+    parse_torch_cpu_kernel,
     {TorchCpuKernel::automatic, TorchCpuKernel::avx2, TorchCpuKernel::scalar}};
 
 // ---------------------------------------------------------------- row accessors

@@ -12,8 +12,7 @@ namespace nanscope {
 
 namespace fs = std::filesystem;
 
-fs::path find_resource(std::string_view what, std::string_view relative, const char* env_var,
-                       std::string_view hint) {
+fs::path find_resource(std::string_view what, std::string_view relative, const char* env_var, std::string_view hint) {
   std::vector<fs::path> tried;
   const auto found = [&](const fs::path& p, const char* how) {
     if (fs::is_directory(p)) {

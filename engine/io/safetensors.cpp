@@ -383,8 +383,9 @@ HostTensor SafetensorsFile::read(const TensorEntry& entry, DType target) const {
       struct stat st {};
       const std::string now = fstat(mapping_->fd, &st) == 0 ? std::to_string(st.st_size) + " bytes" : "fewer bytes";
       fail(path_, "changed on disk while it was open: " + tensor_label(entry.name) + " needs bytes " +
-                      std::to_string(first) + " to " + std::to_string(first + entry.bytes()) + ", but the file now has " +
-                      now + " (truncated or rewritten in place). Load the model again once the file is complete.");
+                      std::to_string(first) + " to " + std::to_string(first + entry.bytes()) +
+                      ", but the file now has " + now +
+                      " (truncated or rewritten in place). Load the model again once the file is complete.");
     }
     done += static_cast<std::uint64_t>(got);
   }

@@ -7,8 +7,8 @@
 #include <unistd.h>
 
 #include "core/error.hpp"
-#include "core/resources.hpp"
 #include "core/log.hpp"
+#include "core/resources.hpp"
 #include "io/safetensors.hpp"
 #include "models/ldm_checkpoint.hpp"
 
@@ -138,7 +138,8 @@ std::unique_ptr<SdModel> SdModel::load_single_file(const fs::path& file, const f
   m->family_ = ckpt.family();
   const bool xl = m->family_ == ModelFamily::sdxl;
   m->force_zeros_for_empty_prompt_ = xl;
-  const std::string origin = "the built-in " + std::string(models::model_family_name(m->family_)) + " config for " + file.string();
+  const std::string origin =
+      "the built-in " + std::string(models::model_family_name(m->family_)) + " config for " + file.string();
 
   m->tokenizer = single_file_tokenizer(file, "tokenizer", m->family_);
   m->text_encoder.emplace(

@@ -51,8 +51,8 @@ models::Vae& Session::vae_for(Backend& be, const fs::path& folder, DType dtype, 
   auto it = extra_vaes_.find(key);
   if (it != extra_vaes_.end()) return *it->second;
   const models::ModelFamily ldm = family == ModelFamily::sdxl  ? models::ModelFamily::sdxl
-                                : family == ModelFamily::sd2 ? models::ModelFamily::sd2
-                                                             : models::ModelFamily::sd1;
+                                  : family == ModelFamily::sd2 ? models::ModelFamily::sd2
+                                                               : models::ModelFamily::sd1;
   auto vae =
       std::make_unique<models::Vae>(fs::is_regular_file(folder) ? models::load_vae_file(folder, be, dtype, false, ldm)
                                                                 : models::Vae::load(folder, be, dtype));

@@ -93,8 +93,9 @@ MoreSettingsPanel::MoreSettingsPanel(QWidget* parent) : ConfigPanel(parent) {
     form->addRow(label, w);
     editors_.push_back({&row, w});
   }
-  auto* note = new QLabel(tr("Settings without a control of their own in the other panels. Hover over one for what "
-                             "it does; the same keys work with nanscope-cli --set."));
+  auto* note =
+      new QLabel(tr("Settings without a control of their own in the other panels. Hover over one for what "
+                    "it does; the same keys work with nanscope-cli --set."));
   note->setWordWrap(true);
   auto* layout = new QVBoxLayout(this);
   layout->setContentsMargins(6, 6, 6, 6);

@@ -47,8 +47,8 @@ class GuiSoak : public QObject {
     } catch (const std::exception& e) {
       QSKIP(e.what());
     }
-    const int runs = qEnvironmentVariableIsSet("NANSCOPE_SOAK_RUNS") ? qEnvironmentVariableIntValue("NANSCOPE_SOAK_RUNS")
-                                                                      : 200;
+    const int runs =
+        qEnvironmentVariableIsSet("NANSCOPE_SOAK_RUNS") ? qEnvironmentVariableIntValue("NANSCOPE_SOAK_RUNS") : 200;
     // Growth allowed from the end of the warm-up (every kind of run seen twice:
     // kernels built, pools and caches filled) to the end. Measured: see the log line below.
     constexpr double kGrowthBoundMib = 64;
@@ -152,7 +152,8 @@ class GuiSoak : public QObject {
       }
       QVERIFY2(done.wait(300000), qPrintable(QString("run %1 (%2) did not finish").arg(i).arg(what)));
       const RunFinished f = done.front().front().value<RunFinished>();
-      QVERIFY2(f.cancelled == expect_cancel, qPrintable(QString("run %1 (%2): cancelled %3").arg(i).arg(what).arg(f.cancelled)));
+      QVERIFY2(f.cancelled == expect_cancel,
+               qPrintable(QString("run %1 (%2): cancelled %3").arg(i).arg(what).arg(f.cancelled)));
       if (!expect_cancel) {
         QVERIFY2(f.ok == expect_ok, qPrintable(QString("run %1 (%2): %3").arg(i).arg(what, f.ok ? "ok" : f.error)));
       }
@@ -160,10 +161,11 @@ class GuiSoak : public QObject {
       if (i + 1 == kWarmup) rss_warm = rss_mib();
     }
     const double rss_end = rss_mib();
-    qInfo("%d runs (plain %d, R0 %d, cancel %d, A/B %d, device %d, R2 %d, 128x96 %d, R3 %d); RSS after warm-up %.0f MiB, "
-          "at the end %.0f MiB (growth %.1f MiB, bound %.0f)",
-          runs, kinds[0], kinds[1], kinds[2], kinds[3], kinds[4], kinds[5], kinds[6], kinds[7], rss_warm, rss_end,
-          rss_end - rss_warm, kGrowthBoundMib);
+    qInfo(
+        "%d runs (plain %d, R0 %d, cancel %d, A/B %d, device %d, R2 %d, 128x96 %d, R3 %d); RSS after warm-up %.0f MiB, "
+        "at the end %.0f MiB (growth %.1f MiB, bound %.0f)",
+        runs, kinds[0], kinds[1], kinds[2], kinds[3], kinds[4], kinds[5], kinds[6], kinds[7], rss_warm, rss_end,
+        rss_end - rss_warm, kGrowthBoundMib);
     if (runs > kWarmup) {
       QVERIFY2(rss_end - rss_warm <= kGrowthBoundMib,
                qPrintable(QString("resident memory grew by %1 MiB over %2 runs").arg(rss_end - rss_warm).arg(runs)));

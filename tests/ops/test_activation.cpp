@@ -83,7 +83,6 @@ TEST(ActivationBadInput, DtypesAndEmptyTensors) {
   }
 }
 
-
 // Hand-worked values on every backend (erf/tanh values from their series).
 TEST(ActivationKnownValues, EveryActivation) {
   const Precision p{DType::f32};
@@ -101,8 +100,9 @@ TEST(ActivationKnownValues, EveryActivation) {
     EXPECT_TRUE(matches_known(be.download(ops::geglu(c, upload_values(be, {1, 4}, {1, 2, 0, 1}))), {0, 1.6826895f},
                               "activation", p));
     // Large inputs stay finite and exact: silu(x) = x for big x.
-    EXPECT_EQ(download_values(be, ops::silu(make_context(be, {DType::f16}), upload_values(be, {1}, {60000}, DType::f16)))[0],
-              60000.0f);
+    EXPECT_EQ(
+        download_values(be, ops::silu(make_context(be, {DType::f16}), upload_values(be, {1}, {60000}, DType::f16)))[0],
+        60000.0f);
   });
 }
 }  // namespace

@@ -210,7 +210,6 @@ TEST(AttentionBadInput, ShapesDtypesAndEmptyTensors) {
   }
 }
 
-
 // Hand-worked values on every backend and in every implementation.
 TEST(AttentionKnownValues, TwoKeysAndCausalAverages) {
   const Precision p{DType::f32};
@@ -259,8 +258,8 @@ TEST(AttentionKernelNotes, FamilyAndFallbacksAreOnRecord) {
     ASSERT_FALSE(own.kernel_notes().empty());
     const std::string family = own.kernel_notes().front();
     const bool gpu_forced = test_backend_options().kernel_style == KernelStyleChoice::gpu;
-    EXPECT_EQ(family.rfind(gpu_forced || own.device().kind != DeviceKind::cpu ? "kernel family: gpu" : "kernel family: cpu",
-                           0),
+    EXPECT_EQ(family.rfind(
+                  gpu_forced || own.device().kind != DeviceKind::cpu ? "kernel family: gpu" : "kernel family: cpu", 0),
               0u)
         << family;
   });

@@ -107,7 +107,6 @@ TEST(Conv2dBadInput, ShapesDtypesAndEmptyTensors) {
   }
 }
 
-
 // Hand-worked values on every backend (integer arithmetic: exact everywhere).
 TEST(Conv2dKnownValues, BoxFilterStrideBiasAndChannelMixing) {
   for_each_backend([](Backend& be) {
@@ -123,8 +122,8 @@ TEST(Conv2dKnownValues, BoxFilterStrideBiasAndChannelMixing) {
     EXPECT_EQ(download_values(be, y), (std::vector<float>{112, 116, 124, 128}));
     // Two input channels, two outputs, 1x1: out = w0 * x0 + w1 * x1 + b.
     const Tensor b2 = up({2}, {0, 0.5f});
-    EXPECT_EQ(download_values(be, ops::conv2d(c, up({1, 2, 1, 2}, {1, 2, 10, 20}), up({2, 2, 1, 1}, {1, 1, 2, -1}),
-                                              &b2, 1, 0)),
+    EXPECT_EQ(download_values(
+                  be, ops::conv2d(c, up({1, 2, 1, 2}, {1, 2, 10, 20}), up({2, 2, 1, 1}, {1, 1, 2, -1}), &b2, 1, 0)),
               (std::vector<float>{11, 22, -7.5f, -15.5f}));
   });
 }

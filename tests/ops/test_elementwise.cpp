@@ -83,7 +83,6 @@ TEST(ElementwiseBadInput, ShapesDtypesAndEmptyTensors) {
   }
 }
 
-
 // Broadcast patterns worked out by hand on every backend, and f16's rounding
 // of an exact sum at the top of its range.
 TEST(ElementwiseKnownValues, BroadcastPatternsAndF16Ties) {

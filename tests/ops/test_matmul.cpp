@@ -132,7 +132,6 @@ TEST(MatmulBadInput, ShapesDtypesAndEmptyTensors) {
   }
 }
 
-
 // Hand-worked values on every backend (integer arithmetic: exact everywhere).
 TEST(MatmulKnownValues, ProductsBiasAlphaLayoutsAndBroadcastWeights) {
   for_each_backend([](Backend& be) {

@@ -130,7 +130,6 @@ TEST(NormBadInput, ShapesDtypesAndEmptyTensors) {
   }
 }
 
-
 // Hand-worked values on every backend.
 TEST(NormKnownValues, GroupAndLayerNorm) {
   for_each_backend([](Backend& be) {

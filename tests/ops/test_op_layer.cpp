@@ -31,9 +31,9 @@ TEST(OpLayerErrors, MismatchedShapesNameOpModuleShapesAndDevice) {
     const Tensor a = be.upload(HostTensor({2, 3}, DType::f32));
     const Tensor b = be.upload(HostTensor({4, 2}, DType::f32));
     const std::string m = op_error_message([&] { ops::matmul(c, a, b); });
-    for (const std::string& part : {std::string("MATMUL"), std::string("unet.mid_block.attentions.0.proj_in"),
-                                    std::string("a[2,3] f32"), std::string("b[4,2] f32"),
-                                    "\"" + be.device().name + "\""}) {
+    for (const std::string& part :
+         {std::string("MATMUL"), std::string("unet.mid_block.attentions.0.proj_in"), std::string("a[2,3] f32"),
+          std::string("b[4,2] f32"), "\"" + be.device().name + "\""}) {
       EXPECT_NE(m.find(part), std::string::npos) << "no \"" << part << "\" in: " << m;
     }
     const Tensor x = be.upload(HostTensor({1, 6, 2, 2}, DType::f32));
@@ -92,7 +92,6 @@ TEST(OpLayerTracer, SeesEveryOpWithItsInputsAndModulePath) {
     EXPECT_EQ(rec.paths, (std::vector<std::string>{"test.down_blocks.0.proj", "test.down_blocks.0"}));
   });
 }
-
 
 // Mixed precision (per-module dtype overrides): an op casts inputs of another
 // dtype to its context's, activations through a traced CAST under the op's

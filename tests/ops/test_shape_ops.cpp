@@ -84,7 +84,7 @@ std::vector<OpCasePtr> cases() {
   add(slice_case({1, 1024, 2560}, 2, 0, 1280));     // SD GEGLU halves at 32x32
   add(permute_case({2, 77, 8, 40}, {0, 2, 1, 3}));  // heads to the front
   add(permute_case({13, 5, 7}, {2, 0, 1}));
-  add(permute_case({2, 5, 7, 19}, {3, 1, 0, 2}));  // innermost dimension moves: the gather path
+  add(permute_case({2, 5, 7, 19}, {3, 1, 0, 2}));     // innermost dimension moves: the gather path
   add(permute_case({2, 320, 32, 32}, {0, 2, 3, 1}));  // NCHW -> NHWC before a transformer
   add(upsample_case({2, 13, 5, 7}));
   add(upsample_case({1, 1280, 8, 8}));
@@ -114,7 +114,6 @@ TEST(ShapeOpsBadInput, ShapesRangesAndEmptyTensors) {
     expect_op_error([&] { ops::slice(ctx, h, 0, 0, 1); }, {"SLICE", "f16"});
   }
 }
-
 
 // Hand-worked values on every backend.
 TEST(ShapeOpsKnownValues, ConcatSlicePermuteUpsampleCast) {

@@ -66,7 +66,6 @@ TEST(SoftmaxBadInput, DtypesAndEmptyTensors) {
   }
 }
 
-
 // Hand-worked values on every backend, and the max subtraction that keeps
 // huge logits finite.
 TEST(SoftmaxKnownValues, ValuesAndStability) {
@@ -75,8 +74,9 @@ TEST(SoftmaxKnownValues, ValuesAndStability) {
     const Precision f32{DType::f32};
     EXPECT_TRUE(matches_known(be.download(ops::softmax(make_context(be, f32), upload_values(be, {1, 3}, {1, 2, 3}))),
                               want, "softmax", f32));
-    EXPECT_EQ(download_values(be, ops::softmax(make_context(be, f32), upload_values(be, {2, 2}, {1000, 1000, -1e30f, 0}))),
-              (std::vector<float>{0.5f, 0.5f, 0, 1}));
+    EXPECT_EQ(
+        download_values(be, ops::softmax(make_context(be, f32), upload_values(be, {2, 2}, {1000, 1000, -1e30f, 0}))),
+        (std::vector<float>{0.5f, 0.5f, 0, 1}));
     // Native f16: every step rounded, still close to the exact distribution.
     const Precision native{DType::f16, Accumulate::f32, SoftmaxPrecision::native};
     EXPECT_TRUE(matches_known(

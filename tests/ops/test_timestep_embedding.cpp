@@ -50,7 +50,6 @@ TEST(TimestepEmbeddingBadInput, Parameters) {
   }
 }
 
-
 // dim 4, shift 1: half = 2, freq = exp(-ln(10000) * i / (2 - 1)) = {1, 1e-4};
 // odd dim 5 with flip: cos first, then sin, then the zero pad column.
 TEST(TimestepEmbeddingKnownValues, FrequenciesFlipAndPadding) {

@@ -34,7 +34,8 @@ void write_ldm_checkpoint(const fs::path& path, const models::LdmNameMap& names,
   for (const auto& [name, t] : tensors) {
     const auto ref = names.to_ldm(name);
     if (!ref) {
-      throw FileError("cannot write " + path.string() + ": no " + std::string(models::model_family_name(names.family())) +
+      throw FileError("cannot write " + path.string() + ": no " +
+                      std::string(models::model_family_name(names.family())) +
                       " table row covers the diffusers tensor '" + name + "'");
     }
     switch (ref->transform) {

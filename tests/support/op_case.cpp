@@ -326,8 +326,8 @@ Tensor upload_values(Backend& backend, const Shape& shape, const std::vector<flo
 
 std::vector<float> download_values(Backend& backend, const Tensor& t) { return backend.download(t).to_f32(); }
 
-::testing::AssertionResult matches_known(const HostTensor& got, const std::vector<float>& want,
-                                         std::string_view family, const Precision& p) {
+::testing::AssertionResult matches_known(const HostTensor& got, const std::vector<float>& want, std::string_view family,
+                                         const Precision& p) {
   const HostTensor exact = HostTensor::from_f32(got.shape, want, got.dtype);
   if (exact.numel() != got.numel()) {
     return ::testing::AssertionFailure() << "got " << got.numel() << " values, expected " << want.size();

@@ -112,8 +112,8 @@ std::vector<float> download_values(Backend& backend, const Tensor& t);
 // `got` against values worked out by hand (exact results, rounded once into
 // got's dtype) at the tolerance table's PyTorch cell for the family and
 // precision: the hand-worked values stand where the float64 oracle does.
-::testing::AssertionResult matches_known(const HostTensor& got, const std::vector<float>& want,
-                                         std::string_view family, const Precision& p);
+::testing::AssertionResult matches_known(const HostTensor& got, const std::vector<float>& want, std::string_view family,
+                                         const Precision& p);
 
 // "1x13x5x7": shapes in case descriptions.
 std::string shape_tag(const Shape& s);

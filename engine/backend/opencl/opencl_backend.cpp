@@ -252,8 +252,8 @@ Tensor OpenClBackend::empty(const Shape& shape, DType dtype) {
                   err);
   }
   if (guard_bytes_ == 0) return Tensor(shape, dtype, std::make_shared<ClStorage>(mem, bytes, this, pool_));
-  const cl_int fill = clEnqueueFillBuffer(queue_, mem, &kGuardByte, 1, std::max<std::size_t>(bytes, 1), guard_bytes_,
-                                          0, nullptr, nullptr);
+  const cl_int fill = clEnqueueFillBuffer(queue_, mem, &kGuardByte, 1, std::max<std::size_t>(bytes, 1), guard_bytes_, 0,
+                                          nullptr, nullptr);
   if (fill != CL_SUCCESS) {
     pool_->release(mem, std::max<std::size_t>(bytes, 1) + guard_bytes_);
     throw_cl_error(fill, "clEnqueueFillBuffer", "fill the guard after " + what + " on \"" + info_.name + "\"");

@@ -141,7 +141,7 @@ class OpenClBackend final : public Backend {
   std::vector<std::string> fallbacks_;                            // note_fallback()
   std::function<bool(std::size_t)> fail_allocation_;              // BackendOptions::fail_allocation
   std::size_t guard_bytes_ = 0;                                   // BackendOptions::guard_bytes
-  std::shared_ptr<GuardLog> guard_log_;  // shared with the guarded storages
+  std::shared_ptr<GuardLog> guard_log_;                           // shared with the guarded storages
   double inspect_wait_ = 0;                                       // inspect_wait_seconds()
   void wait_for_device();                                         // clFinish, timed into inspect_wait_
   std::vector<std::pair<std::string, cl_event>> pending_events_;  // (op, event) not yet read

@@ -285,7 +285,7 @@ void write_entry(const std::string& path, const Digest& key, const std::vector<u
   };
   if (fd < 0) fail("create");
   for (const auto& [data, size] : {std::pair<const unsigned char*, std::size_t>{header.data(), header.size()},
-                                    std::pair<const unsigned char*, std::size_t>{payload.data(), payload.size()}}) {
+                                   std::pair<const unsigned char*, std::size_t>{payload.data(), payload.size()}}) {
     std::size_t done = 0;
     while (done < size) {
       const ssize_t n = ::write(fd, data + done, size - done);
