@@ -46,7 +46,11 @@ std::vector<OpCasePtr> cases() {
   add(conv_case({2, 6, 9, 7}, 5, 1, 2, 0, true), matrix);      // 1x1 stride 2: through im2col / implicit GEMM
   add(conv_case({1, 3, 9, 11}, 6, 3, 1, 0, true), matrix);     // no padding
   add(conv_case({1, 3, 34, 40}, 5, 3, 1, 1, true), matrix);    // rows wide enough for the vector im2col path
-  add(conv_case({2, 48, 7, 9}, 5, 3, 1, 1, true), matrix);     // k = 432: two k-blocks
+  // k = 432: two k-blocks. Native bf16 partial sums over 432 terms drift past the torch
+  // cell (calibrated on sums of up to 117): checked against the reference's semantics only.
+  OpCase deep = conv_case({2, 48, 7, 9}, 5, 3, 1, 1, true);
+  deep.native_close_to_exact = false;
+  add(deep, matrix);
   add(conv_case({1, 4, 64, 64}, 320, 3, 1, 1, true), matrix);  // SD conv_in
   // SD mid block input, reduced output channels. Its sums run over 11520 terms:
   // far too long for bf16 partial sums to stay near the exact value, so the
