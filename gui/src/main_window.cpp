@@ -172,8 +172,10 @@ void MainWindow::build_docks() {
   tabifyDockWidget(model, precision);
   tabifyDockWidget(precision, attention);
   tabifyDockWidget(attention, vae);
-  tabifyDockWidget(vae, more);
   model->raise();
+  // Beside the prompt (the settings tab bar below has no room for a fifth tab at 1500x950).
+  tabifyDockWidget(prompt, more);
+  prompt->raise();
   resizeDocks({prompt}, {440}, Qt::Horizontal);
   resizeDocks({docks_["result"]}, {300}, Qt::Horizontal);
   resizeDocks({prompt, model}, {430, 470}, Qt::Vertical);

@@ -40,12 +40,12 @@ std::vector<OpCasePtr> cases() {
     for (auto& p : expand(c, ps)) all.push_back(std::move(p));
   };
   const auto matrix = precision_matrix();
-  add(conv_case({1, 13, 5, 7}, 8, 3, 1, 1, true), matrix);     // odd spatial, 13 channels
-  add(conv_case({2, 4, 7, 5}, 5, 3, 2, 1, true), matrix);      // stride 2 (downsample), odd output
-  add(conv_case({1, 13, 5, 7}, 3, 1, 1, 0, false), matrix);    // 1x1 (resnet shortcut)
-  add(conv_case({2, 6, 9, 7}, 5, 1, 2, 0, true), matrix);      // 1x1 stride 2: through im2col / implicit GEMM
-  add(conv_case({1, 3, 9, 11}, 6, 3, 1, 0, true), matrix);     // no padding
-  add(conv_case({1, 3, 34, 40}, 5, 3, 1, 1, true), matrix);    // rows wide enough for the vector im2col path
+  add(conv_case({1, 13, 5, 7}, 8, 3, 1, 1, true), matrix);   // odd spatial, 13 channels
+  add(conv_case({2, 4, 7, 5}, 5, 3, 2, 1, true), matrix);    // stride 2 (downsample), odd output
+  add(conv_case({1, 13, 5, 7}, 3, 1, 1, 0, false), matrix);  // 1x1 (resnet shortcut)
+  add(conv_case({2, 6, 9, 7}, 5, 1, 2, 0, true), matrix);    // 1x1 stride 2: through im2col / implicit GEMM
+  add(conv_case({1, 3, 9, 11}, 6, 3, 1, 0, true), matrix);   // no padding
+  add(conv_case({1, 3, 34, 40}, 5, 3, 1, 1, true), matrix);  // rows wide enough for the vector im2col path
   // k = 432: two k-blocks. Native bf16 partial sums over 432 terms drift past the torch
   // cell (calibrated on sums of up to 117): checked against the reference's semantics only.
   OpCase deep = conv_case({2, 48, 7, 9}, 5, 3, 1, 1, true);
