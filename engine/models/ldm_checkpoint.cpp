@@ -677,7 +677,7 @@ std::vector<std::string> LdmCheckpoint::unclaimed() const {
 // ---------------------------------------------------------------------------
 // A VAE from one file
 
-Vae load_vae_file(const fs::path& path, Backend& backend, DType dtype, bool with_encoder, LdmFamily family) {
+VaeFile open_vae_file(const fs::path& path, LdmFamily family) {
   auto file = std::make_shared<io::SafetensorsFile>(io::SafetensorsFile::open(path));
   const io::SafetensorsFile& f = *file;
   std::string prefix;
@@ -695,15 +695,16 @@ Vae load_vae_file(const fs::path& path, Backend& backend, DType dtype, bool with
          "original VAE file) or encoder.down_blocks.* / decoder.up_blocks.* (a diffusers VAE)");
   }
   const nlohmann::json cfg = infer_vae_config(f, family, prefix, diffusers);
-  Vae vae(VaeConfig::from_json(
-      ConfigJson(cfg, "the built-in " + std::string(ldm_family_name(family)) + " VAE config for " + path.string())));
-  std::optional<WeightSource> source;
+  VaeFile out{family, diffusers,
+              VaeConfig::from_json(ConfigJson(
+                  cfg, "the built-in " + std::string(ldm_family_name(family)) + " VAE config for " + path.string())),
+              std::nullopt};
   if (diffusers) {
-    source.emplace(std::vector<fs::path>{path});
+    out.source.emplace(std::vector<fs::path>{path});
   } else {
     LdmStructure s;
     s.family = LdmFamily::sd1;  // only the VAE rows are used
-    s.vae = vae.config();
+    s.vae = out.config;
     s.vae_prefix = prefix;
     auto names = std::make_shared<const LdmNameMap>(s);
     std::map<std::string, TensorRef> present;
@@ -712,15 +713,10 @@ Vae load_vae_file(const fs::path& path, Backend& backend, DType dtype, bool with
       for (auto& t : names->from_ldm(e.name))
         if (component_of(t.diffusers) == "vae") present.emplace(t.diffusers.substr(4), std::move(t.ref));
     }
-    source.emplace(file, "vae", std::move(present),
-                   [names](const std::string& n) { return names->to_ldm("vae." + n); });
+    out.source.emplace(file, "vae", std::move(present),
+                       [names](const std::string& n) { return names->to_ldm("vae." + n); });
   }
-  WeightLoader loader(*source, backend, dtype, "vae");
-  vae.load_weights(loader, with_encoder);
-  if (with_encoder) loader.report_unused();
-  log::info("VAE from the single file {} ({}, {} naming, scaling_factor {})", path.string(), ldm_family_name(family),
-            diffusers ? "diffusers" : "original", vae.config().scaling_factor);
-  return vae;
+  return out;
 }
 
 }  // namespace nanscope::models
