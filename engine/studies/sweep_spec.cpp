@@ -35,7 +35,7 @@ SweepSpec SweepSpec::read(const fs::path& file) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for a number too large
     throw FileError(file.string() + ": not valid JSON: " + e.what());
   }
   if (!j.is_object() || !j.contains("nanscope_sweep") || j["nanscope_sweep"] != 1)
