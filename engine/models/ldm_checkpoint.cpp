@@ -345,6 +345,10 @@ std::vector<std::int64_t> indices(const io::SafetensorsFile& f, const std::strin
     const std::string_view digits = rest.substr(0, dot);
     if (digits.empty() || !std::all_of(digits.begin(), digits.end(), [](char ch) { return ch >= '0' && ch <= '9'; }))
       continue;
+    if (digits.size() > 6) {
+      fail(f, "tensor '" + e.name + "' has the block index " + std::string(digits) +
+                  ", far beyond any Stable Diffusion checkpoint's; the file is damaged or not a checkpoint");
+    }
     out.insert(std::stoll(std::string(digits)));
   }
   return {out.begin(), out.end()};

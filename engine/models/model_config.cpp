@@ -2,12 +2,35 @@
 // (UNet, VAE, CLIP text encoder), apart from the models so the readers build
 // and are fuzzed without the ops (tests/fuzz).
 
+#include <string>
+#include <vector>
+
 #include "core/error.hpp"
 #include "models/clip_text.hpp"
 #include "models/unet.hpp"
 #include "models/vae.hpp"
 
 namespace nanscope::models {
+
+namespace {
+
+// Sizes and counts: at least 1 and at most kMaxSize (a million channels or
+// layers is far past any model; the bound keeps the int fields and the
+// allocations they drive sane). The error names the file and key.
+constexpr std::int64_t kMaxSize = 1 << 20;
+
+void check_size(const ConfigJson& j, const std::string& key, std::int64_t v) {
+  if (v < 1 || v > kMaxSize) {
+    throw ConfigError(j.origin() + ": '" + key + "' = " + std::to_string(v) + " is not a size; expected 1 to " +
+                      std::to_string(kMaxSize) + ". Check the file against the model's original config.json");
+  }
+}
+
+void check_sizes(const ConfigJson& j, const std::string& key, const std::vector<std::int64_t>& v) {
+  for (const std::int64_t x : v) check_size(j, key, x);
+}
+
+}  // namespace
 
 UNetConfig UNetConfig::from_json(const ConfigJson& j) {
   UNetConfig c;
@@ -62,6 +85,16 @@ UNetConfig UNetConfig::from_json(const ConfigJson& j) {
     j.unsupported("conv_in_kernel", "only 3x3 in/out convolutions");
   if (j.has("reverse_transformer_layers_per_block"))
     j.unsupported("reverse_transformer_layers_per_block", "not used by SD models");
+  check_size(j, "in_channels", c.in_channels);
+  check_size(j, "out_channels", c.out_channels);
+  check_size(j, "sample_size", c.sample_size);
+  check_sizes(j, "block_out_channels", c.block_out_channels);
+  check_sizes(j, "layers_per_block", c.layers_per_block);
+  check_sizes(j, j.has("num_attention_heads") ? "num_attention_heads" : "attention_head_dim", c.heads);
+  check_sizes(j, "cross_attention_dim", c.cross_attention_dim);
+  check_sizes(j, "transformer_layers_per_block", c.transformer_layers_per_block);
+  check_size(j, "norm_num_groups", j.get_int("norm_num_groups", 32));
+  check_size(j, "downsample_padding", j.get_int("downsample_padding", 1) + 1);  // 0 is allowed
   for (std::size_t i = 0; i < n; ++i) {
     if (c.block_out_channels[i] % c.heads[i] != 0) {
       throw ConfigError(j.origin() + ": block_out_channels[" + std::to_string(i) +
@@ -91,6 +124,12 @@ VaeConfig VaeConfig::from_json(const ConfigJson& j) {
   for (const auto& t : j.require_strings("down_block_types"))
     if (t != "DownEncoderBlock2D") j.unsupported("down_block_types", "only DownEncoderBlock2D");
   if (j.get_string("act_fn", "silu") != "silu") j.unsupported("act_fn", "only silu");
+  check_size(j, "in_channels", c.in_channels);
+  check_size(j, "out_channels", c.out_channels);
+  check_size(j, "latent_channels", c.latent_channels);
+  check_sizes(j, "block_out_channels", c.block_out_channels);
+  check_size(j, "layers_per_block", c.layers_per_block);
+  check_size(j, "norm_num_groups", j.get_int("norm_num_groups", 32));
   return c;
 }
 
@@ -112,6 +151,13 @@ ClipTextConfig ClipTextConfig::from_json(const ConfigJson& j) {
       if (a == "CLIPTextModelWithProjection") c.projection_dim = j.get_int("projection_dim", c.hidden_size);
     }
   }
+  check_size(j, "vocab_size", c.vocab_size);
+  check_size(j, "hidden_size", c.hidden_size);
+  check_size(j, "intermediate_size", c.intermediate_size);
+  check_size(j, "num_hidden_layers", j.require_int("num_hidden_layers"));
+  check_size(j, "num_attention_heads", j.require_int("num_attention_heads"));
+  check_size(j, "max_position_embeddings", c.max_positions);
+  if (c.projection_dim) check_size(j, "projection_dim", c.projection_dim);
   if (c.hidden_size % c.heads != 0) j.unsupported("num_attention_heads", "hidden_size must divide evenly");
   return c;
 }
