@@ -5,7 +5,8 @@
 #     (Debian ships it without an /etc/OpenCL/vendors/*.icd file and none is
 #     added here: NaNscope loads its ICD library itself, so other OpenCL
 #     programs on the machine never see it; docs/oclgrind.md), and help2man,
-#     lintian and the AppStream checker for the Debian package)
+#     lintian and the AppStream checker for the Debian package, and clang
+#     with libFuzzer for tools/fuzz.sh)
 #   - a Python venv at .venv over Debian's PyTorch, with pinned diffusers and
 #     transformers, used only by the test oracles and the model trainer.
 # Usage: tools/setup.sh [--no-python]
@@ -25,6 +26,8 @@ apt_packages=(
   # packaging (packaging/, tools/package.sh, the `package` test): manual pages,
   # and the checks of the .deb, its desktop entry and its AppStream metadata
   help2man dpkg-dev appstream desktop-file-utils lintian
+  # the fuzz targets (tools/fuzz.sh, docs/fuzzing.md): clang with libFuzzer and the sanitizer runtimes
+  clang libclang-rt-dev
 )
 if [ "$want_python" = 1 ]; then
   apt_packages+=(python3-venv python3-torch python3-numpy libopenblas0-pthread)
