@@ -52,7 +52,7 @@ run_one() {
   local dict=()
   [ -f "tests/fuzz/dict/$t.dict" ] && dict=(-dict="tests/fuzz/dict/$t.dict")
   # New inputs go to build-fuzz/fuzz-corpus/<t> (first folder); the seeds are read only.
-  "$build_dir/tests/fuzz/fuzz_$t" "$new" "$seeds" "${dict[@]}" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
+  "$build_dir/tests/fuzz/fuzz_$t" "$new" "$seeds" "${dict[@]}" -max_total_time="$seconds" -timeout=30 -rss_limit_mb=2048 \
     -max_len=16384 -print_final_stats=1 -artifact_prefix="$found/" >"$log_dir/$t.log" 2>&1
 }
 
@@ -90,7 +90,9 @@ done
 if [ "${NANSCOPE_FUZZ_MERGE:-0}" = 1 ]; then
   for t in "${targets[@]}"; do
     before=$(find "$corpus_root/$t" -type f | wc -l)
-    "$build_dir/tests/fuzz/fuzz_$t" -merge=1 "$corpus_root/$t" "$build_dir/fuzz-corpus/$t" >"$log_dir/$t.merge.log" 2>&1
+    # Edges only (no hit counts, no comparison operands): a small corpus that keeps the coverage.
+    "$build_dir/tests/fuzz/fuzz_$t" -merge=1 -use_counters=0 -use_cmp=0 "$corpus_root/$t" "$build_dir/fuzz-corpus/$t" \
+      >"$log_dir/$t.merge.log" 2>&1
     echo "fuzz: $t corpus $before -> $(find "$corpus_root/$t" -type f | wc -l) files"
   done
 fi
