@@ -5,9 +5,10 @@
 #     (Debian ships it without an /etc/OpenCL/vendors/*.icd file and none is
 #     added here: NaNscope loads its ICD library itself, so other OpenCL
 #     programs on the machine never see it; docs/oclgrind.md), and help2man,
-#     lintian and the AppStream checker for the Debian package, and munge,
+#     lintian and the AppStream checker for the Debian package, munge,
 #     slurmctld, slurmd and the Slurm client commands for the test that runs
-#     the sweep as a Slurm job array on a one-node cluster; tests/slurm/)
+#     the sweep as a Slurm job array on a one-node cluster (tests/slurm/), and
+#     clang with libFuzzer for tools/fuzz.sh)
 #   - a Python venv at .venv over Debian's PyTorch, with pinned diffusers and
 #     transformers, used only by the test oracles and the model trainer.
 # Usage: tools/setup.sh [--no-python]
@@ -30,6 +31,8 @@ apt_packages=(
   # the Slurm test (tests/slurm/test_slurm.sh) starts its own daemons on private
   # ports and sockets; the packages' services are left alone
   munge slurmctld slurmd slurm-client
+  # the fuzz targets (tools/fuzz.sh, docs/fuzzing.md): clang with libFuzzer and the sanitizer runtimes
+  clang libclang-rt-dev
 )
 if [ "$want_python" = 1 ]; then
   apt_packages+=(python3-venv python3-torch python3-numpy libopenblas0-pthread)

@@ -8,6 +8,7 @@
 
 #include "config/settings.hpp"
 #include "core/error.hpp"
+#include "core/utf8.hpp"
 
 namespace nanscope {
 
@@ -73,6 +74,11 @@ std::string a1111_parameters(const RunConfig& c) {
 }
 
 RunConfig run_config_from_a1111(std::string_view parameters, const RunConfig& base) {
+  // The prompt goes into presets and PNG chunks as JSON, which holds UTF-8 only.
+  if (const auto bad = invalid_utf8_offset(parameters)) {
+    throw ConfigError("A1111 parameters: the text is not valid UTF-8 (" + describe_invalid_utf8(parameters, *bad) +
+                      "); the tool that wrote it used another encoding: re-save it as UTF-8");
+  }
   RunConfig c = base;
   std::vector<std::string> lines;
   {

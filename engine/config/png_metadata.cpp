@@ -38,7 +38,7 @@ std::optional<json> nanscope_chunk(const PngContents& png, std::string_view sour
   json j;
   try {
     j = json::parse(*text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number too large
     throw FileError(std::string(source) + ": the \"nanscope\" text chunk is not valid JSON (" + e.what() + ")");
   }
   if (!j.is_object()) throw FileError(std::string(source) + ": the \"nanscope\" text chunk is not a JSON object");

@@ -221,7 +221,7 @@ RunConfig load_preset(const std::filesystem::path& path) {
   json j;
   try {
     j = json::parse(read_text_file(path));
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number too large
     throw FileError(path.string() + ": not valid JSON (" + e.what() + ")");
   }
   return run_config_from_json(j, path.string());

@@ -5,6 +5,7 @@
 #include "config/module_pattern.hpp"
 #include "config/settings.hpp"
 #include "core/error.hpp"
+#include "core/utf8.hpp"
 
 namespace nanscope {
 
@@ -195,6 +196,11 @@ void RunConfig::set(std::string_view assignment) {
 }
 
 void RunConfig::set(std::string_view key, std::string_view value) {
+  // Configs are written as JSON (presets, the PNG chunk, reports), which holds UTF-8 only.
+  if (const auto bad = invalid_utf8_offset(value)) {
+    fail(key, "the value is not valid UTF-8 (" + describe_invalid_utf8(value, *bad) +
+                  "); save the text as UTF-8 and set it again");
+  }
   if (const Setting* row = find_setting(key)) {
     row->put(*this, row->parse(value));  // parse() throws before anything changes; put() checks before storing
     return;

@@ -12,6 +12,7 @@
 
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "core/utf8.hpp"
 #include "io/atomic_file.hpp"
 
 namespace nanscope::io {
@@ -20,6 +21,9 @@ namespace {
 
 constexpr std::size_t kCompressAbove = 4096;  // bytes of text
 constexpr png_uint_32 kMaxSide = 32768;
+constexpr std::uint64_t kMaxPixels = 16384ull * 16384ull;
+constexpr png_alloc_size_t kMaxChunkBytes = 64u << 20;
+constexpr png_uint_32 kMaxAncillaryChunks = 10000;
 
 // libpng reports errors through a callback that must not return; it longjmps
 // back to the setjmp in encode()/read_png(). Everything the callbacks touch or
@@ -39,7 +43,8 @@ struct PngState {
 PngState* state(png_structp png) { return static_cast<PngState*>(png_get_error_ptr(png)); }
 
 void on_error(png_structp png, png_const_charp msg) {
-  state(png)->error.assign(msg ? msg : "unknown libpng error");
+  PngState* st = state(png);
+  if (msg != st->error.c_str()) st->error.assign(msg ? msg : "unknown libpng error");  // else: already there
   png_longjmp(png, 1);
 }
 
@@ -178,9 +183,52 @@ void collect_texts(png_structp png, png_infop info, std::vector<PngText>& out) {
     const bool itxt = t[i].compression == PNG_ITXT_COMPRESSION_NONE || t[i].compression == PNG_ITXT_COMPRESSION_zTXt;
     PngText pt;
     pt.key = latin1_to_utf8(t[i].key, std::strlen(t[i].key));
-    pt.text = itxt ? std::string(t[i].text ? t[i].text : "", t[i].itxt_length)
+    // iTXt holds UTF-8 by the standard; ill-formed bytes become U+FFFD so that
+    // PngText is always UTF-8 (the texts end up in JSON).
+    pt.text = itxt ? repair_utf8(std::string_view(t[i].text ? t[i].text : "", t[i].itxt_length))
                    : latin1_to_utf8(t[i].text ? t[i].text : "", t[i].text_length);
     out.push_back(std::move(pt));
+  }
+}
+
+// False, with the reason in st->error, when the image is refused before its
+// pixels are allocated: more pixels than an image may have, or more image data
+// than the file's deflate streams can expand to (deflate's ratio is at most
+// 1032:1), i.e. a damaged or truncated header.
+bool header_fits(png_structp png, png_infop info, PngState* st) {
+  const std::uint64_t w = png_get_image_width(png, info), h = png_get_image_height(png, info);
+  const std::uint64_t raw = h * (static_cast<std::uint64_t>(png_get_rowbytes(png, info)) + 1);
+  if (w * h > kMaxPixels) {
+    st->error = std::to_string(w) + "x" + std::to_string(h) + " pixels is more than the " + std::to_string(kMaxPixels) +
+                " an image may have (16384x16384)";
+    return false;
+  }
+  if (raw > 1032 * static_cast<std::uint64_t>(st->in->size()) + 65536) {
+    st->error = "the header says " + std::to_string(w) + "x" + std::to_string(h) + " (" + std::to_string(raw) +
+                " bytes of image data) but the file holds only " + std::to_string(st->in->size()) +
+                " bytes; it is truncated or damaged";
+    return false;
+  }
+  return true;
+}
+
+// libpng allocates a text chunk's declared length before reading it, even
+// past png_set_chunk_malloc_max: every chunk must fit in the file, checked here
+// on the bytes in memory before libpng sees them.
+void check_chunk_lengths(const std::string& name, const std::string& bytes) {
+  std::size_t pos = 8;  // after the signature
+  while (bytes.size() - pos >= 8) {
+    const auto* p = reinterpret_cast<const unsigned char*>(bytes.data() + pos);
+    const std::uint64_t len = (std::uint64_t{p[0]} << 24) | (p[1] << 16) | (p[2] << 8) | p[3];
+    const std::string type(reinterpret_cast<const char*>(p + 4), 4);
+    const std::uint64_t left = bytes.size() - pos - 8;
+    if (len + 4 > left) {
+      throw FileError(name + ": not a readable PNG: chunk \"" + repair_utf8(type) + "\" at byte " +
+                      std::to_string(pos) + " declares " + std::to_string(len) + " bytes but the file has " +
+                      std::to_string(left) + " after it; the file is truncated or damaged");
+    }
+    if (type == "IEND") return;
+    pos += 12 + static_cast<std::size_t>(len);
   }
 }
 
@@ -201,7 +249,12 @@ void run_decoder(PngState* st, PngContents* result) {
   }
   png_set_read_fn(png, st, on_read);
   png_set_user_limits(png, kMaxSide, kMaxSide);
+  // A chunk's declared length is allocated before it is read, and text chunks
+  // are inflated in memory: bound both (the nanscope chunk is a few hundred KB).
+  png_set_chunk_malloc_max(png, kMaxChunkBytes);
+  png_set_chunk_cache_max(png, kMaxAncillaryChunks);
   png_read_info(png, info);
+  if (!header_fits(png, info, st)) png_error(png, st->error.c_str());
   // Whatever the file holds, deliver 8-bit RGB.
   png_set_expand(png);
   png_set_strip_16(png);
@@ -252,6 +305,7 @@ PngContents read_png(const std::filesystem::path& path) {
   if (bytes.size() < 8 || png_sig_cmp(reinterpret_cast<png_const_bytep>(bytes.data()), 0, 8) != 0) {
     throw FileError(name + ": not a PNG file (it does not start with the PNG signature)");
   }
+  check_chunk_lengths(name, bytes);
 
   auto st = std::make_unique<PngState>();
   st->name = name;

@@ -8,28 +8,6 @@
 
 namespace nanscope::models {
 
-ClipTextConfig ClipTextConfig::from_json(const ConfigJson& j) {
-  ClipTextConfig c;
-  c.vocab_size = j.require_int("vocab_size");
-  c.hidden_size = j.require_int("hidden_size");
-  c.intermediate_size = j.require_int("intermediate_size");
-  c.layers = static_cast<int>(j.require_int("num_hidden_layers"));
-  c.heads = static_cast<int>(j.require_int("num_attention_heads"));
-  c.max_positions = j.get_int("max_position_embeddings", 77);
-  const std::string act = j.get_string("hidden_act", "quick_gelu");
-  if (act != "quick_gelu" && act != "gelu") j.unsupported("hidden_act", "quick_gelu or gelu");
-  c.quick_gelu = act == "quick_gelu";
-  c.layer_norm_eps = static_cast<float>(j.get_float("layer_norm_eps", 1e-5));
-  c.eos_token_id = j.get_int("eos_token_id", 2);
-  if (j.raw().contains("architectures") && j.raw()["architectures"].is_array()) {
-    for (const auto& a : j.raw()["architectures"]) {
-      if (a == "CLIPTextModelWithProjection") c.projection_dim = j.get_int("projection_dim", c.hidden_size);
-    }
-  }
-  if (c.hidden_size % c.heads != 0) j.unsupported("num_attention_heads", "hidden_size must divide evenly");
-  return c;
-}
-
 ClipTextModel ClipTextModel::load(const std::filesystem::path& folder, Backend& backend, DType dtype) {
   ClipTextModel m(ClipTextConfig::from_json(ConfigJson::load(folder / "config.json")));
   const WeightSource source = WeightSource::from_folder(folder, dtype != DType::f32);

@@ -345,6 +345,10 @@ std::vector<std::int64_t> indices(const io::SafetensorsFile& f, const std::strin
     const std::string_view digits = rest.substr(0, dot);
     if (digits.empty() || !std::all_of(digits.begin(), digits.end(), [](char ch) { return ch >= '0' && ch <= '9'; }))
       continue;
+    if (digits.size() > 6) {
+      fail(f, "tensor '" + e.name + "' has the block index " + std::string(digits) +
+                  ", far beyond any Stable Diffusion checkpoint's; the file is damaged or not a checkpoint");
+    }
     out.insert(std::stoll(std::string(digits)));
   }
   return {out.begin(), out.end()};
@@ -433,7 +437,7 @@ nlohmann::json infer_unet_config(const io::SafetensorsFile& f, ModelFamily fam, 
       {"_class_name", "UNet2DConditionModel"},
       {"sample_size", fam == ModelFamily::sd1   ? 64
                       : fam == ModelFamily::sd2 ? 96
-                                                : 128},
+                                              : 128},
       {"in_channels", conv_in[1]},
       {"out_channels", dim_of(f, u + "out.2.weight", 0)},
       {"block_out_channels", channels},
@@ -497,7 +501,7 @@ nlohmann::json infer_vae_config(const io::SafetensorsFile& f, ModelFamily fam, c
       {"act_fn", "silu"},
       {"sample_size", fam == ModelFamily::sd1   ? 512
                       : fam == ModelFamily::sd2 ? 768
-                                                : 1024},
+                                              : 1024},
       {"scaling_factor", fam == ModelFamily::sdxl ? 0.13025 : 0.18215},
       {"force_upcast", true},
       {"mid_block_add_attention", f.find(prefix + k.mid_attn_q) != nullptr},
@@ -677,7 +681,7 @@ std::vector<std::string> LdmCheckpoint::unclaimed() const {
 // ---------------------------------------------------------------------------
 // A VAE from one file
 
-Vae load_vae_file(const fs::path& path, Backend& backend, DType dtype, bool with_encoder, ModelFamily family) {
+VaeFile open_vae_file(const fs::path& path, ModelFamily family) {
   auto file = std::make_shared<io::SafetensorsFile>(io::SafetensorsFile::open(path));
   const io::SafetensorsFile& f = *file;
   std::string prefix;
@@ -695,15 +699,16 @@ Vae load_vae_file(const fs::path& path, Backend& backend, DType dtype, bool with
          "original VAE file) or encoder.down_blocks.* / decoder.up_blocks.* (a diffusers VAE)");
   }
   const nlohmann::json cfg = infer_vae_config(f, family, prefix, diffusers);
-  Vae vae(VaeConfig::from_json(
-      ConfigJson(cfg, "the built-in " + std::string(model_family_name(family)) + " VAE config for " + path.string())));
-  std::optional<WeightSource> source;
+  VaeFile out{family, diffusers,
+              VaeConfig::from_json(ConfigJson(
+                  cfg, "the built-in " + std::string(model_family_name(family)) + " VAE config for " + path.string())),
+              std::nullopt};
   if (diffusers) {
-    source.emplace(std::vector<fs::path>{path});
+    out.source.emplace(std::vector<fs::path>{path});
   } else {
     LdmStructure s;
     s.family = ModelFamily::sd1;  // only the VAE rows are used
-    s.vae = vae.config();
+    s.vae = out.config;
     s.vae_prefix = prefix;
     auto names = std::make_shared<const LdmNameMap>(s);
     std::map<std::string, TensorRef> present;
@@ -712,15 +717,10 @@ Vae load_vae_file(const fs::path& path, Backend& backend, DType dtype, bool with
       for (auto& t : names->from_ldm(e.name))
         if (component_of(t.diffusers) == "vae") present.emplace(t.diffusers.substr(4), std::move(t.ref));
     }
-    source.emplace(file, "vae", std::move(present),
-                   [names](const std::string& n) { return names->to_ldm("vae." + n); });
+    out.source.emplace(file, "vae", std::move(present),
+                       [names](const std::string& n) { return names->to_ldm("vae." + n); });
   }
-  WeightLoader loader(*source, backend, dtype, "vae");
-  vae.load_weights(loader, with_encoder);
-  if (with_encoder) loader.report_unused();
-  log::info("VAE from the single file {} ({}, {} naming, scaling_factor {})", path.string(), model_family_name(family),
-            diffusers ? "diffusers" : "original", vae.config().scaling_factor);
-  return vae;
+  return out;
 }
 
 }  // namespace nanscope::models

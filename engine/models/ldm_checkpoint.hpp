@@ -136,6 +136,18 @@ class LdmCheckpoint {
 // (encoder.down_blocks.0.resnets.0...). The config is the standard SD VAE's with
 // the channel counts read from the tensors; scaling_factor is the family's
 // (SD 1.x/2.x 0.18215, SDXL 0.13025; a lone VAE file is taken as `family`).
+//
+// open_vae_file reads it: the family (a whole checkpoint's own), whether the
+// names are diffusers', the config and the weights under diffusers names; it
+// throws FileError naming the file when it holds no VAE. load_vae_file builds
+// the model from that and loads its weights onto `backend`.
+struct VaeFile {
+  ModelFamily family = ModelFamily::sd1;
+  bool diffusers = false;
+  VaeConfig config;
+  std::optional<WeightSource> source;
+};
+VaeFile open_vae_file(const std::filesystem::path& path, ModelFamily family = ModelFamily::sd1);
 Vae load_vae_file(const std::filesystem::path& path, Backend& backend, DType dtype, bool with_encoder,
                   ModelFamily family = ModelFamily::sd1);
 

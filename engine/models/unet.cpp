@@ -13,69 +13,6 @@ bool is_cross_attn(const std::string& type) { return type.find("CrossAttn") != s
 
 }  // namespace
 
-UNetConfig UNetConfig::from_json(const ConfigJson& j) {
-  UNetConfig c;
-  c.in_channels = j.get_int("in_channels", 4);
-  c.out_channels = j.get_int("out_channels", 4);
-  c.sample_size = j.get_int("sample_size", 64);
-  c.block_out_channels = j.require_ints("block_out_channels");
-  c.down_block_types = j.require_strings("down_block_types");
-  c.up_block_types = j.require_strings("up_block_types");
-  c.mid_block_type = j.get_string("mid_block_type", "UNetMidBlock2DCrossAttn");
-  const std::size_t n = c.block_out_channels.size();
-  if (c.down_block_types.size() != n || c.up_block_types.size() != n) {
-    throw ConfigError(j.origin() +
-                      ": down_block_types, up_block_types and block_out_channels must have the same "
-                      "length");
-  }
-  for (const auto& t : c.down_block_types)
-    if (t != "DownBlock2D" && t != "CrossAttnDownBlock2D") j.unsupported("down_block_types", "unknown block " + t);
-  for (const auto& t : c.up_block_types)
-    if (t != "UpBlock2D" && t != "CrossAttnUpBlock2D") j.unsupported("up_block_types", "unknown block " + t);
-  if (c.mid_block_type != "UNetMidBlock2DCrossAttn") j.unsupported("mid_block_type", "only UNetMidBlock2DCrossAttn");
-  c.layers_per_block = j.int_or_list("layers_per_block", n, 2);
-  // diffusers' naming quirk: attention_head_dim holds the number of heads when
-  // num_attention_heads is not given (SD 1.x: 8; SD 2.x: [5, 10, 20, 20]).
-  c.heads = j.has("num_attention_heads") ? j.int_or_list("num_attention_heads", n, 8)
-                                         : j.int_or_list("attention_head_dim", n, 8);
-  c.cross_attention_dim = j.int_or_list("cross_attention_dim", n, 768);
-  c.transformer_layers_per_block = j.int_or_list("transformer_layers_per_block", n, 1);
-  c.norm_num_groups = static_cast<int>(j.get_int("norm_num_groups", 32));
-  c.norm_eps = static_cast<float>(j.get_float("norm_eps", 1e-5));
-  c.use_linear_projection = j.get_bool("use_linear_projection", false);
-  c.flip_sin_to_cos = j.get_bool("flip_sin_to_cos", true);
-  c.freq_shift = static_cast<float>(j.get_float("freq_shift", 0.0));
-  c.downsample_padding = static_cast<int>(j.get_int("downsample_padding", 1));
-  const std::string add_type = j.get_string("addition_embed_type", "");
-  if (add_type == "text_time") {
-    c.text_time = true;
-    c.addition_time_embed_dim = j.require_int("addition_time_embed_dim");
-    c.projection_class_embeddings_input_dim = j.require_int("projection_class_embeddings_input_dim");
-  } else if (!add_type.empty()) {
-    j.unsupported("addition_embed_type", "only text_time (SDXL)");
-  }
-  if (j.get_bool("only_cross_attention", false)) j.unsupported("only_cross_attention", "not used by SD models");
-  if (j.get_bool("dual_cross_attention", false)) j.unsupported("dual_cross_attention", "not used by SD models");
-  if (j.has("class_embed_type")) j.unsupported("class_embed_type", "not used by SD text-to-image models");
-  if (j.has("time_cond_proj_dim")) j.unsupported("time_cond_proj_dim", "LCM-style conditioning");
-  if (j.has("encoder_hid_dim")) j.unsupported("encoder_hid_dim", "not used by SD text-to-image models");
-  if (j.get_string("resnet_time_scale_shift", "default") != "default")
-    j.unsupported("resnet_time_scale_shift", "only 'default'");
-  if (j.get_string("act_fn", "silu") != "silu") j.unsupported("act_fn", "only silu");
-  if (j.get_int("conv_in_kernel", 3) != 3 || j.get_int("conv_out_kernel", 3) != 3)
-    j.unsupported("conv_in_kernel", "only 3x3 in/out convolutions");
-  if (j.has("reverse_transformer_layers_per_block"))
-    j.unsupported("reverse_transformer_layers_per_block", "not used by SD models");
-  for (std::size_t i = 0; i < n; ++i) {
-    if (c.block_out_channels[i] % c.heads[i] != 0) {
-      throw ConfigError(j.origin() + ": block_out_channels[" + std::to_string(i) +
-                        "] = " + std::to_string(c.block_out_channels[i]) + " is not divisible by its " +
-                        std::to_string(c.heads[i]) + " attention heads");
-    }
-  }
-  return c;
-}
-
 Tensor UNet::TimeEmbedding::forward(const OpContext& parent, const Tensor& x) const {
   const OpContext ctx = parent.child(name);
   return linear_2.forward(ctx, ops::silu(ctx.child("act"), linear_1.forward(ctx, x)));

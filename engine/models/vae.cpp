@@ -10,26 +10,16 @@ namespace {
 constexpr float kVaeEps = 1e-6f;
 }
 
-VaeConfig VaeConfig::from_json(const ConfigJson& j) {
-  VaeConfig c;
-  c.in_channels = j.get_int("in_channels", 3);
-  c.out_channels = j.get_int("out_channels", 3);
-  c.latent_channels = j.get_int("latent_channels", 4);
-  c.block_out_channels = j.require_ints("block_out_channels");
-  c.layers_per_block = j.get_int("layers_per_block", 2);
-  c.norm_num_groups = static_cast<int>(j.get_int("norm_num_groups", 32));
-  c.scaling_factor = static_cast<float>(j.get_float("scaling_factor", 0.18215));
-  c.shift_factor = static_cast<float>(j.get_float("shift_factor", 0.0));
-  c.force_upcast = j.get_bool("force_upcast", true);
-  c.mid_block_attention = j.get_bool("mid_block_add_attention", true);
-  c.use_quant_conv = j.get_bool("use_quant_conv", true);
-  c.use_post_quant_conv = j.get_bool("use_post_quant_conv", true);
-  for (const auto& t : j.require_strings("up_block_types"))
-    if (t != "UpDecoderBlock2D") j.unsupported("up_block_types", "only UpDecoderBlock2D");
-  for (const auto& t : j.require_strings("down_block_types"))
-    if (t != "DownEncoderBlock2D") j.unsupported("down_block_types", "only DownEncoderBlock2D");
-  if (j.get_string("act_fn", "silu") != "silu") j.unsupported("act_fn", "only silu");
-  return c;
+Vae load_vae_file(const std::filesystem::path& path, Backend& backend, DType dtype, bool with_encoder,
+                  ModelFamily family) {
+  VaeFile file = open_vae_file(path, family);
+  Vae vae(file.config);
+  WeightLoader loader(*file.source, backend, dtype, "vae");
+  vae.load_weights(loader, with_encoder);
+  if (with_encoder) loader.report_unused();
+  log::info("VAE from the single file {} ({}, {} naming, scaling_factor {})", path.string(),
+            model_family_name(file.family), file.diffusers ? "diffusers" : "original", vae.config().scaling_factor);
+  return vae;
 }
 
 void Vae::Mid::load(WeightLoader& w, const std::string& prefix, std::int64_t ch, int groups, bool attn) {

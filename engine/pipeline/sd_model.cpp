@@ -11,6 +11,7 @@
 #include "core/resources.hpp"
 #include "io/safetensors.hpp"
 #include "models/ldm_checkpoint.hpp"
+#include "pipeline/model_index.hpp"
 
 namespace nanscope::pipeline {
 
@@ -47,17 +48,13 @@ std::unique_ptr<SdModel> SdModel::load(const fs::path& folder, const fs::path& v
   if (!fs::exists(index_path)) {
     throw FileError(folder.string() + " has no model_index.json; it is not a diffusers pipeline folder");
   }
-  const nlohmann::json index = read_json(index_path);
+  const ModelIndex index = ModelIndex::load(index_path);
   std::unique_ptr<SdModel> m(new SdModel());
   m->folder_ = folder;
   m->dtypes_ = dtypes;
-  const std::string cls = index.value("_class_name", "StableDiffusionPipeline");
-  // A component is present when its entry names a library and class (["transformers", "CLIPTextModel"]).
-  const auto present = [&](const char* key) {
-    return index.contains(key) && index[key].is_array() && !index[key].empty() && !index[key][0].is_null();
-  };
-  const bool xl = present("text_encoder_2");
-  m->force_zeros_for_empty_prompt_ = index.value("force_zeros_for_empty_prompt", xl);
+  const std::string& cls = index.class_name;
+  const bool xl = index.xl;
+  m->force_zeros_for_empty_prompt_ = index.force_zeros_for_empty_prompt;
 
   require_dir(folder / "tokenizer", "tokenizer/");
   m->tokenizer = ClipTokenizer::load(folder / "tokenizer");

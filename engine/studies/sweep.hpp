@@ -41,6 +41,10 @@ struct SweepSpec {
   std::filesystem::path file, out;
   std::vector<SweepCell> cells;
   // Reads and expands a spec; throws ConfigError naming the key, FileError for the file.
+  // read() keeps each cell's vae as written (studies/sweep_spec.cpp, no pipeline
+  // needed); load() also looks a relative vae up in the model folder
+  // (resolve_vae_path, studies/scenario.hpp).
+  static SweepSpec read(const std::filesystem::path& spec);
   static SweepSpec load(const std::filesystem::path& spec);
   std::filesystem::path report_path(const SweepCell& c) const { return out / "cells" / (c.id + ".json"); }
 };

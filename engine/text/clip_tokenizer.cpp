@@ -36,7 +36,7 @@ std::string read_file(const fs::path& path) {
 json read_json(const fs::path& path) {
   try {
     return json::parse(read_file(path));
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number too large
     throw FileError(path.string() + ": not valid JSON (" + e.what() + ")");
   }
 }
