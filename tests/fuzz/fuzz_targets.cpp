@@ -185,9 +185,7 @@ void fuzz_scheduler_config(Bytes in) {
   const std::string_view text = as_text(in);
   const nlohmann::json j = nlohmann::json::parse(text.begin(), text.end(), nullptr, false);
   if (j.is_discarded()) return;
-  using pipeline::SamplerKind;
-  for (const SamplerKind kind :
-       {SamplerKind::kEuler, SamplerKind::kEulerAncestral, SamplerKind::kDdim, SamplerKind::kDpmPp2m}) {
+  for (const SamplerId kind : kSamplers) {
     std::optional<pipeline::SchedulerConfig> s;
     refused_ok([&] { s.emplace(pipeline::SchedulerConfig::from_json(j, kind)); });
     if (!s) continue;
