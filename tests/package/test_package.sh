@@ -142,8 +142,8 @@ cat "$work/devices.txt"
 step "nanscope-cli generate (embedded model, 64x64, 2 steps)"
 run "$cli" -v generate -p "a red circle on a blue background" --size 64x64 --steps 2 --seed 1 \
   -o "$work/out.png" >"$work/generate.txt" 2>&1 || { cat "$work/generate.txt"; fail "generate"; }
-grep -E "embedded model|loaded|out.png" "$work/generate.txt"
-grep -qF "embedded model: $root/usr/share/nanscope/models/nanscope-tiny (installed" "$work/generate.txt" ||
+grep -E "embedded default model|loaded|out.png" "$work/generate.txt"
+grep -qF "the embedded default model: $root/usr/share/nanscope/models/nanscope-tiny (installed" "$work/generate.txt" ||
   fail "generate did not use the installed embedded model"
 check_paths "$work/generate.txt" generate
 [ -s "$work/out.png" ] || fail "generate wrote no image"
@@ -176,9 +176,9 @@ rc=0
 run NANSCOPE_LOG=debug NANSCOPE_GUI_SETTINGS_SCOPE=nanscope-package-test "${gui[@]}" "$root/usr/bin/nanscope" \
   --scenario R2 --fixed --run --screenshot "$work/workbench.png" >"$work/gui.txt" 2>&1 || rc=$?
 [ "$rc" = 0 ] || { cat "$work/gui.txt"; fail "the workbench exited with $rc"; }
-grep -E "workbench.png|embedded model|presets" "$work/gui.txt" || true
+grep -E "workbench.png|embedded default model|presets" "$work/gui.txt" || true
 [ -s "$work/workbench.png" ] || { cat "$work/gui.txt"; fail "no screenshot"; }
-grep -qF "embedded model: $root/usr/share/nanscope/models/nanscope-tiny (installed" "$work/gui.txt" ||
+grep -qF "the embedded default model: $root/usr/share/nanscope/models/nanscope-tiny (installed" "$work/gui.txt" ||
   { cat "$work/gui.txt"; fail "the workbench did not use the installed embedded model"; }
 check_paths "$work/gui.txt" "the workbench"
 
