@@ -437,7 +437,7 @@ nlohmann::json infer_unet_config(const io::SafetensorsFile& f, ModelFamily fam, 
       {"_class_name", "UNet2DConditionModel"},
       {"sample_size", fam == ModelFamily::sd1   ? 64
                       : fam == ModelFamily::sd2 ? 96
-                                              : 128},
+                                                : 128},
       {"in_channels", conv_in[1]},
       {"out_channels", dim_of(f, u + "out.2.weight", 0)},
       {"block_out_channels", channels},
@@ -501,7 +501,7 @@ nlohmann::json infer_vae_config(const io::SafetensorsFile& f, ModelFamily fam, c
       {"act_fn", "silu"},
       {"sample_size", fam == ModelFamily::sd1   ? 512
                       : fam == ModelFamily::sd2 ? 768
-                                              : 1024},
+                                                : 1024},
       {"scaling_factor", fam == ModelFamily::sdxl ? 0.13025 : 0.18215},
       {"force_upcast", true},
       {"mid_block_add_attention", f.find(prefix + k.mid_attn_q) != nullptr},
