@@ -159,13 +159,16 @@ void MainWindow::build_docks() {
   auto* precision = add_dock(precision_, "precision", tr("Precision"), Qt::LeftDockWidgetArea);
   auto* attention = add_dock(attention_, "attention", tr("Attention"), Qt::LeftDockWidgetArea);
   auto* vae = add_dock(vae_, "vae", tr("VAE, NaN"), Qt::LeftDockWidgetArea);
-  auto* more = add_dock(more_, "more", tr("More"), Qt::LeftDockWidgetArea);
+  // Under the inspector with the log: the settings column's tab bar has no room
+  // for a fifth tab at 1500x950, and a tab beside the prompt would push Run out of view.
+  auto* more = add_dock(more_, "more", tr("More settings"), Qt::BottomDockWidgetArea);
   add_dock(result_, "result", tr("Result"), Qt::RightDockWidgetArea);
   auto* log = add_dock(log_, "log", tr("Log"), Qt::BottomDockWidgetArea);
   auto* trace = add_dock(layer_trace_, "trace", tr("Layer trace"), Qt::BottomDockWidgetArea);
   tabifyDockWidget(log, trace);
   auto* ab = add_dock(ab_, "ab", tr("A/B"), Qt::BottomDockWidgetArea);
   tabifyDockWidget(trace, ab);
+  tabifyDockWidget(ab, more);
   connect(ab_, &AbPanel::compareRequested, this, [this](const QStringList& changes) { start_ab(changes); });
   log->raise();
   splitDockWidget(prompt, model, Qt::Vertical);
@@ -173,9 +176,6 @@ void MainWindow::build_docks() {
   tabifyDockWidget(precision, attention);
   tabifyDockWidget(attention, vae);
   model->raise();
-  // Beside the prompt (the settings tab bar below has no room for a fifth tab at 1500x950).
-  tabifyDockWidget(prompt, more);
-  prompt->raise();
   resizeDocks({prompt}, {440}, Qt::Horizontal);
   resizeDocks({docks_["result"]}, {300}, Qt::Horizontal);
   resizeDocks({prompt, model}, {430, 470}, Qt::Vertical);
