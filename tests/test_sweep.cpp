@@ -5,11 +5,16 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <functional>
+#include <iterator>
+#include <map>
+#include <string>
 
 #include "core/error.hpp"
 #include "pipeline/sd_model.hpp"
 #include "studies/sweep.hpp"
 #include "support/oracle.hpp"
+#include "support/small_fs.hpp"
 
 namespace nanscope::studies {
 namespace {
@@ -96,6 +101,61 @@ TEST(Sweep, FinishedCellsAreSkippedAndTheMergeListsEveryCell) {
   std::string header;
   std::getline(csv, header);
   EXPECT_EQ(header.rfind("cell,id,config,seed,size,device,verdict,origin", 0), 0u);
+}
+
+// The output folder is on a full disk, then on a read-only file system: a
+// cell's report and the merged tables cannot be written, each failure is a
+// FileError that says what to do, and the reports and tables written before
+// survive byte for byte, with no temporary left behind.
+TEST(Sweep, AFullOrReadOnlyOutputFolderKeepsTheOldReports) {
+  try {
+    pipeline::embedded_model_dir();
+  } catch (const FileError& e) {
+    GTEST_SKIP() << "the embedded model is absent (set NANSCOPE_MODEL_DIR): " << e.what();
+  }
+  test::SmallFilesystem disk(1 << 20);
+  if (!disk.ok()) GTEST_SKIP() << disk.reason();
+  test::TempDir dir;
+  const auto spec = SweepSpec::load(write_spec(dir.path(), R"({
+    "nanscope_sweep": 1, "set": ["steps=1"], "configs": {"a": [], "b": ["cfg_scale=3"]}, "seeds": [5],
+    "out": ")" + (disk / "out").string() + R"("})"));
+  ASSERT_EQ(spec.cells.size(), 2u);
+  EXPECT_TRUE(run_sweep_cell(spec, 0));
+  EXPECT_EQ(merge_sweep(spec), 1);  // one of two cells finished
+  const auto slurp = [](const fs::path& p) {
+    std::ifstream in(p);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const std::string md = slurp(spec.out / "summary.md"), csv = slurp(spec.out / "summary.csv");
+  std::map<fs::path, std::string> before;
+  for (const auto& e : fs::recursive_directory_iterator(spec.out)) {
+    if (e.is_regular_file()) before[e.path()] = slurp(e.path());
+  }
+  const auto expect_refused = [&](const std::function<void()>& f, const char* advice) {
+    try {
+      f();
+      ADD_FAILURE() << "the write succeeded";
+    } catch (const FileError& e) {
+      EXPECT_NE(std::string(e.what()).find(advice), std::string::npos) << e.what();
+    }
+  };
+  disk.fill();
+  expect_refused([&] { run_sweep_cell(spec, 1); }, "Free some disk space");
+  expect_refused([&] { merge_sweep(spec); }, "Free some disk space");
+  ASSERT_TRUE(disk.make_read_only()) << disk.reason();
+  expect_refused([&] { merge_sweep(spec); }, "writable");
+  std::size_t files = 0;
+  for (const auto& e : fs::recursive_directory_iterator(spec.out)) {
+    if (!e.is_regular_file()) continue;
+    ++files;
+    EXPECT_TRUE(before.count(e.path())) << "left behind: " << e.path();
+    if (before.count(e.path())) {
+      EXPECT_EQ(slurp(e.path()), before[e.path()]) << e.path();
+    }
+  }
+  EXPECT_EQ(files, before.size());
+  EXPECT_EQ(slurp(spec.out / "summary.md"), md);
+  EXPECT_EQ(slurp(spec.out / "summary.csv"), csv);
 }
 
 }  // namespace
