@@ -63,13 +63,11 @@ bool is_vae_folder(const QString& dir) {
   return doc.object().value("_class_name").toString().startsWith("AutoencoderKL");
 }
 
-// A control's tooltip from its row of the settings table (config/settings.hpp):
-// the help text, then the `--set` key and what it allows, so the workbench
-// and the CLI describe a setting in the same words.
+// A control's tooltip from its row of the settings table (setting_tooltip),
+// and the key marked as shown so the More settings tab leaves it out.
 void describe(QWidget* w, std::string_view key) {
-  const Setting& row = setting(key);
   mark_shown(key);
-  w->setToolTip(QString("%1\n\n--set %2: %3").arg(qs(row.help), qs(row.key), qs(row.allowed())));
+  w->setToolTip(setting_tooltip(setting(key)));
 }
 
 // A spin box's range (a size's 0 stands for the model's default) and tooltip from the table.

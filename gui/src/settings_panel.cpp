@@ -71,6 +71,10 @@ QWidget* make_editor(const Setting& row) {
 
 }  // namespace
 
+QString setting_tooltip(const Setting& row) {
+  return QString("%1\n\n--set %2: %3").arg(qs(row.help), qs(row.key), qs(row.allowed()));
+}
+
 void mark_shown(std::string_view key) { shown().emplace(key); }
 bool is_shown(std::string_view key) { return shown().count(key) > 0; }
 
@@ -81,7 +85,7 @@ MoreSettingsPanel::MoreSettingsPanel(QWidget* parent) : ConfigPanel(parent) {
     if (is_shown(row.key)) continue;
     QWidget* w = make_editor(row);
     w->setObjectName(qs(row.key));
-    w->setToolTip(QString("%1\n\n--set %2: %3").arg(qs(row.help), qs(row.key), qs(row.allowed())));
+    w->setToolTip(setting_tooltip(row));
     auto notify = [this] { emit changed(); };
     if (auto* box = qobject_cast<QComboBox*>(w)) connect(box, qOverload<int>(&QComboBox::activated), this, notify);
     if (auto* box = qobject_cast<QSpinBox*>(w)) connect(box, qOverload<int>(&QSpinBox::valueChanged), this, notify);

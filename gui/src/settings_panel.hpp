@@ -12,6 +12,7 @@
 
 #include "config_panels.hpp"
 
+class QString;
 class QWidget;
 
 namespace nanscope {
@@ -19,6 +20,11 @@ struct Setting;
 }
 
 namespace nanscope::gui {
+
+// A control's tooltip from its settings-table row: the help text, then the
+// `--set` key and what it allows, so the workbench and the CLI describe a
+// setting in the same words.
+QString setting_tooltip(const Setting& row);
 
 // Called by the panels for every key they show (config_panels.cpp's describe()).
 void mark_shown(std::string_view key);
