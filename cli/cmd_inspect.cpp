@@ -127,6 +127,17 @@ void write_json(const std::string& path, const nlohmann::json& j) {
 
 }  // namespace
 
+studies::InspectedRun inspect_config(const GlobalOptions& g, RunConfig config, bool trace) {
+  if (trace) config.set("inspect.trace", "always");
+  if (config.device.empty()) config.device = device_pin(g);
+  studies::resolve_vae_path(config);
+  pipeline::Session session(backend_options(g));
+  StatusObserver status;
+  studies::InspectedRun run = studies::run_inspected(session, config, &status);
+  print_result(run, trace, "");
+  return run;
+}
+
 void add_inspect_command(CLI::App& app, const GlobalOptions& g, Action& action) {
   struct Opts {
     std::string preset, json, nan_policy;
@@ -149,13 +160,7 @@ void add_inspect_command(CLI::App& app, const GlobalOptions& g, Action& action) 
       RunConfig config = load_preset(o->preset);
       if (!o->nan_policy.empty()) config.set("nan_policy", o->nan_policy);
       for (const auto& s : o->sets) config.set(s);
-      if (o->trace) config.set("inspect.trace", "always");
-      if (config.device.empty()) config.device = device_pin(g);
-      studies::resolve_vae_path(config);
-      pipeline::Session session(backend_options(g));
-      StatusObserver status;
-      const studies::InspectedRun run = studies::run_inspected(session, config, &status);
-      print_result(run, o->trace, "");
+      const studies::InspectedRun run = inspect_config(g, config, o->trace);
       write_json(o->json, run.report);
       return 0;
     };

@@ -12,6 +12,11 @@
 
 #include "backend/backend.hpp"
 #include "backend/device.hpp"
+#include "config/run_config.hpp"
+
+namespace nanscope::studies {
+struct InspectedRun;
+}
 
 namespace nanscope::cli {
 
@@ -47,9 +52,14 @@ void add_demo_command(CLI::App& app, const GlobalOptions& g, Action& action);
 void add_generate_command(CLI::App& app, const GlobalOptions& g, Action& action);  // generate + info (cmd_generate.cpp)
 void add_inspect_command(CLI::App& app, const GlobalOptions& g, Action& action);   // cmd_inspect.cpp
 void add_scenario_command(CLI::App& app, const GlobalOptions& g,
-                          Action& action);                                       // scenario list/run (cmd_inspect.cpp)
-void add_ab_command(CLI::App& app, const GlobalOptions& g, Action& action);      // ab (cmd_inspect.cpp)
-void add_sweep_command(CLI::App& app, const GlobalOptions& g, Action& action);   // sweep (cmd_inspect.cpp)
-void add_config_command(CLI::App& app, const GlobalOptions& g, Action& action);  // config keys (cmd_config.cpp)
+                          Action& action);                                      // scenario list/run (cmd_inspect.cpp)
+void add_ab_command(CLI::App& app, const GlobalOptions& g, Action& action);     // ab (cmd_inspect.cpp)
+void add_sweep_command(CLI::App& app, const GlobalOptions& g, Action& action);  // sweep (cmd_inspect.cpp)
+// Runs a config under the inspector as `inspect` does (device pin from the
+// global options, VAE path resolved, inspect.trace=always with `trace`) and
+// prints its step table, verdict and origin. cmd_inspect.cpp.
+studies::InspectedRun inspect_config(const GlobalOptions& g, RunConfig config, bool trace);
+void add_reproduce_command(CLI::App& app, const GlobalOptions& g, Action& action);  // cmd_reproduce.cpp
+void add_config_command(CLI::App& app, const GlobalOptions& g, Action& action);     // config keys (cmd_config.cpp)
 
 }  // namespace nanscope::cli

@@ -73,13 +73,12 @@ std::string a1111_parameters(const RunConfig& c) {
   return std::string(strip(text));
 }
 
-RunConfig run_config_from_a1111(std::string_view parameters, const RunConfig& base) {
+A1111Text parse_a1111_text(std::string_view parameters) {
   // The prompt goes into presets and PNG chunks as JSON, which holds UTF-8 only.
   if (const auto bad = invalid_utf8_offset(parameters)) {
     throw ConfigError("A1111 parameters: the text is not valid UTF-8 (" + describe_invalid_utf8(parameters, *bad) +
                       "); the tool that wrote it used another encoding: re-save it as UTF-8");
   }
-  RunConfig c = base;
   std::vector<std::string> lines;
   {
     const std::string_view text = strip(parameters);
@@ -91,16 +90,15 @@ RunConfig run_config_from_a1111(std::string_view parameters, const RunConfig& ba
       start = nl + 1;
     }
   }
-  std::vector<std::pair<std::string, std::string>> params;
+  A1111Text out;
   if (!lines.empty()) {
-    params = find_params(lines.back());
-    if (params.size() >= 3) {
+    out.fields = find_params(lines.back());
+    if (out.fields.size() >= 3) {
       lines.pop_back();
     } else {
-      params.clear();
+      out.fields.clear();
     }
   }
-  std::string prompt, negative;
   bool negative_mode = false;
   for (const std::string& raw : lines) {
     std::string_view line = strip(raw);
@@ -108,14 +106,10 @@ RunConfig run_config_from_a1111(std::string_view parameters, const RunConfig& ba
       negative_mode = true;
       line = strip(line.substr(16));
     }
-    std::string& target = negative_mode ? negative : prompt;
+    std::string& target = negative_mode ? out.negative_prompt : out.prompt;
     target += (target.empty() ? "" : "\n") + std::string(line);
   }
-  c.prompt = prompt;
-  c.negative_prompt = negative;
-
-  A1111Fields fields;
-  for (auto& [k, v] : params) {
+  for (auto& [k, v] : out.fields) {
     if (v.size() >= 2 && v.front() == '"' && v.back() == '"') {
       try {
         v = nlohmann::json::parse(v).get<std::string>();
@@ -123,8 +117,17 @@ RunConfig run_config_from_a1111(std::string_view parameters, const RunConfig& ba
         // A1111 keeps a value it cannot unquote as it is.
       }
     }
-    fields[k] = v;
   }
+  return out;
+}
+
+RunConfig run_config_from_a1111(std::string_view parameters, const RunConfig& base) {
+  A1111Text text = parse_a1111_text(parameters);
+  RunConfig c = base;
+  c.prompt = text.prompt;
+  c.negative_prompt = text.negative_prompt;
+  A1111Fields fields;
+  for (auto& [k, v] : text.fields) fields[k] = v;
   std::vector<std::string> read;  // names already read (width and height share "Size")
   for (const Setting& row : settings()) {
     if (row.a1111.empty() || !row.a1111_read) continue;

@@ -20,6 +20,8 @@
 
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "config/run_config.hpp"
 
@@ -30,6 +32,19 @@ std::string a1111_parameters(const RunConfig& config);
 // The model's display name: a folder's or file's name without extension; the
 // embedded model for "".
 std::string model_display_name(std::string_view model_path);
+
+// A1111 parameters text split as A1111's parse_generation_parameters
+// (modules/infotext_utils.py) splits it: the prompt lines, the lines after
+// "Negative prompt:", and the last line's "Key: value" pairs when it holds at
+// least 3 of them (re_param), in order, JSON-quoted values unquoted (a value
+// that does not unquote stays as written, as A1111 keeps it). Throws
+// ConfigError for text that is not UTF-8.
+struct A1111Text {
+  std::string prompt;
+  std::string negative_prompt;
+  std::vector<std::pair<std::string, std::string>> fields;
+};
+A1111Text parse_a1111_text(std::string_view parameters);
 
 // Parses A1111 parameters text (A1111's parse_generation_parameters rules)
 // onto `base`: prompt, negative prompt, and the table's A1111 fields (Steps,

@@ -1,0 +1,449 @@
+#include "studies/reproduce.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <regex>
+
+#include "config/settings.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
+
+namespace nanscope::studies {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+std::string number_text(double v) {
+  std::string s = nlohmann::json(v).dump();
+  if (s.size() > 2 && s.ends_with(".0")) s.resize(s.size() - 2);
+  return s;
+}
+
+enum class Role { checkpoint, vae, lora };
+
+struct Candidate {
+  fs::path path;
+  std::string relative;  // '/'-separated, from the models folder
+  bool folder = false;   // a diffusers folder (checkpoint) or an AutoencoderKL folder (VAE)
+  bool vae_folder = false;
+};
+
+bool is_vae_folder(const fs::path& dir) {
+  std::ifstream in(dir / "config.json");
+  if (!in) return false;
+  try {
+    const json j = json::parse(in);
+    return j.is_object() && j.value("_class_name", "") == "AutoencoderKL";
+  } catch (const json::exception&) {
+    return false;
+  }
+}
+
+std::vector<Candidate> scan(const fs::path& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec))
+    throw FileError(dir.string() +
+                    ": not a folder; --models takes the folder that holds your checkpoints, VAEs and "
+                    "LoRAs (searched recursively)");
+  std::vector<Candidate> out;
+  auto rel = [&](const fs::path& p) { return p.lexically_relative(dir).generic_string(); };
+  fs::recursive_directory_iterator it(
+      dir, fs::directory_options::follow_directory_symlink | fs::directory_options::skip_permission_denied, ec);
+  if (ec) throw FileError(dir.string() + ": cannot list it (" + ec.message() + ")");
+  for (; it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    if (ec) {
+      log::warn("{}: skipped while searching for models ({})", it->path().string(), ec.message());
+      ec.clear();
+      continue;
+    }
+    if (it.depth() > 16) {
+      it.disable_recursion_pending();
+      continue;
+    }
+    const fs::path p = it->path();
+    if (it->is_directory(ec)) {
+      if (fs::exists(p / "model_index.json", ec)) {
+        out.push_back({p, rel(p), true, false});
+        for (const auto& sub : fs::directory_iterator(p, ec))
+          if (sub.is_directory() && is_vae_folder(sub.path())) out.push_back({sub.path(), rel(sub.path()), true, true});
+        it.disable_recursion_pending();  // its component files are not models of their own
+      } else if (is_vae_folder(p)) {
+        out.push_back({p, rel(p), true, true});
+        it.disable_recursion_pending();
+      }
+    } else if (p.extension() == ".safetensors" && it->is_regular_file(ec)) {
+      out.push_back({p, rel(p), false, false});
+    }
+  }
+  std::sort(out.begin(), out.end(), [](const Candidate& a, const Candidate& b) { return a.relative < b.relative; });
+  return out;
+}
+
+// The image's name against a candidate: its relative path (or a tail of it),
+// its file name, or its name without extension; ignoring case and '\'.
+bool name_matches(std::string wanted, const Candidate& c) {
+  if (wanted.empty()) return false;
+  std::replace(wanted.begin(), wanted.end(), '\\', '/');
+  wanted = lower(wanted);
+  const std::string rel = lower(c.relative);
+  const fs::path p(rel);
+  if (rel == wanted || rel.ends_with("/" + wanted)) return true;
+  if (p.filename().string() == wanted) return true;
+  // "model.safetensors" in the image vs "model" on disk would not happen; "model" vs "model.safetensors" does.
+  const std::string stem = c.folder ? p.filename().string() : p.stem().string();
+  return stem == wanted;
+}
+
+bool role_fits(Role role, const Candidate& c) {
+  if (role == Role::checkpoint) return !c.vae_folder;
+  if (role == Role::vae) return !c.folder || c.vae_folder;
+  return !c.folder;  // LoRA: a file
+}
+
+// Which hash of a file the image's hash is, or "".
+std::string hash_match(const std::string& h, const io::FileHashes& f, Role role) {
+  if (h.size() >= 10 && f.sha256.starts_with(h)) return "AutoV2 hash " + h + " (sha256 of the file)";
+  if (h.size() >= 10 && !f.addnet_sha256.empty() && f.addnet_sha256.starts_with(h))
+    return std::string(role == Role::lora ? "LoRA" : "addnet") + " hash " + h +
+           " (sha256 after the safetensors header)";
+  if (h.size() == 8 && f.autov1 == h) return "AutoV1 hash " + h + " (A1111's old 64 KiB hash)";
+  return {};
+}
+
+FoundFile find(Role role, const std::string& role_name, const std::string& name, const std::string& hash,
+               const std::vector<Candidate>& all, io::FileHashCache& cache, const fs::path& dir,
+               std::vector<std::string>& notes) {
+  FoundFile f;
+  f.role = role_name;
+  f.wanted = name + (hash.empty() ? "" : " [" + hash + "]");
+  std::vector<const Candidate*> named, others;
+  for (const Candidate& c : all) {
+    if (!role_fits(role, c)) continue;
+    (name_matches(name, c) ? named : others).push_back(&c);
+  }
+  if (!hash.empty()) {
+    for (const auto* list : {&named, &others}) {
+      for (const Candidate* c : *list) {
+        if (c->folder) continue;  // A1111 hashes files; a diffusers folder has no such hash
+        io::FileHashes h;
+        try {
+          h = cache.get(c->path);
+        } catch (const FileError& e) {
+          notes.push_back(std::string("could not hash a candidate: ") + e.what());
+          continue;
+        }
+        if (std::string how = hash_match(hash, h, role); !how.empty()) {
+          f.path = c->path;
+          f.how = how;
+          return f;
+        }
+      }
+    }
+  }
+  if (!named.empty()) {
+    f.path = named.front()->path;
+    f.how = "file name";
+    if (named.size() > 1) {
+      f.how += " (" + std::to_string(named.size()) + " files match it; the first in path order)";
+    }
+    if (!hash.empty())
+      f.how += "; NOT its hash: no file in the folder has hash " + hash + ", so this is another version of the file";
+    return f;
+  }
+  f.how = "not found in " + dir.string() +
+          (hash.empty() ? " (by name)" : " (by name or by hash; " + std::to_string(others.size()) + " files hashed)");
+  return f;
+}
+
+std::string strip_lora_tags(const std::string& prompt) {
+  // A1111 removes extra-network tags from the prompt before encoding it.
+  static const std::regex re(R"(<(lora|lyco|hypernet):[^>]*>)");
+  std::string s = std::regex_replace(prompt, re, "");
+  // Tidy the spaces and commas the tags leave behind.
+  static const std::regex spaces(R"( {2,})");
+  s = std::regex_replace(s, spaces, " ");
+  static const std::regex comma(R"((,\s*)+$)");
+  s = std::regex_replace(s, comma, "");
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\n')) s.pop_back();
+  while (!s.empty() && s.front() == ' ') s.erase(s.begin());
+  return s;
+}
+
+// The sampler the image names, as NaNscope's: A1111's display names (with
+// "Schedule type" Karras folded in, as settings.cpp's sampler_from_a1111
+// reads them), ComfyUI's sampler_name + scheduler.
+std::optional<SamplerId> foreign_sampler(const ForeignGeneration& g) {
+  if (g.tool == ForeignTool::a1111) {
+    std::string name = g.sampler;
+    if (g.schedule == "Karras") name += " Karras";
+    for (SamplerId s : kSamplers)
+      if (sampler_a1111_name(s) == name) return s;
+    // Older A1111 writes "DPM++ 2M Karras" in Sampler with no Schedule type; the
+    // loop above matched it. "Automatic" and a missing Schedule type use the sampler's own.
+    if (!g.schedule.empty() && g.schedule != "Automatic" && g.schedule != "Karras") return std::nullopt;
+    return std::nullopt;
+  }
+  std::string name = g.sampler == "euler_ancestral" ? "euler_a" : g.sampler;
+  if (g.schedule == "karras") {
+    name += "_karras";
+  } else if (g.schedule != "normal") {
+    return std::nullopt;
+  }
+  return parse_sampler(name);
+}
+
+bool ancestral(const ForeignGeneration& g) {
+  return g.sampler.find(" a") != std::string::npos || g.sampler.find("ancestral") != std::string::npos ||
+         g.sampler.find("SDE") != std::string::npos || g.sampler.find("sde") != std::string::npos;
+}
+
+std::string node_kind(const std::string& cls) {
+  const std::string l = lower(cls);
+  if (l.find("controlnet") != std::string::npos) return "ControlNet";
+  if (l.find("ipadapter") != std::string::npos) return "IPAdapter";
+  if (l.find("upscale") != std::string::npos) return "upscaler";
+  if (l.find("lora") != std::string::npos) return "LoRA";
+  if (l.find("vaeencode") != std::string::npos) return "img2img";
+  if (l.find("loadimage") != std::string::npos) return "image input";
+  return "node";
+}
+
+}  // namespace
+
+std::vector<std::string> ReproducePlan::sets() const {
+  std::vector<std::string> out;
+  const RunConfig defaults;
+  for (const Setting& row : settings()) {
+    const json v = row.get(config);
+    if (v == row.get(defaults) && row.key != "seed" && row.key != "steps") continue;
+    out.push_back(row.key + "=" + row.format(v));
+  }
+  return out;
+}
+
+void map_onto_run_config(ReproducePlan& plan) {
+  const ForeignGeneration& g = plan.generation;
+  RunConfig& c = plan.config;
+  auto& nr = plan.not_reproducible;
+  const std::string tool(foreign_tool_name(g.tool));
+  auto set = [&](const std::string& key, const std::string& value, const std::string& field) {
+    try {
+      c.set(key, value);
+    } catch (const ConfigError& e) {
+      nr.push_back({field, std::string("cannot be used: ") + e.what()});
+    }
+  };
+
+  if (!plan.checkpoint.path.empty()) c.model = plan.checkpoint.path.string();
+  if (!plan.vae.path.empty()) c.vae = plan.vae.path.string();
+
+  const std::string prompt = strip_lora_tags(g.prompt);
+  set("prompt", prompt, "prompt");
+  set("negative_prompt", g.negative_prompt, "negative prompt");
+  if (g.steps) set("steps", std::to_string(*g.steps), "steps");
+  if (g.cfg_scale) set("cfg_scale", number_text(*g.cfg_scale), "CFG scale");
+  if (g.seed) set("seed", std::to_string(*g.seed), "seed");
+  if (g.width && g.height) {
+    set("width", std::to_string(*g.width), "size");
+    set("height", std::to_string(*g.height), "size");
+  } else {
+    plan.notes.push_back("the image gives no size: the model's own default size is used");
+  }
+  if (g.clip_skip) set("clip_skip", std::to_string(*g.clip_skip - 1), "clip skip");
+
+  // Sampler and schedule.
+  if (g.sampler.empty()) {
+    nr.push_back({"sampler", "the image names no sampler; NaNscope's default (" + std::string(sampler_name(c.sampler)) +
+                                 ") is used"});
+  } else if (auto s = foreign_sampler(g)) {
+    c.sampler = *s;
+  } else {
+    std::string named = "'" + g.sampler + "'";
+    if (!g.schedule.empty() && g.schedule != "Automatic") named += " with schedule '" + g.schedule + "'";
+    nr.push_back({"sampler", "sampler " + named +
+                                 " unknown to this version (it has: euler, euler_a, ddim, "
+                                 "dpmpp_2m, dpmpp_2m_karras); the run uses " +
+                                 std::string(sampler_name(c.sampler))});
+  }
+
+  // Noise.
+  if (g.rng == "CPU") {
+    c.noise = NoiseKind::torch_cpu;
+  } else {
+    nr.push_back(
+        {"noise", "RNG '" + g.rng + "' (" + tool +
+                      (g.rng == "GPU" ? "'s default: torch's CUDA generator" : "'s NVIDIA-compatible generator") +
+                      ") is not supported by this version; the initial noise differs (torch-cpu noise is "
+                      "used, as A1111's RNG: CPU)"});
+    c.noise = NoiseKind::torch_cpu;
+  }
+  if (g.ensd && *g.ensd != 0 && ancestral(g))
+    nr.push_back({"ENSD", "ENSD " + std::to_string(*g.ensd) +
+                              " (A1111 offsets the seed of the sampler's per-step noise) is not supported by this "
+                              "version; the step noise differs"});
+  if (g.eta && ((ancestral(g) && *g.eta != 1.0) || (!ancestral(g) && *g.eta != 0.0)))
+    nr.push_back({"eta", "eta " + number_text(*g.eta) +
+                             " is not supported by this version (it uses the sampler's "
+                             "default)"});
+
+  // LoRAs: found or not, this version cannot apply them.
+  for (std::size_t i = 0; i < g.loras.size(); ++i) {
+    const ForeignLora& l = g.loras[i];
+    const FoundFile* f = i < plan.loras.size() ? &plan.loras[i] : nullptr;
+    const std::string what = "LoRA '" + l.name + "'";
+    if (f == nullptr || f->path.empty()) {
+      nr.push_back({what, "LoRA '" + l.name + "' not found in " + plan.models_dir.string() +
+                              (l.hash.empty() ? "" : " (hash " + l.hash + ")") +
+                              "; and this version cannot apply LoRAs"});
+    } else {
+      nr.push_back({what, "LoRA '" + l.name + "' (weight " + number_text(l.weight) + ", found at " + f->path.string() +
+                              "): LoRA is not supported by this version"});
+    }
+  }
+
+  // Hires fix, img2img.
+  if (g.hires_upscale || g.hires_width || g.hires_steps || !g.hires_upscaler.empty()) {
+    std::string detail;
+    if (g.hires_upscale) detail += "upscale " + number_text(*g.hires_upscale);
+    if (g.hires_width && g.hires_height)
+      detail += (detail.empty() ? "" : ", ") + std::string("to ") + std::to_string(*g.hires_width) + "x" +
+                std::to_string(*g.hires_height);
+    if (!g.hires_upscaler.empty()) detail += (detail.empty() ? "" : ", ") + g.hires_upscaler;
+    if (g.hires_steps) detail += (detail.empty() ? "" : ", ") + std::to_string(*g.hires_steps) + " steps";
+    if (g.hires_denoise)
+      detail += (detail.empty() ? "" : ", ") + std::string("denoising ") + number_text(*g.hires_denoise);
+    nr.push_back({"Hires fix", "Hires fix (" + detail +
+                                   "): not supported by this version; only the first pass is run, at the first "
+                                   "pass's size"});
+  } else if (g.denoise && *g.denoise < 1.0) {
+    nr.push_back({"img2img", "denoising strength " + number_text(*g.denoise) +
+                                 " (img2img, or a partial denoise): not supported by this version; the run starts "
+                                 "from pure noise (strength 1)"});
+  }
+  if (!g.latent_source.empty())
+    nr.push_back({"img2img", "the sampler's latent comes from a '" + g.latent_source +
+                                 "' node, not an EmptyLatentImage: img2img is not supported by this version"});
+  if (g.start_step && *g.start_step > 0)
+    nr.push_back({"start step", "KSamplerAdvanced starts at step " + std::to_string(*g.start_step) +
+                                    ": a partial schedule is not supported by this version"});
+  if (g.end_step && g.steps && *g.end_step < *g.steps)
+    nr.push_back({"end step", "KSamplerAdvanced ends at step " + std::to_string(*g.end_step) + " of " +
+                                  std::to_string(*g.steps) + ": a partial schedule is not supported by this version"});
+  if (g.add_noise && !*g.add_noise)
+    nr.push_back({"add_noise",
+                  "KSamplerAdvanced add_noise=disable (the latent is denoised as it is) is not supported "
+                  "by this version"});
+  if (g.batch_size > 1) {
+    plan.notes.push_back("the image's batch has " + std::to_string(g.batch_size) +
+                         " images; the first one is reproduced (its noise is the batch's first)");
+  }
+
+  for (const ForeignNode& n : g.unsupported_nodes) {
+    const std::string kind = node_kind(n.class_type);
+    nr.push_back({"node " + n.id + " '" + n.class_type + "'",
+                  kind + " node " + n.id + " '" + n.class_type + "' on the sampler's path (reached by " + n.reached_by +
+                      "): not reproducible by this version; the run leaves it out"});
+  }
+  if (!g.unknown_fields.empty()) {
+    std::string names;
+    for (const auto& [k, v] : g.unknown_fields) names += (names.empty() ? "" : ", ") + k;
+    nr.push_back(
+        {"other fields", "fields this version does not read (their effect, if any, is not reproduced): " + names});
+  }
+  if (plan.checkpoint.path.empty()) {
+    nr.push_back({"checkpoint", "checkpoint '" + plan.checkpoint.wanted + "' " + plan.checkpoint.how +
+                                    "; nothing is run until it is found (point --models at the folder that holds it)"});
+  }
+  if (!plan.vae.role.empty() && plan.vae.path.empty())
+    nr.push_back({"VAE", "VAE '" + plan.vae.wanted + "' " + plan.vae.how + "; the model's own VAE is used"});
+}
+
+ReproducePlan plan_reproduction(const ForeignGeneration& generation, const fs::path& models_dir,
+                                io::FileHashCache& cache) {
+  ReproducePlan plan;
+  plan.generation = generation;
+  plan.models_dir = models_dir;
+  const int hashed_before = cache.hashed();
+  const std::vector<Candidate> all = scan(models_dir);
+  const ForeignGeneration& g = generation;
+  if (g.model.empty() && g.model_hash.empty()) {
+    plan.checkpoint = {"checkpoint", "(not named)", {}, "the image names no checkpoint"};
+  } else {
+    plan.checkpoint = find(Role::checkpoint, "checkpoint", g.model, g.model_hash, all, cache, models_dir, plan.notes);
+  }
+  if (!g.vae.empty() || !g.vae_hash.empty()) {
+    const std::string name = g.vae.empty() ? std::string("(by hash)") : g.vae;
+    plan.vae = find(Role::vae, "VAE", g.vae.empty() ? "" : g.vae, g.vae_hash, all, cache, models_dir, plan.notes);
+    plan.vae.wanted = name + (g.vae_hash.empty() ? "" : " [" + g.vae_hash + "]");
+  }
+  for (const ForeignLora& l : g.loras)
+    plan.loras.push_back(find(Role::lora, "LoRA", l.name, l.hash, all, cache, models_dir, plan.notes));
+  cache.save();
+  for (const std::string& w : cache.warnings()) plan.notes.push_back(w);
+  plan.hashed_files = cache.hashed() - hashed_before;
+  map_onto_run_config(plan);
+  return plan;
+}
+
+std::string describe(const ReproducePlan& plan) {
+  const ForeignGeneration& g = plan.generation;
+  std::string s = "Image made by " + std::string(foreign_tool_name(g.tool)) +
+                  (g.version.empty() ? "" : " " + g.version) + "\n\nWhat will run:\n";
+  for (const std::string& set : plan.sets()) {
+    // Quoted for a shell when it holds anything but plain characters.
+    const bool plain = set.find_first_of(" \t\n'\"\\$`!*?;&|<>()[]{}#~") == std::string::npos;
+    std::string quoted = "'";
+    for (char ch : set) quoted += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+    s += "  --set " + (plain ? set : quoted + "'") + "\n";
+  }
+  s += "\nFiles:\n";
+  auto file = [&](const FoundFile& f) {
+    if (f.role.empty()) return;
+    s += "  " + f.role + " " + f.wanted + ": ";
+    s += f.path.empty() ? f.how : f.path.string() + " (by " + f.how + ")";
+    s += "\n";
+  };
+  file(plan.checkpoint);
+  if (plan.vae.role.empty()) {
+    s += "  VAE: the model's own\n";
+  } else {
+    file(plan.vae);
+  }
+  for (const FoundFile& f : plan.loras) file(f);
+  s += "  (" + std::to_string(plan.hashed_files) + " file(s) hashed now; the others' hashes came from the cache)\n";
+  for (const std::string& n : plan.notes) s += "  note: " + n + "\n";
+  s += "\nCannot be reproduced:\n";
+  if (plan.not_reproducible.empty()) s += "  nothing: every setting the image records is reproduced\n";
+  for (const NotReproducible& n : plan.not_reproducible) s += "  - " + n.reason + "\n";
+  return s;
+}
+
+json to_json(const ReproducePlan& plan) {
+  json j;
+  j["generation"] = to_json(plan.generation);
+  j["models_dir"] = plan.models_dir.string();
+  j["sets"] = plan.sets();
+  auto file = [](const FoundFile& f) {
+    return json{{"role", f.role}, {"wanted", f.wanted}, {"path", f.path.string()}, {"how", f.how}};
+  };
+  j["files"] = json::array();
+  j["files"].push_back(file(plan.checkpoint));
+  if (!plan.vae.role.empty()) j["files"].push_back(file(plan.vae));
+  for (const auto& f : plan.loras) j["files"].push_back(file(f));
+  j["not_reproducible"] = json::array();
+  for (const auto& n : plan.not_reproducible) j["not_reproducible"].push_back({{"what", n.what}, {"reason", n.reason}});
+  j["notes"] = plan.notes;
+  j["hashed_files"] = plan.hashed_files;
+  j["runnable"] = plan.runnable();
+  return j;
+}
+
+}  // namespace nanscope::studies
