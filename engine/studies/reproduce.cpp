@@ -394,6 +394,17 @@ ReproducePlan plan_reproduction(const ForeignGeneration& generation, const fs::p
 }
 
 std::string describe(const ReproducePlan& plan) {
+  return describe_run(plan) + "\nCannot be reproduced:\n" + describe_not_reproducible(plan);
+}
+
+std::string describe_not_reproducible(const ReproducePlan& plan) {
+  std::string s;
+  if (plan.not_reproducible.empty()) s += "  nothing: every setting the image records is reproduced\n";
+  for (const NotReproducible& n : plan.not_reproducible) s += "  - " + n.reason + "\n";
+  return s;
+}
+
+std::string describe_run(const ReproducePlan& plan) {
   const ForeignGeneration& g = plan.generation;
   std::string s = "Image made by " + std::string(foreign_tool_name(g.tool)) +
                   (g.version.empty() ? "" : " " + g.version) + "\n\nWhat will run:\n";
@@ -420,9 +431,6 @@ std::string describe(const ReproducePlan& plan) {
   for (const FoundFile& f : plan.loras) file(f);
   s += "  (" + std::to_string(plan.hashed_files) + " file(s) hashed now; the others' hashes came from the cache)\n";
   for (const std::string& n : plan.notes) s += "  note: " + n + "\n";
-  s += "\nCannot be reproduced:\n";
-  if (plan.not_reproducible.empty()) s += "  nothing: every setting the image records is reproduced\n";
-  for (const NotReproducible& n : plan.not_reproducible) s += "  - " + n.reason + "\n";
   return s;
 }
 

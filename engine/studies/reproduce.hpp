@@ -71,6 +71,9 @@ void map_onto_run_config(ReproducePlan& plan);
 // For people: the run as settings, the files and how they were found, then
 // everything that cannot be reproduced.
 std::string describe(const ReproducePlan& plan);
+// Its two parts: the run and the files; the list of what cannot be reproduced.
+std::string describe_run(const ReproducePlan& plan);
+std::string describe_not_reproducible(const ReproducePlan& plan);
 nlohmann::json to_json(const ReproducePlan& plan);
 
 }  // namespace nanscope::studies

@@ -34,6 +34,7 @@
 #include "inspector_panel.hpp"
 #include "layer_trace_panel.hpp"
 #include "log_panel.hpp"
+#include "reproduce_dialog.hpp"
 #include "result_panel.hpp"
 #include "settings_panel.hpp"
 #include "studies/report_json.hpp"
@@ -195,8 +196,9 @@ void MainWindow::build_menus() {
   QMenu* file = menuBar()->addMenu(tr("&File"));
   QAction* open = file->addAction(tr("&Open Preset or Image..."), this, [this] {
     if (!confirm_discard()) return;
-    const QString path = QFileDialog::getOpenFileName(this, tr("Open a preset or a NaNscope PNG"), QString(),
-                                                      tr("Presets and images (*.json *.png);;All files (*)"));
+    const QString path =
+        QFileDialog::getOpenFileName(this, tr("Open a preset or an image (NaNscope, A1111, ComfyUI)"), QString(),
+                                     tr("Presets and images (*.json *.png);;All files (*)"));
     if (!path.isEmpty()) open_file(path);
   });
   open->setShortcut(QKeySequence::Open);
@@ -524,6 +526,10 @@ bool MainWindow::open_file(const QString& path) {
   try {
     if (path.endsWith(".png", Qt::CaseInsensitive)) {
       const io::PngContents png = io::read_png(path.toStdString());
+      if (auto foreign = foreign_generation_from_png(png, path.toStdString())) {
+        open_foreign_png(path, png, std::move(*foreign));
+        return true;
+      }
       const auto config = config_from_png(png, path.toStdString());
       if (!config) {
         show_error(tr("No settings in this image"),
@@ -555,6 +561,38 @@ bool MainWindow::open_file(const QString& path) {
   add_recent(path);
   statusBar()->showMessage(tr("Opened %1").arg(QFileInfo(path).fileName()), 4000);
   return true;
+}
+
+// An image from another tool: the reproduce dialog (window-modal, not
+// blocking, so scripted sessions and tests drive it too) shows the plan; its
+// Apply loads the plan's config into the panels.
+void MainWindow::open_foreign_png(const QString& path, const io::PngContents& png, ForeignGeneration generation) {
+  const QString name = QFileInfo(path).fileName();
+  const std::string tool(foreign_tool_name(generation.tool));
+  ImageView view;
+  view.image.image = png.image;
+  view.report.outcome = "opened from " + name.toStdString() + " (made by " + tool + ")";
+  view.qimage = to_qimage(png.image);
+  auto* dialog =
+      new ReproduceDialog(std::move(generation), name, settings().value("reproduce/models_dir").toString(), this);
+  dialog->setAttribute(Qt::WA_DeleteOnClose);
+  connect(dialog, &ReproduceDialog::applied, this,
+          [this, path, view](const RunConfig& config, const QString& models_dir) mutable {
+            settings().setValue("reproduce/models_dir", models_dir);
+            scenario_id_.clear();
+            load_config(config);
+            view.image.config = config;
+            result_->clear();
+            result_->add(view);
+            set_current_file({});
+            dirty_ = true;
+            update_title();
+            add_recent(path);
+            log::info("applied the settings of {} (from another tool)", path.toStdString());
+            statusBar()->showMessage(tr("Applied the settings of %1: press Run").arg(QFileInfo(path).fileName()), 6000);
+          });
+  dialog->open();
+  log::info("{} was made by {}: showing what can be reproduced", path.toStdString(), tool);
 }
 
 bool MainWindow::save_preset(const QString& path) {

@@ -7,6 +7,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "config/foreign_generation.hpp"
 #include "engine_controller.hpp"
 
 class QAction;
@@ -98,6 +99,7 @@ class MainWindow : public QMainWindow {
   void dropEvent(QDropEvent* event) override;
 
  private:
+  void open_foreign_png(const QString& path, const io::PngContents& png, ForeignGeneration generation);
   void build_actions();
   void build_docks();
   // The tab bars of tabified docks show their whole labels (Qt's style elides

@@ -33,9 +33,11 @@
 #include "core/version.hpp"
 #include "engine_types.hpp"
 #include "inspector_panel.hpp"
+#include "io/png.hpp"
 #include "layer_trace_panel.hpp"
 #include "main_window.hpp"
 #include "pipeline/sd_model.hpp"
+#include "reproduce_dialog.hpp"
 #include "result_panel.hpp"
 #include "settings_panel.hpp"
 #include "studies/scenario.hpp"
@@ -680,6 +682,84 @@ class GuiTest : public QObject {
     } else {
       QVERIFY2(text.contains(QString::fromStdString(std::string(git_commit()))), qPrintable(text));
     }
+  }
+
+  // A PNG from A1111 opens the reproduce dialog: no plan until a models folder
+  // is chosen, then the plan with what cannot be reproduced; Apply puts the
+  // settings into the panels (the folder is remembered) and Run runs them. A
+  // ComfyUI graph with a cycle is refused with a message naming the node.
+  void a_foreign_png_opens_the_reproduce_dialog_and_apply_runs_it() {
+    if (!have_model_) QSKIP(qPrintable("no embedded model: " + model_note_));
+    QTemporaryDir dir;
+    qputenv("XDG_CACHE_HOME", dir.filePath("cache").toUtf8());  // the hash cache stays in the test's folder
+    const QString models = dir.filePath("models");
+    QVERIFY(QDir().mkpath(models));
+    QVERIFY(QFile::link(QString::fromStdString(pipeline::embedded_model_dir().string()), models + "/nanscope-tiny"));
+    const io::RgbImage pixels{2, 2, std::vector<std::uint8_t>(12, 200)};
+    const QString png = dir.filePath("from-a1111.png");
+    io::write_png(png.toStdString(), pixels,
+                  {{"parameters",
+                    "a red circle <lora:glow:0.7>\nNegative prompt: blue\nSteps: 2, Sampler: Euler a, CFG scale: 5, "
+                    "Seed: 42, Size: 32x32, Model: nanscope-tiny, RNG: CPU, Hires upscale: 2, Hires steps: 4"}});
+    QSettings("NaNscope", qEnvironmentVariable("NANSCOPE_GUI_SETTINGS_SCOPE", "nanscope-test"))
+        .remove("reproduce/models_dir");
+
+    auto w = make_window();
+    QVERIFY(w->open_file(png));
+    auto* dialog = w->findChild<ReproduceDialog*>("reproduceDialog");
+    QVERIFY(dialog);
+    QVERIFY(dialog->isVisible());
+    QVERIFY(!dialog->can_apply());  // no folder yet
+    dialog->set_models_dir(models);
+    QVERIFY2(dialog->can_apply(), qPrintable(dialog->plan_text()));
+    const QString text = dialog->plan_text();
+    for (const char* want : {"--set sampler=euler_a", "nanscope-tiny (by file name)", "LoRA 'glow' not found in",
+                             "Hires fix (upscale 2, 4 steps): not supported by this version"})
+      QVERIFY2(text.contains(want), qPrintable(want + QString(" not in:\n") + text));
+    QCoreApplication::processEvents();
+    const QString shot = screenshot_path("reproduce-dialog.png");
+    QVERIFY(dialog->grab().save(shot));
+    qInfo("screenshot: %s", qPrintable(shot));
+
+    QVERIFY(dialog->apply());
+    QCoreApplication::processEvents();
+    const RunConfig c = w->current_config();
+    QCOMPARE(QString::fromStdString(c.prompt), QString("a red circle"));
+    QCOMPARE(QString::fromStdString(c.negative_prompt), QString("blue"));
+    QCOMPARE(c.steps, 2);
+    QCOMPARE(c.seed, std::uint64_t{42});
+    QCOMPARE(c.width, 32);
+    QCOMPARE(c.sampler, SamplerId::euler_a);
+    QCOMPARE(c.noise, NoiseKind::torch_cpu);
+    QVERIFY2(QString::fromStdString(c.model).endsWith("nanscope-tiny"), c.model.c_str());
+    QCOMPARE(QSettings("NaNscope", qEnvironmentVariable("NANSCOPE_GUI_SETTINGS_SCOPE", "nanscope-test"))
+                 .value("reproduce/models_dir")
+                 .toString(),
+             models);
+    QSignalSpy done(w.get(), &MainWindow::runCompleted);
+    auto* run = w->findChild<QToolButton*>("runButton");
+    QVERIFY(run && run->isEnabled());
+    QTest::mouseClick(run, Qt::LeftButton);
+    QVERIFY(done.wait(300000));
+    const RunFinished f = done.front().front().value<RunFinished>();
+    QVERIFY2(f.ok, qPrintable(f.error));
+    const ImageView* img = w->result_panel()->current();
+    QVERIFY(img);
+    QCOMPARE(img->image.image.width, 32);
+
+    // The folder is remembered: the next foreign image has its plan at once.
+    QVERIFY(w->open_file(png));
+    auto dialogs = w->findChildren<ReproduceDialog*>("reproduceDialog");
+    QVERIFY(!dialogs.isEmpty());
+    QVERIFY(dialogs.back()->can_apply());
+    dialogs.back()->reject();
+
+    // A ComfyUI graph with a cycle: refused, naming the node and input.
+    const QString cyclic = dir.filePath("cycle.png");
+    io::write_png(cyclic.toStdString(), pixels,
+                  {{"prompt", R"({"1": {"class_type": "LoraLoader", "inputs": {"model": ["2", 0]}},
+                                  "2": {"class_type": "LoraLoader", "inputs": {"model": ["1", 0]}}})"}});
+    QVERIFY(!w->open_file(cyclic));
   }
 
   void screenshots_have_the_right_size() {
