@@ -691,7 +691,17 @@ class GuiTest : public QObject {
   void a_foreign_png_opens_the_reproduce_dialog_and_apply_runs_it() {
     if (!have_model_) QSKIP(qPrintable("no embedded model: " + model_note_));
     QTemporaryDir dir;
-    qputenv("XDG_CACHE_HOME", dir.filePath("cache").toUtf8());  // the hash cache stays in the test's folder
+    // The hash cache stays in the test's folder; the variable is restored for the tests after this one.
+    const QByteArray old_cache = qgetenv("XDG_CACHE_HOME");
+    const bool had_cache = qEnvironmentVariableIsSet("XDG_CACHE_HOME");
+    qputenv("XDG_CACHE_HOME", dir.filePath("cache").toUtf8());
+    const std::shared_ptr<void> restore(nullptr, [&](void*) {
+      if (had_cache) {
+        qputenv("XDG_CACHE_HOME", old_cache);
+      } else {
+        qunsetenv("XDG_CACHE_HOME");
+      }
+    });
     const QString models = dir.filePath("models");
     QVERIFY(QDir().mkpath(models));
     QVERIFY(QFile::link(QString::fromStdString(pipeline::embedded_model_dir().string()), models + "/nanscope-tiny"));
