@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "config/a1111.hpp"
+#include "config/foreign_generation.hpp"
 #include "config/png_metadata.hpp"
 #include "config/preset.hpp"
 #include "core/error.hpp"
@@ -279,6 +280,14 @@ void fuzz_a1111(Bytes in) {
   }
 }
 
+// Another tool's settings: the input as A1111 parameters text and as a
+// ComfyUI prompt graph. Whatever is accepted must turn into JSON.
+void fuzz_foreign(Bytes in) {
+  const std::string_view text = as_text(in);
+  refused_ok([&] { (void)to_json(foreign_from_a1111(text)).dump(); });
+  refused_ok([&] { (void)to_json(foreign_from_comfyui(text, text)).dump(); });
+}
+
 // A prompt through the embedded model's CLIP tokenizer.
 void fuzz_clip_tokenizer(Bytes in) {
   static const ClipTokenizer tok =
@@ -330,6 +339,7 @@ const std::vector<FuzzTarget>& fuzz_targets() {
       {"png", "PNG decoding and the run config in its chunks", fuzz_png},
       {"png_metadata", "PNG text chunks: the NaNscope chunk and A1111 parameters", fuzz_png_metadata},
       {"a1111", "A1111 parameters text and its round trip", fuzz_a1111},
+      {"foreign", "another tool's settings: A1111 parameters and ComfyUI prompt graphs", fuzz_foreign},
       {"clip_tokenizer", "prompts through the CLIP tokenizer", fuzz_clip_tokenizer},
       {"sweep_spec", "sweep specs and their expansion into cells", fuzz_sweep_spec},
   };
