@@ -256,10 +256,6 @@ void RunConfig::validate() const {
       fail("inspect." + name, "unknown inspector setting; use one of: " + inspector_keys());
   }
   for (const Setting& row : settings()) row.check(row.get(*this), row.key);
-  if (vae_tile_overlap * 2 >= vae_tile_size) {
-    fail("vae.tile_overlap", std::to_string(vae_tile_overlap) + " must be less than half of vae.tile_size (" +
-                                 std::to_string(vae_tile_size) + "): neighbouring tiles would cover each other");
-  }
   if (!seeds.empty() && seeds.size() != static_cast<std::size_t>(batch_size)) {
     fail("batch_size",
          std::to_string(batch_size) + " conflicts with the " + std::to_string(seeds.size()) + " explicit seeds");

@@ -447,7 +447,8 @@ std::vector<Setting> build_table() {
                       .min = 0,
                       .max = 4096,
                       .help = "VAE tiling: how many image pixels neighbouring tiles share; the seam is blended "
-                              "linearly across them (less than half the tile size)",
+                              "linearly across them (at most just under half a tile: a larger value is used as "
+                              "that)",
                       .json_path = "vae_tile_overlap",
                       .omit_default = true}));
 
