@@ -35,6 +35,7 @@ nlohmann::json device_json(const DeviceInfo& d) {
       {"extensions", d.extensions},
       {"default", d.is_default},
       {"reason", d.reason},
+      {"suspect", d.suspect},  // why it is not what it says ("" when it is): ranked last
   };
 }
 
@@ -75,7 +76,8 @@ int run_devices(const GlobalOptions& g, bool json) {
   std::cout << "Devices (" << list.devices.size() << "):\n";
   for (const auto& d : list.devices) {
     const char* mark = selected ? (selected == &d ? ">" : " ") : (d.is_default ? "*" : " ");
-    std::cout << mark << " " << d.index << "  " << d.id << "  " << d.name << "  [" << device_kind_name(d.kind) << "]\n";
+    std::cout << mark << " " << d.index << "  " << d.id << "  " << d.name << "  [" << device_kind_name(d.kind) << "]"
+              << (d.suspect.empty() ? "" : "  (not what it says: ranked last)") << "\n";
     if (d.kind == DeviceKind::reference) {
       std::cout << "     built-in plain C++ device, f64 accumulation; f16/bf16 arithmetic emulated exactly\n";
       std::cout << "     " << d.compute_units << " threads, host memory " << format_mib(d.global_mem_bytes) << "\n";

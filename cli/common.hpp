@@ -26,6 +26,8 @@ struct GlobalOptions {
   std::string device;                  // --device; empty: NANSCOPE_DEVICE, else the default device
   std::string kernel_cache;            // --kernel-cache; empty: NANSCOPE_KERNEL_CACHE, else the XDG cache dir
   std::uint64_t memory_limit_mib = 0;  // --memory-limit; 0: the device's own memory
+  // --max-alloc-limit; 0: the device's own largest allocation
+  std::uint64_t max_alloc_limit_mib = 0;
 };
 
 // What the chosen subcommand runs after parsing and after the global options took effect.
@@ -61,5 +63,6 @@ void add_sweep_command(CLI::App& app, const GlobalOptions& g, Action& action);  
 studies::InspectedRun inspect_config(const GlobalOptions& g, RunConfig config, bool trace);
 void add_reproduce_command(CLI::App& app, const GlobalOptions& g, Action& action);  // cmd_reproduce.cpp
 void add_config_command(CLI::App& app, const GlobalOptions& g, Action& action);     // config keys (cmd_config.cpp)
+void add_cache_command(CLI::App& app, const GlobalOptions& g, Action& action);   // cmd_cache.cpp
 
 }  // namespace nanscope::cli

@@ -22,6 +22,7 @@ BackendOptions backend_options(const GlobalOptions& g) {
   BackendOptions o = backend_options_from_environment();
   o.kernel_cache_dir = g.kernel_cache;  // empty: ProgramCache::default_dir() reads NANSCOPE_KERNEL_CACHE
   o.memory_limit_bytes = g.memory_limit_mib << 20;
+  if (g.max_alloc_limit_mib) o.max_alloc_limit_bytes = g.max_alloc_limit_mib << 20;
   return o;
 }
 
@@ -55,6 +56,10 @@ int main(int argc, char** argv) {
                  "Use at most this much device memory, in MiB (as if the device were smaller; sizes that would not "
                  "fit are refused before the run)")
       ->check(CLI::Range(std::uint64_t{64}, std::uint64_t{1} << 30));
+  app.add_option("--max-alloc-limit", g.max_alloc_limit_mib,
+                 "Cap the device's largest single buffer (CL_DEVICE_MAX_MEM_ALLOC_SIZE), in MiB (also "
+                 "NANSCOPE_MAX_ALLOC_MB): as on a card with a smaller allocation limit")
+      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 30));
 
   cli::Action action;
   cli::add_devices_command(app, g, action);
@@ -68,6 +73,7 @@ int main(int argc, char** argv) {
   cli::add_sweep_command(app, g, action);
   cli::add_config_command(app, g, action);
   cli::add_reproduce_command(app, g, action);
+  cli::add_cache_command(app, g, action);
 
   try {
     app.parse(argc, argv);

@@ -400,6 +400,55 @@ TEST(DevicesCli, OclgrindIsFoundWithoutAnIcdFileAndCanBeTurnedOff) {
   EXPECT_NE(doc["notes"].dump().find("NANSCOPE_OCLGRIND=/no/such/liboclgrind.so"), std::string::npos) << missing.out;
 }
 
+// Report R3 through the ICD loader itself: a vendors folder with PoCL's and
+// Oclgrind's .icd files (as a machine where someone added oclgrind.icd would
+// have). Oclgrind reports GPU, CPU and accelerator at once; the loader lists
+// it beside PoCL's CPU device, and the default must still be the real device,
+// with the simulator ranked last and the reason given.
+TEST(DevicesCli, ASimulatorThroughTheIcdLoaderRanksLastWithItsReason) {
+  const std::string oclgrind = oclgrind_library();
+  std::string pocl;
+  if (std::ifstream in("/etc/OpenCL/vendors/pocl.icd"); in) std::getline(in, pocl);
+  if (oclgrind.empty() || pocl.empty()) GTEST_SKIP() << "needs oclgrind and pocl-opencl-icd (tools/setup.sh)";
+  TempDir vendors;
+  // Named so that a loader reading the folder in order meets the simulator first.
+  std::ofstream(vendors.path() / "0-oclgrind.icd") << oclgrind << "\n";
+  std::ofstream(vendors.path() / "1-pocl.icd") << pocl << "\n";
+  const ProcessResult r =
+      run_cli({"-u", "NANSCOPE_DEVICE", "-u", "NANSCOPE_OCLGRIND", "OCL_ICD_VENDORS=" + vendors.path().string()},
+              {"devices", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto doc = nlohmann::json::parse(r.out);
+  const nlohmann::json* sim = nullptr;
+  const nlohmann::json* chosen = nullptr;
+  int simulators = 0;
+  for (const auto& d : doc["devices"]) {
+    if (d["kind"] == "simulator") {
+      sim = &d;
+      ++simulators;
+    }
+    if (d["default"] == true) chosen = &d;
+  }
+  ASSERT_NE(sim, nullptr) << "the loader did not list Oclgrind from the .icd file: " << r.out;
+  EXPECT_EQ(simulators, 1) << "Oclgrind listed by the loader must not be loaded a second time: " << r.out;
+  ASSERT_NE(chosen, nullptr) << r.out;
+  EXPECT_NE((*chosen)["kind"], "simulator") << r.out;
+  EXPECT_NE((*chosen)["kind"], "reference") << "PoCL's device is real and must be the default: " << r.out;
+  EXPECT_EQ((*chosen)["suspect"], "") << r.out;
+  EXPECT_EQ((*sim)["default"], false);
+  const std::string reason = (*sim)["reason"];
+  EXPECT_EQ(reason.rfind("not default: a simulator", 0), 0u) << reason;
+  EXPECT_NE(reason.find("ranked last"), std::string::npos) << reason;
+  EXPECT_NE(reason.find("GPU, CPU, accelerator at once"), std::string::npos)
+      << "the reason is the type flags: " << reason;
+  EXPECT_NE(std::string((*sim)["suspect"]), "") << r.out;
+
+  const ProcessResult text = run_cli(
+      {"-u", "NANSCOPE_DEVICE", "-u", "NANSCOPE_OCLGRIND", "OCL_ICD_VENDORS=" + vendors.path().string()}, {"devices"});
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("[simulator]  (not what it says: ranked last)"), std::string::npos) << text.out;
+}
+
 TEST(DevicesCli, MissingPinFailsWithTheListOnStderr) {
   const DeviceList list = enumerate_devices();
   for (const bool via_env : {false, true}) {

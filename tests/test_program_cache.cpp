@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <openssl/evp.h>
 #include <spdlog/sinks/ostream_sink.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cstdlib>
@@ -13,6 +14,7 @@
 #include <sstream>
 
 #include "backend/device.hpp"
+#include "backend/opencl/cache_inventory.hpp"
 #include "backend/opencl/opencl_backend.hpp"
 #include "backend/opencl/program_cache.hpp"
 #include "core/error.hpp"
@@ -163,13 +165,13 @@ TEST_F(ProgramCacheTest, MissThenHitAndTheLoadedProgramRuns) {
     EXPECT_GT(recs[0].ms, 0.0);
     EXPECT_NE(logs.text().find("built vadd [" + opts + "] in"), std::string::npos) << logs.text();
   }
-  // Only finished entries: no temp files left behind.
+  // Only finished entries and their metadata: no temp files left behind.
   int files = 0;
   for (const auto& e : fs::directory_iterator(dir.path())) {
-    EXPECT_EQ(e.path().extension(), ".bin") << e.path();
+    EXPECT_TRUE(e.path().extension() == ".bin" || e.path().extension() == ".json") << e.path();
     ++files;
   }
-  EXPECT_EQ(files, 1);
+  EXPECT_EQ(files, 2);
   {
     LogCapture logs;
     auto c = cache(dir.path().string());  // a fresh cache: as in the next process
@@ -416,6 +418,204 @@ TEST(ProgramCacheKey, DefaultDirFollowsTheEnvironment) {
       ::unsetenv(names[i]);
     }
   }
+}
+
+}  // namespace
+}  // namespace nanscope::opencl
+
+namespace nanscope::opencl {
+namespace {
+
+// Report R4's inventory: what a build records beside its entry, and what
+// list, verify and clear make of it (the CLI's `cache` and the workbench's
+// dialog show exactly these entries).
+TEST_F(ProgramCacheTest, InventoryListsDeviceOptionsSizeBuildTimeAndLastUse) {
+  TempDir dir;
+  const std::string opts = "-DSCALE=6.0f";
+  const fs::path entry = build_entry(dir.path().string(), opts);
+  auto list = list_kernel_cache(dir.path().string());
+  ASSERT_EQ(list.size(), 1u);
+  const CacheEntryInfo& e = list[0];
+  EXPECT_TRUE(e.has_metadata);
+  EXPECT_EQ(e.program, "vadd");
+  EXPECT_EQ(e.options, opts);
+  EXPECT_EQ(e.device, device_.name);
+  EXPECT_EQ(e.driver, device_.driver_version);
+  EXPECT_EQ(e.path, entry.string());
+  EXPECT_EQ(e.bytes, fs::file_size(entry));
+  ASSERT_TRUE(e.build_ms.has_value());
+  EXPECT_GT(*e.build_ms, 0.0);
+  ASSERT_TRUE(e.built_at.has_value());
+  EXPECT_GT(e.last_used, 0);
+  EXPECT_TRUE(entry_is_for(e, device_));
+  DeviceInfo other = device_;
+  other.driver_version += "-other";
+  EXPECT_FALSE(entry_is_for(e, other)) << "a driver update makes entries foreign";
+
+  // A load marks the entry used: its last use moves forward.
+  const auto old_time = fs::last_write_time(entry) - std::chrono::hours(24);
+  fs::last_write_time(entry, old_time);
+  const std::int64_t before = list_kernel_cache(dir.path().string()).at(0).last_used;
+  EXPECT_TRUE(cache(dir.path().string())->get_source("vadd", kVaddSource, opts) != nullptr);
+  EXPECT_GE(list_kernel_cache(dir.path().string()).at(0).last_used, before + 23 * 3600);
+
+  // An entry from before metadata existed still loads, and gets metadata without a build time.
+  fs::remove(fs::path(entry).replace_extension(".json"));
+  EXPECT_FALSE(list_kernel_cache(dir.path().string()).at(0).has_metadata);
+  auto again = cache(dir.path().string());
+  expect_vadd(again->get_source("vadd", kVaddSource, opts), 6.0f);
+  EXPECT_TRUE(again->records().at(0).cache_hit);
+  const auto relisted = list_kernel_cache(dir.path().string());
+  EXPECT_TRUE(relisted.at(0).has_metadata);
+  EXPECT_FALSE(relisted.at(0).build_ms.has_value()) << "the build time of an old entry is unknown, not made up";
+}
+
+TEST_F(ProgramCacheTest, VerifyFindsTheCorruptEntryAndRemovesItOnlyWhenAsked) {
+  TempDir dir;
+  const fs::path good = build_entry(dir.path().string(), "-DSCALE=1.5f");
+  const fs::path bad = build_entry(dir.path().string(), "-DSCALE=2.5f");
+  auto bytes = read_bytes(bad);
+  bytes[bytes.size() - 3] ^= 0x11;
+  write_bytes(bad, bytes);
+  auto checked = verify_kernel_cache(dir.path().string(), &device_, false);
+  ASSERT_EQ(checked.size(), 2u);
+  int corrupt = 0;
+  for (const auto& e : checked) {
+    if (e.path == bad.string()) {
+      EXPECT_NE(e.problem.find("checksum mismatch"), std::string::npos) << e.problem;
+      ++corrupt;
+    } else {
+      EXPECT_EQ(e.problem, "") << e.path;
+    }
+  }
+  EXPECT_EQ(corrupt, 1);
+  EXPECT_TRUE(fs::exists(bad)) << "verify without remove changes nothing";
+  verify_kernel_cache(dir.path().string(), nullptr, true);
+  EXPECT_FALSE(fs::exists(bad));
+  EXPECT_FALSE(fs::exists(fs::path(bad).replace_extension(".json")));
+  EXPECT_TRUE(fs::exists(good));
+  EXPECT_EQ(verify_kernel_cache(dir.path().string(), nullptr, false).at(0).problem, "");
+}
+
+TEST_F(ProgramCacheTest, ClearRemovesOneDevicesEntriesOrAll) {
+  TempDir dir;
+  const fs::path mine = build_entry(dir.path().string(), "-DSCALE=7.0f");
+  // Another device's entry: the same bytes under another key, with that device in its metadata.
+  DeviceInfo other = device_;
+  other.name = "Some Other GPU";
+  const std::string other_key(64, 'a');
+  const fs::path theirs = dir.path() / (other_key + ".bin");
+  fs::copy_file(mine, theirs);
+  write_entry_metadata(theirs.string(), "vadd", "-DSCALE=7.0f", other, 1234.0);
+  EXPECT_EQ(clear_kernel_cache(dir.path().string(), &device_), 1u);
+  EXPECT_FALSE(fs::exists(mine));
+  ASSERT_TRUE(fs::exists(theirs));
+  const auto left = list_kernel_cache(dir.path().string());
+  ASSERT_EQ(left.size(), 1u);
+  EXPECT_EQ(left[0].device, "Some Other GPU");
+  EXPECT_EQ(left[0].build_ms.value_or(0), 1234.0);
+  EXPECT_EQ(ProgramCache::check_entry(theirs.string(), other_key).rfind("foreign", 0), 0u)
+      << "its header holds the other key: verify calls it foreign";
+  std::ofstream(dir.path() / "x.bin.tmp.1.2") << "half";
+  EXPECT_EQ(clear_kernel_cache(dir.path().string(), nullptr), 1u);
+  EXPECT_TRUE(fs::is_empty(dir.path())) << "clear all leaves nothing, temporaries included";
+}
+
+// The cold-start estimate: before a run, the programs it needs that are not
+// cached, with an estimate from past builds on the device; each build then
+// says where the run stands ("building 1 of N programs, about X s left").
+TEST_F(ProgramCacheTest, ColdStartPlanCountsWhatIsNotCachedAndTracksEveryBuild) {
+  TempDir dir;
+  std::vector<KernelBuildEvent> events;
+  BackendOptions opts;
+  opts.kernel_cache_dir = dir.path().string();
+  opts.on_kernel_build = [&events](const KernelBuildEvent& e) { events.push_back(e); };
+  const Precision f32{DType::f32, Accumulate::f32, SoftmaxPrecision::f32};
+  std::size_t total = 0;
+  double first_estimate = 0;
+  {
+    OpenClBackend be(device_, opts);
+    const KernelPlan plan = be.plan_kernels(std::span<const Precision>(&f32, 1));
+    ASSERT_FALSE(plan.items.empty());
+    total = plan.items.size();
+    EXPECT_EQ(plan.to_build, total) << "an empty cache has nothing";
+    EXPECT_EQ(plan.history_samples, 0u);
+    EXPECT_DOUBLE_EQ(plan.estimate_ms, 1000.0 * static_cast<double>(total)) << "1 s each without history";
+    first_estimate = plan.estimate_ms;
+    EXPECT_NE(plan.describe(device_.name).find("1 s each assumed"), std::string::npos) << plan.describe(device_.name);
+    ASSERT_EQ(events.size(), 1u);
+    EXPECT_TRUE(events[0].plan);
+    EXPECT_EQ(events[0].plan_count, static_cast<int>(total));
+    // One planned program built: its events carry the plan's progress.
+    const KernelPlanItem& item = plan.items.front();
+    be.programs().get(item.program, item.options);
+    ASSERT_EQ(events.size(), 3u);
+    EXPECT_EQ(events[1].plan_index, 1);
+    EXPECT_EQ(events[1].plan_count, static_cast<int>(total));
+    EXPECT_EQ(events[1].progress().rfind("building 1 of " + std::to_string(total) + " programs, about ", 0), 0u)
+        << events[1].progress();
+    EXPECT_TRUE(events[2].finished);
+    EXPECT_NEAR(events[2].plan_left_ms, first_estimate - 1000.0, 1e-6);
+  }
+  // The next process: that program is cached, and the estimate comes from its recorded build time.
+  OpenClBackend be(device_, opts);
+  const KernelPlan plan = be.plan_kernels(std::span<const Precision>(&f32, 1));
+  EXPECT_EQ(plan.items.size(), total);
+  EXPECT_EQ(plan.to_build, total - 1);
+  EXPECT_EQ(plan.history_samples, 1u);
+  const auto recorded = list_kernel_cache(dir.path().string()).at(0).build_ms.value_or(-1);
+  EXPECT_NEAR(plan.estimate_ms, recorded * static_cast<double>(total - 1), 1e-6)
+      << "every other program is estimated from the one past build on this device";
+  EXPECT_NE(plan.describe(device_.name).find("from 1 past builds"), std::string::npos) << plan.describe(device_.name);
+}
+
+// `nanscope-cli cache list|verify|clear` on a cache this test filled.
+TEST_F(ProgramCacheTest, CliListsVerifiesAndClearsTheCache) {
+  TempDir dir;
+  const fs::path good = build_entry(dir.path().string(), "-DSCALE=8.0f");
+  const fs::path bad = build_entry(dir.path().string(), "-DSCALE=9.0f");
+  auto cli = [&](std::vector<std::string> args) {
+    std::vector<std::string> argv{NANSCOPE_CLI_PATH, "--kernel-cache", dir.path().string()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return test::run_process(argv);
+  };
+  const auto listed = cli({"cache", "list", "--json"});
+  ASSERT_EQ(listed.exit_code, 0) << listed.err;
+  const auto doc = nlohmann::json::parse(listed.out);
+  ASSERT_EQ(doc["entries"].size(), 2u) << listed.out;
+  for (const auto& e : doc["entries"]) {
+    EXPECT_EQ(e["program"], "vadd");
+    EXPECT_EQ(e["device"], device_.name);
+    EXPECT_EQ(e["driver"], device_.driver_version);
+    EXPECT_TRUE(e["build_ms"].is_number()) << e.dump();
+    EXPECT_GT(e["bytes"].get<std::uint64_t>(), 80u);
+  }
+  const auto table = cli({"cache", "list"});
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_NE(table.out.find("\"" + device_.name + "\", driver " + device_.driver_version), std::string::npos)
+      << table.out;
+  EXPECT_NE(table.out.find("-DSCALE=9.0f"), std::string::npos) << table.out;
+
+  auto bytes = read_bytes(bad);
+  bytes[bytes.size() / 2] ^= 0x42;
+  write_bytes(bad, bytes);
+  const auto verify = cli({"cache", "verify"});
+  EXPECT_EQ(verify.exit_code, 2) << "a corrupt entry is a failed check:\n" << verify.out << verify.err;
+  EXPECT_NE(verify.out.find("1 corrupt"), std::string::npos) << verify.out;
+  EXPECT_NE(verify.out.find("checksum mismatch"), std::string::npos) << verify.out;
+  EXPECT_TRUE(fs::exists(bad));
+  const auto removed = cli({"cache", "verify", "--remove", "--json"});
+  EXPECT_EQ(removed.exit_code, 0) << removed.err;
+  EXPECT_EQ(nlohmann::json::parse(removed.out)["removed"], 1) << removed.out;
+  EXPECT_FALSE(fs::exists(bad));
+
+  const auto cleared = cli({"cache", "clear", "--device", device_.id});
+  ASSERT_EQ(cleared.exit_code, 0) << cleared.err;
+  EXPECT_NE(cleared.out.find("removed 1 kernel cache entries"), std::string::npos) << cleared.out;
+  EXPECT_FALSE(fs::exists(good));
+  const auto missing = cli({"cache", "clear", "--device", "no-such-device-xyz"});
+  EXPECT_EQ(missing.exit_code, 1) << "a device that does not exist is an error listing the devices";
+  EXPECT_NE(missing.err.find("matches no device"), std::string::npos) << missing.err;
 }
 
 }  // namespace

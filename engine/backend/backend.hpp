@@ -63,6 +63,11 @@ class Backend {
   // no kernels or no cache).
   virtual std::vector<KernelBuildRecord> kernel_builds() const { return {}; }
   virtual std::string kernel_cache_dir() const { return {}; }
+  // The programs a run in these precisions needs and which must be built
+  // first, with an estimate (KernelPlan). Until every planned program is
+  // built, each build event carries its place in the plan (KernelBuildEvent::
+  // progress). Empty for a backend without kernels.
+  virtual KernelPlan plan_kernels(std::span<const Precision> /*precisions*/) { return {}; }
   // Which kernels ran, in plain English: the kernel family and every fallback
   // taken so far with its reason (e.g. "flash attention not used: causal
   // mask"). Each note once. Recorded in run reports.

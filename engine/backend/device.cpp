@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
 #include <cstdlib>
 #include <sstream>
 
@@ -87,12 +88,36 @@ bool is_simulator(cl_device_type t, const std::string& platform_name) {
   return types > 1 || platform_name.rfind("Oclgrind", 0) == 0;
 }
 
+// A software renderer reports itself as a GPU but runs every kernel on the
+// host's CPU cores (Mesa's llvmpipe and softpipe behind rusticl or clover,
+// SwiftShader). No device query tells one apart from an integrated GPU (both
+// have host-unified memory and a few compute units), so this goes by the
+// device name, and the reason says so. Returns the renderer's name, or "".
+std::string software_renderer(const std::string& device_name) {
+  const std::string n = lower(device_name);
+  for (const char* known : {"llvmpipe", "softpipe", "swiftshader", "lavapipe"}) {
+    if (n.find(known) != std::string::npos) return known;
+  }
+  return {};
+}
+
 DeviceKind kind_of(cl_device_type t, const std::string& platform_name) {
   if (is_simulator(t, platform_name)) return DeviceKind::simulator;
   if (t & CL_DEVICE_TYPE_GPU) return DeviceKind::gpu;
   if (t & CL_DEVICE_TYPE_ACCELERATOR) return DeviceKind::accelerator;
   if (t & CL_DEVICE_TYPE_CPU) return DeviceKind::cpu;
   return DeviceKind::other;
+}
+
+std::string device_type_list(cl_device_type t) {
+  std::string s;
+  auto add = [&](cl_device_type bit, const char* name) {
+    if (t & bit) s += (s.empty() ? "" : ", ") + std::string(name);
+  };
+  add(CL_DEVICE_TYPE_GPU, "GPU");
+  add(CL_DEVICE_TYPE_CPU, "CPU");
+  add(CL_DEVICE_TYPE_ACCELERATOR, "accelerator");
+  return s.empty() ? "no type" : s;
 }
 
 std::string no_platform_note() {
@@ -192,7 +217,19 @@ void add_platform_devices(cl_platform_id platform, cl_uint pi, bool via_loader, 
     info.opencl_c_version = device_string(d, CL_DEVICE_OPENCL_C_VERSION);
     info.platform_name = pname;
     info.platform_version = pversion;
-    info.kind = kind_of(device_value<cl_device_type>(d, CL_DEVICE_TYPE), pname);
+    const auto type = device_value<cl_device_type>(d, CL_DEVICE_TYPE);
+    info.kind = kind_of(type, pname);
+    if (info.kind == DeviceKind::simulator) {
+      const bool several = ((type & CL_DEVICE_TYPE_GPU) != 0) + ((type & CL_DEVICE_TYPE_CPU) != 0) +
+                               ((type & CL_DEVICE_TYPE_ACCELERATOR) != 0) >
+                           1;
+      info.suspect = several ? "it reports itself as " + device_type_list(type) + " at once, as simulators do"
+                             : "it is on the " + pname + " platform, a simulator";
+    } else if (const std::string sw = software_renderer(info.name); !sw.empty() && info.kind != DeviceKind::cpu) {
+      info.suspect = "a software renderer (" + sw +
+                     ", recognised by its device name: no device query tells it from a " + "real " +
+                     std::string(device_kind_name(info.kind)) + ") that runs kernels on the CPU";
+    }
     info.extensions = split_words(device_string(d, CL_DEVICE_EXTENSIONS));
     auto has_ext = [&](std::string_view e) {
       return std::find(info.extensions.begin(), info.extensions.end(), e) != info.extensions.end();
@@ -226,51 +263,61 @@ void add_platform_devices(cl_platform_id platform, cl_uint pi, bool via_loader, 
   }
 }
 
-// Marks the default (GPU > accelerator > CPU OpenCL > reference; never a
-// simulator) and writes every reason.
+// Marks the default (GPU > accelerator > CPU OpenCL > software renderer >
+// reference; never a simulator) and writes every reason.
 void choose_default(DeviceList& list) {
   auto first_of = [&](DeviceKind k) -> DeviceInfo* {
     for (auto& d : list.devices) {
-      if (d.kind == k) return &d;
+      if (d.kind == k && d.suspect.empty()) return &d;
     }
     return nullptr;
   };
+  DeviceInfo* software = nullptr;  // the first software renderer (not a simulator): better than nothing
+  for (auto& d : list.devices) {
+    if (!software && !d.suspect.empty() && d.kind != DeviceKind::simulator) software = &d;
+  }
   DeviceInfo* gpu = first_of(DeviceKind::gpu);
   DeviceInfo* acc = first_of(DeviceKind::accelerator);
   DeviceInfo* cpu = first_of(DeviceKind::cpu);
   DeviceInfo* ref = first_of(DeviceKind::reference);
-  DeviceInfo* chosen = gpu ? gpu : acc ? acc : cpu ? cpu : ref;
+  DeviceInfo* chosen = gpu ? gpu : acc ? acc : cpu ? cpu : software ? software : ref;
 
   for (auto& d : list.devices) {
     d.is_default = &d == chosen;
     const std::string by = chosen ? " (" + chosen->name + ")" : "";
-    switch (d.kind) {
-      case DeviceKind::gpu:
-        d.reason = d.is_default ? "default: first GPU" : "not default: another GPU comes first" + by;
-        break;
-      case DeviceKind::accelerator:
-        d.reason = d.is_default ? "default: no GPU found; first accelerator"
-                   : gpu        ? "not default: a GPU was found" + by
-                                : "not default: another accelerator comes first" + by;
-        break;
-      case DeviceKind::cpu:
-        d.reason = d.is_default ? "default: no GPU or accelerator found; first CPU OpenCL device"
-                   : gpu        ? "not default: a GPU was found" + by
-                   : acc        ? "not default: an accelerator was found" + by
-                                : "not default: another CPU OpenCL device comes first" + by;
-        break;
-      case DeviceKind::other:
-        d.reason = "not default: device type is not GPU, accelerator or CPU; pin it with --device to use it";
-        break;
-      case DeviceKind::simulator:
-        d.reason = "not default: a simulator (" + d.platform_name +
-                   ") that interprets every kernel with checks, thousands of times slower than a device; pin it with "
-                   "--device to debug kernels on small shapes (docs/oclgrind.md)";
-        break;
-      case DeviceKind::reference:
-        d.reason = d.is_default ? "default: no usable OpenCL device; the reference device is the fallback (slow, exact)"
-                                : "not default: an OpenCL device was found" + by + "; reference is only the fallback";
-        break;
+    if (d.kind == DeviceKind::simulator) {
+      d.reason = "not default: a simulator (" + d.platform_name + "; " + d.suspect +
+                 ") that interprets every kernel with checks, thousands of times slower than a device; ranked last; "
+                 "pin it with --device to debug kernels on small shapes (docs/oclgrind.md)";
+    } else if (!d.suspect.empty()) {
+      d.reason = d.is_default ? "default: no real OpenCL device found; " + d.suspect + " (slow)"
+                              : "not default: " + d.suspect + "; ranked after the real devices" + by;
+    } else {
+      switch (d.kind) {
+        case DeviceKind::gpu:
+          d.reason = d.is_default ? "default: first GPU" : "not default: another GPU comes first" + by;
+          break;
+        case DeviceKind::accelerator:
+          d.reason = d.is_default ? "default: no GPU found; first accelerator"
+                     : gpu        ? "not default: a GPU was found" + by
+                                  : "not default: another accelerator comes first" + by;
+          break;
+        case DeviceKind::cpu:
+          d.reason = d.is_default ? "default: no GPU or accelerator found; first CPU OpenCL device"
+                     : gpu        ? "not default: a GPU was found" + by
+                     : acc        ? "not default: an accelerator was found" + by
+                                  : "not default: another CPU OpenCL device comes first" + by;
+          break;
+        case DeviceKind::other:
+          d.reason = "not default: device type is not GPU, accelerator or CPU; pin it with --device to use it";
+          break;
+        case DeviceKind::reference:
+          d.reason = d.is_default
+                         ? "default: no usable OpenCL device; the reference device is the fallback (slow, exact)"
+                         : "not default: an OpenCL device was found" + by + "; reference is only the fallback";
+          break;
+        case DeviceKind::simulator: break;  // above
+      }
     }
     log::debug("device {} {} \"{}\": {}", d.index, d.id, d.name, d.reason);
   }
@@ -399,6 +446,15 @@ BackendOptions backend_options_from_environment(BackendOptions o) {
       log::warn("NANSCOPE_POOL_MB={} is not a number of MiB; ignored", v);
     }
   }
+  if (const char* v = std::getenv("NANSCOPE_MAX_ALLOC_MB"); v && *v) {
+    char* end = nullptr;
+    const unsigned long long mb = std::strtoull(v, &end, 10);
+    if (end && *end == '\0' && mb > 0 && mb < (1ull << 40)) {
+      o.max_alloc_limit_bytes = static_cast<std::uint64_t>(mb) << 20;
+    } else {
+      log::warn("NANSCOPE_MAX_ALLOC_MB={} is not a positive number of MiB; ignored", v);
+    }
+  }
   if (const char* v = std::getenv("NANSCOPE_PROFILE"); v && *v) o.profile = std::string_view(v) == "1";
   if (const char* v = std::getenv("NANSCOPE_KERNEL_STYLE"); v && *v) {
     const std::string_view s(v);
@@ -413,17 +469,42 @@ BackendOptions backend_options_from_environment(BackendOptions o) {
   return o;
 }
 
-DeviceInfo limited_device(DeviceInfo device, std::uint64_t memory_limit_bytes) {
-  if (memory_limit_bytes == 0) return device;
-  auto cap = [&](std::uint64_t v) { return v == 0 ? memory_limit_bytes : std::min(v, memory_limit_bytes); };
-  device.global_mem_bytes = cap(device.global_mem_bytes);
-  device.max_alloc_bytes = cap(device.max_alloc_bytes);
+std::string KernelBuildEvent::progress() const {
+  if (plan_count <= 0) return {};
+  const double s = plan_left_ms / 1000.0;
+  char left[48];
+  std::snprintf(left, sizeof(left), s < 10 ? "%.1f s" : "%.0f s", s);
+  return "building " + std::to_string(plan_index) + " of " + std::to_string(plan_count) + " programs, about " + left +
+         " left";
+}
+
+std::string KernelPlan::describe(const std::string& device) const {
+  if (items.empty()) return "no kernel programs to build on \"" + device + "\"";
+  if (to_build == 0) {
+    return "all " + std::to_string(items.size()) + " kernel programs this run may use are cached for \"" + device +
+           "\"";
+  }
+  char secs[48];
+  std::snprintf(secs, sizeof(secs), "%.1f s", estimate_ms / 1000.0);
+  return std::to_string(to_build) + " of " + std::to_string(items.size()) +
+         " kernel programs this run may use are not cached for \"" + device + "\"; building them takes about " + secs +
+         (history_samples ? " (from " + std::to_string(history_samples) + " past builds on this device)"
+                          : " (no past builds on this device: 1 s each assumed)");
+}
+
+DeviceInfo limited_device(DeviceInfo device, std::uint64_t memory_limit_bytes, std::uint64_t max_alloc_limit_bytes) {
+  auto cap = [](std::uint64_t v, std::uint64_t limit) { return v == 0 ? limit : std::min(v, limit); };
+  if (memory_limit_bytes) {
+    device.global_mem_bytes = cap(device.global_mem_bytes, memory_limit_bytes);
+    device.max_alloc_bytes = cap(device.max_alloc_bytes, memory_limit_bytes);
+  }
+  if (max_alloc_limit_bytes) device.max_alloc_bytes = cap(device.max_alloc_bytes, max_alloc_limit_bytes);
   return device;
 }
 
 std::unique_ptr<Backend> make_backend(const DeviceInfo& device, const BackendOptions& options) {
   if (device.kind == DeviceKind::reference) {
-    return std::make_unique<reference::ReferenceBackend>(options.memory_limit_bytes);
+    return std::make_unique<reference::ReferenceBackend>(options.memory_limit_bytes, options.max_alloc_limit_bytes);
   }
   return std::make_unique<opencl::OpenClBackend>(device, options);
 }

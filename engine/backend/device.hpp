@@ -39,6 +39,10 @@ struct DeviceInfo {
   std::size_t max_work_group_size = 0;
   std::vector<std::string> extensions;
   bool is_default = false;
+  // Why the device is not what it says, when it is not (report R3): a
+  // simulator (several device types at once, or the Oclgrind platform) or a
+  // software renderer reporting itself as a GPU. Such devices rank last.
+  std::string suspect;
   std::string reason;  // one line: why it is or is not the default
   // OpenCL handles as opaque pointers (cl_platform_id, cl_device_id); null for reference.
   void* cl_platform = nullptr;
@@ -55,8 +59,8 @@ struct DeviceList {
 };
 
 // Enumerates all devices (OpenCL first in platform/device order, then reference),
-// marks the default (GPU > accelerator > CPU OpenCL > reference; never a
-// simulator) and fills reasons. Never throws for a missing ICD or platform:
+// marks the default (GPU > accelerator > CPU OpenCL > software renderer >
+// reference; never a simulator) and fills reasons (DeviceInfo::suspect). Never throws for a missing ICD or platform:
 // that becomes a note.
 //
 // Oclgrind: Debian's package installs its ICD library but no
@@ -85,6 +89,15 @@ struct KernelBuildEvent {
   bool finished = false;   // false: started
   bool cache_hit = false;  // finished: loaded from the kernel cache rather than compiled
   double ms = 0.0;         // finished: wall time
+  // The cold-start plan (Backend::plan_kernels), when one is active: this
+  // build is number plan_index of plan_count programs the run must compile,
+  // with about plan_left_ms of building left after it (started: including it).
+  // plan == true: the announcement itself (program empty), before any build.
+  bool plan = false;
+  int plan_index = 0, plan_count = 0;
+  double plan_left_ms = 0.0;
+  // "building 7 of 12 programs, about 9 s left" ("" when no plan is active).
+  std::string progress() const;
 };
 using KernelBuildListener = std::function<void(const KernelBuildEvent&)>;
 
@@ -100,6 +113,24 @@ struct KernelBuildRecord {
   std::string error;
 };
 
+// The kernel programs a run needs before it starts (report R4's cold-start
+// estimate): every program in each precision the run uses, whether it is
+// cached, and how long building the rest should take, from past build times
+// on this device (the cache's metadata; cache_inventory.hpp).
+struct KernelPlanItem {
+  std::string program, options;
+  bool cached = false;       // built this session or a valid entry in the cache
+  double estimate_ms = 0.0;  // when not cached
+};
+struct KernelPlan {
+  std::vector<KernelPlanItem> items;
+  std::size_t to_build = 0;
+  double estimate_ms = 0.0;         // the sum over the programs to build
+  std::size_t history_samples = 0;  // past builds the estimate comes from (0: an assumed 1 s each)
+  // "7 of 12 kernel programs are not cached on "dev"; building them takes about 9 s (from 30 past builds)".
+  std::string describe(const std::string& device) const;
+};
+
 // Which kernel family the OpenCL backend runs: chosen by device kind (GPUs and
 // accelerators get the work-group/local-memory kernels, CPUs the
 // register-blocked ones), or forced, e.g. to test the GPU kernels on PoCL.
@@ -113,6 +144,10 @@ struct BackendOptions {
   // reports min(limit, real) as its global memory and largest allocation, so
   // the memory plan refuses what would not fit a smaller card.
   std::uint64_t memory_limit_bytes = 0;
+  // Cap the largest single allocation (CL_DEVICE_MAX_MEM_ALLOC_SIZE) at this
+  // (0: the device's own), as a card with a smaller allocation limit would
+  // report it: tests and `--max-alloc-limit` check the memory plan's advice.
+  std::uint64_t max_alloc_limit_bytes = 0;
   // Called on the engine thread for every program load or build (empty: none).
   KernelBuildListener on_kernel_build;
   // Most bytes of released device buffers the OpenCL buffer pool keeps for
@@ -137,11 +172,13 @@ struct BackendOptions {
 //   NANSCOPE_POOL_MB=N       pool_keep_bytes = N MiB (0 turns reuse off)
 //   NANSCOPE_PROFILE=1       profile
 //   NANSCOPE_KERNEL_STYLE=cpu|gpu   kernel_style
+//   NANSCOPE_MAX_ALLOC_MB=N  max_alloc_limit_bytes = N MiB
 // A value that cannot be used is logged as a warning and ignored.
 BackendOptions backend_options_from_environment(BackendOptions base = {});
 // The device as a backend with options.memory_limit_bytes sees it: global
 // memory and largest allocation capped by the limit (unchanged when 0).
-DeviceInfo limited_device(DeviceInfo device, std::uint64_t memory_limit_bytes);
+// max_alloc_limit_bytes (0: none) caps the largest allocation alone.
+DeviceInfo limited_device(DeviceInfo device, std::uint64_t memory_limit_bytes, std::uint64_t max_alloc_limit_bytes = 0);
 
 // Creates the backend for a device (reference or OpenCL).
 std::unique_ptr<Backend> make_backend(const DeviceInfo& device, const BackendOptions& options = {});

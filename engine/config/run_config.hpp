@@ -120,6 +120,12 @@ struct RunConfig {
   // their defaults, by name: {"trace": "always"}. Read for a run through
   // config/inspect_settings.hpp.
   nlohmann::json inspect = nlohmann::json::object();
+  // VAE tiling (models/vae_tiling.hpp): decode (and encode) in overlapping
+  // tiles blended at the seams. "off", "on", or "auto" (tiles only when the
+  // whole decode would not fit the device). Size and overlap in image pixels.
+  std::string vae_tiling = "off";
+  int vae_tile_size = 512;
+  int vae_tile_overlap = 64;
 
   ComponentPrecision& component(Component c) { return precision[static_cast<std::size_t>(c)]; }
   const ComponentPrecision& component(Component c) const { return precision[static_cast<std::size_t>(c)]; }

@@ -420,6 +420,38 @@ std::vector<Setting> build_table() {
 
   add_precision_rows(t);
 
+  // VAE tiling (models/vae_tiling.hpp). Presets keep them beside "vae" (a string there).
+  t.push_back(member(&RunConfig::vae_tiling,
+                     {.key = "vae.tiling",
+                      .type = SettingType::choice,
+                      .default_value = "off",
+                      .choices = {"off", "on", "auto"},
+                      .help = "Decode the latent in overlapping tiles blended at the seams (as A1111's and "
+                              "ComfyUI's tiled VAE), so a large image needs one tile's memory: off, on, or auto "
+                              "(tiles only when the whole decode would not fit the device)",
+                      .json_path = "vae_tiling",
+                      .omit_default = true}));
+  t.push_back(member(&RunConfig::vae_tile_size,
+                     {.key = "vae.tile_size",
+                      .type = SettingType::integer,
+                      .default_value = "512",
+                      .min = 64,
+                      .max = 16384,
+                      .help = "VAE tiling: the side of a tile in image pixels (rounded down to the VAE's factor)",
+                      .json_path = "vae_tile_size",
+                      .omit_default = true}));
+  t.push_back(member(&RunConfig::vae_tile_overlap,
+                     {.key = "vae.tile_overlap",
+                      .type = SettingType::integer,
+                      .default_value = "64",
+                      .min = 0,
+                      .max = 4096,
+                      .help = "VAE tiling: how many image pixels neighbouring tiles share; the seam is blended "
+                              "linearly across them (at most just under half a tile: a larger value is used as "
+                              "that)",
+                      .json_path = "vae_tile_overlap",
+                      .omit_default = true}));
+
   // Inspector settings (config/inspect_settings.hpp reads them for a run).
   t.push_back(inspector({.key = "inspect.emulate",
                          .type = SettingType::choice,

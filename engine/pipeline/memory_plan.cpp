@@ -135,6 +135,66 @@ OpContext on_plan(const OpContext& run, PlanBackend& be, PlanTracer& tracer) {
   return c;
 }
 
+MemoryPlan plan_memory_impl(const PlanRequest& r);
+
+// When the decode is what does not fit: the largest VAE tile (a multiple of
+// 8 latent pixels, or any size on a small latent) whose plan fits, found by
+// bisection on the same plan; its settings become plan.fix.
+void advise_tiling(const PlanRequest& r, MemoryPlan& plan, const std::optional<PlannedBuffer>& too_long) {
+  const bool vae_buffer =
+      too_long ? too_long->component == "vae"
+               : plan.largest.component == "vae" && plan.max_alloc_bytes && plan.largest.bytes > plan.max_alloc_bytes;
+  const bool vae_peak = plan.peak_component == "vae" && plan.global_mem_bytes &&
+                        plan.peak_bytes + plan.resident_bytes > plan.global_mem_bytes;
+  if (!vae_buffer && !vae_peak) return;
+  const std::int64_t f = r.model->vae->config().downscale();
+  const std::int64_t lh = r.height / f, lw = r.width / f;
+  const std::int64_t side = std::max(lh, lw);
+  const std::int64_t unit = side >= 64 ? 8 : 1;  // latent pixels per step of the search
+  PlanRequest t = r;
+  t.advise = false;
+  auto tiles_of = [&](std::int64_t units) {
+    models::VaeTiles v;
+    v.tile = units * unit;
+    v.overlap = std::clamp<std::int64_t>(r.tile_overlap_px / f, 0, (v.tile - 1) / 2);
+    return v;
+  };
+  auto fits = [&](std::int64_t units) {
+    t.vae_tiles = tiles_of(units);
+    return plan_memory_impl(t).fits();
+  };
+  // Tiles smaller than this many latent pixels stop paying for themselves (the overlap dominates).
+  const std::int64_t lo_units = std::max<std::int64_t>(1, 8 / unit);
+  std::int64_t hi = (side - 1) / unit;  // a tile as large as the latent is the untiled decode, which does not fit
+  if (hi < lo_units || !fits(lo_units)) return;
+  std::int64_t lo = lo_units;  // fits
+  while (hi > lo) {
+    const std::int64_t mid = lo + (hi - lo + 1) / 2;
+    if (fits(mid)) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  const models::VaeTiles best = tiles_of(lo);
+  t.vae_tiles = best;
+  const MemoryPlan tiled = plan_memory_impl(t);
+  const int tile_px = static_cast<int>(best.tile * f), overlap_px = static_cast<int>(best.overlap * f);
+  plan.fix = {"vae.tiling=on", "vae.tile_size=" + std::to_string(tile_px)};
+  if (overlap_px != r.tile_overlap_px) plan.fix.push_back("vae.tile_overlap=" + std::to_string(overlap_px));
+  plan.fix_note = "Decoding in VAE tiles of " + std::to_string(tile_px) + "x" + std::to_string(tile_px) +
+                  " pixels (overlap " + std::to_string(overlap_px) + ") fits: the largest buffer is then " +
+                  tiled.largest.describe() + ", and at most " + mib_text(tiled.peak_bytes) + " is live at once (" +
+                  tiled.peak_component + "). Set " +
+                  [&] {
+                    std::string s;
+                    for (const auto& a : plan.fix) s += (s.empty() ? "" : " ") + a;
+                    return s;
+                  }() +
+                  " (the largest tile that fits; smaller tiles fit too).";
+  plan.refusal += " " + plan.fix_note;
+}
+
 }  // namespace
 
 std::string PlannedBuffer::describe() const {
@@ -145,7 +205,11 @@ std::string PlannedBuffer::describe() const {
   return s + " " + shape_str(shape) + " " + std::string(dtype_name(dtype)) + " (" + mib_text(bytes) + ")";
 }
 
-MemoryPlan plan_memory(const PlanRequest& r) {
+MemoryPlan plan_memory(const PlanRequest& r) { return plan_memory_impl(r); }
+
+namespace {
+
+MemoryPlan plan_memory_impl(const PlanRequest& r) {
   const SdModel& m = *r.model;
   Backend& real = r.unet.be();
   const DeviceInfo& dev = real.device();
@@ -195,7 +259,18 @@ MemoryPlan plan_memory(const PlanRequest& r) {
   be.set_component("vae");
   {
     const Tensor z = be.empty(latent, vae_dtype);
-    const Tensor img = m.vae->decode(on_plan(r.vae, be, tracer), z);
+    const std::int64_t tile = r.vae_tiles.tile;
+    if (r.vae_tiles.enabled() && (tile < latent[2] || tile < latent[3])) {
+      // Tiled (models/vae_tiling.hpp): one tile's decode at a time, the blend on the host, the image uploaded
+      // at the end. Planned as the largest tile's decode with the whole image already live (conservative by
+      // one image), not tile by tile: a 16384x16384 plan must not hold the blend's host arrays.
+      const std::int64_t f = m.vae->config().downscale();
+      const Tensor img = be.empty({1, m.vae->config().out_channels, latent[2] * f, latent[3] * f}, vae_dtype);
+      const Tensor part = be.empty({1, latent[1], std::min(tile, latent[2]), std::min(tile, latent[3])}, vae_dtype);
+      const Tensor out = m.vae->decode(on_plan(r.vae, be, tracer), part);
+    } else {
+      const Tensor img = m.vae->decode(on_plan(r.vae, be, tracer), z);
+    }
     if (be.peak() > peak) {
       peak = be.peak();
       plan.peak_component = "vae";
@@ -224,11 +299,31 @@ MemoryPlan plan_memory(const PlanRequest& r) {
                    " of memory (its largest buffer: " + plan.largest.describe() + "). " +
                    (r.cfg ? "Guidance off (cfg_scale 1) halves the UNet's part. " : "") + helps;
   }
+  if (!plan.fits() && r.advise) advise_tiling(r, plan, too_long);
   return plan;
+}
+
+}  // namespace
+
+bool decode_fits(const models::Vae& vae, const OpContext& ctx, const Shape& latent_shape,
+                 std::uint64_t resident_bytes) {
+  Backend& real = ctx.be();
+  const DeviceInfo& dev = real.device();
+  PlanBackend be(real);
+  PlanTracer tracer(be);
+  be.set_component("vae");
+  {
+    const Tensor z = be.empty(latent_shape, ctx.precision.dtype);
+    const Tensor img = vae.decode(on_plan(ctx, be, tracer), z);
+  }
+  if (be.too_long()) return false;
+  if (dev.max_alloc_bytes && be.largest().bytes > dev.max_alloc_bytes) return false;
+  return !(dev.global_mem_bytes && be.peak() + resident_bytes > dev.global_mem_bytes);
 }
 
 int largest_square_size(const PlanRequest& request, int multiple, int limit) {
   PlanRequest r = request;
+  r.advise = false;
   auto fits = [&](int s) {
     r.width = r.height = s;
     return plan_memory(r).fits();

@@ -20,8 +20,12 @@
 #include <cstdint>
 #include <string>
 
+#include <vector>
+
+#include "core/error.hpp"
 #include "core/tensor.hpp"
 #include "core/units.hpp"
+#include "models/vae_tiling.hpp"
 #include "ops/op_context.hpp"
 
 namespace nanscope::pipeline {
@@ -54,8 +58,28 @@ struct MemoryPlan {
   // Empty when the run fits the device; otherwise why not, in plain English:
   // the buffer, the module, the device's limit, and the settings that help.
   std::string refusal;
+  // When it does not fit and decoding in VAE tiles makes it fit: the settings
+  // that do it, as `--set` assignments ("vae.tiling=on", "vae.tile_size=640"),
+  // found by planning the tiled decode (the largest tile that fits), and what
+  // that plan needs. Empty when tiling does not help (the UNet is what does
+  // not fit). Attention is not part of it: its score matrices are scratch the
+  // ops split to the device's limit (see above), so slicing never decides
+  // whether a size fits.
+  std::vector<std::string> fix;
+  std::string fix_note;
 
   bool fits() const { return refusal.empty(); }
+};
+
+// A size the memory plan refuses, with the settings that make it fit (when
+// there are any): front ends offer them ("Apply").
+class MemoryPlanError : public DeviceError {
+ public:
+  MemoryPlanError(const std::string& what, std::vector<std::string> fix) : DeviceError(what), fix_(std::move(fix)) {}
+  const std::vector<std::string>& fix() const { return fix_; }
+
+ private:
+  std::vector<std::string> fix_;
 };
 
 // What a run at one size needs from the device.
@@ -66,12 +90,19 @@ struct PlanRequest {
   int width = 0, height = 0;
   bool cfg = true;  // guidance on: the UNet runs two rows per call
   std::uint64_t resident_bytes = 0;
+  models::VaeTiles vae_tiles = {};  // the decode in tiles (vae.tiling); untiled when not enabled
+  int tile_overlap_px = 64;         // vae.tile_overlap, for the advice
+  bool advise = true;               // when it does not fit: look for the VAE tiling that fits (MemoryPlan::fix)
 };
 
 // Plans a run (see above). Allocates nothing on the device. Throws only for a
 // request the models themselves reject (a size that is not a multiple of the
 // model's factor: check that first).
 MemoryPlan plan_memory(const PlanRequest& request);
+
+// Whether decoding a latent of `latent_shape` with `vae` in ctx fits the
+// device untiled, on top of `resident_bytes` (vae.tiling=auto asks this).
+bool decode_fits(const models::Vae& vae, const OpContext& ctx, const Shape& latent_shape, std::uint64_t resident_bytes);
 
 // The largest square size (a multiple of `multiple`, at most `limit`) whose
 // plan fits the device, or 0 when none does.

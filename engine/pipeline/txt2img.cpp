@@ -22,6 +22,7 @@
 #include "core/log.hpp"
 #include "inspect/fault_emulation.hpp"
 #include "inspect/layer_trace.hpp"
+#include "pipeline/kernel_plan.hpp"
 #include "pipeline/memory_plan.hpp"
 #include "pipeline/noise.hpp"
 #include "pipeline/scheduler.hpp"
@@ -205,8 +206,14 @@ namespace {
 
 // Refuses a size the device cannot hold before any work: the memory plan
 // (memory_plan.hpp) names the buffer, and the message the largest size that fits.
-void require_memory(const SdModel& m, const ComponentContexts& cc, int width, int height, bool cfg) {
+void require_memory(const SdModel& m, const ComponentContexts& cc, int width, int height, bool cfg,
+                    const RunConfig& config) {
   PlanRequest r{&m, cc.unet, cc.vae, width, height, cfg, cc.unet.be().allocated_bytes()};
+  // vae.tiling=on tiles every decode; auto tiles when the whole decode would not fit: plan the tiled one.
+  if (config.vae_tiling != "off") {
+    r.vae_tiles = models::vae_tiles(config.vae_tile_size, config.vae_tile_overlap, m.vae->config().downscale());
+  }
+  r.tile_overlap_px = config.vae_tile_overlap;
   const MemoryPlan plan = plan_memory(r);
   log::debug("memory plan {}x{} on \"{}\": largest buffer {}, peak {} ({}), resident {}", width, height, plan.device,
              plan.largest.describe(), mib_text(plan.peak_bytes), plan.peak_component, mib_text(plan.resident_bytes));
@@ -214,9 +221,10 @@ void require_memory(const SdModel& m, const ComponentContexts& cc, int width, in
   const std::int64_t multiple =
       m.vae->config().downscale() * (std::int64_t{1} << (m.unet->config().block_out_channels.size() - 1));
   const int largest = largest_square_size(r, static_cast<int>(multiple), std::min(width, height));
-  throw DeviceError(plan.refusal + (largest > 0 ? " The largest square size that fits is " + std::to_string(largest) +
-                                                      "x" + std::to_string(largest) + "."
-                                                : ""));
+  throw MemoryPlanError(plan.refusal + (largest > 0 ? " The largest square size that fits is " +
+                                                          std::to_string(largest) + "x" + std::to_string(largest) + "."
+                                                    : ""),
+                        plan.fix);
 }
 
 // A config that asks for fault emulation needs the emulator from its caller:
@@ -334,7 +342,11 @@ class Txt2ImgRun {
     if (faults_) faults_->begin_run(latent_shape_[2], latent_shape_[3]);
     cfg_ = config_.cfg_scale > 1.0;
     sdxl_ = m.family() == ModelFamily::sdxl;
-    require_memory(m, cc_, width_, height_, cfg_);
+    require_memory(m, cc_, width_, height_, cfg_, config_);
+    // Report R4: what must be compiled before the run can go, and about how long it takes.
+    if (const KernelPlan kp = plan_run_kernels(*be_, config_); kp.to_build > 0) {
+      obs_.on_status(kp.describe(be_->device().name));
+    }
   }
 
   // Text: [uncond, cond] in one batch when guidance is on (diffusers' order).
@@ -807,7 +819,14 @@ GeneratedImage Session::redecode(const RunConfig& config, const GeneratedImage& 
   ctx.cancel = cancel;
   if (faults) faults->begin_run(image.latent_shape[2], image.latent_shape[3]);
   const auto t0 = Clock::now();
-  const Tensor img = vae.decode(ctx, upload_as(be, image.latent_shape, image.latent, dtype));
+  // vae.tiling: on always; auto when the whole decode would not fit the device (the memory plan's answer).
+  models::VaeTiles tiles;
+  if (config.vae_tiling == "on" ||
+      (config.vae_tiling == "auto" && !decode_fits(vae, ctx, image.latent_shape, be.allocated_bytes()))) {
+    tiles = models::vae_tiles(config.vae_tile_size, config.vae_tile_overlap, vae.config().downscale());
+    log::info("decoding in VAE tiles of {} latent pixels (overlap {})", tiles.tile, tiles.overlap);
+  }
+  const Tensor img = models::decode_tiled(vae, ctx, upload_as(be, image.latent_shape, image.latent, dtype), tiles);
   HostTensor host = be.download(img).converted(DType::f32);
   const std::vector<float> pixels = host.to_f32();
   inspect::ImageStats check = inspect::analyze_image(

@@ -26,6 +26,7 @@
 #include <QRandomGenerator>
 #include <QRegularExpressionValidator>
 #include <QSpinBox>
+#include <QStyle>
 #include <QTableWidget>
 #include <QToolButton>
 #include <QTreeWidget>
@@ -204,6 +205,10 @@ ModelDevicePanel::ModelDevicePanel(QWidget* parent)
   layout->addWidget(device_notes_);
   layout->addWidget(kernels_);
   layout->addWidget(kernel_live_);
+  kernel_plan_ = new QLabel(this);
+  kernel_plan_->setObjectName("kernelPlan");
+  kernel_plan_->hide();
+  layout->addWidget(kernel_plan_);
   layout->addWidget(kernel_busy_);
   layout->addStretch(1);
   refresh_vae_choices({});
@@ -222,7 +227,14 @@ void ModelDevicePanel::set_devices(const DeviceList& list, const QString& embedd
     if (d.is_default) default_name = qs(d.name);
     auto* item = new QTreeWidgetItem(devices_);
     item->setText(0, QString::number(d.index));
-    item->setText(1, qs(d.name) + (d.is_default ? tr("  (default)") : QString()));
+    item->setText(1, qs(d.name) + (d.is_default ? tr("  (default)") : QString()) +
+                         (d.suspect.empty() ? QString() : tr("  (not what it says)")));
+    if (!d.suspect.empty()) {
+      // Report R3: a simulator or software renderer ranks last; grey, with the reason on every column.
+      for (int c = 0; c < 4; ++c) item->setForeground(c, devices_->palette().color(QPalette::Disabled, QPalette::Text));
+      item->setIcon(1, devices_->style()->standardIcon(QStyle::SP_MessageBoxWarning));
+      item->setToolTip(2, qs(d.reason));
+    }
     QString kind = qs(device_kind_name(d.kind));
     if (d.kind != DeviceKind::reference) kind += d.fp16 ? tr(", fp16") : tr(", no fp16");
     item->setText(2, kind);
@@ -276,7 +288,13 @@ void ModelDevicePanel::kernel_build(const QString& program, const QString& optio
   kernel_busy_->hide();
 }
 
+void ModelDevicePanel::kernel_progress(const QString& text) {
+  kernel_plan_->setText(text.isEmpty() ? QString() : tr("Kernels: %1").arg(text));
+  kernel_plan_->setVisible(!text.isEmpty());
+}
+
 void ModelDevicePanel::set_kernel_stats(const KernelStats& s) {
+  kernel_plan_->hide();
   kernel_busy_->hide();
   kernel_live_->hide();
   live_built_ = live_loaded_ = 0;

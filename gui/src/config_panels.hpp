@@ -48,6 +48,8 @@ class ModelDevicePanel : public ConfigPanel {
   void set_kernel_stats(const KernelStats& stats);
   // Live: a kernel program started (finished=false) or finished loading/compiling.
   void kernel_build(const QString& program, const QString& options, bool finished, bool cache_hit, double ms);
+  // The cold-start progress while a run waits on the compiler ("" hides it).
+  void kernel_progress(const QString& text);
   void set_model_folder(const QString& folder);  // "" = the embedded model
   QString model_folder() const;                  // the folder in effect (embedded resolved)
   QList<VaeChoice> vae_choices() const { return vae_choices_; }
@@ -73,6 +75,8 @@ class ModelDevicePanel : public ConfigPanel {
   QLabel* kernels_;
   QLabel* kernel_live_;        // the program compiling now, and this run's counts
   QProgressBar* kernel_busy_;  // shown while a program compiles
+  // "building 7 of 12 programs, about 9 s left" (report R4)
+  QLabel* kernel_plan_ = nullptr;
   int live_built_ = 0, live_loaded_ = 0;
   double live_build_ms_ = 0;
   QString embedded_;

@@ -3,9 +3,11 @@
 #include <QElapsedTimer>
 #include <exception>
 
+#include "backend/opencl/program_cache.hpp"
 #include "config/inspect_settings.hpp"
 #include "core/log.hpp"
 #include "inspect/fault_emulation.hpp"
+#include "pipeline/memory_plan.hpp"
 #include "pipeline/sd_model.hpp"
 #include "pipeline/session.hpp"
 #include "studies/ab.hpp"
@@ -53,8 +55,18 @@ pipeline::Session& EngineController::session() {
 BackendOptions EngineController::backend_options() {
   BackendOptions o = backend_options_from_environment();
   o.on_kernel_build = [this](const KernelBuildEvent& e) {
+    if (e.plan) {  // the cold-start plan, before the first build (report R4)
+      emit kernelProgress(
+          tr("%1 programs to build, about %2 s").arg(e.plan_count).arg(e.plan_left_ms / 1000.0, 0, 'f', 1));
+      return;
+    }
     emit kernelBuild(QString::fromStdString(e.program), QString::fromStdString(e.options), e.finished, e.cache_hit,
                      e.ms);
+    if (e.plan_count > 0) {
+      // The last planned build finished: nothing left to wait for.
+      const bool done = e.finished && e.plan_index == e.plan_count;
+      emit kernelProgress(done ? QString() : QString::fromStdString(e.progress()));
+    }
   };
   return o;
 }
@@ -96,6 +108,60 @@ void EngineController::emit_kernel_stats(const std::string& pin) {
   emit kernels(stats);
 }
 
+void EngineController::kernelCache(int action, const QString& device_id) {
+  KernelCacheView view;
+  view.device = device_id;
+  try {
+    const DeviceList& list = session().devices();
+    const DeviceInfo* device = nullptr;
+    for (const auto& d : list.devices) {
+      if (d.kind == DeviceKind::reference) continue;  // plain C++: nothing cached
+      view.device_ids << QString::fromStdString(d.id);
+      view.device_labels << QString("%1: %2").arg(d.index).arg(QString::fromStdString(d.name));
+      if (QString::fromStdString(d.id) == device_id) device = &d;
+    }
+    if (!device_id.isEmpty() && !device) throw std::runtime_error("no OpenCL device " + device_id.toStdString());
+    const BackendOptions o = backend_options();
+    const std::string dir = o.kernel_cache_dir.empty() ? opencl::ProgramCache::default_dir() : o.kernel_cache_dir;
+    view.dir = QString::fromStdString(dir);
+    const QString whose = device ? tr(" for %1").arg(QString::fromStdString(device->name)) : QString();
+    switch (static_cast<CacheAction>(action)) {
+      case CacheAction::list: break;
+      case CacheAction::verify:
+      case CacheAction::verify_remove: {
+        const bool remove = static_cast<CacheAction>(action) == CacheAction::verify_remove;
+        view.entries = opencl::verify_kernel_cache(dir, device, remove);
+        view.verified = true;
+        int bad = 0;
+        for (const auto& e : view.entries) bad += e.problem.empty() ? 0 : 1;
+        view.message = tr("Checked %1 entries%2: %3 corrupt%4.")
+                           .arg(view.entries.size())
+                           .arg(whose)
+                           .arg(bad)
+                           .arg(bad && remove ? tr(", removed (runs rebuild them)") : QString());
+        if (remove) {
+          std::erase_if(view.entries, [](const opencl::CacheEntryInfo& e) { return !e.problem.empty(); });
+        }
+        break;
+      }
+      case CacheAction::clear: {
+        const std::size_t n = opencl::clear_kernel_cache(dir, device);
+        view.message = tr("Removed %1 entries%2.").arg(n).arg(whose);
+        break;
+      }
+    }
+    if (!view.verified) {
+      for (auto& e : opencl::list_kernel_cache(dir)) {
+        if (!device || opencl::entry_is_for(e, *device)) view.entries.push_back(std::move(e));
+      }
+    }
+  } catch (const std::exception& e) {
+    view.error = QString::fromUtf8(e.what());
+    log::error("kernel cache: {}", e.what());
+  }
+  emit kernelCacheReady(view);
+}
+
 void EngineController::run(const nanscope::RunConfig& config) {
   begin_request();
   QElapsedTimer timer;
@@ -108,6 +174,11 @@ void EngineController::run(const nanscope::RunConfig& config) {
   try {
     const auto faults = inspect::make_fault_emulator(inspect_settings(config.inspect));
     session().generate(config, &forwarder, faults.get());
+  } catch (const pipeline::MemoryPlanError& e) {
+    done.ok = false;
+    done.error = QString::fromUtf8(e.what());
+    for (const auto& s : e.fix()) done.fix << QString::fromStdString(s);
+    log::error("run failed: {}", e.what());
   } catch (const std::exception& e) {
     done.ok = false;
     done.error = QString::fromUtf8(e.what());

@@ -26,6 +26,8 @@ class Session;
 
 namespace nanscope::gui {
 
+enum class CacheAction : int { list = 0, verify = 1, verify_remove = 2, clear = 3 };
+
 class EngineController : public QObject {
   Q_OBJECT
  public:
@@ -53,6 +55,10 @@ class EngineController : public QObject {
   void runScenario(const QString& id, bool fixed, const QStringList& sets);
   // A/B: the config as side A, the config with `b_sets` applied as side B.
   void runAb(const nanscope::RunConfig& a, const QStringList& b_sets);
+  // The kernel cache (report R4): list, verify (remove: delete corrupt
+  // entries) or clear, for one device id ("" = all); emits kernelCacheReady.
+  // action: a CacheAction (engine_controller.hpp), as int for the queued call.
+  void kernelCache(int action, const QString& device_id);
 
  signals:
   void devicesReady(const nanscope::DeviceList& devices, const QString& default_model, const QString& model_error);
@@ -65,6 +71,10 @@ class EngineController : public QObject {
   void runStarted(const nanscope::RunConfig& config);
   void runFinished(const nanscope::gui::RunFinished& result);
   void abFinished(const nanscope::gui::AbView& result);
+  void kernelCacheReady(const nanscope::gui::KernelCacheView& view);
+  // While a run waits on the compiler: "building 7 of 12 programs, about 9 s left"
+  // (and the plan itself before the first build: "12 programs to build, about 14 s"); "" when done.
+  void kernelProgress(const QString& text);
 
  private:
   pipeline::Session& session();

@@ -162,6 +162,7 @@ void register_metatypes() {
   qRegisterMetaType<KernelStats>("nanscope::gui::KernelStats");
   qRegisterMetaType<RunFinished>("nanscope::gui::RunFinished");
   qRegisterMetaType<AbView>("nanscope::gui::AbView");
+  qRegisterMetaType<KernelCacheView>("nanscope::gui::KernelCacheView");
 }
 
 }  // namespace nanscope::gui

@@ -8,6 +8,7 @@
 #include <QVector>
 
 #include "backend/device.hpp"
+#include "backend/opencl/cache_inventory.hpp"
 #include "config/run_config.hpp"
 #include "inspect/inspect.hpp"
 #include "pipeline/run_report.hpp"
@@ -48,6 +49,18 @@ struct KernelStats {
   bool opencl = false;
 };
 
+// The kernel cache's inventory (report R4), after a list, verify or clear
+// request (EngineController::kernelCache).
+struct KernelCacheView {
+  QString dir;
+  std::vector<opencl::CacheEntryInfo> entries;  // the device's (or all), verified ones with `problem` set
+  QStringList device_ids, device_labels;        // the OpenCL devices, for the dialog's filter
+  QString device;                               // the filter the entries answer ("" = all)
+  bool verified = false;                        // entries were re-checked (their `problem` is meaningful)
+  QString message;                              // what the request did, in one line
+  QString error;                                // non-empty when it failed
+};
+
 // An A/B comparison: per-step relative L2 of B's latent against A's.
 struct AbView {
   QVector<double> rel_l2;         // per step; +inf where only one side is finite
@@ -66,6 +79,7 @@ struct RunFinished {
   bool ok = true;
   bool cancelled = false;
   QString error;       // non-empty when the run threw
+  QStringList fix;     // settings that make a refused size fit (pipeline::MemoryPlanError), "key=value"
   double seconds = 0;  // wall time of the whole request
   int images = 0;
 };
@@ -83,6 +97,7 @@ Q_DECLARE_METATYPE(nanscope::gui::ImageView)
 Q_DECLARE_METATYPE(nanscope::gui::KernelStats)
 Q_DECLARE_METATYPE(nanscope::gui::RunFinished)
 Q_DECLARE_METATYPE(nanscope::gui::AbView)
+Q_DECLARE_METATYPE(nanscope::gui::KernelCacheView)
 
 namespace nanscope::gui {
 // qRegisterMetaType for every type above (call once before connecting).

@@ -226,6 +226,7 @@ void InspectorPanel::clear(int images, int steps) {
   steps_ = std::max(1, steps);
   images_ = QVector<ImageSteps>(std::max(1, images));
   failure_.clear();
+  failure_fix_.clear();
   note_.clear();
   run_verdict_.clear();
   run_summary_.clear();
@@ -378,8 +379,9 @@ void InspectorPanel::set_note(const QString& note) {
   update_verdict();
 }
 
-void InspectorPanel::set_failure(const QString& error) {
+void InspectorPanel::set_failure(const QString& error, const QStringList& fix) {
   failure_ = error;
+  failure_fix_ = fix;
   update_verdict();
 }
 
@@ -451,6 +453,7 @@ void InspectorPanel::update_verdict() {
   if (!failure_.isEmpty()) {
     verdict_->setText(tr("<span style='color:#c0392b'><b>The run failed:</b></span> %1").arg(failure_.toHtmlEscaped()));
     verdict_->setToolTip(note_);
+    update_fix_button();  // a refused size may come with its fix (VAE tiling)
     return;
   }
   const ImageSteps& im = images_.value(shown_);
@@ -526,18 +529,7 @@ void InspectorPanel::update_verdict() {
                       .arg(run_verdict_.toHtmlEscaped(), run_summary_.toHtmlEscaped()));
   if (parts.isEmpty()) parts << (note_.isEmpty() ? tr("Waiting for the first step...") : note_.toHtmlEscaped());
   verdict_->setText(parts.join(' '));
-  const QStringList fix = offered_fix();
-  apply_fix_->setVisible(!fix.isEmpty());
-  apply_fix_->setEnabled(!fix_applied_);
-  if (!fix.isEmpty() && fix_applied_) {
-    apply_fix_->setText(tr("Fix applied: the Precision panel lists the overrides"));
-  } else if (!fix.isEmpty()) {
-    apply_fix_->setText(fix.size() == 1 ? tr("Apply this fix: compute 1 module in f32")
-                                        : tr("Apply this fix: compute %1 modules in f32").arg(fix.size()));
-    apply_fix_->setToolTip(tr("Writes these per-module overrides into the current settings (Precision panel); "
-                              "Save preset keeps them:\n%1")
-                               .arg(fix.join('\n')));
-  }
+  update_fix_button();
   // Scenario facts (R1's stress variant, R4's build times) sit in the tooltip and the log.
   verdict_->setToolTip(note_);
 }
@@ -553,9 +545,29 @@ QString InspectorPanel::preview_caption() const { return preview_caption_->text(
 int InspectorPanel::points_plotted() const { return max_latent_->count(); }
 QString InspectorPanel::verdict() const { return verdict_->text(); }
 
+void InspectorPanel::update_fix_button() {
+  const QStringList fix = offered_fix();
+  apply_fix_->setVisible(!fix.isEmpty());
+  apply_fix_->setEnabled(!fix_applied_);
+  if (!fix.isEmpty() && !failure_fix_.isEmpty()) {
+    // The memory plan's fix for a size that does not fit (VAE tiling).
+    apply_fix_->setText(fix_applied_ ? tr("Fix applied: %1").arg(fix.join(' '))
+                                     : tr("Apply this fix: %1").arg(fix.join(' ')));
+    apply_fix_->setToolTip(tr("Writes these settings into the current settings (More settings); Run tries again"));
+  } else if (!fix.isEmpty() && fix_applied_) {
+    apply_fix_->setText(tr("Fix applied: the Precision panel lists the overrides"));
+  } else if (!fix.isEmpty()) {
+    apply_fix_->setText(fix.size() == 1 ? tr("Apply this fix: compute 1 module in f32")
+                                        : tr("Apply this fix: compute %1 modules in f32").arg(fix.size()));
+    apply_fix_->setToolTip(tr("Writes these per-module overrides into the current settings (Precision panel); "
+                              "Save preset keeps them:\n%1")
+                               .arg(fix.join('\n')));
+  }
+}
+
 QStringList InspectorPanel::offered_fix() const {
   QStringList sets;
-  if (!failure_.isEmpty()) return sets;
+  if (!failure_.isEmpty()) return failure_fix_;
   const ImageSteps& im = images_.value(shown_);
   if (!im.has_report || !im.report.layer_retry.clean) return sets;
   for (const auto& u : im.report.layer_retry.upcast) sets << QString::fromStdString(u + ".dtype=f32");

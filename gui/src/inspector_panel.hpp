@@ -32,7 +32,9 @@ class InspectorPanel : public QWidget {
   void clear(int images, int steps);
   void add_step(const StepView& step);
   void add_image(const ImageView& image);
-  void set_failure(const QString& error);
+  // `fix`: settings that make the failed run work (the memory plan's VAE
+  // tiling, as "vae.tiling=on" assignments), offered by the Apply button.
+  void set_failure(const QString& error, const QStringList& fix = {});
   // Facts a scenario run adds (R1's stress variant, R4's build times), shown under the verdict.
   void set_note(const QString& note);
   // A verdict about the whole run that no single image carries (R4: slow-start).
@@ -64,12 +66,14 @@ class InspectorPanel : public QWidget {
   void rebuild_series();
   void append_points(const StepView& s);
   void update_verdict();
+  void update_fix_button();  // "Apply this fix" for offered_fix()
   QtCharts::QChartView* make_chart(const QString& title, QtCharts::QChart*& chart);
 
   int steps_ = 0;
   int shown_ = 0;
   QVector<ImageSteps> images_;
   QString failure_, note_, run_verdict_, run_summary_;
+  QStringList failure_fix_;   // set_failure()'s fix
   bool fix_applied_ = false;  // "Apply this fix" was pressed for the shown run
 
   QLabel* verdict_;

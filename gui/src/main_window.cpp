@@ -32,6 +32,7 @@
 #include "core/log.hpp"
 #include "core/version.hpp"
 #include "inspector_panel.hpp"
+#include "kernel_cache_dialog.hpp"
 #include "layer_trace_panel.hpp"
 #include "log_panel.hpp"
 #include "reproduce_dialog.hpp"
@@ -264,6 +265,15 @@ void MainWindow::build_menus() {
   run->addSeparator();
   run->addAction(tr("Randomise Seed"), prompt_, &PromptPanel::randomise_seed);
 
+  QMenu* tools = menuBar()->addMenu(tr("&Tools"));
+  QAction* cache = tools->addAction(tr("&Kernel Cache..."), this, [this] {
+    auto* dialog = findChild<KernelCacheDialog*>();
+    if (!dialog) dialog = new KernelCacheDialog(controller(), this);
+    dialog->show();
+    dialog->raise();
+  });
+  cache->setObjectName("kernelCacheAction");
+
   QMenu* view = menuBar()->addMenu(tr("&View"));
   for (QDockWidget* d : docks_) view->addAction(d->toggleViewAction());
   view->addSeparator();
@@ -335,12 +345,13 @@ void MainWindow::connect_engine() {
   connect(inspector_, &InspectorPanel::applyFix, this, [this](const QStringList& sets) { apply_fix(sets); });
   connect(c, &EngineController::kernels, this, [this](const KernelStats& k) { model_->set_kernel_stats(k); });
   connect(c, &EngineController::kernelBuild, model_, &ModelDevicePanel::kernel_build);
+  connect(c, &EngineController::kernelProgress, model_, &ModelDevicePanel::kernel_progress);
   connect(c, &EngineController::runFinished, this, [this](const RunFinished& f) {
     set_running(false);
     if (!f.note.isEmpty()) inspector_->set_note(f.note);
     if (!f.verdict.isEmpty()) inspector_->set_run_verdict(f.verdict, f.summary);
     if (!f.ok) {
-      inspector_->set_failure(f.error);
+      inspector_->set_failure(f.error, f.fix);
       statusBar()->showMessage(tr("Failed: %1").arg(f.error));
     } else if (f.cancelled) {
       statusBar()->showMessage(tr("Cancelled after %1 s").arg(f.seconds, 0, 'f', 1));
@@ -453,7 +464,11 @@ bool MainWindow::apply_fix(const QStringList& sets) {
   }
   load_config(config);
   mark_dirty();
-  log::info("applied the fix the retry-layer-f32 policy found: {}", sets.join(", ").toStdString());
+  log::info("applied the fix: {}", sets.join(", ").toStdString());
+  if (!sets.isEmpty() && sets.front().startsWith("vae.tiling=")) {  // the memory plan's fix (VAE tiling)
+    statusBar()->showMessage(tr("Applied %1: More settings shows it; press Run again").arg(sets.join(' ')));
+    return true;
+  }
   statusBar()->showMessage(sets.size() == 1
                                ? tr("Applied 1 per-module override: the Precision panel lists it, Save preset keeps it")
                                : tr("Applied %1 per-module overrides: the Precision panel lists them, Save preset "

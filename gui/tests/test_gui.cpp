@@ -3,11 +3,13 @@
 // embedded model (or NANSCOPE_MODEL_DIR) and skip with a note without it.
 
 #include <QAction>
+#include <QCheckBox>
 #include <QComboBox>
 #include <QDir>
 #include <QDockWidget>
 #include <QElapsedTimer>
 #include <QFile>
+#include <QLabel>
 #include <QMenu>
 #include <QMimeData>
 #include <QPlainTextEdit>
@@ -22,10 +24,12 @@
 #include <QTemporaryDir>
 #include <QTimer>
 #include <QToolButton>
+#include <QTreeWidget>
 #include <QtTest>
 #include <memory>
 
 #include "ab_panel.hpp"
+#include "backend/opencl/opencl_backend.hpp"
 #include "config/preset.hpp"
 #include "config/settings.hpp"
 #include "config_diff.hpp"
@@ -34,6 +38,7 @@
 #include "engine_types.hpp"
 #include "inspector_panel.hpp"
 #include "io/png.hpp"
+#include "kernel_cache_dialog.hpp"
 #include "layer_trace_panel.hpp"
 #include "main_window.hpp"
 #include "pipeline/sd_model.hpp"
@@ -668,6 +673,141 @@ class GuiTest : public QObject {
     // Editing a control marks the settings dirty.
     w2->findChild<QSpinBox*>("steps")->setValue(13);
     QVERIFY(w2->is_dirty());
+  }
+
+  // Report R3: a device that is not what it says (Oclgrind, a simulator that reports every device type)
+  // is listed, greyed and marked, with the reason in its tooltip, and is not the default.
+  void device_panel_marks_devices_that_are_not_what_they_say() {
+    const DeviceList list = enumerate_devices();
+    const DeviceInfo* suspect = nullptr;
+    for (const auto& d : list.devices)
+      if (!d.suspect.empty()) suspect = &d;
+    if (!suspect) QSKIP("no simulator or software renderer here (tools/setup.sh installs oclgrind)");
+    auto w = make_window();
+    auto* tree = w->findChild<QTreeWidget*>("deviceList");
+    QVERIFY(tree);
+    QTreeWidgetItem* item = nullptr;
+    for (int i = 0; i < tree->topLevelItemCount(); ++i)
+      if (tree->topLevelItem(i)->data(0, Qt::UserRole).toString() == QString::fromStdString(suspect->id))
+        item = tree->topLevelItem(i);
+    QVERIFY(item);
+    QVERIFY2(item->text(1).contains("not what it says"), qPrintable(item->text(1)));
+    QVERIFY(!item->text(1).contains("(default)"));
+    QVERIFY2(item->toolTip(0).contains("ranked"), qPrintable(item->toolTip(0)));
+    QVERIFY(!item->icon(1).isNull());
+  }
+
+  // Tools > Kernel Cache...: the table, Verify (and remove) and Clear, each through the engine thread, on a
+  // cache of the test's own (one tiny program in two variants, built here) so that Clear touches nothing else.
+  void kernel_cache_dialog_lists_verifies_and_clears() {
+    const DeviceList list = enumerate_devices();
+    const DeviceInfo* dev = nullptr;
+    for (const auto& d : list.devices)
+      if (!dev && d.kind != DeviceKind::reference && d.kind != DeviceKind::simulator) dev = &d;
+    if (!dev) QSKIP("no OpenCL device (pocl-opencl-icd)");
+    QTemporaryDir dir;
+    const QByteArray old_cache = qgetenv("NANSCOPE_KERNEL_CACHE");
+    qputenv("NANSCOPE_KERNEL_CACHE", dir.path().toUtf8());
+    struct Restore {
+      QByteArray value;
+      ~Restore() { value.isEmpty() ? qunsetenv("NANSCOPE_KERNEL_CACHE") : qputenv("NANSCOPE_KERNEL_CACHE", value); }
+    } restore{old_cache};
+    {
+      BackendOptions o;
+      o.use_kernel_cache = false;
+      opencl::OpenClBackend be(*dev, o);
+      opencl::ProgramCache cache(be.context(), static_cast<cl_device_id>(dev->cl_device), *dev,
+                                 dir.path().toStdString());
+      const std::string src = "__kernel void inc(__global float* a) { a[get_global_id(0)] += STEP; }";
+      cache.get_source("inc", src, "-DSTEP=1.0f");
+      cache.get_source("inc", src, "-DSTEP=2.0f");
+    }
+    auto w = make_window();
+    auto* action = w->findChild<QAction*>("kernelCacheAction");
+    QVERIFY(action);
+    action->trigger();
+    auto* dialog = w->findChild<KernelCacheDialog*>();
+    QVERIFY(dialog);
+    QSignalSpy updated(dialog, &KernelCacheDialog::updated);
+    QVERIFY(updated.wait(60000));  // the list it asks for when shown
+    QTableWidget* table = dialog->table();
+    QCOMPARE(table->rowCount(), 2);
+    for (int r = 0; r < 2; ++r) {
+      QCOMPARE(table->item(r, 2)->text(), QString("inc"));
+      QCOMPARE(table->item(r, 0)->text(), QString::fromStdString(dev->name));
+      bool number = false;
+      table->item(r, 5)->text().toDouble(&number);
+      QVERIFY2(number, qPrintable(table->item(r, 5)->text()));  // the build time in ms
+    }
+    // Corrupt one entry's payload: Verify names it, and removes it only with the box ticked.
+    const QStringList bins = QDir(dir.path()).entryList({"*.bin"}, QDir::Files);
+    QCOMPARE(bins.size(), 2);
+    QFile f(dir.filePath(bins[0]));
+    QVERIFY(f.open(QIODevice::ReadWrite));
+    QByteArray bytes = f.readAll();
+    bytes[bytes.size() - 5] = static_cast<char>(bytes[bytes.size() - 5] ^ 0x33);
+    f.seek(0);
+    f.write(bytes);
+    f.close();
+    QTest::mouseClick(dialog->findChild<QPushButton*>("kernelCacheVerify"), Qt::LeftButton);
+    QVERIFY(updated.wait(60000));
+    QVERIFY2(dialog->message()->text().contains("1 corrupt"), qPrintable(dialog->message()->text()));
+    int flagged = 0;
+    for (int r = 0; r < table->rowCount(); ++r) flagged += table->item(r, 8)->text().contains("checksum mismatch");
+    QCOMPARE(flagged, 1);
+    QVERIFY(QFile::exists(dir.filePath(bins[0])));
+    dialog->findChild<QCheckBox*>("kernelCacheRemoveCorrupt")->setChecked(true);
+    QTest::mouseClick(dialog->findChild<QPushButton*>("kernelCacheVerify"), Qt::LeftButton);
+    QVERIFY(updated.wait(60000));
+    QCOMPARE(table->rowCount(), 1);
+    QVERIFY(!QFile::exists(dir.filePath(bins[0])));
+    // Clear for the device (the button asks first; the request is what it sends).
+    QComboBox* devices = dialog->device_filter();
+    const int index = devices->findData(QString::fromStdString(dev->id));
+    QVERIFY(index > 0);
+    devices->setCurrentIndex(index);
+    dialog->request(3);  // CacheAction::clear
+    QVERIFY(updated.wait(60000));
+    QVERIFY2(dialog->message()->text().contains("Removed 1 entries"), qPrintable(dialog->message()->text()));
+    QCOMPARE(table->rowCount(), 0);
+    QVERIFY(QDir(dir.path()).entryList({"*.bin"}, QDir::Files).isEmpty());
+  }
+
+  // The memory check's fix in the workbench: on a device whose largest allocation is capped below the
+  // decoder's largest buffer at 256x256, the run is refused with VAE tiling proposed; Apply writes the
+  // settings and the same run then gives its image.
+  void memory_refusal_offers_vae_tiling_and_apply_makes_it_run() {
+    if (!have_model_) QSKIP(qPrintable("no embedded model: " + model_note_));
+    qputenv("NANSCOPE_MAX_ALLOC_MB", "6");  // read when the window's engine session starts
+    auto w = make_window();
+    qunsetenv("NANSCOPE_MAX_ALLOC_MB");
+    QSignalSpy done(w.get(), &MainWindow::runCompleted);
+    RunConfig c = w->current_config();
+    c.width = c.height = 256;
+    c.validate();
+    w->load_config(c);
+    press_run(*w, 1, "a red circle");
+    QVERIFY(done.wait(120000));
+    const RunFinished refused = done.takeFirst().front().value<RunFinished>();
+    QVERIFY(!refused.ok);
+    QVERIFY2(refused.error.contains("CL_DEVICE_MAX_MEM_ALLOC_SIZE"), qPrintable(refused.error));
+    QVERIFY2(refused.fix.size() >= 2 && refused.fix.front() == "vae.tiling=on", qPrintable(refused.fix.join(' ')));
+    auto* apply = w->findChild<QPushButton*>("applyFix");
+    QVERIFY(apply);
+    QVERIFY(apply->isVisible());
+    QVERIFY2(apply->text().contains("vae.tiling=on"), qPrintable(apply->text()));
+    QTest::mouseClick(apply, Qt::LeftButton);
+    const RunConfig fixed = w->current_config();
+    QCOMPARE(QString::fromStdString(fixed.vae_tiling), QString("on"));
+    QVERIFY(fixed.vae_tile_size < 256);
+    QCOMPARE(fixed.width, 256);
+    auto* run = w->findChild<QToolButton*>("runButton");
+    QTest::mouseClick(run, Qt::LeftButton);
+    QVERIFY(done.wait(300000));
+    const RunFinished ran = done.takeFirst().front().value<RunFinished>();
+    QVERIFY2(ran.ok, qPrintable(ran.error));
+    QVERIFY(w->result_panel()->has_image());
+    QCOMPARE(w->result_panel()->current()->qimage.size(), QSize(256, 256));
   }
 
   void help_about_names_the_version_and_commit() {

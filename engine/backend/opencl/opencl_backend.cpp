@@ -15,6 +15,7 @@
 #include <thread>
 #include <utility>
 
+#include "backend/opencl/cache_inventory.hpp"
 #include "backend/opencl/gemm.hpp"
 #include "backend/opencl/kernel_sources.hpp"
 #include "backend/opencl/launch_util.hpp"
@@ -156,7 +157,7 @@ void register_program_options(const std::string& program, ProgramOptionsFn fn) {
 }
 
 OpenClBackend::OpenClBackend(const DeviceInfo& device, const BackendOptions& options)
-    : info_(limited_device(device, options.memory_limit_bytes)) {
+    : info_(limited_device(device, options.memory_limit_bytes, options.max_alloc_limit_bytes)) {
   if (info_.kind == DeviceKind::reference || !info_.cl_device) {
     throw DeviceError("OpenClBackend: device \"" + info_.name + "\" (" + info_.id + ") is not an OpenCL device");
   }
@@ -184,6 +185,7 @@ OpenClBackend::OpenClBackend(const DeviceInfo& device, const BackendOptions& opt
     dir = options.kernel_cache_dir.empty() ? ProgramCache::default_dir() : options.kernel_cache_dir;
   programs_ = std::make_unique<ProgramCache>(context_, dev, info_, dir);
   programs_->set_listener(options.on_kernel_build);
+  build_listener_ = options.on_kernel_build;
 
   cl_std_ = opencl_c_version(info_.opencl_c_version) >= 1.2 || info_.opencl_c_version.empty() ? "-cl-std=CL1.2"
                                                                                               : "-cl-std=CL1.1";
@@ -456,6 +458,58 @@ std::vector<std::string> OpenClBackend::precompile_variants(const std::string& p
     }
   }
   return out;
+}
+
+std::string OpenClBackend::program_options(const std::string& program, const Precision& p) {
+  ProgramOptionsFn fn = nullptr;
+  {
+    auto& r = options_registry();
+    std::lock_guard lock(r.mutex);
+    if (auto it = r.fns.find(program); it != r.fns.end()) fn = it->second;
+  }
+  return fn ? fn(*this, p) : precision_options(p);
+}
+
+KernelPlan OpenClBackend::plan_kernels(std::span<const Precision> precisions) {
+  // Every program in each precision (the same option functions the ops use);
+  // f32 storage always: the sampler's state, the latent and the inspector's maps are f32.
+  std::vector<Precision> ps(precisions.begin(), precisions.end());
+  ps.push_back(Precision{DType::f32, Accumulate::f32, SoftmaxPrecision::f32});
+  const BuildHistory history = build_history(programs_->dir(), info_);
+  constexpr double kAssumedMs = 1000.0;  // docs/DESIGN: about 1 s per program cold on PoCL
+  KernelPlan plan;
+  std::set<std::string> seen;
+  std::map<std::string, double> pending;
+  for (const auto& k : kernel_sources()) {
+    if (k.name == "common") continue;
+    for (const Precision& p : ps) {
+      std::string o = program_options(k.name, p);
+      if (!seen.insert(k.name + "|" + o).second) continue;
+      KernelPlanItem item{k.name, std::move(o), false, 0.0};
+      item.cached = programs_->in_memory(item.program, item.options);
+      if (!item.cached && !programs_->dir().empty()) {
+        const std::string key = programs_->cache_key(ProgramCache::full_source(item.program), item.options);
+        item.cached = ProgramCache::check_entry(programs_->entry_path(key), key).empty();
+      }
+      if (!item.cached) {
+        item.estimate_ms = history.estimate_ms(item.program, item.options, kAssumedMs);
+        pending[item.program + "|" + item.options] = item.estimate_ms;
+        plan.estimate_ms += item.estimate_ms;
+        ++plan.to_build;
+      }
+      plan.items.push_back(std::move(item));
+    }
+  }
+  plan.history_samples = history.samples;
+  programs_->set_plan(pending);
+  if (plan.to_build > 0 && build_listener_) {
+    KernelBuildEvent e;
+    e.plan = true;
+    e.plan_count = static_cast<int>(plan.to_build);
+    e.plan_left_ms = plan.estimate_ms;
+    build_listener_(e);
+  }
+  return plan;
 }
 
 std::vector<BuildRecord> OpenClBackend::precompile() {

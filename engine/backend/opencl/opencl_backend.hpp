@@ -105,6 +105,9 @@ class OpenClBackend final : public Backend {
   // Builds every program in every precision variant the ops use; returns one record per
   // program variant built or loaded here (failed builds included, with failed = true).
   std::vector<BuildRecord> precompile();
+  // The build options the ops use for a program at a precision (its registered option function).
+  std::string program_options(const std::string& program, const Precision& p);
+  KernelPlan plan_kernels(std::span<const Precision> precisions) override;
   // The option strings precompile() builds for a program (one per distinct precision variant).
   std::vector<std::string> precompile_variants(const std::string& program);
 
@@ -131,7 +134,8 @@ class OpenClBackend final : public Backend {
   cl_context context_ = nullptr;
   cl_command_queue queue_ = nullptr;
   std::unique_ptr<ProgramCache> programs_;
-  std::shared_ptr<BufferPool> pool_;  // device buffers kept for reuse (buffer_pool.hpp)
+  KernelBuildListener build_listener_;  // BackendOptions::on_kernel_build (plan_kernels() announces through it)
+  std::shared_ptr<BufferPool> pool_;    // device buffers kept for reuse (buffer_pool.hpp)
   std::unordered_map<std::string, cl_kernel> kernels_;
   std::string
       cl_std_;  // "-cl-std=CL1.2" (or CL1.1 on devices that only speak OpenCL C 1.1; simulators: -cl-opt-disable)

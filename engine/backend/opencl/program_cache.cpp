@@ -4,6 +4,7 @@
 #include <openssl/evp.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cerrno>
@@ -16,6 +17,7 @@
 #include <system_error>
 #include <utility>
 
+#include "backend/opencl/cache_inventory.hpp"
 #include "backend/opencl/kernel_sources.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
@@ -260,6 +262,19 @@ std::optional<std::vector<unsigned char>> read_entry(const std::string& path, co
   return bytes;
 }
 
+}  // namespace
+
+std::string ProgramCache::check_entry(const std::string& path, const std::string& key) {
+  if (key.size() != 64 || key.find_first_not_of("0123456789abcdef") != std::string::npos) {
+    return "not named by a cache key (64 hex digits)";
+  }
+  std::string reason;
+  if (!read_entry(path, unhex(key), reason) && reason.empty()) reason = "missing";
+  return reason;
+}
+
+namespace {
+
 void write_entry(const std::string& path, const Digest& key, const std::vector<unsigned char>& payload) {
   static std::atomic<unsigned> counter{0};
   // Same directory as the target so rename() is atomic; unique per process and call.
@@ -331,7 +346,13 @@ cl_program ProgramCache::get_source(const std::string& program, const std::strin
 
   // Build or load outside the lock so different programs can build in parallel.
   const auto t0 = std::chrono::steady_clock::now();
-  if (listener_) listener_({program, options, false, false, 0.0});
+  const std::string variant = program + "|" + options;
+  KernelBuildEvent started{program, options, false, false, 0.0};
+  {
+    std::lock_guard lock(mutex_);
+    plan_progress(variant, false, started);
+  }
+  if (listener_) listener_(started);
   const Digest key_raw = unhex(key);
   const std::string path = entry_path(key);
   BuildRecord record;
@@ -354,6 +375,10 @@ cl_program ProgramCache::get_source(const std::string& program, const std::strin
         if (err == CL_SUCCESS) {
           built = p;
           record.cache_hit = true;
+          touch_entry(path);  // its last use, for the inventory
+          if (!fs::exists(fs::path(path).replace_extension(".json"))) {
+            write_entry_metadata(path, program, options, info_, std::nullopt);  // an entry from before metadata
+          }
         } else {
           reason = std::string("rejected by the driver (") + cl_status_name(err) + " in clBuildProgram)";
         }
@@ -368,6 +393,7 @@ cl_program ProgramCache::get_source(const std::string& program, const std::strin
                 options_label(options), reason);
       std::error_code ec;
       fs::remove(path, ec);
+      fs::remove(fs::path(path).replace_extension(".json"), ec);
       record.note = "cache entry " + reason + "; rebuilt";
     }
   }
@@ -401,6 +427,7 @@ cl_program ProgramCache::get_source(const std::string& program, const std::strin
           log::debug("the driver returned no binary for {}; not cached", program);
         } else {
           write_entry(path, key_raw, binary);
+          write_entry_metadata(path, program, options, info_, ms_since(t0));
         }
       } catch (const Error& e) {
         log::warn("could not save {} {} to the kernel cache: {}", program, options_label(options), e.what());
@@ -409,11 +436,17 @@ cl_program ProgramCache::get_source(const std::string& program, const std::strin
   }
 
   record.ms = ms_since(t0);
-  if (listener_) listener_({program, options, true, record.cache_hit, record.ms});
+  KernelBuildEvent finished{program, options, true, record.cache_hit, record.ms};
+  {
+    std::lock_guard lock(mutex_);
+    plan_progress(variant, true, finished);
+  }
+  if (listener_) listener_(finished);
+  const std::string progress = finished.plan_count ? " (" + finished.progress() + ")" : std::string();
   if (record.cache_hit) {
-    log::info("loaded {} {} from cache in {:.0f} ms", program, options_label(options), record.ms);
+    log::info("loaded {} {} from cache in {:.0f} ms{}", program, options_label(options), record.ms, progress);
   } else {
-    log::info("built {} {} in {:.0f} ms", program, options_label(options), record.ms);
+    log::info("built {} {} in {:.0f} ms{}", program, options_label(options), record.ms, progress);
   }
 
   std::lock_guard lock(mutex_);
@@ -426,6 +459,37 @@ cl_program ProgramCache::get_source(const std::string& program, const std::strin
   entries_.push_back(new Entry{key, built});
   records_.push_back(std::move(record));
   return built;
+}
+
+void ProgramCache::set_plan(std::map<std::string, double> pending) {
+  std::lock_guard lock(mutex_);
+  plan_pending_ = std::move(pending);
+  plan_count_ = static_cast<int>(plan_pending_.size());
+  plan_done_ = 0;
+}
+
+bool ProgramCache::in_memory(const std::string& program, const std::string& options) const {
+  const std::string key = cache_key(full_source(program), options);
+  std::lock_guard lock(mutex_);
+  return std::any_of(entries_.begin(), entries_.end(), [&](const Entry* e) { return e->key == key; });
+}
+
+void ProgramCache::plan_progress(const std::string& variant, bool finished, KernelBuildEvent& e) {
+  if (plan_pending_.empty()) return;
+  const auto it = plan_pending_.find(variant);
+  if (it == plan_pending_.end()) return;  // a program the plan did not foresee: no progress to tell
+  double left = 0.0;
+  for (const auto& [v, ms] : plan_pending_) left += ms;
+  e.plan_count = plan_count_;
+  if (!finished) {
+    e.plan_index = plan_done_ + 1;
+    e.plan_left_ms = left;
+    return;
+  }
+  e.plan_index = ++plan_done_;
+  e.plan_left_ms = left - it->second;
+  plan_pending_.erase(it);
+  if (plan_pending_.empty()) plan_count_ = plan_done_ = 0;
 }
 
 void ProgramCache::set_listener(KernelBuildListener listener) { listener_ = std::move(listener); }

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -43,12 +44,21 @@ class ProgramCache {
   std::string entry_path(const std::string& key) const;
 
   static constexpr std::uint32_t kFormatVersion = 1;
+  // Re-reads an entry file and checks its magic, format, key (64 hex digits),
+  // length and payload checksum: "" when it can be trusted, else why not.
+  static std::string check_entry(const std::string& path, const std::string& key);
 
   const std::string& dir() const { return dir_; }
   // Called on the building thread for every program that is not yet in memory
   // (empty: none). Set it while no build runs.
   void set_listener(KernelBuildListener listener);
   std::vector<BuildRecord> records() const;
+  // The cold-start plan: the program variants ("program|options" -> estimated
+  // ms) a run is about to build. Until each is built (or loaded), build events
+  // carry the plan's progress. Replaces any earlier plan; empty clears it.
+  void set_plan(std::map<std::string, double> pending);
+  // Whether a built program for these options is in memory already (no load or build needed).
+  bool in_memory(const std::string& program, const std::string& options) const;
 
   // The default directory: $NANSCOPE_KERNEL_CACHE, else $XDG_CACHE_HOME/nanscope/kernels,
   // else $HOME/.cache/nanscope/kernels.
@@ -64,6 +74,10 @@ class ProgramCache {
   std::vector<Entry*> entries_;
   std::vector<BuildRecord> records_;
   KernelBuildListener listener_;
+  std::map<std::string, double> plan_pending_;  // set_plan(): variants still to build -> estimate
+  int plan_count_ = 0, plan_done_ = 0;
+  // Fills e's plan fields for `variant` (finished: marks it done). Needs mutex_.
+  void plan_progress(const std::string& variant, bool finished, KernelBuildEvent& e);
 };
 
 }  // namespace nanscope::opencl

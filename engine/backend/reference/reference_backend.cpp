@@ -30,7 +30,7 @@ std::uint64_t physical_memory_bytes() {
 
 }  // namespace
 
-ReferenceBackend::ReferenceBackend(std::uint64_t memory_limit_bytes) {
+ReferenceBackend::ReferenceBackend(std::uint64_t memory_limit_bytes, std::uint64_t max_alloc_limit_bytes) {
   info_.id = "reference";
   info_.name = "reference";
   info_.vendor = "NaNscope";
@@ -46,7 +46,7 @@ ReferenceBackend::ReferenceBackend(std::uint64_t memory_limit_bytes) {
   info_.max_alloc_bytes = info_.global_mem_bytes;
   info_.compute_units = std::max(1u, std::thread::hardware_concurrency());
   info_.reason = "built-in plain C++ device: ground truth, slow";
-  info_ = limited_device(std::move(info_), memory_limit_bytes);
+  info_ = limited_device(std::move(info_), memory_limit_bytes, max_alloc_limit_bytes);
 }
 
 Tensor ReferenceBackend::empty(const Shape& shape, DType dtype) {

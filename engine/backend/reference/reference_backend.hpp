@@ -30,8 +30,8 @@ class HostStorage final : public Storage {
 
 class ReferenceBackend final : public Backend {
  public:
-  // memory_limit_bytes: as BackendOptions::memory_limit_bytes (0: physical memory).
-  explicit ReferenceBackend(std::uint64_t memory_limit_bytes = 0);
+  // memory_limit_bytes, max_alloc_limit_bytes: as BackendOptions's (0: physical memory, no cap).
+  explicit ReferenceBackend(std::uint64_t memory_limit_bytes = 0, std::uint64_t max_alloc_limit_bytes = 0);
 
   const DeviceInfo& device() const override { return info_; }
   Tensor empty(const Shape& shape, DType dtype) override;
