@@ -418,7 +418,8 @@ std::vector<Setting> build_table() {
         const std::filesystem::path p(l.path);
         std::error_code ec;
         if (!std::filesystem::is_regular_file(p, ec)) continue;
-        s += (s.empty() ? "" : ", ") + p.stem().string() + ": " + io::a1111_lora_short_hash(p);
+        const std::string entry = p.stem().string() + ": " + io::a1111_lora_short_hash(p);
+        if (s.find(entry) == std::string::npos) s += (s.empty() ? "" : ", ") + entry;  // once per file, as A1111
       }
     } catch (const Error&) {
       // An unreadable file or an unresolvable tag: the run itself reports it.
