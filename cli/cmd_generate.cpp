@@ -13,6 +13,7 @@
 #include "common.hpp"
 #include "config/a1111.hpp"
 #include "config/inspect_settings.hpp"
+#include "config/lora_list.hpp"
 #include "config/png_metadata.hpp"
 #include "config/preset.hpp"
 #include "core/error.hpp"
@@ -40,6 +41,7 @@ struct GenerateOptions {
   std::optional<int> batch;
   std::vector<std::string> sets;
   std::string nan_policy;
+  std::vector<std::string> loras;  // --lora FILE[:WEIGHT]
 };
 
 struct Done {
@@ -143,6 +145,7 @@ int run_generate(const GlobalOptions& g, const GenerateOptions& o) {
   }
   if (!g.device.empty()) cfg.device = g.device;
   for (const auto& s : o.sets) cfg.set(s);
+  for (const auto& l : o.loras) add_loras(cfg, l, "--lora");
   cfg.validate();
   if (!o.save_preset.empty()) {
     save_preset(cfg, o.save_preset);
@@ -226,6 +229,9 @@ void add_generate_command(CLI::App& app, const GlobalOptions& g, Action& action)
                   "report, stop, retry-vae-f32, retry-vae:PATH or retry-layer-f32 (upcast only the module "
                   "that broke to f32 and redo that call)");
   cmd->add_option("--set", o->sets, "Any run setting as key=value, e.g. unet.dtype=f16 (repeatable)");
+  cmd->add_option("--lora", o->loras,
+                  "A LoRA to apply as FILE[:WEIGHT] (repeatable; added to the lora setting; lora.mode=unmerged "
+                  "traces it apart as <module>.lora)");
   cmd->add_option("--save-preset", o->save_preset, "Also save the resulting run configuration as a preset");
   cmd->add_option("--dump", o->dump,
                   "Write text embeddings, initial noise, every step's latent and the image "

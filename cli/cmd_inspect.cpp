@@ -13,6 +13,7 @@
 #include <fstream>
 
 #include "common.hpp"
+#include "config/lora_list.hpp"
 #include "config/preset.hpp"
 #include "core/error.hpp"
 #include "io/atomic_file.hpp"
@@ -141,7 +142,7 @@ studies::InspectedRun inspect_config(const GlobalOptions& g, RunConfig config, b
 void add_inspect_command(CLI::App& app, const GlobalOptions& g, Action& action) {
   struct Opts {
     std::string preset, json, nan_policy;
-    std::vector<std::string> sets;
+    std::vector<std::string> sets, loras;
     bool trace = false;
   };
   auto o = std::make_shared<Opts>();
@@ -152,6 +153,9 @@ void add_inspect_command(CLI::App& app, const GlobalOptions& g, Action& action) 
   cmd->add_option("--json", o->json, "Write the JSON report to this file");
   cmd->add_option("--nan-policy", o->nan_policy,
                   "report, stop, retry-vae-f32, retry-vae:PATH or retry-layer-f32 (instead of the preset's)");
+  cmd->add_option("--lora", o->loras,
+                  "A LoRA to apply as FILE[:WEIGHT] (repeatable); with --set lora.mode=unmerged its ops are traced "
+                  "apart as <module>.lora");
   cmd->add_flag(
       "--trace", o->trace,
       "Trace every op of the last step's UNet call and of the decode (inspect.trace=always) and print the trace");
@@ -160,6 +164,7 @@ void add_inspect_command(CLI::App& app, const GlobalOptions& g, Action& action) 
       RunConfig config = load_preset(o->preset);
       if (!o->nan_policy.empty()) config.set("nan_policy", o->nan_policy);
       for (const auto& s : o->sets) config.set(s);
+      for (const auto& l : o->loras) add_loras(config, l, "--lora");
       const studies::InspectedRun run = inspect_config(g, config, o->trace);
       write_json(o->json, run.report);
       return 0;

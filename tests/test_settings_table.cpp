@@ -21,6 +21,7 @@
 #include "config/run_config.hpp"
 #include "config/settings.hpp"
 #include "core/error.hpp"
+#include "io/safetensors.hpp"
 #include "support/errors.hpp"
 #include "support/oracle.hpp"
 
@@ -248,6 +249,11 @@ TEST(SettingsTable, A1111TextRoundTripsTheKeysWithA1111Names) {
   c.set("height", "1216");
   c.set("model", "/models/sd15.safetensors");
   c.set("vae", "/models/vae-ft-mse/");
+  // Lora hashes are the files' hashes: written for a LoRA that exists.
+  test::TempDir lora_dir;
+  io::write_safetensors(lora_dir / "style.safetensors",
+                        {{"lora_unet_x.lora_down.weight", HostTensor::from_f32({1, 1}, {1.0f})}});
+  c.set("lora", (lora_dir / "style.safetensors").string() + ":0.5");
   const std::string text = a1111_parameters(c);
   std::set<std::string> names;
   for (const Setting& row : settings()) {

@@ -96,6 +96,13 @@ struct PrecisionOverride {
   friend bool operator==(const PrecisionOverride&, const PrecisionOverride&) = default;
 };
 
+// A LoRA file and its weight (setting `lora`; config/lora_list.hpp).
+struct LoraRef {
+  std::string path;
+  double weight = 1.0;
+  friend bool operator==(const LoraRef&, const LoraRef&) = default;
+};
+
 struct RunConfig {
   std::string model;  // diffusers folder or single-file checkpoint; "" = the embedded model
   std::string vae;    // VAE folder or file replacing the model's; "" = the model's own
@@ -126,6 +133,11 @@ struct RunConfig {
   std::string vae_tiling = "off";
   int vae_tile_size = 512;
   int vae_tile_overlap = 64;
+  // LoRAs (settings lora, lora.mode, lora_dir): the `lora` list; <lora:NAME:WEIGHT>
+  // tags in the prompt add files from lora_dir (config/lora_list.hpp run_loras).
+  std::vector<LoraRef> loras;
+  bool lora_unmerged = false;  // lora.mode=unmerged: each LoRA its own op beside the module's, traced as <module>.lora
+  std::string lora_dir;
 
   ComponentPrecision& component(Component c) { return precision[static_cast<std::size_t>(c)]; }
   const ComponentPrecision& component(Component c) const { return precision[static_cast<std::size_t>(c)]; }

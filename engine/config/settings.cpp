@@ -8,8 +8,10 @@
 #include <regex>
 
 #include "config/a1111.hpp"
+#include "config/lora_list.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "io/file_hash.hpp"
 
 namespace nanscope {
 
@@ -398,6 +400,53 @@ std::vector<Setting> build_table() {
                                    "without AVX2, or torch run with ATEN_CPU_CAPABILITY=default)",
                            .json_path = "torch_cpu_kernel",  // "noise" itself is a string in presets
                            .omit_default = true}));
+  // LoRAs (config/lora_list.hpp, models/lora.hpp).
+  Setting lora{.key = "lora",
+               .help =
+                   "LoRA files to apply, FILE:WEIGHT entries separated by commas (weight 1 when left out); "
+                   "<lora:NAME:WEIGHT> in the prompt adds NAME.safetensors from lora_dir",
+               .a1111 = "Lora hashes",
+               .omit_default = true};
+  lora.get = [](const RunConfig& c) { return json(format_lora_list(c.loras)); };
+  lora.put = [](RunConfig& c, const json& v) { c.loras = parse_lora_list(v.get<std::string>()); };
+  // A1111's "Lora hashes: \"name: 12 hex digits, ...\"" (written for people and tools that find
+  // files by hash; the LoRAs come back from the prompt's tags and the nanscope chunk).
+  lora.to_a1111 = [](const RunConfig& c) -> std::optional<std::string> {
+    std::string s;
+    try {
+      for (const auto& l : run_loras(c)) {
+        const std::filesystem::path p(l.path);
+        std::error_code ec;
+        if (!std::filesystem::is_regular_file(p, ec)) continue;
+        const std::string entry = p.stem().string() + ": " + io::a1111_lora_short_hash(p);
+        if (s.find(entry) == std::string::npos) s += (s.empty() ? "" : ", ") + entry;  // once per file, as A1111
+      }
+    } catch (const Error&) {
+      // An unreadable file or an unresolvable tag: the run itself reports it.
+    }
+    if (s.empty()) return std::nullopt;
+    return s;
+  };
+  lora.a1111_read = false;
+  t.push_back(std::move(lora));
+  t.push_back(member(&RunConfig::lora_dir,
+                     {.key = "lora_dir",
+                      .help = "The folder (searched recursively) where <lora:NAME:WEIGHT> in the prompt finds "
+                              "NAME.safetensors; the tags are removed from the text the tokenizer sees, as A1111 does",
+                      .omit_default = true}));
+  Setting lora_mode{.key = "lora.mode",
+                    .type = SettingType::choice,
+                    .default_value = "merge",
+                    .choices = {"merge", "unmerged"},
+                    .help =
+                        "merge: W += weight * alpha/rank * up@down in f32, stored at the component's dtype (an "
+                        "f16 overflow shows as the module's own fault); unmerged: each LoRA runs as its own ops "
+                        "beside the module's, traced as <module>.lora, so its overflow is told from the model's",
+                    .json_path = "lora_mode",  // "lora" itself is a string in presets
+                    .omit_default = true};
+  lora_mode.get = [](const RunConfig& c) { return json(c.lora_unmerged ? "unmerged" : "merge"); };
+  lora_mode.put = [](RunConfig& c, const json& v) { c.lora_unmerged = v.get<std::string>() == "unmerged"; };
+  t.push_back(std::move(lora_mode));
   t.push_back(member(&RunConfig::device, {.key = "device",
                                           .help = "Device to run on: index, id, name or part of a name; empty: the "
                                                   "default device"}));

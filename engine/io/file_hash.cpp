@@ -7,6 +7,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <map>
+#include <mutex>
+#include <tuple>
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
@@ -114,6 +117,27 @@ FileHashes hash_file(const fs::path& path) {
   if (safetensors) h.addnet_sha256 = after_header.hex();
   h.autov1 = v1.hex().substr(0, 8);
   return h;
+}
+
+std::string a1111_lora_short_hash(const fs::path& path) {
+  static std::mutex mu;
+  static std::map<std::tuple<std::string, std::uintmax_t, std::int64_t>, std::string> cache;
+  std::error_code ec;
+  const auto size = fs::file_size(path, ec);
+  if (ec) throw FileError("cannot read the size of " + path.string() + ": " + ec.message());
+  const auto key = std::make_tuple(path.string(), size, mtime_ns(path));
+  {
+    const std::lock_guard<std::mutex> lock(mu);
+    if (const auto it = cache.find(key); it != cache.end()) return it->second;
+  }
+  const FileHashes h = hash_file(path);
+  if (h.addnet_sha256.empty()) {
+    throw FileError(path.string() + ": not a safetensors file (no valid header), so it has no A1111 LoRA hash");
+  }
+  const std::string hash = h.addnet_sha256.substr(0, 12);
+  const std::lock_guard<std::mutex> lock(mu);
+  cache[key] = hash;
+  return hash;
 }
 
 FileHashCache::FileHashCache(fs::path cache_file) : file_(std::move(cache_file)) {

@@ -34,6 +34,15 @@ struct FileHashes {
 // Throws FileError naming the file when it cannot be read.
 FileHashes hash_file(const std::filesystem::path& path);
 
+// The hash A1111 prints in "Lora hashes" for a .safetensors LoRA: the first 12
+// hex digits of addnet_sha256 (so that editing the metadata keeps it).
+// Sources: kohya-ss sd-scripts library/train_util.py addnet_hash_safetensors;
+// A1111 modules/hashes.py sha256(..., use_addnet_hash=True) and
+// extensions-builtin/Lora/network.py (NetworkOnDisk: shorthash = hash[0:12]).
+// Cached per (path, size, mtime) for the life of the process. Throws FileError
+// naming the file when it cannot be read or does not start like a safetensors file.
+std::string a1111_lora_short_hash(const std::filesystem::path& path);
+
 class FileHashCache {
  public:
   // Reads `cache_file` if it exists; an unreadable or corrupt one is ignored with a warning.

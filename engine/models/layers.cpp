@@ -16,12 +16,21 @@ void Linear::load(WeightLoader& w, const std::string& prefix, const std::string&
   in = in_features;
   out = out_features;
   const std::string p = join(prefix, n);
-  weight = w.load(p + ".weight", {out, in});
+  lora.clear();
+  weight = w.load_module_weight(p, {out, in}, lora);
   if (has_bias) bias = w.load(p + ".bias", {out});
 }
 
 Tensor Linear::forward(const OpContext& ctx, const Tensor& x) const {
-  return ops::linear(ctx.child(name), x, weight, bias.defined() ? &bias : nullptr);
+  const OpContext c = ctx.child(name);
+  Tensor y = ops::linear(c, x, weight, bias.defined() ? &bias : nullptr);
+  // PEFT's order: result + lora_B(lora_A(x)) * scaling, under <module>.lora.
+  for (const LoraBranch& b : lora) {
+    const OpContext lc = c.child(b.name);
+    const Tensor d = ops::linear(lc.child("up"), ops::linear(lc.child("down"), x, b.down, nullptr), b.up, nullptr);
+    y = ops::add(lc, y, ops::scale(lc, d, b.scale));
+  }
+  return y;
 }
 
 void Conv2d::load(WeightLoader& w, const std::string& prefix, const std::string& n, std::int64_t in_channels,
@@ -33,12 +42,21 @@ void Conv2d::load(WeightLoader& w, const std::string& prefix, const std::string&
   stride = s;
   padding = p;
   const std::string pre = join(prefix, n);
-  weight = w.load(pre + ".weight", {out, in, k, k});
+  lora.clear();
+  weight = w.load_module_weight(pre, {out, in, k, k}, lora);
   if (w.has(pre + ".bias")) bias = w.load(pre + ".bias", {out});
 }
 
 Tensor Conv2d::forward(const OpContext& ctx, const Tensor& x) const {
-  return ops::conv2d(ctx.child(name), x, weight, bias.defined() ? &bias : nullptr, stride, padding);
+  const OpContext c = ctx.child(name);
+  Tensor y = ops::conv2d(c, x, weight, bias.defined() ? &bias : nullptr, stride, padding);
+  // kohya's conv LoRA: the down conv has the module's kernel, stride and padding; the up conv is 1x1.
+  for (const LoraBranch& b : lora) {
+    const OpContext lc = c.child(b.name);
+    const Tensor h = ops::conv2d(lc.child("down"), x, b.down, nullptr, stride, padding);
+    y = ops::add(lc, y, ops::scale(lc, ops::conv2d(lc.child("up"), h, b.up, nullptr, 1, 0), b.scale));
+  }
+  return y;
 }
 
 void GroupNorm::load(WeightLoader& w, const std::string& prefix, const std::string& n, std::int64_t channels, int g,

@@ -20,6 +20,7 @@ struct Linear {
   std::string name;
   Tensor weight, bias;  // weight [out, in] (torch layout); bias may be undefined
   std::int64_t in = 0, out = 0;
+  std::vector<LoraBranch> lora;  // LoRAs applied unmerged (models/lora.hpp)
   void load(WeightLoader& w, const std::string& prefix, const std::string& name, std::int64_t in, std::int64_t out,
             bool has_bias = true);
   Tensor forward(const OpContext& ctx, const Tensor& x) const;
@@ -30,6 +31,7 @@ struct Conv2d {
   Tensor weight, bias;
   std::int64_t in = 0, out = 0, kernel = 1;
   int stride = 1, padding = 0;
+  std::vector<LoraBranch> lora;  // LoRAs applied unmerged (models/lora.hpp)
   void load(WeightLoader& w, const std::string& prefix, const std::string& name, std::int64_t in, std::int64_t out,
             std::int64_t kernel, int stride = 1, int padding = 0);
   Tensor forward(const OpContext& ctx, const Tensor& x) const;

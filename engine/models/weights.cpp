@@ -1,6 +1,7 @@
 #include "models/weights.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "core/error.hpp"
@@ -175,6 +176,31 @@ WeightLoader::WeightLoader(const WeightSource& source, Backend& backend, DType d
 Tensor WeightLoader::load(const std::string& name, const Shape& expected) {
   used_.insert(name);
   return backend_.upload(source_.read(name, expected, dtype_));
+}
+
+Tensor WeightLoader::load_module_weight(const std::string& module, const Shape& expected,
+                                        std::vector<LoraBranch>& branches) {
+  const std::string name = module + ".weight";
+  if (!patch_ || !patch_->patches(module)) return load(name, expected);
+  used_.insert(name);
+  if (patch_->unmerged()) {
+    Tensor w = backend_.upload(source_.read(name, expected, dtype_));
+    for (const HostLoraBranch& b : patch_->branches(module, expected)) {
+      branches.push_back(
+          {b.name, backend_.upload(b.down.converted(dtype_)), backend_.upload(b.up.converted(dtype_)), b.scale});
+    }
+    return w;
+  }
+  // Merged in f32, then rounded once to the storage dtype: an f16 overflow of
+  // the merged weight is this module's Inf, as it would be in any merged checkpoint.
+  HostTensor w = source_.read(name, expected, DType::f32);
+  patch_->merge(module, w);
+  HostTensor stored = w.converted(dtype_);
+  std::int64_t overflow = 0;
+  for (std::int64_t i = 0; i < stored.numel(); ++i)
+    if (!std::isfinite(stored.get(i)) && std::isfinite(w.get(i))) ++overflow;
+  if (overflow > 0) patch_->note_overflow(module, overflow, dtype_);
+  return backend_.upload(stored);
 }
 
 HostTensor WeightLoader::load_host(const std::string& name, const Shape& expected, DType dtype) {

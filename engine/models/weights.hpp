@@ -68,6 +68,36 @@ class WeightSource {
   std::string component_;
 };
 
+// One low-rank branch a module computes beside its own op (a LoRA applied
+// unmerged, models/lora.hpp): y = op(x) + scale * up(down(x)), traced as the
+// module's child `name` ("lora", or "lora.1" with several LoRAs).
+struct LoraBranch {
+  std::string name;
+  Tensor down,
+      up;  // Linear: [r, in], [out, r]; Conv2d: [r, in, k, k] (the module's stride and padding), [out, r, 1, 1]
+  float scale = 1.0f;
+};
+struct HostLoraBranch {
+  std::string name;
+  HostTensor down, up;  // f32
+  float scale = 1.0f;
+};
+
+// Changes a component's Linear and Conv2d weights as they load (models/lora.hpp).
+// `module` is the diffusers path inside the component ("down_blocks.0.attentions.0.proj_in").
+class WeightPatch {
+ public:
+  virtual ~WeightPatch() = default;
+  virtual bool unmerged() const = 0;
+  virtual bool patches(const std::string& module) = 0;
+  // Merge: adds the module's deltas to `weight` (f32, the module's weight shape).
+  virtual void merge(const std::string& module, HostTensor& weight) = 0;
+  // Unmerged: the module's branches, checked against its weight shape.
+  virtual std::vector<HostLoraBranch> branches(const std::string& module, const Shape& weight_shape) = 0;
+  // Merge: `count` values of the merged weight overflowed the storage dtype.
+  virtual void note_overflow(const std::string& module, std::int64_t count, DType dtype) = 0;
+};
+
 // Uploads tensors of one component with a name prefix ("" or e.g. "first_stage_model.")
 // and records which were used.
 class WeightLoader {
@@ -75,6 +105,10 @@ class WeightLoader {
   WeightLoader(const WeightSource& source, Backend& backend, DType dtype, std::string component);
 
   Tensor load(const std::string& name, const Shape& expected);
+  // A Linear's or Conv2d's "<module>.weight", with the patch (LoRA) applied:
+  // merged into the weight, or as branches the module computes (unmerged).
+  Tensor load_module_weight(const std::string& module, const Shape& expected, std::vector<LoraBranch>& branches);
+  void set_patch(WeightPatch* patch) { patch_ = patch; }
   bool has(const std::string& name) const { return source_.contains(name); }
   HostTensor load_host(const std::string& name, const Shape& expected, DType dtype);
   DType dtype() const { return dtype_; }
@@ -89,6 +123,7 @@ class WeightLoader {
   DType dtype_;
   std::string component_;
   std::set<std::string> used_;
+  WeightPatch* patch_ = nullptr;
 };
 
 }  // namespace nanscope::models

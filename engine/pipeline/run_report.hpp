@@ -12,6 +12,7 @@
 #include "core/tensor.hpp"
 #include "inspect/inspect.hpp"
 #include "io/png.hpp"
+#include "models/lora.hpp"
 
 namespace nanscope::pipeline {
 
@@ -83,8 +84,10 @@ struct RunReport {
   std::string outcome;   // plain English: "clean", "decode gave 3145728 non-finite values; retried in f32: clean"
   bool stopped = false;  // nan_policy=stop ended the run early
   bool cancelled = false;
-  inspect::RunInspection inspection;  // verdict, first bad step, origin op, image checks, layer traces
-  LayerRetryReport layer_retry;       // nan_policy=retry-layer-f32
+  inspect::RunInspection inspection;       // verdict, first bad step, origin op, image checks, layer traces
+  LayerRetryReport layer_retry;            // nan_policy=retry-layer-f32
+  std::vector<models::LoraSummary> loras;  // applied to the model, with their hashes (models/lora.hpp)
+  bool lora_unmerged = false;
 };
 
 struct GeneratedImage {

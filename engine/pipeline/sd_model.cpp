@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <type_traits>
 #include <vector>
 
 #include <unistd.h>
@@ -40,9 +41,37 @@ void require_dir(const fs::path& folder, const std::string& what) {
 
 int SdModel::default_size() const { return static_cast<int>(unet->config().sample_size * vae->config().downscale()); }
 
+namespace {
+
+// A text encoder or UNet from its diffusers folder, with the LoRAs' patch.
+template <typename Model, typename Config>
+Model load_folder_component(const fs::path& dir, Backend& backend, DType dtype, const std::string& component,
+                            models::LoraSet* loras, ModelFamily family) {
+  Model model(Config::from_json(models::ConfigJson::load(dir / "config.json")));
+  const models::WeightSource source = models::WeightSource::from_folder(dir, dtype != DType::f32);
+  models::WeightLoader loader(source, backend, dtype, component);
+  if (loras) {
+    const models::UNetConfig* unet = nullptr;
+    if constexpr (std::is_same_v<Model, models::UNet>) unet = &model.config();
+    loader.set_patch(loras->component(component, unet, std::string(models::model_family_name(family))));
+  }
+  model.load_weights(loader);
+  if constexpr (std::is_same_v<Model, models::UNet>) loader.report_unused();
+  return model;
+}
+
+std::vector<std::string> lora_components(bool xl) {
+  std::vector<std::string> c = {"text_encoder", "unet"};
+  if (xl) c.emplace_back("text_encoder_2");
+  return c;
+}
+
+}  // namespace
+
 std::unique_ptr<SdModel> SdModel::load(const fs::path& folder, const fs::path& vae_override, Backend& backend,
-                                       const ComponentDTypes& dtypes) {
-  if (fs::is_regular_file(folder)) return load_single_file(folder, vae_override, backend, dtypes);
+                                       const ComponentDTypes& dtypes, models::LoraSet* loras) {
+  if (loras && loras->empty()) loras = nullptr;
+  if (fs::is_regular_file(folder)) return load_single_file(folder, vae_override, backend, dtypes, loras);
   if (!fs::is_directory(folder)) throw FileError("model folder " + folder.string() + " does not exist");
   const fs::path index_path = folder / "model_index.json";
   if (!fs::exists(index_path)) {
@@ -59,29 +88,41 @@ std::unique_ptr<SdModel> SdModel::load(const fs::path& folder, const fs::path& v
   require_dir(folder / "tokenizer", "tokenizer/");
   m->tokenizer = ClipTokenizer::load(folder / "tokenizer");
   require_dir(folder / "text_encoder", "text_encoder/");
+  require_dir(folder / "unet", "unet/");
   const auto t0 = std::chrono::steady_clock::now();
-  m->text_encoder = models::ClipTextModel::load(folder / "text_encoder", backend, dtypes.text_encoder);
+  if (xl) {
+    m->family_ = ModelFamily::sdxl;
+  } else if (models::UNetConfig::from_json(models::ConfigJson::load(folder / "unet" / "config.json"))
+                 .use_linear_projection ||
+             models::ClipTextConfig::from_json(models::ConfigJson::load(folder / "text_encoder" / "config.json"))
+                     .hidden_size == 1024) {
+    m->family_ = ModelFamily::sd2;
+  } else {
+    m->family_ = ModelFamily::sd1;
+  }
+  const std::string desc = folder.filename().string() + " (" + std::string(models::model_family_name(m->family_)) + ")";
+  if (loras) loras->require_components(lora_components(xl), desc);
+  m->text_encoder = load_folder_component<models::ClipTextModel, models::ClipTextConfig>(
+      folder / "text_encoder", backend, dtypes.text_encoder, "text_encoder", loras, m->family_);
   if (xl) {
     require_dir(folder / "tokenizer_2", "tokenizer_2/");
     require_dir(folder / "text_encoder_2", "text_encoder_2/");
     m->tokenizer_2 = ClipTokenizer::load(folder / "tokenizer_2");
-    m->text_encoder_2 = models::ClipTextModel::load(folder / "text_encoder_2", backend, dtypes.text_encoder);
+    m->text_encoder_2 = load_folder_component<models::ClipTextModel, models::ClipTextConfig>(
+        folder / "text_encoder_2", backend, dtypes.text_encoder, "text_encoder_2", loras, m->family_);
   }
-  require_dir(folder / "unet", "unet/");
-  m->unet = models::UNet::load(folder / "unet", backend, dtypes.unet);
+  m->unet = load_folder_component<models::UNet, models::UNetConfig>(folder / "unet", backend, dtypes.unet, "unet",
+                                                                    loras, m->family_);
+  if (loras) {
+    loras->finish(desc);
+    m->loras_ = loras->summaries();
+  }
   m->vae_folder_ = vae_override.empty() ? folder / "vae" : vae_override;
   if (!fs::is_regular_file(m->vae_folder_)) require_dir(m->vae_folder_, "vae/");
   m->vae = models::Vae::load(m->vae_folder_, backend, dtypes.vae);
   require_dir(folder / "scheduler", "scheduler/");
   m->scheduler_config_ = read_json(folder / "scheduler" / "scheduler_config.json");
 
-  if (xl) {
-    m->family_ = ModelFamily::sdxl;
-  } else if (m->unet->config().use_linear_projection || m->text_encoder->config().hidden_size == 1024) {
-    m->family_ = ModelFamily::sd2;
-  } else {
-    m->family_ = ModelFamily::sd1;
-  }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   log::info("loaded {} ({}, {}) on \"{}\" in {:.2f} s: text encoder {}, UNet {}, VAE {} from {}",
             folder.filename().string(), cls, models::model_family_name(m->family_), backend.device().name, secs,
@@ -115,9 +156,14 @@ ClipTokenizer single_file_tokenizer(const fs::path& checkpoint, const std::strin
 
 template <typename Model>
 void load_component(Model& model, const models::LdmCheckpoint& ckpt, const std::string& component, Backend& backend,
-                    DType dtype) {
+                    DType dtype, models::LoraSet* loras) {
   const models::WeightSource source = ckpt.source(component);
   models::WeightLoader loader(source, backend, dtype, component);
+  if (loras) {
+    const models::UNetConfig* unet = nullptr;
+    if constexpr (std::is_same_v<Model, models::UNet>) unet = &model.config();
+    loader.set_patch(loras->component(component, unet, std::string(models::model_family_name(ckpt.family()))));
+  }
   model.load_weights(loader);
   loader.report_unused();
 }
@@ -125,7 +171,7 @@ void load_component(Model& model, const models::LdmCheckpoint& ckpt, const std::
 }  // namespace
 
 std::unique_ptr<SdModel> SdModel::load_single_file(const fs::path& file, const fs::path& vae_override, Backend& backend,
-                                                   const ComponentDTypes& dtypes) {
+                                                   const ComponentDTypes& dtypes, models::LoraSet* loras) {
   io::refuse_pickle(file);
   const auto t0 = std::chrono::steady_clock::now();
   const models::LdmCheckpoint ckpt = models::LdmCheckpoint::open(file);
@@ -135,21 +181,27 @@ std::unique_ptr<SdModel> SdModel::load_single_file(const fs::path& file, const f
   m->family_ = ckpt.family();
   const bool xl = m->family_ == ModelFamily::sdxl;
   m->force_zeros_for_empty_prompt_ = xl;
+  const std::string desc = file.filename().string() + " (" + std::string(models::model_family_name(m->family_)) + ")";
+  if (loras) loras->require_components(lora_components(xl), desc);
   const std::string origin =
       "the built-in " + std::string(models::model_family_name(m->family_)) + " config for " + file.string();
 
   m->tokenizer = single_file_tokenizer(file, "tokenizer", m->family_);
   m->text_encoder.emplace(
       models::ClipTextConfig::from_json(models::ConfigJson(ckpt.text_encoder_config(), origin + " (text_encoder)")));
-  load_component(*m->text_encoder, ckpt, "text_encoder", backend, dtypes.text_encoder);
+  load_component(*m->text_encoder, ckpt, "text_encoder", backend, dtypes.text_encoder, loras);
   if (xl) {
     m->tokenizer_2 = single_file_tokenizer(file, "tokenizer_2", m->family_);
     m->text_encoder_2.emplace(models::ClipTextConfig::from_json(
         models::ConfigJson(ckpt.text_encoder_2_config(), origin + " (text_encoder_2)")));
-    load_component(*m->text_encoder_2, ckpt, "text_encoder_2", backend, dtypes.text_encoder);
+    load_component(*m->text_encoder_2, ckpt, "text_encoder_2", backend, dtypes.text_encoder, loras);
   }
   m->unet.emplace(models::UNetConfig::from_json(models::ConfigJson(ckpt.unet_config(), origin + " (unet)")));
-  load_component(*m->unet, ckpt, "unet", backend, dtypes.unet);
+  load_component(*m->unet, ckpt, "unet", backend, dtypes.unet, loras);
+  if (loras) {
+    loras->finish(desc);
+    m->loras_ = loras->summaries();
+  }
   if (vae_override.empty()) {
     m->vae_folder_ = file;
     m->vae.emplace(models::VaeConfig::from_json(models::ConfigJson(ckpt.vae_config(), origin + " (vae)")));

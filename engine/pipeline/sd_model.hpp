@@ -12,6 +12,7 @@
 
 #include "models/clip_text.hpp"
 #include "models/ldm_checkpoint.hpp"
+#include "models/lora.hpp"
 #include "models/unet.hpp"
 #include "models/vae.hpp"
 #include "text/clip_tokenizer.hpp"
@@ -31,8 +32,10 @@ class SdModel {
   // SD 1.x / 2.x / XL checkpoint (.safetensors, original LDM names; its
   // tokenizer/ and SDXL's tokenizer_2/ are read from the same directory).
   // vae: an optional VAE folder or file replacing the model's own ("" = vae/).
+  // loras: applied to the text encoder(s) and UNet as they load (models/lora.hpp).
   static std::unique_ptr<SdModel> load(const std::filesystem::path& folder, const std::filesystem::path& vae,
-                                       Backend& backend, const ComponentDTypes& dtypes);
+                                       Backend& backend, const ComponentDTypes& dtypes,
+                                       models::LoraSet* loras = nullptr);
 
   ModelFamily family() const { return family_; }
   // The diffusers folder or the single file.
@@ -43,6 +46,8 @@ class SdModel {
   int default_size() const;
   const nlohmann::json& scheduler_config() const { return scheduler_config_; }
   bool force_zeros_for_empty_prompt() const { return force_zeros_for_empty_prompt_; }
+  // The LoRAs the weights carry (merged or as branches), in the order given.
+  const std::vector<models::LoraSummary>& loras() const { return loras_; }
 
   ClipTokenizer tokenizer;
   std::optional<ClipTokenizer> tokenizer_2;
@@ -54,12 +59,14 @@ class SdModel {
  private:
   SdModel() = default;
   static std::unique_ptr<SdModel> load_single_file(const std::filesystem::path& file, const std::filesystem::path& vae,
-                                                   Backend& backend, const ComponentDTypes& dtypes);
+                                                   Backend& backend, const ComponentDTypes& dtypes,
+                                                   models::LoraSet* loras);
   ModelFamily family_ = ModelFamily::sd1;
   std::filesystem::path folder_, vae_folder_;
   ComponentDTypes dtypes_;
   nlohmann::json scheduler_config_;
   bool force_zeros_for_empty_prompt_ = false;
+  std::vector<models::LoraSummary> loras_;
 };
 
 // Where the embedded default model lives: $NANSCOPE_MODEL_DIR, else next to

@@ -38,10 +38,17 @@ SdModel& Session::model(const RunConfig& config) {
                folder.string(),
                config.vae,
                {config.component(Component::text_encoder).precision.dtype,
-                config.component(Component::unet).precision.dtype, config.component(Component::vae).precision.dtype}};
+                config.component(Component::unet).precision.dtype, config.component(Component::vae).precision.dtype},
+               run_loras(config),
+               config.lora_unmerged};
+  if (key.loras.empty()) key.lora_unmerged = false;
   if (model_ && model_key_ && *model_key_ == key) return *model_;
   model_.reset();  // free the old weights before loading new ones
-  model_ = SdModel::load(folder, config.vae, be, key.dtypes);
+  model_key_.reset();
+  std::vector<models::LoraSpec> specs;
+  for (const auto& l : key.loras) specs.push_back({l.path, l.weight, l.origin});
+  models::LoraSet loras(std::move(specs), key.lora_unmerged);
+  model_ = SdModel::load(folder, config.vae, be, key.dtypes, &loras);
   model_key_ = key;
   return *model_;
 }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backend/backend.hpp"
+#include "config/lora_list.hpp"
 #include "config/run_config.hpp"
 #include "pipeline/run_report.hpp"
 #include "pipeline/sd_model.hpp"
@@ -26,7 +27,8 @@ class Session {
   // The backend for a pin ("" = NANSCOPE_DEVICE, else the default device).
   // Throws DeviceError listing the devices when the pin matches none.
   Backend& backend(const std::string& pin);
-  // The model a config asks for on its device (reused while the key is unchanged).
+  // The model a config asks for on its device, with its LoRAs (reused while
+  // the key is unchanged; another LoRA list or weight loads it again).
   SdModel& model(const RunConfig& config);
 
   // Runs every image of the config's batch. Returns the images (also given to
@@ -49,6 +51,8 @@ class Session {
   struct ModelKey {
     std::string device, folder, vae;
     ComponentDTypes dtypes;
+    std::vector<RunLora> loras;  // config/lora_list.hpp run_loras: the setting's and the prompt's
+    bool lora_unmerged = false;
     bool operator==(const ModelKey&) const = default;
   };
   // A VAE other than the model's (or the model's in another dtype); a single

@@ -18,6 +18,7 @@
 
 #include "config/a1111.hpp"
 #include "config/inspect_settings.hpp"
+#include "config/lora_list.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "inspect/fault_emulation.hpp"
@@ -172,6 +173,24 @@ void finish_inspection(RunReport& report, const std::string& first_bad_note, con
       }
     }
   }
+  // A LoRA merged into a weight past the storage dtype's range left Inf in that
+  // module's weight: its op has a non-finite input (the weight), so the rule
+  // above names no origin. The first op that went non-finite is then that module.
+  std::string lora_note;
+  for (const auto& t : ri.traces) {
+    if (!ri.origin.empty()) break;
+    const auto bad = std::find_if(t.ops.begin(), t.ops.end(), [](const auto& op) { return op.output.nonfinite() > 0; });
+    if (bad == t.ops.end()) continue;
+    for (const auto& l : report.loras) {
+      if (std::find(l.overflow_modules.begin(), l.overflow_modules.end(), bad->full_path()) == l.overflow_modules.end())
+        continue;
+      ri.origin = bad->full_path();
+      ri.origin_op = bad->op;
+      lora_note =
+          " (its weight overflowed when LoRA " + l.name + " was merged into it; lora.mode=unmerged keeps it apart)";
+      break;
+    }
+  }
   std::string s(inspect::verdict_name(ri.verdict));
   if (ri.image && ri.image->map.verdict != inspect::Verdict::clean &&
       (first_bad_note.empty() || static_cast<int>(ri.image->map.verdict) > static_cast<int>(steps_verdict))) {
@@ -190,7 +209,7 @@ void finish_inspection(RunReport& report, const std::string& first_bad_note, con
     s += std::string(ri.verdict == inspect::Verdict::clean ? "; recovered" : "") +
          " (first decode: " + ri.first_decode->map.note + "; " + report.outcome + ")";
   }
-  if (!ri.origin.empty()) s += "; origin " + ri.origin + " (" + ri.origin_op + ")";
+  if (!ri.origin.empty()) s += "; origin " + ri.origin + " (" + ri.origin_op + ")" + lora_note;
   if (!ri.near_limit_origin.empty() && ri.near_limit_origin != ri.origin)
     s += "; first op near the dtype limit " + ri.near_limit_origin;
   if (emulator) {
@@ -356,14 +375,15 @@ class Txt2ImgRun {
     obs_.on_status("encoding the prompt");
     const auto t_text = Clock::now();
     std::vector<std::vector<int>> ids, ids2;
+    const std::string prompt = strip_lora_tags(config_.prompt);  // <lora:...> is no text (A1111)
     if (cfg_) ids.push_back(m.tokenizer.encode(config_.negative_prompt).ids);
-    ids.push_back(m.tokenizer.encode(config_.prompt).ids);
+    ids.push_back(m.tokenizer.encode(prompt).ids);
     if (!sdxl_) {
       context_ = m.text_encoder->forward(cc_.te, ids, config_.clip_skip).prompt_embeds;
     } else {
       if (config_.clip_skip != 0) throw ConfigError("clip_skip: SDXL already conditions on the penultimate layer");
       if (cfg_) ids2.push_back(m.tokenizer_2->encode(config_.negative_prompt).ids);
-      ids2.push_back(m.tokenizer_2->encode(config_.prompt).ids);
+      ids2.push_back(m.tokenizer_2->encode(prompt).ids);
       const auto o1 = m.text_encoder->forward(cc_.te, ids);
       const auto o2 = m.text_encoder_2->forward(cc_.te, ids2);
       const Tensor parts[] = {o1.penultimate, o2.penultimate};
@@ -400,6 +420,8 @@ class Txt2ImgRun {
     report.load_seconds = load_seconds_;
     report.text_seconds = text_seconds_;
     report.inspection.emulation = faults_ != nullptr;
+    report.loras = m_->loras();
+    report.lora_unmerged = config_.lora_unmerged;
     return report;
   }
 

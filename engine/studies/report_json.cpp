@@ -37,6 +37,28 @@ nlohmann::json layer_retry_json(const pipeline::LayerRetryReport& lr) {
           {"remaining", lr.remaining.empty() ? nlohmann::json() : nlohmann::json(lr.remaining)}};
 }
 
+namespace {
+
+// The LoRAs a run applied: file, weight, A1111 short hash, what they patched.
+nlohmann::json loras_json(const pipeline::RunReport& r) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& l : r.loras) {
+    out.push_back({{"name", l.name},
+                   {"path", l.path},
+                   {"weight", l.weight},
+                   {"origin", l.origin},
+                   {"format", l.format},
+                   {"hash", l.short_hash},
+                   {"modules", l.modules},
+                   {"rank", l.rank},
+                   {"mode", r.lora_unmerged ? "unmerged" : "merge"},
+                   {"overflows", l.overflows}});
+  }
+  return out;
+}
+
+}  // namespace
+
 nlohmann::json report_json(const RunConfig& config, const std::vector<pipeline::StepReport>& steps,
                            const pipeline::RunReport& report) {
   const RunInspection& ri = report.inspection;
@@ -92,6 +114,7 @@ nlohmann::json report_json(const RunConfig& config, const std::vector<pipeline::
   }
   j["decodes"] = std::move(dec);
   j["layer_retry"] = layer_retry_json(report.layer_retry);
+  j["loras"] = loras_json(report);
   j["kernels"] = report.kernel_notes;
   j["image"] = ri.image ? to_json(ri.image->map) : nlohmann::json();
   nlohmann::json tr = nlohmann::json::array();
@@ -113,6 +136,7 @@ nlohmann::json image_report_json(const pipeline::RunReport& r) {
           {"first_nonfinite_step", r.first_nonfinite_step},
           {"decodes", decodes},
           {"layer_retry", layer_retry_json(r.layer_retry)},
+          {"loras", loras_json(r)},
           {"seconds",
            {{"load", r.load_seconds},
             {"text", r.text_seconds},

@@ -35,6 +35,7 @@
 #include "config/inspect_settings.hpp"
 #include "config/settings.hpp"
 #include "core/error.hpp"
+#include "lora_list.hpp"
 #include "settings_panel.hpp"
 
 namespace nanscope::gui {
@@ -99,6 +100,7 @@ ModelDevicePanel::ModelDevicePanel(QWidget* parent)
       model_(new QLineEdit),
       model_note_(new QLabel),
       vae_(new QComboBox),
+      loras_(new LoraList),
       device_(new QComboBox),
       devices_(new QTreeWidget),
       device_notes_(new QLabel),
@@ -197,6 +199,8 @@ ModelDevicePanel::ModelDevicePanel(QWidget* parent)
   form->addRow(tr("Model:"), model_row);
   form->addRow(QString(), model_note_);
   form->addRow(tr("VAE:"), vae_);
+  form->addRow(tr("LoRAs:"), loras_);
+  connect(loras_, &LoraList::changed, this, &ConfigPanel::changed);
   form->addRow(tr("Run on:"), device_);
   auto* layout = new QVBoxLayout(this);
   layout->setContentsMargins(6, 6, 6, 6);
@@ -357,6 +361,7 @@ void ModelDevicePanel::load(const RunConfig& c) {
     model_->setText(model);
   }
   refresh_vae_choices(qs(c.vae));
+  loras_->load(c);
   const QString pin = qs(c.device);
   if (device_->findData(pin) < 0)
     device_->addItem(pin.isEmpty() ? tr("Default device") : tr("%1 (not found)").arg(pin), pin);
@@ -368,6 +373,7 @@ void ModelDevicePanel::store(RunConfig& c) const {
   const QString vae = vae_->currentData().toString();
   c.vae = vae.startsWith('\x01') ? std::string() : vae.toStdString();
   c.device = device_->currentData().toString().toStdString();
+  loras_->store(c);
 }
 
 void ModelDevicePanel::dragEnterEvent(QDragEnterEvent* event) {

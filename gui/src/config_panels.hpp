@@ -37,6 +37,8 @@ struct VaeChoice {
   QString label, path;
 };
 
+class LoraList;
+
 class ModelDevicePanel : public ConfigPanel {
   Q_OBJECT
  public:
@@ -69,6 +71,7 @@ class ModelDevicePanel : public ConfigPanel {
   QLineEdit* model_;
   QLabel* model_note_;
   QComboBox* vae_;
+  LoraList* loras_;  // lora_list.hpp
   QComboBox* device_;
   QTreeWidget* devices_;
   QLabel* device_notes_;

@@ -7,6 +7,7 @@
 #include <QComboBox>
 #include <QDir>
 #include <QDockWidget>
+#include <QDoubleSpinBox>
 #include <QElapsedTimer>
 #include <QFile>
 #include <QLabel>
@@ -26,6 +27,8 @@
 #include <QToolButton>
 #include <QTreeWidget>
 #include <QtTest>
+#include <algorithm>
+#include <cstdlib>
 #include <memory>
 
 #include "ab_panel.hpp"
@@ -39,7 +42,9 @@
 #include "inspector_panel.hpp"
 #include "io/png.hpp"
 #include "kernel_cache_dialog.hpp"
+#include "io/safetensors.hpp"
 #include "layer_trace_panel.hpp"
+#include "lora_list.hpp"
 #include "main_window.hpp"
 #include "pipeline/sd_model.hpp"
 #include "reproduce_dialog.hpp"
@@ -545,6 +550,70 @@ class GuiTest : public QObject {
     for (const auto& b : builds) (b.at(2).toBool() ? finished : started) += 1;
     QVERIFY(started > 0);
     QCOMPARE(started, finished);
+  }
+
+  // The Model panel's LoRA list: a file added with a weight, the weight
+  // changed in its spin box, applied unmerged to a run, then removed.
+  void lora_list_end_to_end() {
+    if (!have_model_) QSKIP(qPrintable("no embedded model: " + model_note_));
+    // A one-module kohya LoRA for the embedded model's first attn1.to_q.
+    const auto unet =
+        io::SafetensorsFile::open(pipeline::embedded_model_dir() / "unet" / "diffusion_pytorch_model.safetensors");
+    std::string module;
+    Shape shape;
+    for (const auto& e : unet.entries()) {
+      if (e.name.ends_with("attn1.to_q.weight")) {
+        module = e.name.substr(0, e.name.size() - 7);
+        shape = e.shape;
+        break;
+      }
+    }
+    QVERIFY(!module.empty());
+    std::string kohya = "lora_unet_" + module;
+    std::replace(kohya.begin(), kohya.end(), '.', '_');
+    QTemporaryDir dir;
+    const std::string file = dir.filePath("style.safetensors").toStdString();
+    io::write_safetensors(
+        file,
+        {{kohya + ".lora_down.weight",
+          HostTensor::from_f32({2, shape[1]}, std::vector<float>(static_cast<std::size_t>(2 * shape[1]), 0.1f))},
+         {kohya + ".lora_up.weight",
+          HostTensor::from_f32({shape[0], 2}, std::vector<float>(static_cast<std::size_t>(2 * shape[0]), 0.1f))}});
+
+    auto w = make_window();
+    auto* list = w->findChild<LoraList*>("loraList");
+    QVERIFY(list);
+    list->add_file(QString::fromStdString(file), 0.5);
+    QCOMPARE(w->current_config().loras.size(), std::size_t{1});
+    auto* weight = list->findChild<QDoubleSpinBox*>("loraWeight");
+    QVERIFY(weight);
+    weight->setValue(0.75);
+    QCOMPARE(w->current_config().loras.front().weight, 0.75);
+    auto* mode = w->findChild<QComboBox*>("loraMode");
+    QVERIFY(mode);
+    mode->setCurrentIndex(mode->findData("unmerged"));
+    QVERIFY(w->current_config().lora_unmerged);
+    QVERIFY2(!w->findChild<MoreSettingsPanel*>("moreSettingsPanel")->keys().contains("lora"),
+             "lora has its own control");
+    if (const char* shots = std::getenv("NANSCOPE_SCREENSHOT_DIR"))
+      w->findChild<QDockWidget*>("modelDock")->grab().save(QString(shots) + "/lora_list.png");
+
+    QSignalSpy done(w.get(), &MainWindow::runCompleted);
+    press_run(*w, 2, "a red circle");
+    QVERIFY(done.wait(300000));
+    const RunFinished f = done.front().front().value<RunFinished>();
+    QVERIFY2(f.ok, qPrintable(f.error));
+    const ImageView* img = w->result_panel()->current();
+    QVERIFY(img);
+    QCOMPARE(img->report.loras.size(), std::size_t{1});
+    QCOMPARE(img->report.loras[0].name, std::string("style"));
+    QCOMPARE(img->report.loras[0].weight, 0.75);
+    QCOMPARE(img->report.loras[0].modules, 1);
+    QVERIFY(img->report.lora_unmerged);
+
+    list->findChild<QTableWidget*>("loraTable")->selectRow(0);
+    list->findChild<QPushButton*>("loraRemove")->click();
+    QVERIFY(w->current_config().loras.empty());
   }
 
   void drop_model_files_and_recent_files() {

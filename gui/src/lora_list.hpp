@@ -1,0 +1,34 @@
+#pragma once
+// The LoRAs of a run, in the Model panel: a list of files with a weight each
+// (add, remove, change the weight), how they are applied (lora.mode) and the
+// folder <lora:NAME:WEIGHT> prompt tags are found in (lora_dir).
+
+#include <QWidget>
+
+#include "engine_types.hpp"
+
+class QComboBox;
+class QLineEdit;
+class QTableWidget;
+
+namespace nanscope::gui {
+
+class LoraList : public QWidget {
+  Q_OBJECT
+ public:
+  explicit LoraList(QWidget* parent = nullptr);
+  void load(const RunConfig& config);
+  void store(RunConfig& config) const;
+  // Adds a file with weight 1 (the Add button's dialog, a drop, tests).
+  void add_file(const QString& path, double weight = 1.0);
+
+ signals:
+  void changed();
+
+ private:
+  QTableWidget* table_;
+  QComboBox* mode_;
+  QLineEdit* dir_;
+};
+
+}  // namespace nanscope::gui

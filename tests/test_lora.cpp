@@ -1,0 +1,359 @@
+// LoRA files (models/lora.hpp, config/lora_list.hpp) against diffusers on the
+// tiny random-weight SD 1.x pipeline (tests/oracles/pipeline_oracle.py): the
+// oracle (tests/oracles/lora_oracle.py) writes one LoRA in each format —
+// kohya (diffusers names), kohya with LDM UNet names, diffusers/PEFT written
+// by diffusers' save_lora_weights — converts the keys with diffusers'
+// lora_state_dict and fuses them with PEFT's arithmetic by hand (peft is not in
+// the test venv; see the oracle's docstring), and runs StableDiffusionPipeline
+// from NaNscope's initial latent. Linear LoRA on both attentions and the
+// feed-forward, a 1x1 conv (proj_in), a 3x3 conv (LoCon) and the text encoder.
+//
+// Tolerances: f32, merged or unmerged, vs diffusers in float32, 3 steps: the
+// final latent's worst nmse observed 1.2e-11 (merged and unmerged alike; max
+// abs error 4.4e-6 of max|want|, NANSCOPE_TOL_REPORT=1); bound 1e-8 and 1e-4,
+// as tests/test_pipeline.cpp.
+// Pixels (uint8) may differ by rounding at the 0.5 boundary: at most 2 levels.
+// A LoRA that were ignored moves the latent by nmse ~0.5 here: the test would fail.
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "backend/device.hpp"
+#include "config/a1111.hpp"
+#include "config/lora_list.hpp"
+#include "config/run_config.hpp"
+#include "core/error.hpp"
+#include "io/file_hash.hpp"
+#include "io/safetensors.hpp"
+#include "models/lora.hpp"
+#include "pipeline/session.hpp"
+#include "support/compare.hpp"
+#include "support/errors.hpp"
+#include "support/oracle.hpp"
+
+namespace nanscope {
+namespace {
+
+namespace fs = std::filesystem;
+using test::expect_contains;
+
+struct Capture final : pipeline::RunObserver {
+  std::vector<float> noise;
+  Shape noise_shape;
+  std::vector<pipeline::GeneratedImage> images;
+  std::vector<pipeline::RunReport> reports;
+  void on_initial_noise(int, const Shape& s, std::span<const float> v) override {
+    noise.assign(v.begin(), v.end());
+    noise_shape = s;
+  }
+  void on_image(const pipeline::GeneratedImage& img, const pipeline::RunReport& r) override {
+    images.push_back(img);
+    reports.push_back(r);
+  }
+};
+
+const fs::path& model_dir() { return test::tiny_sd_pipeline_dir(); }
+
+std::string first_device() {
+  for (const auto& d : enumerate_devices().devices)
+    if (d.kind != DeviceKind::simulator) return d.id;
+  return "reference";
+}
+
+// The oracle's three LoRA files, made once per process, and their A1111 hashes.
+struct LoraFiles {
+  fs::path dir;
+  nlohmann::json hashes;
+};
+const LoraFiles& lora_files() {
+  static test::TempDir dir;
+  static LoraFiles files;
+  if (files.dir.empty()) {
+    const auto r = test::run_oracle("lora_oracle.py", {"make", model_dir().string(), dir.path().string()});
+    files.hashes = nlohmann::json::parse(r.out.substr(r.out.rfind('{')));
+    files.dir = dir.path();
+  }
+  return files;
+}
+
+RunConfig base_config() {
+  RunConfig c;
+  c.model = model_dir().string();
+  c.prompt = "a red circle on a blue background";
+  c.negative_prompt = "green";
+  c.steps = 3;
+  c.cfg_scale = 7.0;
+  c.seed = 42;
+  c.set("noise", "torch-cpu");
+  c.device = first_device();
+  return c;
+}
+
+Capture run(pipeline::Session& s, const RunConfig& c) {
+  Capture cap;
+  s.generate(c, &cap);
+  EXPECT_EQ(cap.images.size(), 1u);
+  return cap;
+}
+
+HostTensor latent_of(const Capture& c) {
+  return HostTensor::from_f32(c.images.at(0).latent_shape, c.images.at(0).latent);
+}
+
+int worst_pixel(const io::RgbImage& img, const HostTensor& want) {
+  const int h = img.height, w = img.width;
+  int worst = 0;
+  for (int c = 0; c < 3; ++c)
+    for (int i = 0; i < h * w; ++i) {
+      const int ref = static_cast<int>(std::nearbyint(want.get(c * h * w + i) * 255.0f));
+      worst = std::max(worst, std::abs(ref - img.pixels[static_cast<std::size_t>(i * 3 + c)]));
+    }
+  return worst;
+}
+
+double nmse(const HostTensor& a, const HostTensor& b) {
+  double num = 0, den = 0;
+  for (std::int64_t i = 0; i < a.numel(); ++i) {
+    num += std::pow(a.get(i) - b.get(i), 2);
+    den += std::pow(b.get(i), 2);
+  }
+  return num / den;
+}
+
+TEST(Lora, MergedAndUnmergedMatchDiffusersInEachFormat) {
+  NANSCOPE_REQUIRE_PYTHON();
+  const LoraFiles& files = lora_files();
+  pipeline::Session session;
+  RunConfig cfg = base_config();
+  const Capture plain = run(session, cfg);
+  ASSERT_FALSE(plain.noise.empty());
+
+  test::TempDir io_dir;
+  io::write_safetensors(io_dir / "in.safetensors", {{"noise", HostTensor::from_f32(plain.noise_shape, plain.noise)}});
+  const std::string kohya = (files.dir / "kohya.safetensors").string();
+  const std::string peft = (files.dir / "peft.safetensors").string();
+  test::run_oracle("lora_oracle.py", {"run", model_dir().string(), (io_dir / "in.safetensors").string(),
+                                      (io_dir / "out.safetensors").string(), cfg.prompt, cfg.negative_prompt, "3",
+                                      "7.0", "42", kohya + ":0.8", peft + ":-0.5"});
+  const auto out = io::SafetensorsFile::open(io_dir / "out.safetensors");
+
+  struct Case {
+    std::string file;
+    double weight;
+    int oracle;
+    std::string format;
+  };
+  const Case cases[] = {{"kohya.safetensors", 0.8, 0, "kohya"},
+                        {"kohya_ldm.safetensors", 0.8, 0, "kohya (LDM names)"},
+                        {"peft.safetensors", -0.5, 1, "diffusers/PEFT"}};
+  for (const Case& c : cases) {
+    for (const bool unmerged : {false, true}) {
+      SCOPED_TRACE(c.file + (unmerged ? " unmerged" : " merged"));
+      RunConfig lc = cfg;
+      lc.loras = {{(files.dir / c.file).string(), c.weight}};
+      lc.lora_unmerged = unmerged;
+      if (unmerged && c.oracle == 0) lc.set("inspect.trace", "always");
+      const Capture got = run(session, lc);
+      ASSERT_EQ(got.images.size(), 1u);
+      EXPECT_EQ(got.noise, plain.noise);
+      const HostTensor want = out.read("latent_" + std::to_string(c.oracle), DType::f32);
+      EXPECT_TRUE(
+          test::tensors_close(latent_of(got), want, {1e-8, 1e-4}, false, unmerged ? "lora unmerged" : "lora merged"));
+      EXPECT_GT(nmse(latent_of(plain), want), 1e-3) << "the LoRA must change the result";
+      EXPECT_LE(worst_pixel(got.images[0].image, out.read("image_" + std::to_string(c.oracle), DType::f32)), 2);
+      // The report names the LoRA, its hash (A1111's, as Python computes it) and what it patched.
+      const auto& r = got.reports.at(0);
+      ASSERT_EQ(r.loras.size(), 1u);
+      EXPECT_EQ(r.loras[0].short_hash, files.hashes.at(c.file).get<std::string>());
+      EXPECT_EQ(r.loras[0].modules, 10);  // 7 UNet + 3 text encoder modules
+      EXPECT_EQ(r.loras[0].format, c.format);
+      EXPECT_EQ(r.loras[0].weight, c.weight);
+      EXPECT_EQ(r.lora_unmerged, unmerged);
+      EXPECT_EQ(r.outcome, "clean");
+      if (unmerged && c.oracle == 0) {
+        // Unmerged, each patched module runs the LoRA as its own ops, traced under <module>.lora.
+        std::set<std::string> paths;
+        for (const auto& t : r.inspection.traces)
+          for (const auto& op : t.ops) paths.insert(op.path);
+        for (const char* p : {"down_blocks.0.attentions.0.transformer_blocks.0.attn1.to_q.lora.down",
+                              "down_blocks.0.attentions.0.transformer_blocks.0.attn1.to_q.lora.up",
+                              "down_blocks.0.attentions.0.transformer_blocks.0.attn1.to_q.lora",
+                              "up_blocks.1.resnets.0.conv1.lora.down", "down_blocks.0.attentions.0.proj_in.lora.up"})
+          EXPECT_TRUE(paths.count(p)) << p;
+      }
+    }
+  }
+}
+
+// A one-module LoRA on attn1.to_q whose delta (4 x 3e4) is past f16's 65504.
+fs::path overflowing_lora(const fs::path& dir) {
+  const fs::path p = dir / "overflow.safetensors";
+  std::vector<float> down(4 * 32, 1.0f), up(32 * 4, 3.0e4f);
+  const std::string k = "lora_unet_down_blocks_0_attentions_0_transformer_blocks_0_attn1_to_q";
+  io::write_safetensors(p, {{k + ".lora_down.weight", HostTensor::from_f32({4, 32}, down)},
+                            {k + ".lora_up.weight", HostTensor::from_f32({32, 4}, up)},
+                            {k + ".alpha", HostTensor::from_f32({}, {4.0f})}});
+  return p;
+}
+
+TEST(Lora, F16OverflowIsTheModulesFaultMergedAndTheBranchsUnmerged) {
+  NANSCOPE_REQUIRE_PYTHON();
+  test::TempDir dir;
+  pipeline::Session session;
+  RunConfig cfg = base_config();
+  cfg.steps = 1;
+  cfg.set("unet.dtype", "f16");
+  cfg.loras = {{overflowing_lora(dir.path()).string(), 1.0}};
+  const Capture merged = run(session, cfg);
+  const auto& rm = merged.reports.at(0);
+  EXPECT_EQ(rm.inspection.origin, "unet.down_blocks.0.attentions.0.transformer_blocks.0.attn1.to_q")
+      << rm.inspection.summary;
+  ASSERT_EQ(rm.loras.size(), 1u);
+  ASSERT_EQ(rm.loras[0].overflows.size(), 1u);
+  expect_contains(rm.loras[0].overflows[0], {"attn1.to_q", "f16"});
+
+  cfg.lora_unmerged = true;
+  const Capture branch = run(session, cfg);
+  const auto& ru = branch.reports.at(0);
+  EXPECT_EQ(ru.inspection.origin, "unet.down_blocks.0.attentions.0.transformer_blocks.0.attn1.to_q.lora.up")
+      << ru.inspection.summary;
+  EXPECT_TRUE(ru.loras.at(0).overflows.empty());
+}
+
+// Writes a small kohya-form file with the given tensors.
+fs::path write_lora(const fs::path& dir, const std::string& name,
+                    const std::vector<std::pair<std::string, Shape>>& tensors) {
+  std::vector<std::pair<std::string, HostTensor>> t;
+  for (const auto& [k, s] : tensors) {
+    std::vector<float> v(static_cast<std::size_t>(shape_numel(s)), 0.01f);
+    t.emplace_back(k, HostTensor::from_f32(s, v));
+  }
+  io::write_safetensors(dir / name, t);
+  return dir / name;
+}
+
+std::string load_error(pipeline::Session& s, const fs::path& lora) {
+  RunConfig cfg = base_config();
+  cfg.steps = 1;
+  cfg.loras = {{lora.string(), 1.0}};
+  return test::error_of<FileError>([&] { s.generate(cfg); });
+}
+
+TEST(Lora, BadFilesAreRefusedNamingTheFileAndKey) {
+  NANSCOPE_REQUIRE_PYTHON();
+  test::TempDir dir;
+  pipeline::Session session;
+  const std::string q = "lora_unet_down_blocks_0_attentions_0_transformer_blocks_0_attn1_to_q";
+  const std::string k2 = "lora_unet_down_blocks_0_attentions_0_transformer_blocks_0_attn2_to_k";
+  // A down weight that does not take the module's 32 inputs.
+  expect_contains(
+      load_error(session, write_lora(dir.path(), "shape.safetensors",
+                                     {{q + ".lora_down.weight", {4, 33}}, {q + ".lora_up.weight", {32, 4}}})),
+      {"shape.safetensors", q + ".lora_down.weight", "[4,33]", "attn1.to_q", "[32,32]"});
+  // SDXL's text embeddings are 2048 wide: its attn2.to_k LoRA names the family.
+  expect_contains(
+      load_error(session, write_lora(dir.path(), "xl_k.safetensors",
+                                     {{k2 + ".lora_down.weight", {4, 2048}}, {k2 + ".lora_up.weight", {32, 4}}})),
+      {"xl_k.safetensors", "2048 wide (SDXL)", "SD 1.x"});
+  // SDXL's second text encoder.
+  expect_contains(
+      load_error(session,
+                 write_lora(dir.path(), "xl_te2.safetensors",
+                            {{"lora_te2_text_model_encoder_layers_0_self_attn_q_proj.lora_down.weight", {4, 1280}},
+                             {"lora_te2_text_model_encoder_layers_0_self_attn_q_proj.lora_up.weight", {1280, 4}}})),
+      {"xl_te2.safetensors", "an SDXL LoRA", "text_encoder_2", "SD 1.x"});
+  // Modules the model does not have: counted, with examples.
+  expect_contains(
+      load_error(session, write_lora(dir.path(), "unknown.safetensors",
+                                     {{q + ".lora_down.weight", {4, 32}},
+                                      {q + ".lora_up.weight", {32, 4}},
+                                      {"lora_unet_down_blocks_7_attentions_0_proj_in.lora_down.weight", {4, 32}},
+                                      {"lora_unet_down_blocks_7_attentions_0_proj_in.lora_up.weight", {32, 4}}})),
+      {"unknown.safetensors", "1 of its 2 modules", "lora_unet_down_blocks_7_attentions_0_proj_in.lora_down.weight",
+       "another model family"});
+  // Keys of no LoRA form, a missing partner, LyCORIS: refused when read.
+  const auto read_error = [&](const fs::path& p) {
+    return test::error_of<FileError>([&] { models::read_lora_file({p, 1.0, "test"}); });
+  };
+  expect_contains(read_error(write_lora(dir.path(), "keys.safetensors",
+                                        {{q + ".lora_down.weight", {4, 32}},
+                                         {q + ".lora_up.weight", {32, 4}},
+                                         {"model.diffusion_model.out.0.weight", {4}}})),
+                  {"keys.safetensors", "1 of 3 keys", "model.diffusion_model.out.0.weight"});
+  expect_contains(read_error(write_lora(dir.path(), "half.safetensors", {{q + ".lora_down.weight", {4, 32}}})),
+                  {"half.safetensors", q + ".lora_down.weight", "no up"});
+  expect_contains(read_error(write_lora(dir.path(), "loha.safetensors", {{q + ".hada_w1_a", {4, 32}}})),
+                  {"loha.safetensors", "LoHa"});
+  // A truncated file: the safetensors reader names it before any byte is used.
+  const fs::path whole = write_lora(dir.path(), "whole.safetensors",
+                                    {{q + ".lora_down.weight", {4, 32}}, {q + ".lora_up.weight", {32, 4}}});
+  fs::copy_file(whole, dir / "cut.safetensors");
+  fs::resize_file(dir / "cut.safetensors", fs::file_size(whole) - 100);
+  expect_contains(read_error(dir / "cut.safetensors"), {"cut.safetensors"});
+  expect_contains(read_error(dir / "missing.safetensors"), {"missing.safetensors", "does not exist"});
+}
+
+TEST(Lora, PromptTagsAreFoundInLoraDirAndLeftOutOfTheText) {
+  NANSCOPE_REQUIRE_PYTHON();
+  const LoraFiles& files = lora_files();
+  test::TempDir dir;
+  fs::create_directories(dir / "styles");
+  fs::copy_file(files.dir / "kohya.safetensors", dir / "styles" / "circle.safetensors");
+  pipeline::Session session;
+  RunConfig tagged = base_config();
+  tagged.steps = 2;
+  tagged.prompt = "a red circle <lora:circle:0.8>on a blue background";
+  // Without a folder to look in: the setting is named.
+  expect_contains(test::error_of<ConfigError>([&] { session.generate(tagged); }), {"lora_dir", "<lora:circle:0.8>"});
+  tagged.lora_dir = dir.path().string();
+  const Capture a = run(session, tagged);
+  RunConfig given = base_config();
+  given.steps = 2;
+  given.prompt = "a red circle on a blue background";
+  given.loras = {{(files.dir / "kohya.safetensors").string(), 0.8}};
+  const Capture b = run(session, given);
+  EXPECT_EQ(a.images.at(0).latent, b.images.at(0).latent);  // same LoRA, same text for the tokenizer
+  ASSERT_EQ(a.reports.at(0).loras.size(), 1u);
+  EXPECT_EQ(a.reports[0].loras[0].name, "circle");
+  expect_contains(a.reports[0].loras[0].origin, {"<lora:circle:0.8>"});
+  // A1111's "Lora hashes" names it with its hash; the prompt keeps the tag, as A1111's does.
+  const std::string text = a1111_parameters(tagged);
+  expect_contains(text, {"<lora:circle:0.8>",
+                         "Lora hashes: \"circle: " + files.hashes.at("kohya.safetensors").get<std::string>() + "\""});
+}
+
+TEST(LoraList, SettingAndPromptSyntax) {
+  const auto l = parse_lora_list(" a.safetensors:0.8, C:\\l\\b.safetensors ,/x/c.safetensors:-1.5");
+  ASSERT_EQ(l.size(), 3u);
+  EXPECT_EQ(l[0], (LoraRef{"a.safetensors", 0.8}));
+  EXPECT_EQ(l[1], (LoraRef{"C:\\l\\b.safetensors", 1.0}));
+  EXPECT_EQ(l[2], (LoraRef{"/x/c.safetensors", -1.5}));
+  EXPECT_EQ(parse_lora_list(format_lora_list(l)), l);
+  RunConfig c;
+  c.set("lora", "a.safetensors:0.5");
+  c.set("lora.mode", "unmerged");
+  EXPECT_EQ(c.loras, (std::vector<LoraRef>{{"a.safetensors", 0.5}}));
+  EXPECT_TRUE(c.lora_unmerged);
+  expect_contains(test::error_of<ConfigError>([&] { c.set("lora", "a.safetensors:1000"); }),
+                  {"\"lora\"", "-100 to 100"});
+  expect_contains(test::error_of<ConfigError>([&] { c.set("lora", ":0.5"); }), {"\"lora\"", "FILE:WEIGHT"});
+  expect_contains(test::error_of<ConfigError>([&] { c.set("lora.mode", "fused"); }), {"lora.mode", "unmerged"});
+  add_loras(c, "b.safetensors", "--lora");
+  EXPECT_EQ(c.loras.size(), 2u);
+
+  const auto tags = prompt_loras("x <lora:one> y <lora:two:0.25>");
+  ASSERT_EQ(tags.size(), 2u);
+  EXPECT_EQ(tags[0].name, "one");
+  EXPECT_EQ(tags[0].weight, 1.0);
+  EXPECT_EQ(tags[1].weight, 0.25);
+  EXPECT_EQ(strip_lora_tags("x <lora:one> y <lora:two:0.25>"), "x  y ");
+  expect_contains(test::error_of<ConfigError>([&] { prompt_loras("<lora:a:1:0.5>"); }), {"<lora:a:1:0.5>", "TE"});
+  expect_contains(test::error_of<ConfigError>([&] { prompt_loras("<lora:a:x>"); }), {"\"x\"", "not a number"});
+}
+
+}  // namespace
+}  // namespace nanscope
