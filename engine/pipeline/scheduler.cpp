@@ -13,8 +13,8 @@
 namespace nanscope::pipeline {
 
 Sampler::Sampler(SchedulerConfig config) : config_(std::move(config)) {
-  // Euler, Euler ancestral and DPM++ keep the zero-SNR terminal alpha finite; DDIM does not.
-  alphas_cumprod_ = schedule::alphas_cumprod(config_, config_.kind != SamplerId::ddim);
+  // The sigma samplers keep the zero-SNR terminal alpha finite; DDIM, DDPM and LCM do not.
+  alphas_cumprod_ = schedule::alphas_cumprod(config_, is_sigma_sampler(config_.kind));
   train_sigmas_ = schedule::training_sigmas(alphas_cumprod_);
 }
 
@@ -66,7 +66,7 @@ void Sampler::scale_model_input(Backend& be, const Tensor& sample, Tensor& out, 
                                 std::int64_t out_offset) const {
   float divisor = 1.0f;
   if (scales_model_input()) {
-    const float sigma = sigmas_.at(static_cast<std::size_t>(step_index));
+    const float sigma = input_sigma(step_index);
     divisor = std::sqrt(sigma * sigma + 1.0f);
   }
   // x / 1 is x: the unscaled samplers copy through the same op.
@@ -114,13 +114,39 @@ void Sampler::step(std::span<const float> model_output, std::span<float> sample,
   if (!denoised.empty()) copy_back(be, d, denoised);
 }
 
+void Sampler::apply_sigma_schedule(std::vector<double>& sig, std::vector<double>& ts, int n) const {
+  const SchedulerConfig& c = config_;
+  std::vector<double> out;
+  if (c.use_karras_sigmas) {
+    out = schedule::karras_sigmas(c.sigma_min.value_or(sig.back()), c.sigma_max.value_or(sig.front()), n);
+  } else if (c.use_exponential_sigmas) {
+    out = schedule::exponential_sigmas(c.sigma_min.value_or(sig.back()), c.sigma_max.value_or(sig.front()), n);
+  } else {
+    out = schedule::kdiffusion_sigmas(c.schedule, n, train_sigmas_);
+  }
+  if (out.empty()) return;
+  const std::vector<float> log_sigmas = schedule::log_sigmas(train_sigmas_);
+  sig = out;
+  ts.clear();
+  for (double s : sig) ts.push_back(schedule::sigma_to_t(s, log_sigmas));
+}
+
 std::unique_ptr<Sampler> make_sampler(const SchedulerConfig& config) {
   switch (config.kind) {
     case SamplerId::euler: return make_euler_sampler(config);
     case SamplerId::euler_a: return make_euler_ancestral_sampler(config);
     case SamplerId::ddim: return make_ddim_sampler(config);
     case SamplerId::dpmpp_2m:
-    case SamplerId::dpmpp_2m_karras: return make_dpmpp_sampler(config);
+    case SamplerId::dpmpp_2m_sde: return make_dpmpp_sampler(config);
+    case SamplerId::dpmpp_sde: return make_dpmpp_sde_sampler(config);
+    case SamplerId::heun: return make_heun_sampler(config);
+    case SamplerId::lms: return make_lms_sampler(config);
+    case SamplerId::ddpm: return make_ddpm_sampler(config);
+    case SamplerId::lcm: return make_lcm_sampler(config);
+    case SamplerId::unipc:
+      throw ConfigError(
+          "sampler unipc (UniPCMultistepScheduler) is not implemented yet in this version; pick "
+          "dpmpp_2m (the closest multistep solver) or another sampler");
   }
   throw ConfigError("unknown sampler kind");
 }
