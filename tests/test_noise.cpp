@@ -235,17 +235,18 @@ TEST(NanscopeNoise, MatchesNumpyOracle) {
 }
 
 // torch.manual_seed(0); torch.randn(3, 4, device="cuda"): the values A1111's
-// modules/rng_philox.py documents (printed to 8 decimals) for its NV source.
+// modules/rng_philox.py documents as a GPU's output. Its NV computation (ours,
+// checked bit for bit below) gets within 2.6e-7 of them, not bit for bit: CUDA
+// rounds x to float before scaling and computes sin with the __sincosf hardware
+// approximation, which no CPU formula reproduces exactly. Bound: 3e-7 (measured
+// worst 2.64e-7, element 9; a wrong Philox word or offset would be off by ~1).
 TEST(TorchCudaNoise, KnownCudaValues) {
   const std::vector<double> want = {-0.92466259, -0.42534415, -2.6438457,  0.14518388,  -0.12086647, -0.57972564,
                                     -0.62285122, -0.32838709, -1.07454231, -0.36314407, -1.67105067, 2.26550497};
   TorchCudaNoise noise(0);
   std::vector<float> got(12);
   noise.randn(got);
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    // 8 decimals: the printed value is within 5e-9 of the float.
-    EXPECT_NEAR(got[i], want[i], 6e-9) << "element " << i;
-  }
+  for (std::size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 3e-7) << "element " << i;
   EXPECT_EQ(noise.name(), "torch-cuda");
 }
 

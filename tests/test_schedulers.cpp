@@ -418,7 +418,12 @@ TEST(Schedulers, MoreSamplersMatchDiffusers) {
   uni["solver_order"] = 3;
   add("unipc", uni, 10);
   uni["solver_type"] = "bh1";
+  // bh1 ends in NaN in diffusers 0.31 with a final sigma of 0 (B(h) = -h = -inf times a
+  // zero correction); we give the limit, x0. Compared where diffusers is finite:
+  uni["final_sigmas_type"] = "sigma_min";
   add("unipc", uni, 8);
+  uni.erase("final_sigmas_type");
+  uni["solver_type"] = "bh2";
   uni["solver_order"] = 2;
   uni["use_karras_sigmas"] = true;
   add("unipc", uni, 6);
@@ -435,12 +440,16 @@ TEST(Schedulers, MoreSamplersMatchDiffusers) {
     auto sampler = make(c);
     sampler->set_timesteps(c["steps"].get<int>());
     ASSERT_EQ(sampler->num_steps(), r["num_inference_steps"].get<int>());
-    ASSERT_TRUE(close_rel(sampler->timesteps(), o.values(r["timesteps"]), 1e-6, &worst_t)) << "timesteps";
+    // Timesteps in units of the largest: exponential sigmas end at t ~ 5e-8 in diffusers
+    // (its float32 exp) and at 0 here, a difference no model sees.
+    ASSERT_TRUE(close_scaled(sampler->timesteps(), o.values(r["timesteps"]), 1e-6, &worst_t)) << "timesteps";
     ASSERT_TRUE(close_rel(sampler->sigmas(), o.values(r["sigmas"]), 1e-6, &worst_s)) << "sigmas";
     const auto want_init = r["init_noise_sigma"].get<double>();
     ASSERT_NEAR(sampler->init_noise_sigma(), want_init, 1e-6 * want_init) << "init_noise_sigma";
     const bool two_calls = sampler->calls_per_step() == 2;
-    if (two_calls) EXPECT_EQ(sampler->num_steps(), 2 * c["steps"].get<int>() - 1);
+    if (two_calls) {
+      EXPECT_EQ(sampler->num_steps(), 2 * c["steps"].get<int>() - 1);
+    }
     sampler->set_timesteps(c["steps"].get<int>());
     if (!check_run(*sampler, o, c, r, worst, worst_x0, worst_in)) break;
   }

@@ -117,9 +117,11 @@ class NanscopeNoise final : public NoiseSource {
 //   value = float(sqrt(-2 ln u) * sin(v)), computed in double (as rng_philox.py does).
 // So the d-th randn() call of the source is offset d: the initial latent, then
 // one draw per noise-using step, the order A1111 and diffusers use a CUDA
-// generator in. Limits: CUDA computes sin with its fast intrinsic, in float, so
-// a value may differ from a real GPU's in its last bit (A1111's NV source makes
-// the same approximation); and the one-element-per-thread layout holds while a
+// generator in. Limits: this is A1111's NV computation bit for bit, not a GPU's:
+// curand rounds x0 to float before scaling and computes sin with the __sincosf
+// hardware approximation, which no CPU formula reproduces, so a value differs
+// from torch-on-CUDA's by a few float ulps (at most 2.6e-7 on the 12 values
+// A1111 documents from a GPU); and the one-element-per-thread layout holds while a
 // draw has no more elements than the GPU runs threads (multiprocessors x 2048,
 // e.g. 270,336 on an H100: every SD latent up to 2048x2048).
 class TorchCudaNoise final : public NoiseSource {

@@ -1,5 +1,6 @@
 #include "pipeline/scheduler.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -28,11 +29,15 @@ void Sampler::set_timesteps(int steps) {
   sigmas_.clear();
   make_schedule(steps);
   reset_state();
-  if (num_steps() != steps) {
+  const int made = step_of_call(num_steps() - 1) + 1;  // sampler steps (Heun: 2n-1 calls for n)
+  if (made != steps && config_.schedule == ScheduleId::ddim_uniform) {
+    log::warn("{}: the ddim_uniform schedule (every {}th training sigma, ComfyUI's rule) gives {} steps for {}",
+              sampler_name(kind()), std::max(config_.num_train_timesteps / steps, 1), made, steps);
+  } else if (made != steps) {
     log::warn(
         "{}: {} spacing with {} steps gives {} timesteps in diffusers (last t = {}); running them all, as "
         "diffusers does",
-        sampler_name(kind()), to_string(config_.timestep_spacing), steps, num_steps(), timesteps_.back());
+        sampler_name(kind()), to_string(config_.timestep_spacing), steps, made, timesteps_.back());
   }
 }
 
@@ -143,10 +148,7 @@ std::unique_ptr<Sampler> make_sampler(const SchedulerConfig& config) {
     case SamplerId::lms: return make_lms_sampler(config);
     case SamplerId::ddpm: return make_ddpm_sampler(config);
     case SamplerId::lcm: return make_lcm_sampler(config);
-    case SamplerId::unipc:
-      throw ConfigError(
-          "sampler unipc (UniPCMultistepScheduler) is not implemented yet in this version; pick "
-          "dpmpp_2m (the closest multistep solver) or another sampler");
+    case SamplerId::unipc: return make_unipc_sampler(config);
   }
   throw ConfigError("unknown sampler kind");
 }

@@ -51,8 +51,10 @@ class Sampler {
   // resets the sampler's state. Throws ConfigError for a bad count.
   void set_timesteps(int steps);
 
-  // Steps to run. Equals the requested count except where diffusers itself yields
-  // one more (trailing spacing for some counts, e.g. 61 of 1000: it appends t=-1);
+  // Model calls to run (see calls_per_step()). For one-call samplers the requested
+  // step count, except where diffusers itself yields one more (trailing spacing for
+  // some counts, e.g. 61 of 1000: it appends t=-1) or the ddim_uniform schedule
+  // gives another count;
   // we reproduce that and log a warning.
   int num_steps() const { return static_cast<int>(timesteps_.size()); }
   // The timestep fed to the model at each step (fractional for Euler with Karras sigmas).

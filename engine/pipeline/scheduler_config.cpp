@@ -105,6 +105,12 @@ SchedulerConfig SchedulerConfig::defaults(SamplerId kind) {
     c.timestep_spacing = TimestepSpacing::leading;
   }
   if (kind == SamplerId::unipc) c.solver_type = DpmSolverType::bh2;
+  // Heun, DPM++ SDE and LCM default to SD's betas ("sensible defaults" in diffusers), LCM scaled_linear.
+  if (kind == SamplerId::heun || kind == SamplerId::dpmpp_sde || kind == SamplerId::lcm) {
+    c.beta_start = 0.00085;
+    c.beta_end = 0.012;
+  }
+  if (kind == SamplerId::lcm) c.beta_schedule = BetaSchedule::scaled_linear;
   if (kind == SamplerId::heun || kind == SamplerId::lcm) c.clip_sample = false;
   return c;
 }
