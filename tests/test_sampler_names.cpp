@@ -143,6 +143,10 @@ TEST(SamplerNames, InfotextWrittenAsA1111AndReadBack) {
   EXPECT_EQ(back.schedule, K::karras);
   EXPECT_EQ(back.noise, NoiseKind::torch_cuda);
 
+  // A plain name reads back as schedule=default (NaNscope writes default so).
+  const RunConfig plain = run_config_from_a1111("a cat\nSteps: 20, Sampler: Euler a, CFG scale: 7, Seed: 5");
+  EXPECT_EQ(plain.sampler, S::euler_a);
+  EXPECT_EQ(plain.schedule, K::class_default);
   const RunConfig old = run_config_from_a1111("a cat\nSteps: 20, Sampler: DPM++ SDE Karras, CFG scale: 7, Seed: 5");
   EXPECT_EQ(old.sampler, S::dpmpp_sde);
   EXPECT_EQ(old.schedule, K::karras);

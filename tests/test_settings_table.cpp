@@ -266,15 +266,10 @@ TEST(SettingsTable, A1111TextRoundTripsTheKeysWithA1111Names) {
   // The defaults round-trip too (Size is left out while the model decides it).
   const RunConfig plain = run_config_from_a1111(a1111_parameters(RunConfig{}));
   for (const Setting& row : settings()) {
-    // schedule=default (the diffusers class's own sigmas) has no A1111 name: the
-    // field is left out, and A1111 text without it means A1111's own default for
-    // the sampler (k-diffusion's spacing, our `normal`, for Euler).
-    if (row.key == "schedule") continue;
     if (!row.a1111.empty() && row.a1111_read) {
       EXPECT_EQ(row.get(plain), row.default_json()) << row.key;
     }
   }
-  EXPECT_EQ(plain.schedule, ScheduleId::normal);
   // A bad value names the A1111 field and the range of the row behind it.
   expect_contains(error_of([&] { run_config_from_a1111("p\nSteps: 0, Sampler: Euler, Seed: 1"); }),
                   {"Steps: 0", "\"steps\"", "from 1 to 10000"});

@@ -13,6 +13,10 @@
 // samplers_k_diffusion options). DDIM, UniPC, DDPM and LCM are timestep
 // samplers there: their schedule is ours `default`.
 //
+// run_config_from_a1111 (the settings table) reads a plain name without
+// "Schedule type" as schedule=default instead: that is the text NaNscope
+// writes for default (which A1111 has no name for), and it must read back.
+//
 // ComfyUI KSampler: sampler_name ("dpmpp_2m", "euler_ancestral", "uni_pc",
 // ...) and scheduler ("normal", "karras", "exponential", "sgm_uniform",
 // "simple", "ddim_uniform"), as comfy/samplers.py names them.

@@ -229,6 +229,11 @@ void sampler_row_from_a1111(RunConfig& c, const std::string& value, const A1111F
   if (const auto choice = sampler_from_a1111(value, type)) {
     c.sampler = choice->sampler;
     c.schedule = choice->schedule;
+    // A plain name without "Schedule type" is also what NaNscope writes for
+    // schedule=default (A1111 has no name for it): read it back as default, so
+    // the text round-trips. sampler_from_a1111() says what A1111 itself ran
+    // for such a name (k-diffusion's own spacing) for callers reproducing it.
+    if (type.empty() && value == sampler_a1111_name(choice->sampler)) c.schedule = ScheduleId::class_default;
     return;
   }
   log::warn("A1111 sampler \"{}\"{} has no NaNscope counterpart; keeping {} with the {} schedule", value,
