@@ -34,7 +34,7 @@ int run_checkpoint_info(const std::string& path);  // cmd_checkpoint_info.cpp
 namespace {
 
 struct GenerateOptions {
-  std::string preset, save_preset, model, vae, prompt, negative, size, sampler, noise, out = "out.png", dump;
+  std::string preset, save_preset, model, vae, prompt, negative, size, sampler, schedule, noise, out = "out.png", dump;
   std::optional<int> steps;
   std::optional<double> cfg;
   std::optional<std::uint64_t> seed;
@@ -85,8 +85,13 @@ class CliObserver final : public pipeline::RunObserver {
                    s.latent.max_abs, s.latent.nonfinite() ? "  NON-FINITE" : "");
       bar_open_ = true;
     } else {
-      std::fprintf(stderr, "image %d step %d/%d t=%.1f %.3f s max|x|=%.4g nonfinite=%lld\n", s.image + 1, s.index + 1,
-                   s.steps, static_cast<double>(s.timestep), s.seconds, s.latent.max_abs,
+      // Two model calls per step (heun, dpmpp_sde): the step and which of its calls.
+      const std::string call = s.sampler_steps != s.steps ? " (step " + std::to_string(s.sampler_step + 1) + "/" +
+                                                                std::to_string(s.sampler_steps) + " call " +
+                                                                std::to_string(s.call_in_step + 1) + ")"
+                                                          : "";
+      std::fprintf(stderr, "image %d step %d/%d%s t=%.1f %.3f s max|x|=%.4g nonfinite=%lld\n", s.image + 1, s.index + 1,
+                   s.steps, call.c_str(), static_cast<double>(s.timestep), s.seconds, s.latent.max_abs,
                    static_cast<long long>(s.latent.nonfinite()));
     }
   }
@@ -135,6 +140,7 @@ int run_generate(const GlobalOptions& g, const GenerateOptions& o) {
   if (o.seed) cfg.set("seed", std::to_string(*o.seed));
   if (o.batch) cfg.set("batch_size", std::to_string(*o.batch));
   if (!o.sampler.empty()) cfg.set("sampler", o.sampler);
+  if (!o.schedule.empty()) cfg.set("schedule", o.schedule);
   if (!o.noise.empty()) cfg.set("noise", o.noise);
   if (!o.nan_policy.empty()) cfg.set("nan_policy", o.nan_policy);
   if (!o.size.empty()) {
@@ -173,6 +179,7 @@ int run_generate(const GlobalOptions& g, const GenerateOptions& o) {
     std::printf("%s  %dx%d  seed %llu  %.2f s sampling, %.2f s decode  %s\n", path.string().c_str(), img.image.width,
                 img.image.height, static_cast<unsigned long long>(img.config.seed), report.sampling_seconds,
                 report.decode_seconds, report.outcome.c_str());
+    if (!report.reproducibility.empty()) std::printf("  note: %s\n", report.reproducibility.c_str());
     if (img.nonfinite_pixels > 0) ++failures;
   }
   // retry-layer-f32: the modules it computed in f32, as settings for the next run.
@@ -223,8 +230,15 @@ void add_generate_command(CLI::App& app, const GlobalOptions& g, Action& action)
   cmd->add_option("--seed", o->seed, "Seed of the first image");
   cmd->add_option("--batch", o->batch, "Images to make (seeds seed, seed+1, ...)");
   cmd->add_option("--size", o->size, "Image size WxH (default: the model's)");
-  cmd->add_option("--sampler", o->sampler, "euler, euler_a, ddim, dpmpp_2m, dpmpp_2m_karras");
-  cmd->add_option("--noise", o->noise, "Noise source: nanscope (same on every device) or torch-cpu (as diffusers)");
+  cmd->add_option("--sampler", o->sampler,
+                  "euler, euler_a, ddim, dpmpp_2m, dpmpp_2m_sde, dpmpp_sde, heun, lms, unipc, ddpm, lcm "
+                  "(dpmpp_2m_karras: dpmpp_2m with --schedule karras)");
+  cmd->add_option("--schedule", o->schedule,
+                  "Sigma schedule: default (the sampler's diffusers class), karras, exponential, sgm_uniform, simple, "
+                  "normal, ddim_uniform");
+  cmd->add_option("--noise", o->noise,
+                  "Noise source: nanscope (same on every device), torch-cpu (as diffusers on the CPU) or torch-cuda "
+                  "(torch.randn on a CUDA GPU: A1111's default)");
   cmd->add_option("--nan-policy", o->nan_policy,
                   "report, stop, retry-vae-f32, retry-vae:PATH or retry-layer-f32 (upcast only the module "
                   "that broke to f32 and redo that call)");

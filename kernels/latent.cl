@@ -23,6 +23,9 @@
 #define NS_LATENT_DPM1 7        // DPM-Solver++ first-order update
 #define NS_LATENT_DPM2 8        // second order (midpoint or heun)
 #define NS_LATENT_DPM3 9        // third order
+#define NS_LATENT_LINCOMB 10    // out = c0*x + c1*m [+ c2*h1 [+ c3*h2]] (flag: terms, 2-4), left to right
+#define NS_LATENT_X0 11         // out = the Euler samplers' x0 of (x, m): c0 sigma, c2 c_out, c3 var
+#define NS_LATENT_DERIV 12      // out = (x - m) / c0                (the ODE derivative, m: x0)
 
 #define NS_PRED_EPSILON 0
 #define NS_PRED_V 1
@@ -159,6 +162,25 @@ inline float ns_latent_element(int op, int pred, int flag, float x, float m, flo
   if (op == NS_LATENT_DPM_X0) return ns_dpm_x0(pred, x, m, c);
   if (op == NS_LATENT_DPM1) return ns_dpm1(x, m, c);
   if (op == NS_LATENT_DPM2) return ns_dpm2(flag, x, m, h1, c);
+  if (op == NS_LATENT_LINCOMB) {
+    const float a = c[0] * x;
+    const float b = c[1] * m;
+    float r = a + b;
+    if (flag >= 3) {
+      const float t = c[2] * h1;
+      r = r + t;
+    }
+    if (flag >= 4) {
+      const float t = c[3] * h2;
+      r = r + t;
+    }
+    return r;
+  }
+  if (op == NS_LATENT_X0) return ns_euler_x0(pred, x, m, c[0], c[2], c[3]);
+  if (op == NS_LATENT_DERIV) {
+    const float diff = x - m;
+    return diff / c[0];
+  }
   return ns_dpm3(x, m, h1, h2, c);
 }
 
@@ -175,8 +197,9 @@ __kernel void latent_step(int op, int pred, int flag, __global const float* x, u
   vstore16(coef, 0, c);
   const int uses_m = op != NS_LATENT_SCALE && op != NS_LATENT_MUL;
   const float mv = uses_m ? m[mo + i] : 0.0f;
-  const float h1v = op >= NS_LATENT_DPM2 ? h1[i] : 0.0f;
-  const float h2v = op == NS_LATENT_DPM3 ? h2[i] : 0.0f;
+  const int lin = op == NS_LATENT_LINCOMB;
+  const float h1v = (op == NS_LATENT_DPM2 || op == NS_LATENT_DPM3 || (lin && flag >= 3)) ? h1[i] : 0.0f;
+  const float h2v = (op == NS_LATENT_DPM3 || (lin && flag >= 4)) ? h2[i] : 0.0f;
   float d;
   const float r = ns_latent_element(op, pred, flag, x[xo + i], mv, h1v, h2v, c, &d);
   out[oo + i] = r;

@@ -32,11 +32,17 @@ struct Capture final : pipeline::RunObserver {
   std::vector<pipeline::GeneratedImage> images;
   std::vector<pipeline::RunReport> reports;
   int steps_seen = 0;
+  std::vector<pipeline::StepReport> steps;
   void on_initial_noise(int, const Shape& s, std::span<const float> v) override {
     noise.assign(v.begin(), v.end());
     noise_shape = s;
   }
-  void on_step(const pipeline::StepReport&) override { ++steps_seen; }
+  void on_step(const pipeline::StepReport& r) override {
+    ++steps_seen;
+    pipeline::StepReport kept = r;
+    kept.stats = {};
+    steps.push_back(std::move(kept));
+  }
   void on_image(const pipeline::GeneratedImage& img, const pipeline::RunReport& r) override {
     images.push_back(img);
     reports.push_back(r);
@@ -79,15 +85,28 @@ int max_pixel_diff(const io::RgbImage& a, const io::RgbImage& b) {
   return m;
 }
 
-void check_against_diffusers(const std::string& sampler) {
+// `calls`: model calls in 5 steps (Heun: 9, the last step being one Euler call).
+// `devices`: where to run (default: every device).
+void check_against_diffusers(const std::string& sampler, int calls = 5, std::vector<std::string> devices = {}) {
   NANSCOPE_REQUIRE_PYTHON();
-  for (const auto& dev : device_ids()) {
+  if (devices.empty()) devices = device_ids();
+  for (const auto& dev : devices) {
     SCOPED_TRACE(sampler + " on " + dev);
     pipeline::Session session;
     const RunConfig cfg = base_config(dev, sampler);
     const Capture cap = run(session, cfg);
     ASSERT_EQ(cap.images.size(), 1u);
-    EXPECT_EQ(cap.steps_seen, 5);
+    EXPECT_EQ(cap.steps_seen, calls);
+    // Every model call is reported (and inspected) with the sampler step it belongs to.
+    for (std::size_t i = 0; i < cap.steps.size(); ++i) {
+      const pipeline::StepReport& r = cap.steps[i];
+      EXPECT_EQ(r.index, static_cast<int>(i));
+      EXPECT_EQ(r.steps, calls);
+      EXPECT_EQ(r.sampler_steps, 5);
+      EXPECT_EQ(r.sampler_step, calls == 5 ? static_cast<int>(i) : static_cast<int>(i) / 2);
+      EXPECT_EQ(r.call_in_step, calls == 5 ? 0 : static_cast<int>(i) % 2);
+      EXPECT_GT(r.latent.count, 0) << "no inspector statistics at call " << i;
+    }
     test::TempDir io_dir;
     io::write_safetensors(io_dir / "in.safetensors", {{"noise", HostTensor::from_f32(cap.noise_shape, cap.noise)}});
     test::run_oracle("pipeline_oracle.py", {"run", model_dir().string(), (io_dir / "in.safetensors").string(),
@@ -116,6 +135,10 @@ void check_against_diffusers(const std::string& sampler) {
 
 TEST(Pipeline, EulerMatchesDiffusers) { check_against_diffusers("euler"); }
 TEST(Pipeline, EulerAncestralMatchesDiffusers) { check_against_diffusers("euler_a"); }
+// Two model calls per step through the whole pipeline (CFG, scaling, reports);
+// on the reference device only (the samplers' arithmetic is the same LATENT_STEP
+// ops on every backend, which the Euler tests above cover).
+TEST(Pipeline, HeunMatchesDiffusers) { check_against_diffusers("heun", 9, {"reference"}); }
 
 // noise.torch_cpu_kernel picks which of torch's transforms the initial noise
 // reproduces; auto is the one torch takes on this CPU (test_noise checks each

@@ -180,7 +180,8 @@ TEST(A1111, ParametersText) {
             "Steps: 20, Sampler: Euler a, CFG scale: 7, Seed: 1, Size: 512x512, Model: nanscope-tiny");
   c.negative_prompt.clear();
   c.cfg_scale = 7.5;
-  c.sampler = SamplerId::dpmpp_2m_karras;
+  c.sampler = SamplerId::dpmpp_2m;
+  c.schedule = ScheduleId::karras;
   c.seed = 18446744073709551615ull;
   c.model = "/models/My, Model: v2.safetensors";
   c.vae = "/models/sd-vae-ft-mse.1/";
@@ -188,7 +189,8 @@ TEST(A1111, ParametersText) {
   c.noise = NoiseKind::torch_cpu;
   c.width = 0;  // left to the model: no Size
   EXPECT_EQ(a1111_parameters(c),
-            "a cat, sitting\nSteps: 20, Sampler: DPM++ 2M Karras, CFG scale: 7.5, Seed: 18446744073709551615, "
+            "a cat, sitting\nSteps: 20, Sampler: DPM++ 2M, Schedule type: Karras, CFG scale: 7.5, "
+            "Seed: 18446744073709551615, "
             "Model: \"My, Model: v2\", VAE: sd-vae-ft-mse.1, Clip skip: 2, RNG: CPU");
 }
 
@@ -221,7 +223,8 @@ TEST(A1111, ParsesItsOwnTextAndA1111s) {
   EXPECT_EQ(a.prompt, "masterpiece, 1girl");
   EXPECT_EQ(a.negative_prompt, "lowres");
   EXPECT_EQ(a.steps, 28);
-  EXPECT_EQ(a.sampler, SamplerId::dpmpp_2m_karras);
+  EXPECT_EQ(a.sampler, SamplerId::dpmpp_2m);
+  EXPECT_EQ(a.schedule, ScheduleId::karras);
   EXPECT_DOUBLE_EQ(a.cfg_scale, 6);
   EXPECT_EQ(a.seed, 3141592653u);
   EXPECT_EQ(a.width, 832);
@@ -329,7 +332,8 @@ TEST(Png, WeReadWhatPilWrites) {
     const auto cfg = config_from_png(got, name);
     ASSERT_TRUE(cfg);
     EXPECT_EQ(cfg->prompt, "café crème, naïve");
-    EXPECT_EQ(cfg->sampler, SamplerId::dpmpp_2m_karras);
+    EXPECT_EQ(cfg->sampler, SamplerId::dpmpp_2m);
+    EXPECT_EQ(cfg->schedule, ScheduleId::karras);
     EXPECT_EQ(cfg->width, 512);
   }
 }

@@ -91,7 +91,8 @@ TEST(RunConfig, SetStoresEveryKey) {
   EXPECT_EQ(c.batch_size, 3);
   EXPECT_EQ(c.width, 1024);
   EXPECT_EQ(c.height, 1080);
-  EXPECT_EQ(c.sampler, SamplerId::dpmpp_2m_karras);
+  EXPECT_EQ(c.sampler, SamplerId::dpmpp_2m);  // the old name: dpmpp_2m with the karras schedule
+  EXPECT_EQ(c.schedule, ScheduleId::karras);
   EXPECT_EQ(c.noise, NoiseKind::torch_cpu);
   EXPECT_EQ(c.clip_skip, 1);
   EXPECT_EQ(c.nan_policy.kind, NanPolicy::Kind::retry_vae);
@@ -144,7 +145,9 @@ TEST(RunConfig, SetErrorsNameTheKeyAndTheAllowedValues) {
   expect_contains(err("unet.attention.softmax", "half"), {"\"unet.attention.softmax\"", "f32, native"});
   expect_contains(err("unet.attention.impl", "flash"), {"\"unet.attention.impl\"", "fused, bmm, sliced"});
   expect_contains(err("unet.attention.slice_size", "0"), {"\"unet.attention.slice_size\"", "from 1 to 65536"});
-  expect_contains(err("sampler", "Euler a"), {"\"sampler\"", "euler, euler_a, ddim, dpmpp_2m, dpmpp_2m_karras"});
+  expect_contains(
+      err("sampler", "Euler a"),
+      {"\"sampler\"", "euler, euler_a, ddim, dpmpp_2m, dpmpp_2m_sde, dpmpp_sde, heun, lms, unipc, ddpm, lcm"});
   expect_contains(err("noise", "gpu"), {"\"noise\"", "nanscope, torch-cpu"});
   expect_contains(err("nan_policy", "retry-vae:"), {"\"nan_policy\"", "report, stop, retry-vae-f32, retry-vae:PATH"});
   expect_contains(err("steps", "twenty"), {"\"steps\"", "from 1 to 10000", "\"twenty\""});
@@ -315,8 +318,9 @@ TEST(Preset, BadKeysAndValuesNameTheFileTheKeyPathAndTheAllowedValues) {
   expect_contains(load_err(R"({"nanscope_preset": 1, "seeds": [1, "x"]})"), {"\"seeds[1]\""});
   expect_contains(load_err(R"({"nanscope_preset": 1, "seeds": [1, 2], "batch_size": 3})"),
                   {"\"batch_size\"", "conflicts"});
-  expect_contains(load_err(R"({"nanscope_preset": 1, "sampler": "plms"})"),
-                  {"\"sampler\"", "euler, euler_a, ddim, dpmpp_2m, dpmpp_2m_karras"});
+  expect_contains(
+      load_err(R"({"nanscope_preset": 1, "sampler": "plms"})"),
+      {"\"sampler\"", "euler, euler_a, ddim, dpmpp_2m, dpmpp_2m_sde, dpmpp_sde, heun, lms, unipc, ddpm, lcm"});
   expect_contains(load_err(R"({"nanscope_preset": 1, "noise": 3})"), {"\"noise\"", "expected a string"});
   expect_contains(load_err(R"({"nanscope_preset": 1, "nan_policy": "ignore"})"), {"\"nan_policy\"", "retry-vae-f32"});
   expect_contains(load_err(R"({"nanscope_preset": 1, "precision": {"clip": {}}})"),

@@ -121,6 +121,38 @@ std::unique_ptr<pipeline::Sampler> make(const json& c) {
   return pipeline::make_sampler(SchedulerConfig::from_json(c.at("config"), kind, "test config"));
 }
 
+// One whole sampling run against the oracle's: the initial latent from
+// TorchCpuNoise (the generator diffusers uses), every model call's input, the
+// latent after it and the x0 prediction. Returns false after a failure.
+bool check_run(pipeline::Sampler& sampler, const Oracle& o, const json& c, const json& r, double& worst,
+               double& worst_x0, double& worst_in) {
+  EXPECT_EQ(sampler.num_steps(), static_cast<int>(r["latents"].size()));
+  if (sampler.num_steps() != static_cast<int>(r["latents"].size())) return false;
+  pipeline::TorchCpuNoise noise(c["seed"].get<std::uint64_t>());
+  std::vector<float> latent(o.values(r["initial"]).size());
+  noise.randn(latent);
+  for (float& v : latent) v = v * sampler.init_noise_sigma();
+  EXPECT_TRUE(close_rel(latent, o.values(r["initial"]), 0.0)) << "initial latent";
+  std::vector<float> denoised(latent.size());
+  for (int step = 0; step < sampler.num_steps(); ++step) {
+    SCOPED_TRACE("model call " + std::to_string(step));
+    std::vector<float> model_input = latent;
+    sampler.scale_model_input(model_input, step);
+    const bool in_ok = close_scaled(model_input, o.values(r["model_inputs"][step]), 1e-6, &worst_in);
+    EXPECT_TRUE(in_ok) << "model input";
+    sampler.step(o.values(r["model_outputs"][step]), latent, step, &noise, denoised);
+    const auto ok = close_scaled(latent, o.values(r["latents"][step]), 1e-5, &worst);
+    EXPECT_TRUE(ok) << "latent";
+    if (!in_ok || !ok) return false;
+    if (!r["denoised"][step].is_null()) {
+      const auto x0_ok = close_scaled(denoised, o.values(r["denoised"][step]), 1e-5, &worst_x0);
+      EXPECT_TRUE(x0_ok) << "denoised";
+      if (!x0_ok) return false;
+    }
+  }
+  return true;
+}
+
 // ---- the case matrix ----
 
 json beta_config(const std::string& schedule) {
@@ -340,6 +372,187 @@ TEST(Schedulers, SamplingRunsMatchDiffusers) {
   for (const auto& [kind, w] : worst_by_kind) std::printf("  %s latents: %.3g\n", kind.c_str(), w);
 }
 
+// The samplers added for A1111 / ComfyUI images, against their diffusers 0.31
+// classes: schedules (timesteps, sigmas, init_noise_sigma) and whole runs, the
+// per-step noise of DPM++ 2M SDE, DDPM and LCM from the run's generator and DPM++
+// SDE's Brownian-tree noise replaced by that generator's randn on both sides.
+// Heun and DPM++ SDE run 2n-1 model calls for n steps. Tiny latents: ~2 s.
+TEST(Schedulers, MoreSamplersMatchDiffusers) {
+  NANSCOPE_REQUIRE_PYTHON();
+  json cases = json::array();
+  auto add = [&](const std::string& kind, json config, int steps) {
+    cases.push_back({{"kind", kind},
+                     {"config", std::move(config)},
+                     {"steps", steps},
+                     {"run_steps", 1000},
+                     {"shape", {1, 4, 6, 6}},
+                     {"seed", 2000 + static_cast<int>(cases.size())}});
+  };
+  const json sd15 = {{"beta_schedule", "scaled_linear"},
+                     {"beta_start", 0.00085},
+                     {"beta_end", 0.012},
+                     {"steps_offset", 1},
+                     {"clip_sample", false},
+                     {"set_alpha_to_one", false}};
+  for (std::string kind : {"heun", "lms", "dpmpp_sde", "dpmpp_2m_sde", "ddpm", "lcm", "unipc"}) {
+    add(kind, sd15, 7);
+    add(kind, sd15, 1);
+    json v = sd15;
+    v["prediction_type"] = "v_prediction";
+    add(kind, v, 4);
+  }
+  for (std::string kind : {"euler", "heun", "lms", "dpmpp_sde"}) {
+    for (std::string option : {"use_karras_sigmas", "use_exponential_sigmas"}) {
+      if (kind == "euler" && option == "use_karras_sigmas") continue;  // in the grid above
+      json k = sd15;
+      k[option] = true;
+      add(kind, k, 6);
+    }
+  }
+  json lin = {{"beta_schedule", "linear"}, {"timestep_spacing", "leading"}, {"steps_offset", 1}};
+  add("heun", lin, 5);
+  add("lms", lin, 9);
+  add("dpmpp_2m_sde", sd15, 16);  // second order all the way (no lower-order steps below 15)
+  json uni = sd15;
+  add("unipc", uni, 12);
+  uni["solver_order"] = 3;
+  add("unipc", uni, 10);
+  uni["solver_type"] = "bh1";
+  // bh1 ends in NaN in diffusers 0.31 with a final sigma of 0 (B(h) = -h = -inf times a
+  // zero correction); we give the limit, x0. Compared where diffusers is finite:
+  uni["final_sigmas_type"] = "sigma_min";
+  add("unipc", uni, 8);
+  uni.erase("final_sigmas_type");
+  uni["solver_type"] = "bh2";
+  uni["solver_order"] = 2;
+  uni["use_karras_sigmas"] = true;
+  add("unipc", uni, 6);
+  json ddpm = sd15;
+  ddpm["clip_sample"] = true;
+  add("ddpm", ddpm, 10);
+  add("lcm", json{{"beta_schedule", "scaled_linear"}, {"beta_start", 0.00085}, {"beta_end", 0.012}}, 4);
+  const Oracle o = run_oracle(cases);
+  double worst = 0, worst_x0 = 0, worst_in = 0, worst_t = 0, worst_s = 0;
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const json& c = cases[i];
+    const json& r = o.response["cases"][i];
+    SCOPED_TRACE(describe(c));
+    auto sampler = make(c);
+    sampler->set_timesteps(c["steps"].get<int>());
+    ASSERT_EQ(sampler->num_steps(), r["num_inference_steps"].get<int>());
+    // Timesteps in units of the largest: exponential sigmas end at t ~ 5e-8 in diffusers
+    // (its float32 exp) and at 0 here, a difference no model sees.
+    ASSERT_TRUE(close_scaled(sampler->timesteps(), o.values(r["timesteps"]), 1e-6, &worst_t)) << "timesteps";
+    ASSERT_TRUE(close_rel(sampler->sigmas(), o.values(r["sigmas"]), 1e-6, &worst_s)) << "sigmas";
+    const auto want_init = r["init_noise_sigma"].get<double>();
+    ASSERT_NEAR(sampler->init_noise_sigma(), want_init, 1e-6 * want_init) << "init_noise_sigma";
+    const bool two_calls = sampler->calls_per_step() == 2;
+    if (two_calls) {
+      EXPECT_EQ(sampler->num_steps(), 2 * c["steps"].get<int>() - 1);
+    }
+    sampler->set_timesteps(c["steps"].get<int>());
+    if (!check_run(*sampler, o, c, r, worst, worst_x0, worst_in)) break;
+  }
+  std::printf(
+      "%zu runs; worst: timesteps %.3g, sigmas %.3g (relative); latents %.3g, x0 %.3g, model input %.3g (of "
+      "max|want|)\n",
+      cases.size(), worst_t, worst_s, worst, worst_x0, worst_in);
+}
+
+// The k-diffusion / A1111 / ComfyUI schedules, and the samplers against
+// k-diffusion's sampling functions (tests/oracles/kdiffusion_oracle.py) on the
+// same test model: eps = 0.8 x_in + 0.05 cos(0.01 t), both sides computing it.
+// The SDE samplers' noise comes from the same torch generator on both sides (in
+// A1111 and ComfyUI it is Brownian-tree noise, which nothing reproduces).
+TEST(Schedulers, KDiffusionSchedulesAndSamplers) {
+  NANSCOPE_REQUIRE_PYTHON();
+  const json sd15 = {{"beta_schedule", "scaled_linear"}, {"beta_start", 0.00085}, {"beta_end", 0.012}};
+  struct Case {
+    std::string schedule;
+    int steps;
+    std::string kdiff;  // k-diffusion's sample_<name>; "" for the schedule alone
+    std::string ours;
+  };
+  const std::vector<Case> list = {
+      {"normal", 10, "euler", "euler"},
+      {"karras", 8, "euler_ancestral", "euler_a"},
+      {"exponential", 7, "lms", "lms"},
+      {"sgm_uniform", 6, "heun", "heun"},
+      {"simple", 9, "dpmpp_2m", "dpmpp_2m"},
+      {"karras", 16, "dpmpp_2m", "dpmpp_2m"},
+      {"ddim_uniform", 8, "dpmpp_sde", "dpmpp_sde"},
+      {"exponential", 10, "dpmpp_2m_sde", "dpmpp_2m_sde"},
+      {"karras", 5, "dpmpp_sde", "dpmpp_sde"},
+      {"normal", 1, "", "euler"},
+      {"sgm_uniform", 25, "", "euler"},
+      {"simple", 3, "", "euler"},
+      {"ddim_uniform", 30, "", "euler"},
+      {"exponential", 20, "", "euler"},
+      {"karras", 12, "", "euler"},
+  };
+  json cases = json::array();
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    cases.push_back({{"config", sd15},
+                     {"schedule", list[i].schedule},
+                     {"steps", list[i].steps},
+                     {"sampler", list[i].kdiff},
+                     {"shape", {1, 4, 5, 3}},
+                     {"seed", 3000 + static_cast<int>(i)}});
+  }
+  test::TempDir dir;
+  std::ofstream(dir / "request.json") << json{{"cases", cases}}.dump();
+  test::run_oracle("kdiffusion_oracle.py",
+                   {(dir / "request.json").string(), (dir / "response.json").string(), (dir / "blob.f32").string()});
+  Oracle o;
+  o.response = json::parse(std::ifstream(dir / "response.json"));
+  {
+    std::ifstream in(dir / "blob.f32", std::ios::binary | std::ios::ate);
+    o.blob.resize(static_cast<std::size_t>(in.tellg()) / sizeof(float));
+    in.seekg(0);
+    in.read(reinterpret_cast<char*>(o.blob.data()), static_cast<std::streamsize>(o.blob.size() * sizeof(float)));
+  }
+  double worst_s = 0, worst = 0;
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    const Case& k = list[i];
+    const json& r = o.response["cases"][i];
+    SCOPED_TRACE(k.ours + " " + k.schedule + " " + std::to_string(k.steps) + " steps");
+    const SamplerId kind = pipeline::sampler_from_name(k.ours);
+    auto sampler = pipeline::make_sampler(
+        SchedulerConfig::from_json(sd15, kind, "test config").with_schedule(*parse_schedule(k.schedule)));
+    sampler->set_timesteps(k.steps);
+    // The schedule: one sampler step per sigma (Heun and DPM++ SDE repeat each inner sigma).
+    std::vector<float> steps_sigmas;
+    for (int call = 0; call < sampler->num_steps(); call += sampler->calls_per_step()) {
+      steps_sigmas.push_back(sampler->sigmas()[static_cast<std::size_t>(call)]);
+    }
+    steps_sigmas.push_back(sampler->sigmas().back());
+    // karras: diffusers' float64 ramp against k-diffusion's float32 one (a few float ulps).
+    ASSERT_TRUE(close_rel(steps_sigmas, o.values(r["sigmas"]), 5e-6, &worst_s)) << "sigmas";
+    if (k.kdiff.empty()) continue;
+    EXPECT_EQ(sampler->num_steps(), r["calls"].get<int>()) << "model calls";
+    pipeline::TorchCpuNoise noise(cases[i]["seed"].get<std::uint64_t>());
+    std::vector<float> latent(60);
+    noise.randn(latent);
+    const float s0 = sampler->sigmas().front();
+    // k-diffusion starts from noise * sigma_0 in its x = x0 + sigma * eps space; DPM++
+    // (diffusers' class) works on x / sqrt(sigma^2 + 1): the same state, rescaled.
+    const float start = pipeline::is_dpmpp(kind) ? s0 / std::sqrt(s0 * s0 + 1.0f) : sampler->init_noise_sigma();
+    for (float& v : latent) v = v * start;
+    std::vector<float> eps(latent.size());
+    for (int call = 0; call < sampler->num_steps(); ++call) {
+      std::vector<float> x_in = latent;
+      sampler->scale_model_input(x_in, call);
+      const float t = sampler->timesteps()[static_cast<std::size_t>(call)];
+      const float shift = 0.05f * std::cos(0.01f * t);
+      for (std::size_t e = 0; e < eps.size(); ++e) eps[e] = 0.8f * x_in[e] + shift;
+      sampler->step(eps, latent, call, &noise);
+    }
+    EXPECT_TRUE(close_scaled(latent, o.values(r["final"]), 1e-4, &worst)) << "final latent";
+  }
+  std::printf("%zu k-diffusion cases; worst: sigmas %.3g (relative), final latents %.3g (of max|want|)\n", list.size(),
+              worst_s, worst);
+}
+
 TEST(Schedulers, DpmStepsMustRunInOrder) {
   auto s = pipeline::make_sampler(SchedulerConfig::defaults(SamplerId::dpmpp_2m));
   s->set_timesteps(5);
@@ -383,7 +596,10 @@ TEST(SchedulerConfig, ClassDefaultsAndOverrides) {
   EXPECT_TRUE(SchedulerConfig::defaults(SamplerId::ddim).clip_sample);
   EXPECT_EQ(pipeline::sampler_from_name("DPMSolverMultistepScheduler"), SamplerId::dpmpp_2m);
   EXPECT_EQ(pipeline::sampler_from_name("euler_a"), SamplerId::euler_a);
-  EXPECT_THROW(pipeline::sampler_from_name("heun"), ConfigError);
+  EXPECT_EQ(pipeline::sampler_from_name("heun"), SamplerId::heun);
+  EXPECT_EQ(pipeline::sampler_from_name("HeunDiscreteScheduler"), SamplerId::heun);
+  EXPECT_EQ(pipeline::sampler_from_name("dpmpp_2m_karras"), SamplerId::dpmpp_2m);
+  EXPECT_THROW(pipeline::sampler_from_name("plms"), ConfigError);
 }
 
 // Each bad value is a ConfigError whose message names the file and the key.
@@ -400,9 +616,10 @@ TEST(SchedulerConfig, ErrorsNameTheKey) {
       {SamplerId::euler_a, {{"prediction_type", "sample"}}, "prediction_type"},
       {SamplerId::ddim, {{"timestep_spacing", "karras"}}, "timestep_spacing"},
       {SamplerId::ddim, {{"thresholding", true}}, "thresholding"},
-      {SamplerId::euler, {{"use_exponential_sigmas", true}}, "use_exponential_sigmas"},
       {SamplerId::euler, {{"interpolation_type", "log_linear"}}, "interpolation_type"},
-      {SamplerId::dpmpp_2m, {{"algorithm_type", "sde-dpmsolver++"}}, "algorithm_type"},
+      {SamplerId::dpmpp_2m_sde, {{"solver_order", 3}}, "solver_order"},
+      {SamplerId::heun, {{"clip_sample", true}}, "clip_sample"},
+      {SamplerId::ddpm, {{"variance_type", "learned"}}, "variance_type"},
       {SamplerId::dpmpp_2m, {{"solver_order", 4}}, "solver_order"},
       {SamplerId::dpmpp_2m, {{"use_karras_sigmas", "yes"}}, "use_karras_sigmas"},
       {SamplerId::euler, {{"num_train_timesteps", 1}}, "num_train_timesteps"},

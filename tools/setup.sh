@@ -35,7 +35,8 @@ apt_packages=(
   clang libclang-rt-dev
 )
 if [ "$want_python" = 1 ]; then
-  apt_packages+=(python3-venv python3-torch python3-numpy libopenblas0-pthread)
+  # python3-scipy: k-diffusion's sampling.py (the k-diffusion oracle) imports scipy.integrate
+  apt_packages+=(python3-venv python3-torch python3-numpy python3-scipy libopenblas0-pthread)
 fi
 
 missing=()
@@ -69,6 +70,22 @@ PY
     echo "setup: installing pinned Python packages into .venv"
     # torch comes from Debian (python3-torch); never let pip replace it.
     .venv/bin/pip install -q --disable-pip-version-check "${pins[@]}" "numpy<2" pillow regex requests filelock importlib_metadata
+  fi
+  # k-diffusion (tests/oracles/kdiffusion_oracle.py) and the pure-Python modules its
+  # sampling.py imports, without their dependencies (torch, scipy: Debian's; the
+  # oracle loads sampling.py without k-diffusion's training-code package __init__).
+  nodeps=(k-diffusion==0.1.1.post1 torchsde==0.2.6 trampoline==0.1.2 torchdiffeq==0.2.5)
+  if ! .venv/bin/python - "${nodeps[@]}" <<'PY' 2>/dev/null
+import sys
+from importlib.metadata import version
+for pin in sys.argv[1:]:
+    name, want = pin.split("==")
+    if version(name) != want:
+        sys.exit(1)
+PY
+  then
+    echo "setup: installing k-diffusion and its pure-Python imports into .venv (--no-deps)"
+    .venv/bin/pip install -q --disable-pip-version-check --no-deps "${nodeps[@]}"
   fi
   torch_path=$(.venv/bin/python -c 'import torch; print(torch.__file__)')
   case "$torch_path" in

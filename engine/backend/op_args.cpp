@@ -23,7 +23,11 @@ void check_latent_step(const LatentStepArgs& a) {
   if (a.h2) check(*a.h2, "h2", a.n);
   if (a.x0) check(*a.x0, "x0", a.n);
   const bool needs_m = a.op != LatentOp::scale && a.op != LatentOp::mul;
-  if ((needs_m && !a.m) || (a.op >= LatentOp::dpm2 && !a.h1) || (a.op == LatentOp::dpm3 && !a.h2)) {
+  const bool lin = a.op == LatentOp::lincomb;
+  if (lin && (a.flag < 2 || a.flag > 4)) throw OpError("LATENT_STEP: lincomb takes 2 to 4 terms");
+  const bool needs_h1 = a.op == LatentOp::dpm2 || a.op == LatentOp::dpm3 || (lin && a.flag >= 3);
+  const bool needs_h2 = a.op == LatentOp::dpm3 || (lin && a.flag >= 4);
+  if ((needs_m && !a.m) || (needs_h1 && !a.h1) || (needs_h2 && !a.h2)) {
     throw OpError("LATENT_STEP: op " + std::to_string(static_cast<int>(a.op)) + " is missing an input");
   }
 }

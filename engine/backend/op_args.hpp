@@ -174,6 +174,9 @@ enum class LatentOp : int {
   dpm1 = 7,        // c: a, b
   dpm2 = 8,        // c: a, b, c, d1_coef (flag: heun)
   dpm3 = 9,        // c: a, b, c, d, c10, c11, c1, c2
+  lincomb = 10,    // out = c0*x + c1*m [+ c2*h1 [+ c3*h2]], flag: the number of terms (2-4)
+  x0 = 11,         // out = the data prediction of (x, m): c0 sigma, c2 c_out, c3 var (as euler)
+  deriv = 12,      // out = (x - m) / c0
 };
 struct LatentStepArgs {
   LatentOp op;
@@ -189,7 +192,7 @@ struct LatentStepArgs {
   Tensor* x0 = nullptr;  // receives the data prediction (euler, ddim), offset 0
   std::array<float, 8> c{};
   int prediction = 0;  // 0 epsilon, 1 v, 2 sample
-  int flag = 0;        // ddim: clip_sample; dpm2: heun
+  int flag = 0;        // ddim: clip_sample; dpm2: heun; lincomb: terms
 };
 // Throws OpError when a tensor is not f32, too small, or an input the op needs is missing.
 void check_latent_step(const LatentStepArgs& a);

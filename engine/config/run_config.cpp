@@ -84,7 +84,13 @@ std::string_view sampler_name(SamplerId s) {
     case SamplerId::euler_a: return "euler_a";
     case SamplerId::ddim: return "ddim";
     case SamplerId::dpmpp_2m: return "dpmpp_2m";
-    case SamplerId::dpmpp_2m_karras: return "dpmpp_2m_karras";
+    case SamplerId::dpmpp_2m_sde: return "dpmpp_2m_sde";
+    case SamplerId::dpmpp_sde: return "dpmpp_sde";
+    case SamplerId::heun: return "heun";
+    case SamplerId::lms: return "lms";
+    case SamplerId::unipc: return "unipc";
+    case SamplerId::ddpm: return "ddpm";
+    case SamplerId::lcm: return "lcm";
   }
   return "?";
 }
@@ -95,7 +101,13 @@ std::string_view sampler_a1111_name(SamplerId s) {
     case SamplerId::euler_a: return "Euler a";
     case SamplerId::ddim: return "DDIM";
     case SamplerId::dpmpp_2m: return "DPM++ 2M";
-    case SamplerId::dpmpp_2m_karras: return "DPM++ 2M Karras";
+    case SamplerId::dpmpp_2m_sde: return "DPM++ 2M SDE";
+    case SamplerId::dpmpp_sde: return "DPM++ SDE";
+    case SamplerId::heun: return "Heun";
+    case SamplerId::lms: return "LMS";
+    case SamplerId::unipc: return "UniPC";
+    case SamplerId::ddpm: return "DDPM";
+    case SamplerId::lcm: return "LCM";
   }
   return "?";
 }
@@ -107,11 +119,53 @@ std::optional<SamplerId> parse_sampler(std::string_view s) {
   return std::nullopt;
 }
 
-std::string_view noise_name(NoiseKind n) { return n == NoiseKind::nanscope ? "nanscope" : "torch-cpu"; }
+std::string_view schedule_name(ScheduleId s) {
+  switch (s) {
+    case ScheduleId::class_default: return "default";
+    case ScheduleId::karras: return "karras";
+    case ScheduleId::exponential: return "exponential";
+    case ScheduleId::sgm_uniform: return "sgm_uniform";
+    case ScheduleId::simple: return "simple";
+    case ScheduleId::normal: return "normal";
+    case ScheduleId::ddim_uniform: return "ddim_uniform";
+  }
+  return "?";
+}
+
+std::string_view schedule_a1111_name(ScheduleId s) {
+  switch (s) {
+    case ScheduleId::class_default: return "Automatic";
+    case ScheduleId::karras: return "Karras";
+    case ScheduleId::exponential: return "Exponential";
+    case ScheduleId::sgm_uniform: return "SGM Uniform";
+    case ScheduleId::simple: return "Simple";
+    case ScheduleId::normal: return "Normal";
+    case ScheduleId::ddim_uniform: return "DDIM";
+  }
+  return "?";
+}
+
+std::optional<ScheduleId> parse_schedule(std::string_view s) {
+  for (ScheduleId id : kSchedules) {
+    if (schedule_name(id) == s) return id;
+  }
+  return std::nullopt;
+}
+
+std::string_view noise_name(NoiseKind n) {
+  switch (n) {
+    case NoiseKind::nanscope: return "nanscope";
+    case NoiseKind::torch_cpu: return "torch-cpu";
+    case NoiseKind::torch_cuda: return "torch-cuda";
+  }
+  return "?";
+}
 
 std::optional<NoiseKind> parse_noise(std::string_view s) {
+  // torch_cuda / torch_cpu: the spelling of the same values.
   if (s == "nanscope") return NoiseKind::nanscope;
-  if (s == "torch-cpu") return NoiseKind::torch_cpu;
+  if (s == "torch-cpu" || s == "torch_cpu") return NoiseKind::torch_cpu;
+  if (s == "torch-cuda" || s == "torch_cuda") return NoiseKind::torch_cuda;
   return std::nullopt;
 }
 

@@ -41,15 +41,44 @@ inline constexpr std::array<Component, 3> kComponents = {Component::text_encoder
 std::string_view component_name(Component c);
 std::optional<Component> parse_component(std::string_view s);
 
-enum class SamplerId : std::uint8_t { euler, euler_a, ddim, dpmpp_2m, dpmpp_2m_karras };
-inline constexpr std::array<SamplerId, 5> kSamplers = {SamplerId::euler, SamplerId::euler_a, SamplerId::ddim,
-                                                       SamplerId::dpmpp_2m, SamplerId::dpmpp_2m_karras};
+// The sampler (the update rule) and, separately, the schedule (which noise
+// levels it visits): A1111's "Sampler" and "Schedule type", ComfyUI's
+// sampler_name and scheduler. "dpmpp_2m_karras", the name before the two were
+// split, still loads as dpmpp_2m with the karras schedule (settings.cpp).
+enum class SamplerId : std::uint8_t {
+  euler,
+  euler_a,
+  ddim,
+  dpmpp_2m,
+  dpmpp_2m_sde,
+  dpmpp_sde,
+  heun,
+  lms,
+  unipc,
+  ddpm,
+  lcm
+};
+inline constexpr std::array<SamplerId, 11> kSamplers = {
+    SamplerId::euler,        SamplerId::euler_a,   SamplerId::ddim, SamplerId::dpmpp_2m,
+    SamplerId::dpmpp_2m_sde, SamplerId::dpmpp_sde, SamplerId::heun, SamplerId::lms,
+    SamplerId::unipc,        SamplerId::ddpm,      SamplerId::lcm};
 std::string_view sampler_name(SamplerId s);        // "euler_a"
-std::string_view sampler_a1111_name(SamplerId s);  // "Euler a"
+std::string_view sampler_a1111_name(SamplerId s);  // "Euler a" (without a schedule suffix)
 std::optional<SamplerId> parse_sampler(std::string_view s);
 
-enum class NoiseKind : std::uint8_t { nanscope, torch_cpu };
-std::string_view noise_name(NoiseKind n);  // "nanscope", "torch-cpu"
+// class_default: the sigmas the sampler's diffusers class makes from the
+// model's scheduler_config.json ("default"). The others are the k-diffusion /
+// ComfyUI definitions over the model's training sigmas (pipeline/schedule.hpp).
+enum class ScheduleId : std::uint8_t { class_default, karras, exponential, sgm_uniform, simple, normal, ddim_uniform };
+inline constexpr std::array<ScheduleId, 7> kSchedules = {
+    ScheduleId::class_default, ScheduleId::karras, ScheduleId::exponential, ScheduleId::sgm_uniform,
+    ScheduleId::simple,        ScheduleId::normal, ScheduleId::ddim_uniform};
+std::string_view schedule_name(ScheduleId s);        // "default", "karras", ...
+std::string_view schedule_a1111_name(ScheduleId s);  // A1111's "Schedule type": "Karras", "SGM Uniform", ...
+std::optional<ScheduleId> parse_schedule(std::string_view s);
+
+enum class NoiseKind : std::uint8_t { nanscope, torch_cpu, torch_cuda };
+std::string_view noise_name(NoiseKind n);  // "nanscope", "torch-cpu", "torch-cuda"
 std::optional<NoiseKind> parse_noise(std::string_view s);
 
 // Which of torch's CPU normal transforms torch-cpu noise reproduces (they
@@ -116,6 +145,7 @@ struct RunConfig {
   int width = 0;  // 0: the model's default size
   int height = 0;
   SamplerId sampler = SamplerId::euler;
+  ScheduleId schedule = ScheduleId::class_default;
   NoiseKind noise = NoiseKind::nanscope;
   TorchCpuKernel torch_cpu_kernel = TorchCpuKernel::automatic;
   std::string device;  // device pin; "" = the default device

@@ -9,6 +9,7 @@
 
 #include "config/a1111.hpp"
 #include "config/lora_list.hpp"
+#include "config/sampler_names.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "io/file_hash.hpp"
@@ -77,7 +78,9 @@ const Codec<SoftmaxPrecision> kSoftmaxCodec{
 const Codec<AttentionImpl> kImplCodec{
     attention_impl_name, parse_attention_impl, {AttentionImpl::fused, AttentionImpl::bmm, AttentionImpl::sliced}};
 const Codec<SamplerId> kSamplerCodec{sampler_name, parse_sampler, {kSamplers.begin(), kSamplers.end()}};
-const Codec<NoiseKind> kNoiseCodec{noise_name, parse_noise, {NoiseKind::nanscope, NoiseKind::torch_cpu}};
+const Codec<NoiseKind> kNoiseCodec{
+    noise_name, parse_noise, {NoiseKind::nanscope, NoiseKind::torch_cpu, NoiseKind::torch_cuda}};
+const Codec<ScheduleId> kScheduleCodec{schedule_name, parse_schedule, {kSchedules.begin(), kSchedules.end()}};
 const Codec<TorchCpuKernel> kTorchCpuKernelCodec{
     torch_cpu_kernel_name,
     parse_torch_cpu_kernel,
@@ -220,17 +223,48 @@ void clip_skip_from_a1111(RunConfig& c, const std::string& value, const A1111Fie
   c.set("clip_skip", std::to_string(*n - 1));
 }
 
-// A1111 writes "DPM++ 2M Karras" or, since 1.7, "DPM++ 2M" with "Schedule type: Karras".
-void sampler_from_a1111(RunConfig& c, const std::string& value, const A1111Fields& all) {
-  std::string name = value;
-  if (auto sched = all.find("Schedule type"); sched != all.end() && sched->second == "Karras") name += " Karras";
-  for (SamplerId s : kSamplers) {
-    if (sampler_a1111_name(s) == name) {
-      c.sampler = s;
+// A1111 writes "DPM++ 2M Karras" or, since 1.9, "DPM++ 2M" with "Schedule
+// type: Karras"; both set the sampler and the schedule (config/sampler_names.hpp).
+void sampler_row_from_a1111(RunConfig& c, const std::string& value, const A1111Fields& all) {
+  const auto sched = all.find("Schedule type");
+  const std::string type = sched == all.end() ? std::string() : sched->second;
+  if (const auto choice = sampler_from_a1111(value, type)) {
+    c.sampler = choice->sampler;
+    c.schedule = choice->schedule;
+    // A plain name without "Schedule type" is also what NaNscope writes for
+    // schedule=default (A1111 has no name for it): read it back as default, so
+    // the text round-trips. sampler_from_a1111() says what A1111 itself ran
+    // for such a name (k-diffusion's own spacing) for callers reproducing it.
+    if (type.empty() && value == sampler_a1111_name(choice->sampler)) c.schedule = ScheduleId::class_default;
+    return;
+  }
+  log::warn("A1111 sampler \"{}\"{} has no NaNscope counterpart; keeping {} with the {} schedule", value,
+            type.empty() ? "" : " with schedule type \"" + type + "\"", sampler_name(c.sampler),
+            schedule_name(c.schedule));
+}
+
+// The sampler row: one of the samplers, or "dpmpp_2m_karras", the name
+// earlier versions wrote for dpmpp_2m with the karras schedule (presets, PNGs
+// and --set keep loading; the schedule row, applied after, may override it).
+Setting sampler_row(Setting s) {
+  s.type = SettingType::choice;
+  s.choices = kSamplerCodec.names();
+  s.canonical = [](std::string_view v) -> std::optional<std::string> {
+    if (v == "dpmpp_2m_karras") return std::string(v);
+    if (auto id = parse_sampler(v)) return std::string(sampler_name(*id));
+    return std::nullopt;
+  };
+  s.get = [](const RunConfig& c) { return json(std::string(sampler_name(c.sampler))); };
+  s.put = [](RunConfig& c, const json& v) {
+    const std::string name = v.get<std::string>();
+    if (name == "dpmpp_2m_karras") {
+      c.sampler = SamplerId::dpmpp_2m;
+      c.schedule = ScheduleId::karras;
       return;
     }
-  }
-  log::warn("A1111 sampler \"{}\" has no NaNscope counterpart; keeping {}", name, sampler_name(c.sampler));
+    c.sampler = *parse_sampler(name);
+  };
+  return s;
 }
 
 void size_from_a1111(RunConfig& c, const std::string& value, const A1111Fields&) {
@@ -263,15 +297,30 @@ std::vector<Setting> build_table() {
                                          .max = 10000,
                                          .help = "Sampling steps",
                                          .a1111 = "Steps"}));
-  t.push_back(enum_member(&RunConfig::sampler, kSamplerCodec,
-                          {.key = "sampler",
+  t.push_back(sampler_row({.key = "sampler",
                            .default_value = "euler",
-                           .help = "The sampler (in A1111's names: Euler, Euler a, DDIM, DPM++ 2M, DPM++ 2M Karras)",
+                           .help = "The sampler (A1111: Euler, Euler a, DDIM, DPM++ 2M, DPM++ 2M SDE, DPM++ SDE, Heun, "
+                                   "LMS, UniPC, DDPM, LCM); heun and dpmpp_sde call the model twice per step. "
+                                   "dpmpp_2m_karras is read as dpmpp_2m with schedule=karras",
                            .a1111 = "Sampler",
                            .to_a1111 = [](const RunConfig& c) -> std::optional<std::string> {
                              return std::string(sampler_a1111_name(c.sampler));
                            },
-                           .from_a1111 = sampler_from_a1111}));
+                           .from_a1111 = sampler_row_from_a1111}));
+  t.push_back(enum_member(&RunConfig::schedule, kScheduleCodec,
+                          {.key = "schedule",
+                           .default_value = "default",
+                           .help = "The noise levels the sampler visits (A1111's Schedule type, ComfyUI's scheduler): "
+                                   "default (the sampler's diffusers class, from the model's scheduler_config.json), "
+                                   "karras, exponential, sgm_uniform, simple, normal (k-diffusion's own spacing), "
+                                   "ddim_uniform. Sigma samplers take any; ddim, ddpm and lcm only default",
+                           .a1111 = "Schedule type",
+                           .to_a1111 = [](const RunConfig& c) -> std::optional<std::string> {
+                             if (auto label = a1111_schedule_label(c.schedule)) return std::string(*label);
+                             return std::nullopt;
+                           },
+                           // Read with the sampler (the sampler row sees every field).
+                           .from_a1111 = [](RunConfig&, const std::string&, const A1111Fields&) {}}));
   t.push_back(member(&RunConfig::cfg_scale,
                      {.key = "cfg_scale",
                       .type = SettingType::number,
@@ -380,17 +429,20 @@ std::vector<Setting> build_table() {
   t.push_back(enum_member(&RunConfig::noise, kNoiseCodec,
                           {.key = "noise",
                            .default_value = "nanscope",
-                           .help = "Initial noise: nanscope (the same on every device) or torch-cpu (as diffusers, "
-                                   "and A1111's CPU RNG)",
+                           .help = "Initial and per-step noise: nanscope (the same on every device), torch-cpu "
+                                   "(torch.randn on the CPU: diffusers, A1111's CPU RNG) or torch-cuda "
+                                   "(torch.randn on a CUDA device: A1111's default GPU RNG and its NV source)",
                            .a1111 = "RNG",
                            .to_a1111 = [](const RunConfig& c) -> std::optional<std::string> {
-                             if (c.noise != NoiseKind::torch_cpu) return std::nullopt;
-                             return "CPU";
+                             if (c.noise == NoiseKind::torch_cpu) return "CPU";
+                             if (c.noise == NoiseKind::torch_cuda) return "NV";
+                             return std::nullopt;
                            },
-                           // A1111's GPU and NV generators have no counterpart: keep ours.
+                           // A1111's NV source reproduces its GPU one on any device.
                            .from_a1111 =
                                [](RunConfig& c, const std::string& v, const A1111Fields&) {
                                  if (v == "CPU") c.noise = NoiseKind::torch_cpu;
+                                 if (v == "NV" || v == "GPU") c.noise = NoiseKind::torch_cuda;
                                }}));
   t.push_back(enum_member(&RunConfig::torch_cpu_kernel, kTorchCpuKernelCodec,
                           {.key = "noise.torch_cpu_kernel",

@@ -213,4 +213,25 @@ void NanscopeNoise::randn(std::span<float> out) {
   ++draw_;
 }
 
+// ---- TorchCudaNoise -----------------------------------------------------------------
+
+float TorchCudaNoise::value(std::uint64_t seed, std::uint32_t offset, std::uint32_t index) {
+  const std::uint32_t key[2] = {static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32)};
+  const std::uint32_t ctr[4] = {offset, 0, index, 0};
+  std::uint32_t x[4];
+  NanscopeNoise::philox4x32_10(ctr, key, x);
+  // curand's constants as float literals: 2.3283064e-10f is 2^-32 exactly.
+  constexpr float kInv = 2.3283064e-10f;
+  constexpr auto kInv2Pi = static_cast<float>(2.3283064e-10 * 6.2831855);
+  const double u = static_cast<double>(x[0]) * static_cast<double>(kInv) + static_cast<double>(kInv / 2);
+  const double v = static_cast<double>(x[1]) * static_cast<double>(kInv2Pi) + static_cast<double>(kInv2Pi / 2);
+  const double s = std::sqrt(-2.0 * std::log(u));
+  return static_cast<float>(s * std::sin(v));
+}
+
+void TorchCudaNoise::randn(std::span<float> out) {
+  for (std::size_t i = 0; i < out.size(); ++i) out[i] = value(seed_, offset_, static_cast<std::uint32_t>(i));
+  ++offset_;
+}
+
 }  // namespace nanscope::pipeline

@@ -21,7 +21,7 @@ class NoiseSource {
   virtual ~NoiseSource() = default;
   // Fills `out` with N(0, 1) samples: the next draw of this source.
   virtual void randn(std::span<float> out) = 0;
-  // "torch-cpu" or "nanscope", for reports and PNG metadata.
+  // "torch-cpu", "torch-cuda" or "nanscope", for reports and PNG metadata.
   virtual std::string name() const = 0;
 };
 
@@ -104,6 +104,38 @@ class NanscopeNoise final : public NoiseSource {
  private:
   std::uint64_t seed_;
   std::uint64_t draw_ = 0;
+};
+
+// torch.randn(shape, device="cuda") after torch.manual_seed(seed), on the CPU:
+// A1111's "NV" random source (modules/rng_philox.py), reimplemented from its
+// description. torch's CUDA normal kernel gives element i to GPU thread i, which
+// runs curand's Philox4x32-10 with key = (seed & 0xffffffff, seed >> 32) and
+// counter = (offset, 0, i, 0), where offset is the generator's Philox offset / 4:
+// it starts at 0 and every randn call advances it by 1 (4 Philox outputs per
+// thread). Of the four words x0..x3 the value uses x0, x1:
+//   u = x0 * 2^-32 + 2^-33,  v = x1 * K + K/2,  K = float(2^-32 * 2 pi),
+//   value = float(sqrt(-2 ln u) * sin(v)), computed in double (as rng_philox.py does).
+// So the d-th randn() call of the source is offset d: the initial latent, then
+// one draw per noise-using step, the order A1111 and diffusers use a CUDA
+// generator in. Limits: this is A1111's NV computation bit for bit, not a GPU's:
+// curand rounds x0 to float before scaling and computes sin with the __sincosf
+// hardware approximation, which no CPU formula reproduces, so a value differs
+// from torch-on-CUDA's by a few float ulps (at most 2.6e-7 on the 12 values
+// A1111 documents from a GPU); and the one-element-per-thread layout holds while a
+// draw has no more elements than the GPU runs threads (multiprocessors x 2048,
+// e.g. 270,336 on an H100: every SD latent up to 2048x2048).
+class TorchCudaNoise final : public NoiseSource {
+ public:
+  explicit TorchCudaNoise(std::uint64_t seed) : seed_(seed) {}
+  void randn(std::span<float> out) override;
+  std::string name() const override { return "torch-cuda"; }
+
+  // Element `index` of the draw at Philox offset `offset` (0 for the first randn after manual_seed).
+  static float value(std::uint64_t seed, std::uint32_t offset, std::uint32_t index);
+
+ private:
+  std::uint64_t seed_;
+  std::uint32_t offset_ = 0;
 };
 
 }  // namespace nanscope::pipeline

@@ -21,9 +21,12 @@ namespace nanscope::pipeline {
 using TensorSummary = inspect::Stats;
 
 struct StepReport {
-  int image = 0;  // index in the batch
-  int index = 0;  // step index, 0-based
-  int steps = 0;  // steps in the run
+  int image = 0;          // index in the batch
+  int index = 0;          // model call index, 0-based: the sampler step for samplers that call the model once per step
+  int steps = 0;          // model calls in the run (2n-1 for n steps of heun or dpmpp_sde)
+  int sampler_step = 0;   // the sampler step this call belongs to, 0-based
+  int sampler_steps = 0;  // sampler steps in the run (the steps setting, or what the schedule gives)
+  int call_in_step = 0;   // which of the step's model calls (0, or 1 for the second call of heun / dpmpp_sde)
   float timestep = 0, sigma = 0;
   TensorSummary latent;        // after the step
   TensorSummary noise_cond;    // UNet output, conditional branch
@@ -81,6 +84,9 @@ struct RunReport {
   int first_nonfinite_step = -1;  // first step whose latent held NaN/Inf
   std::vector<DecodeAttempt> decodes;
   std::vector<std::string> kernel_notes;  // Backend::kernel_notes() at the end of the run
+  // Plain English, empty when none: what keeps this image from matching the tools
+  // its sampler comes from bit for bit (Brownian-tree noise in k-diffusion's SDE samplers).
+  std::string reproducibility;
   std::string outcome;   // plain English: "clean", "decode gave 3145728 non-finite values; retried in f32: clean"
   bool stopped = false;  // nan_policy=stop ended the run early
   bool cancelled = false;

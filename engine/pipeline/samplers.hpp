@@ -1,5 +1,5 @@
 #pragma once
-// The four samplers behind make_sampler() (scheduler.hpp). Each file-local class
+// The samplers behind make_sampler() (scheduler.hpp). Each file-local class
 // holds its schedule rules and a short step function; see samplers.cpp.
 
 #include <memory>
@@ -11,6 +11,13 @@ namespace nanscope::pipeline {
 std::unique_ptr<Sampler> make_euler_sampler(const SchedulerConfig& config);
 std::unique_ptr<Sampler> make_euler_ancestral_sampler(const SchedulerConfig& config);
 std::unique_ptr<Sampler> make_ddim_sampler(const SchedulerConfig& config);
-std::unique_ptr<Sampler> make_dpmpp_sampler(const SchedulerConfig& config);
+std::unique_ptr<Sampler> make_dpmpp_sampler(const SchedulerConfig& config);  // dpmpp_2m and dpmpp_2m_sde
+std::unique_ptr<Sampler> make_unipc_sampler(const SchedulerConfig& config);
+// The ones below: 2 model calls per step (heun, dpmpp_sde) or noise each step (ddpm, lcm).
+std::unique_ptr<Sampler> make_heun_sampler(const SchedulerConfig& config);
+std::unique_ptr<Sampler> make_lms_sampler(const SchedulerConfig& config);
+std::unique_ptr<Sampler> make_dpmpp_sde_sampler(const SchedulerConfig& config);
+std::unique_ptr<Sampler> make_ddpm_sampler(const SchedulerConfig& config);
+std::unique_ptr<Sampler> make_lcm_sampler(const SchedulerConfig& config);
 
 }  // namespace nanscope::pipeline

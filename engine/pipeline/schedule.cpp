@@ -208,4 +208,58 @@ double sigma_to_t(double sigma, const std::vector<float>& log_sigmas) {
   return static_cast<double>(keep) * static_cast<double>(low) + static_cast<double>(w) * static_cast<double>(low + 1);
 }
 
+float t_to_sigma(float t, const std::vector<float>& log_sigmas) {
+  t = std::clamp(t, 0.0f, static_cast<float>(log_sigmas.size() - 1));
+  const auto low = static_cast<std::size_t>(std::floor(t));
+  const auto high = static_cast<std::size_t>(std::ceil(t));
+  const float w = t - std::floor(t);
+  const float a = (1.0f - w) * log_sigmas[low];
+  const float b = w * log_sigmas[high];
+  return std::exp(a + b);
+}
+
+std::vector<double> exponential_sigmas(double sigma_min, double sigma_max, std::int64_t n) {
+  std::vector<double> out;
+  for (float v :
+       torch_linspace_f32(static_cast<float>(std::log(sigma_max)), static_cast<float>(std::log(sigma_min)), n))
+    out.push_back(std::exp(v));
+  return out;
+}
+
+std::vector<double> kdiffusion_sigmas(ScheduleId schedule, int n, const std::vector<float>& sigmas) {
+  const std::vector<float> logs = log_sigmas(sigmas);
+  const auto size = static_cast<std::int64_t>(sigmas.size());
+  std::vector<double> out;
+  switch (schedule) {
+    case ScheduleId::normal:
+      for (float t : torch_linspace_f32(static_cast<float>(size - 1), 0.0f, n)) out.push_back(t_to_sigma(t, logs));
+      break;
+    case ScheduleId::sgm_uniform: {
+      const auto start = static_cast<float>(sigma_to_t(sigmas.back(), logs));
+      const auto end = static_cast<float>(sigma_to_t(sigmas.front(), logs));
+      std::vector<float> t = torch_linspace_f32(start, end, n + 1);
+      t.pop_back();
+      for (float v : t) out.push_back(t_to_sigma(v, logs));
+      break;
+    }
+    case ScheduleId::simple: {
+      const double ss = static_cast<double>(size) / n;
+      for (int x = 0; x < n; ++x) {
+        out.push_back(sigmas[static_cast<std::size_t>(size - 1 - static_cast<std::int64_t>(x * ss))]);
+      }
+      break;
+    }
+    case ScheduleId::ddim_uniform: {
+      const std::int64_t ss = std::max<std::int64_t>(size / n, 1);
+      for (std::int64_t x = 1; x < size; x += ss) out.push_back(sigmas[static_cast<std::size_t>(x)]);
+      std::reverse(out.begin(), out.end());
+      break;
+    }
+    case ScheduleId::exponential: return exponential_sigmas(sigmas.front(), sigmas.back(), n);
+    case ScheduleId::class_default:
+    case ScheduleId::karras: break;
+  }
+  return out;
+}
+
 }  // namespace nanscope::pipeline::schedule

@@ -58,4 +58,23 @@ double sigma_to_t(double sigma, const std::vector<float>& log_sigmas);
 // log of each training sigma, in float32 (numpy computes np.log of a float32 array).
 std::vector<float> log_sigmas(const std::vector<float>& training_sigmas);
 
+// ---- The k-diffusion / A1111 / ComfyUI schedules over the training sigmas ----
+// (k_diffusion/external.py DiscreteSchedule, A1111 modules/sd_schedulers.py,
+// ComfyUI comfy/samplers.py), in float32 as torch computes them.
+
+// k-diffusion's t_to_sigma: exp of the log-sigma table interpolated at t.
+float t_to_sigma(float t, const std::vector<float>& log_sigmas);
+
+// The sigmas of `schedule` for n steps, descending, without the final 0:
+// normal (k-diffusion's get_sigmas: t = linspace(T-1, 0, n)), sgm_uniform
+// (t = linspace(t(sigma_max), t(sigma_min), n+1) without its last), simple
+// (every len/n-th training sigma from the top), ddim_uniform (ComfyUI's: every
+// len//n-th from index 1, which may give a different count), exponential
+// (k-diffusion's get_sigmas_exponential from sigma_max to sigma_min). Empty for
+// the others (default, karras: the classes' own code).
+std::vector<double> kdiffusion_sigmas(ScheduleId schedule, int n, const std::vector<float>& training_sigmas);
+
+// diffusers' _convert_to_exponential: exp(torch.linspace(log max, log min, n)) in float32.
+std::vector<double> exponential_sigmas(double sigma_min, double sigma_max, std::int64_t n);
+
 }  // namespace nanscope::pipeline::schedule

@@ -1,5 +1,6 @@
 #include "pipeline/scheduler.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -13,8 +14,8 @@
 namespace nanscope::pipeline {
 
 Sampler::Sampler(SchedulerConfig config) : config_(std::move(config)) {
-  // Euler, Euler ancestral and DPM++ keep the zero-SNR terminal alpha finite; DDIM does not.
-  alphas_cumprod_ = schedule::alphas_cumprod(config_, config_.kind != SamplerId::ddim);
+  // The sigma samplers keep the zero-SNR terminal alpha finite; DDIM, DDPM and LCM do not.
+  alphas_cumprod_ = schedule::alphas_cumprod(config_, is_sigma_sampler(config_.kind));
   train_sigmas_ = schedule::training_sigmas(alphas_cumprod_);
 }
 
@@ -28,11 +29,15 @@ void Sampler::set_timesteps(int steps) {
   sigmas_.clear();
   make_schedule(steps);
   reset_state();
-  if (num_steps() != steps) {
+  const int made = step_of_call(num_steps() - 1) + 1;  // sampler steps (Heun: 2n-1 calls for n)
+  if (made != steps && config_.schedule == ScheduleId::ddim_uniform) {
+    log::warn("{}: the ddim_uniform schedule (every {}th training sigma, ComfyUI's rule) gives {} steps for {}",
+              sampler_name(kind()), std::max(config_.num_train_timesteps / steps, 1), made, steps);
+  } else if (made != steps) {
     log::warn(
         "{}: {} spacing with {} steps gives {} timesteps in diffusers (last t = {}); running them all, as "
         "diffusers does",
-        sampler_name(kind()), to_string(config_.timestep_spacing), steps, num_steps(), timesteps_.back());
+        sampler_name(kind()), to_string(config_.timestep_spacing), steps, made, timesteps_.back());
   }
 }
 
@@ -66,7 +71,7 @@ void Sampler::scale_model_input(Backend& be, const Tensor& sample, Tensor& out, 
                                 std::int64_t out_offset) const {
   float divisor = 1.0f;
   if (scales_model_input()) {
-    const float sigma = sigmas_.at(static_cast<std::size_t>(step_index));
+    const float sigma = input_sigma(step_index);
     divisor = std::sqrt(sigma * sigma + 1.0f);
   }
   // x / 1 is x: the unscaled samplers copy through the same op.
@@ -114,13 +119,36 @@ void Sampler::step(std::span<const float> model_output, std::span<float> sample,
   if (!denoised.empty()) copy_back(be, d, denoised);
 }
 
+void Sampler::apply_sigma_schedule(std::vector<double>& sig, std::vector<double>& ts, int n) const {
+  const SchedulerConfig& c = config_;
+  std::vector<double> out;
+  if (c.use_karras_sigmas) {
+    out = schedule::karras_sigmas(c.sigma_min.value_or(sig.back()), c.sigma_max.value_or(sig.front()), n);
+  } else if (c.use_exponential_sigmas) {
+    out = schedule::exponential_sigmas(c.sigma_min.value_or(sig.back()), c.sigma_max.value_or(sig.front()), n);
+  } else {
+    out = schedule::kdiffusion_sigmas(c.schedule, n, train_sigmas_);
+  }
+  if (out.empty()) return;
+  const std::vector<float> log_sigmas = schedule::log_sigmas(train_sigmas_);
+  sig = out;
+  ts.clear();
+  for (double s : sig) ts.push_back(schedule::sigma_to_t(s, log_sigmas));
+}
+
 std::unique_ptr<Sampler> make_sampler(const SchedulerConfig& config) {
   switch (config.kind) {
     case SamplerId::euler: return make_euler_sampler(config);
     case SamplerId::euler_a: return make_euler_ancestral_sampler(config);
     case SamplerId::ddim: return make_ddim_sampler(config);
     case SamplerId::dpmpp_2m:
-    case SamplerId::dpmpp_2m_karras: return make_dpmpp_sampler(config);
+    case SamplerId::dpmpp_2m_sde: return make_dpmpp_sampler(config);
+    case SamplerId::dpmpp_sde: return make_dpmpp_sde_sampler(config);
+    case SamplerId::heun: return make_heun_sampler(config);
+    case SamplerId::lms: return make_lms_sampler(config);
+    case SamplerId::ddpm: return make_ddpm_sampler(config);
+    case SamplerId::lcm: return make_lcm_sampler(config);
+    case SamplerId::unipc: return make_unipc_sampler(config);
   }
   throw ConfigError("unknown sampler kind");
 }

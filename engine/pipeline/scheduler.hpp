@@ -51,8 +51,10 @@ class Sampler {
   // resets the sampler's state. Throws ConfigError for a bad count.
   void set_timesteps(int steps);
 
-  // Steps to run. Equals the requested count except where diffusers itself yields
-  // one more (trailing spacing for some counts, e.g. 61 of 1000: it appends t=-1);
+  // Model calls to run (see calls_per_step()). For one-call samplers the requested
+  // step count, except where diffusers itself yields one more (trailing spacing for
+  // some counts, e.g. 61 of 1000: it appends t=-1) or the ddim_uniform schedule
+  // gives another count;
   // we reproduce that and log a warning.
   int num_steps() const { return static_cast<int>(timesteps_.size()); }
   // The timestep fed to the model at each step (fractional for Euler with Karras sigmas).
@@ -70,8 +72,24 @@ class Sampler {
                          std::int64_t out_offset = 0) const;
   void scale_model_input(std::span<float> sample, int step_index) const;
 
-  // Whether step() draws noise (Euler ancestral).
+  // Whether step() draws noise (Euler ancestral, the SDE samplers, DDPM, LCM).
   virtual bool uses_noise() const { return false; }
+  // Whether this sampler's noise, in the tools it comes from, is drawn from a
+  // Brownian tree (torchsde) rather than one randn per draw: then no seed and
+  // generator reproduces the other tool's image bit for bit (the run report
+  // says so); NaNscope draws its noise source instead.
+  virtual bool brownian_noise_elsewhere() const { return false; }
+  // Model calls per sampler step: 2 for Heun and DPM++ SDE (the second call
+  // evaluates the model at the step's end or midpoint). num_steps() counts
+  // model calls, as diffusers' timesteps do (2n-1 of them for n steps: call 2k
+  // and 2k+1 are step k, the last step is a single Euler call); step_of_call()
+  // maps a call to its step.
+  virtual int calls_per_step() const { return 1; }
+  int step_of_call(int call) const { return call / calls_per_step(); }
+  int sampler_steps() const { return requested_steps_; }
+  // The noise level the model sees at call i (the midpoint sigma for DPM++
+  // SDE's second call), which the inspector reports.
+  virtual float model_sigma(int i) const { return sigmas_.at(static_cast<std::size_t>(i)); }
 
   // One denoising step: `sample` (x_t) becomes x_{t-1} in place. `model_output` is the
   // (CFG-combined) UNet output for step `step_index`. `noise` must be given when
@@ -90,6 +108,13 @@ class Sampler {
   virtual void make_schedule(int steps) = 0;
   virtual void reset_state() {}
   virtual bool scales_model_input() const { return false; }
+  // The sigma scale_model_input divides by at call i.
+  virtual float input_sigma(int i) const { return sigmas_.at(static_cast<std::size_t>(i)); }
+  // A sigma sampler's schedule options over its class's own n sigmas `sig`
+  // (descending) and timesteps `ts`: karras / exponential sigmas (diffusers'
+  // _convert_to_*, from sig's ends unless the config sets sigma_min/max) and the
+  // k-diffusion schedules (schedule.hpp), with fractional timesteps.
+  void apply_sigma_schedule(std::vector<double>& sig, std::vector<double>& ts, int n) const;
   virtual void do_step(Backend& be, const Tensor& model_output, Tensor& sample, int i, NoiseSource* noise,
                        Tensor* denoised) = 0;
   // One LATENT_STEP over all of x's values with this sampler's prediction type.

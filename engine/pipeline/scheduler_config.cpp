@@ -13,12 +13,18 @@ struct DiffusersClass {
   SamplerId sampler;
   std::string_view name;
 };
-constexpr std::array<DiffusersClass, 5> kDiffusersClasses{{
+constexpr std::array<DiffusersClass, 11> kDiffusersClasses{{
     {SamplerId::euler, "EulerDiscreteScheduler"},
     {SamplerId::euler_a, "EulerAncestralDiscreteScheduler"},
     {SamplerId::ddim, "DDIMScheduler"},
     {SamplerId::dpmpp_2m, "DPMSolverMultistepScheduler"},
-    {SamplerId::dpmpp_2m_karras, "DPMSolverMultistepScheduler"},
+    {SamplerId::dpmpp_2m_sde, "DPMSolverMultistepScheduler"},
+    {SamplerId::dpmpp_sde, "DPMSolverSDEScheduler"},
+    {SamplerId::heun, "HeunDiscreteScheduler"},
+    {SamplerId::lms, "LMSDiscreteScheduler"},
+    {SamplerId::unipc, "UniPCMultistepScheduler"},
+    {SamplerId::ddpm, "DDPMScheduler"},
+    {SamplerId::lcm, "LCMScheduler"},
 }};
 
 // A string key whose value must be one of `choices`; the error lists them.
@@ -48,6 +54,7 @@ std::optional<double> optional_number(const models::ConfigJson& c, const std::st
 
 SamplerId sampler_from_name(std::string_view name) {
   if (const auto id = parse_sampler(name)) return *id;
+  if (name == "dpmpp_2m_karras") return SamplerId::dpmpp_2m;
   for (const auto& c : kDiffusersClasses) {
     if (name == c.name) return c.sampler;  // the first: DPMSolverMultistepScheduler is dpmpp_2m
   }
@@ -93,9 +100,34 @@ std::string_view to_string(BetaSchedule b) {
 SchedulerConfig SchedulerConfig::defaults(SamplerId kind) {
   SchedulerConfig c;
   c.kind = kind;
-  // Every class defaults to linspace spacing except DDIM (leading).
-  if (kind == SamplerId::ddim) c.timestep_spacing = TimestepSpacing::leading;
-  c.use_karras_sigmas = kind == SamplerId::dpmpp_2m_karras;
+  // Every class defaults to linspace spacing except DDIM, DDPM and LCM (leading).
+  if (kind == SamplerId::ddim || kind == SamplerId::ddpm || kind == SamplerId::lcm) {
+    c.timestep_spacing = TimestepSpacing::leading;
+  }
+  if (kind == SamplerId::unipc) c.solver_type = DpmSolverType::bh2;
+  // Heun, DPM++ SDE and LCM default to SD's betas ("sensible defaults" in diffusers), LCM scaled_linear.
+  if (kind == SamplerId::heun || kind == SamplerId::dpmpp_sde || kind == SamplerId::lcm) {
+    c.beta_start = 0.00085;
+    c.beta_end = 0.012;
+  }
+  if (kind == SamplerId::lcm) c.beta_schedule = BetaSchedule::scaled_linear;
+  if (kind == SamplerId::heun || kind == SamplerId::lcm) c.clip_sample = false;
+  return c;
+}
+
+SchedulerConfig SchedulerConfig::with_schedule(ScheduleId s) const {
+  SchedulerConfig c = *this;
+  c.schedule = s;
+  if (s == ScheduleId::class_default) return c;
+  if (!is_sigma_sampler(kind)) {
+    throw ConfigError("schedule=" + std::string(schedule_name(s)) + ": the " + std::string(sampler_name(kind)) +
+                      " sampler steps between the training timesteps its diffusers class picks, so it takes only "
+                      "schedule=default; use a sigma sampler (euler, euler_a, heun, lms, dpmpp_2m, dpmpp_2m_sde, "
+                      "dpmpp_sde, unipc) for " +
+                      std::string(schedule_name(s)));
+  }
+  c.use_karras_sigmas = s == ScheduleId::karras;
+  c.use_exponential_sigmas = s == ScheduleId::exponential;
   return c;
 }
 
@@ -154,10 +186,11 @@ SchedulerConfig SchedulerConfig::from_json(const nlohmann::json& j, SamplerId ki
   }
   s.rescale_betas_zero_snr = c.get_bool("rescale_betas_zero_snr", false);
 
-  if (kind == SamplerId::euler || is_dpmpp(kind)) {
-    // dpmpp_2m_karras: Karras sigmas whatever the file says (A1111's "DPM++ 2M Karras").
-    s.use_karras_sigmas = c.get_bool("use_karras_sigmas", false) || kind == SamplerId::dpmpp_2m_karras;
-    reject_if_true(c, "use_exponential_sigmas", "exponential sigmas are not implemented; use use_karras_sigmas");
+  if (is_sigma_sampler(kind)) {
+    if (kind != SamplerId::euler_a) {
+      s.use_karras_sigmas = c.get_bool("use_karras_sigmas", false);
+      s.use_exponential_sigmas = c.get_bool("use_exponential_sigmas", false);
+    }
     reject_if_true(c, "use_beta_sigmas", "beta sigmas are not implemented; use use_karras_sigmas");
     // diffusers' from_config keeps sigma_min/sigma_max even for DPM++ (whose __init__ lacks
     // them) and its Karras conversion reads them from the config, so both samplers do.
@@ -177,32 +210,65 @@ SchedulerConfig SchedulerConfig::from_json(const nlohmann::json& j, SamplerId ki
     if (type != "discrete" && type != "continuous") c.unsupported("timestep_type", "expected discrete or continuous");
     s.continuous_timesteps = type == "continuous" && s.prediction_type == PredictionType::v_prediction;
   }
-  if (kind == SamplerId::ddim) {
+  if (kind == SamplerId::heun && c.get_bool("clip_sample", false)) {
+    c.unsupported("clip_sample", "Heun with clip_sample is not implemented");
+  }
+  if (kind == SamplerId::ddpm) {
+    const std::string v = c.get_string("variance_type", "fixed_small");
+    if (v != "fixed_small") c.unsupported("variance_type", "only 'fixed_small' is implemented");
+  }
+  if (kind == SamplerId::lcm) {
+    s.original_inference_steps = static_cast<int>(c.get_int("original_inference_steps", 50));
+    if (s.original_inference_steps < 1 || s.original_inference_steps > s.num_train_timesteps) {
+      c.unsupported("original_inference_steps", "expected 1 to num_train_timesteps");
+    }
+    s.timestep_scaling = c.get_float("timestep_scaling", 10.0);
+  }
+  if (kind == SamplerId::ddim || kind == SamplerId::ddpm || kind == SamplerId::lcm) {
     s.clip_sample = c.get_bool("clip_sample", s.clip_sample);
     s.clip_sample_range = c.get_float("clip_sample_range", s.clip_sample_range);
     s.set_alpha_to_one = c.get_bool("set_alpha_to_one", s.set_alpha_to_one);
     reject_if_true(c, "thresholding", "dynamic thresholding is not implemented");
   }
-  if (is_dpmpp(kind)) {
+  if (is_dpmpp(kind) || kind == SamplerId::unipc) {
     s.solver_order = static_cast<int>(c.get_int("solver_order", s.solver_order));
     if (s.solver_order < 1 || s.solver_order > 3) c.unsupported("solver_order", "expected 1, 2 or 3");
-    if (c.get_string("algorithm_type", "dpmsolver++") != "dpmsolver++") {
-      c.unsupported("algorithm_type", "only 'dpmsolver++' is implemented");
+    if (kind == SamplerId::dpmpp_2m_sde && s.solver_order == 3) {
+      c.unsupported("solver_order", "the SDE solver (dpmpp_2m_sde) is implemented for orders 1 and 2");
     }
-    // diffusers maps the UniPC/DEIS solver types onto midpoint.
-    const std::string solver = c.get_string("solver_type", "midpoint");
-    if (solver == "heun") {
-      s.solver_type = DpmSolverType::heun;
-    } else if (solver != "midpoint" && solver != "logrho" && solver != "bh1" && solver != "bh2") {
-      c.unsupported("solver_type", "expected midpoint or heun");
+    // The sampler decides the algorithm (dpmpp_2m_sde: sde-dpmsolver++), as A1111
+    // and ComfyUI pick it by name whatever the model's file says.
+    if (kind == SamplerId::unipc) {
+      const std::string solver = c.get_string("solver_type", "bh2");
+      if (solver == "bh1") {
+        s.solver_type = DpmSolverType::bh1;
+      } else if (solver == "bh2") {
+        s.solver_type = DpmSolverType::bh2;
+      } else {
+        c.unsupported("solver_type", "UniPC takes bh1 or bh2");
+      }
+      if (!c.get_bool("predict_x0", true)) c.unsupported("predict_x0", "only the data-prediction UniPC is implemented");
+      if (c.has("disable_corrector") && !(j["disable_corrector"].is_array() && j["disable_corrector"].empty())) {
+        c.unsupported("disable_corrector", "disabling the corrector at some steps is not implemented");
+      }
+      if (c.has("solver_p") && !j["solver_p"].is_null()) c.unsupported("solver_p", "solver_p is not implemented");
+    } else {
+      // diffusers maps the UniPC/DEIS solver types onto midpoint.
+      const std::string solver = c.get_string("solver_type", "midpoint");
+      if (solver == "heun") {
+        s.solver_type = DpmSolverType::heun;
+      } else if (solver != "midpoint" && solver != "logrho" && solver != "bh1" && solver != "bh2") {
+        c.unsupported("solver_type", "expected midpoint or heun");
+      }
+      s.euler_at_final = c.get_bool("euler_at_final", s.euler_at_final);
+      s.lambda_min_clipped = c.get_float("lambda_min_clipped", s.lambda_min_clipped);
+      reject_if_true(c, "use_lu_lambdas", "Lu lambdas are not implemented; use use_karras_sigmas");
+      if (c.has("variance_type")) c.unsupported("variance_type", "learned variance is not implemented");
     }
     s.lower_order_final = c.get_bool("lower_order_final", s.lower_order_final);
-    s.euler_at_final = c.get_bool("euler_at_final", s.euler_at_final);
-    s.lambda_min_clipped = c.get_float("lambda_min_clipped", s.lambda_min_clipped);
-    reject_if_true(c, "use_lu_lambdas", "Lu lambdas are not implemented; use use_karras_sigmas");
     reject_if_true(c, "thresholding", "dynamic thresholding is not implemented");
-    if (c.has("variance_type")) c.unsupported("variance_type", "learned variance is not implemented");
   }
+
   return s;
 }
 

@@ -25,24 +25,35 @@ namespace nanscope::pipeline {
 // The samplers are config's SamplerId (config/run_config.hpp), each matching
 // one diffusers 0.31 scheduler class: euler (EulerDiscreteScheduler), euler_a
 // (EulerAncestralDiscreteScheduler), ddim (DDIMScheduler, eta = 0), dpmpp_2m
-// and dpmpp_2m_karras (DPMSolverMultistepScheduler, algorithm_type
-// dpmsolver++; the latter with use_karras_sigmas forced on).
+// and dpmpp_2m_sde (DPMSolverMultistepScheduler, algorithm_type dpmsolver++ and
+// sde-dpmsolver++), dpmpp_sde (DPMSolverSDEScheduler), heun
+// (HeunDiscreteScheduler), lms (LMSDiscreteScheduler), ddpm (DDPMScheduler),
+// lcm (LCMScheduler), unipc (UniPCMultistepScheduler, predict_x0, bh1/bh2).
 
-// "euler", "euler_a", "ddim", "dpmpp_2m", "dpmpp_2m_karras"; the diffusers class names are accepted too.
-// Throws ConfigError listing the known names.
+// The sampler names ("euler", ..., and "dpmpp_2m_karras", read as dpmpp_2m) or
+// the diffusers class names. Throws ConfigError listing the known names.
 SamplerId sampler_from_name(std::string_view name);
 std::string_view diffusers_class_name(SamplerId sampler);
-// DPM-Solver++ (2M), with or without Karras sigmas.
-constexpr bool is_dpmpp(SamplerId s) { return s == SamplerId::dpmpp_2m || s == SamplerId::dpmpp_2m_karras; }
+// DPM-Solver++ multistep (2M), deterministic or SDE.
+constexpr bool is_dpmpp(SamplerId s) { return s == SamplerId::dpmpp_2m || s == SamplerId::dpmpp_2m_sde; }
+// Samplers that work on a sigma schedule (any ScheduleId applies to them); the
+// others (ddim, ddpm, lcm) step between discrete timesteps.
+constexpr bool is_sigma_sampler(SamplerId s) {
+  return s == SamplerId::euler || s == SamplerId::euler_a || s == SamplerId::heun || s == SamplerId::lms ||
+         s == SamplerId::dpmpp_sde || s == SamplerId::unipc || is_dpmpp(s);
+}
 
 enum class BetaSchedule { linear, scaled_linear, squaredcos_cap_v2 };
 enum class PredictionType { epsilon, v_prediction, sample };
 enum class TimestepSpacing { linspace, leading, trailing };
 enum class FinalSigmas { zero, sigma_min };
-enum class DpmSolverType { midpoint, heun };
+enum class DpmSolverType { midpoint, heun, bh1, bh2 };  // bh1, bh2: UniPC
 
 struct SchedulerConfig {
   SamplerId kind = SamplerId::euler;
+  // The run's schedule. class_default keeps what the file says; karras and
+  // exponential set use_karras_sigmas / use_exponential_sigmas (with_schedule()).
+  ScheduleId schedule = ScheduleId::class_default;
   std::string origin = "scheduler config";  // file name for error messages
 
   // Shared by all samplers.
@@ -56,8 +67,9 @@ struct SchedulerConfig {
   int steps_offset = 0;
   bool rescale_betas_zero_snr = false;
 
-  // Euler and DPM++.
+  // The sigma samplers.
   bool use_karras_sigmas = false;
+  bool use_exponential_sigmas = false;
   std::optional<double> sigma_min;  // Euler only (DPM++ has no such key in 0.31)
   std::optional<double> sigma_max;
   FinalSigmas final_sigmas_type = FinalSigmas::zero;
@@ -65,7 +77,11 @@ struct SchedulerConfig {
   // Euler: timestep_type "continuous" feeds 0.25*log(sigma) to the model (v-prediction only).
   bool continuous_timesteps = false;
 
-  // DDIM.
+  // DDPM, LCM: the variance (DDPM "fixed_small") and LCM's boundary-condition scalings.
+  int original_inference_steps = 50;  // LCM
+  double timestep_scaling = 10.0;     // LCM
+
+  // DDIM, DDPM, LCM.
   bool clip_sample = true;
   double clip_sample_range = 1.0;
   bool set_alpha_to_one = true;
@@ -83,6 +99,12 @@ struct SchedulerConfig {
   // Parses a scheduler_config.json object for `kind`. `origin` names the file in errors.
   static SchedulerConfig from_json(const nlohmann::json& j, SamplerId kind,
                                    const std::string& origin = "scheduler_config.json");
+
+  // This config with the run's schedule: karras and exponential switch on the
+  // class's own option, the others replace the sigmas (pipeline/schedule.hpp).
+  // Throws ConfigError when the sampler steps between timesteps and the
+  // schedule is not default.
+  SchedulerConfig with_schedule(ScheduleId s) const;
 };
 
 std::string_view to_string(PredictionType p);

@@ -82,6 +82,7 @@ std::unique_ptr<NoiseSource> make_noise(NoiseKind kind, std::uint64_t seed, Torc
     if (torch_kernel == TorchCpuKernel::scalar) k = TorchCpuNoise::Kernel::scalar;
     return std::make_unique<TorchCpuNoise>(seed, k);
   }
+  if (kind == NoiseKind::torch_cuda) return std::make_unique<TorchCudaNoise>(seed);
   return std::make_unique<NanscopeNoise>(seed);
 }
 
@@ -435,9 +436,18 @@ class Txt2ImgRun {
     Backend& be = *be_;
     auto noise = make_noise(config_.noise, seed, config_.torch_cpu_kernel);
     SchedulerConfig sc = SchedulerConfig::from_json(m.scheduler_config(), config_.sampler,
-                                                    (m.folder() / "scheduler" / "scheduler_config.json").string());
+                                                    (m.folder() / "scheduler" / "scheduler_config.json").string())
+                             .with_schedule(config_.schedule);
     auto sampler = make_sampler(sc);
     sampler->set_timesteps(config_.steps);
+    if (sampler->brownian_noise_elsewhere()) {
+      report.reproducibility = std::string(sampler_name(config_.sampler)) +
+                               ": A1111 and ComfyUI (k-diffusion) draw this sampler's per-step noise from a "
+                               "Brownian tree (torchsde), which no seed reproduces elsewhere; NaNscope draws it from "
+                               "the run's noise source (" +
+                               noise->name() + "), so the image matches theirs only in its initial noise";
+      if (img == 0) log::warn("{}", report.reproducibility);
+    }
     const auto preview_factors = inspect::latent_rgb_factors(preview_family(m));
     const double unet_limit = dtype_max(unet_dtype_);
 
@@ -505,8 +515,11 @@ class Txt2ImgRun {
       sr.image = img;
       sr.index = i;
       sr.steps = steps;
+      sr.sampler_step = sampler->step_of_call(i);
+      sr.sampler_steps = sampler->step_of_call(steps - 1) + 1;
+      sr.call_in_step = i % sampler->calls_per_step();
       sr.timestep = t;
-      sr.sigma = sampler->sigmas()[static_cast<std::size_t>(i)];
+      sr.sigma = sampler->model_sigma(i);
       sr.latent_shape = latent_shape_;
       const auto& sigmas = sampler->sigmas();
       const double sigma_after =

@@ -95,6 +95,11 @@ nlohmann::json report_json(const RunConfig& config, const std::vector<pipeline::
     nlohmann::json sj = measured ? to_json(s.stats) : nlohmann::json::object();
     sj["statistics"] = measured;
     sj["step"] = s.index + 1;
+    if (s.sampler_steps != s.steps) {
+      // Two model calls per sampler step (heun, dpmpp_sde): "step" counts calls.
+      sj["sampler_step"] = s.sampler_step + 1;
+      sj["call_in_step"] = s.call_in_step + 1;
+    }
     sj["timestep"] = s.timestep;
     sj["sigma"] = s.sigma;
     sj["seconds"] = s.seconds;
@@ -116,6 +121,7 @@ nlohmann::json report_json(const RunConfig& config, const std::vector<pipeline::
   j["layer_retry"] = layer_retry_json(report.layer_retry);
   j["loras"] = loras_json(report);
   j["kernels"] = report.kernel_notes;
+  if (!report.reproducibility.empty()) j["reproducibility"] = report.reproducibility;
   j["image"] = ri.image ? to_json(ri.image->map) : nlohmann::json();
   nlohmann::json tr = nlohmann::json::array();
   for (const auto& t : ri.traces) tr.push_back(to_json(t));

@@ -409,6 +409,7 @@ PromptPanel::PromptPanel(QAction* run, QAction* cancel, QWidget* parent)
       width_(new QSpinBox),
       height_(new QSpinBox),
       sampler_(new QComboBox),
+      schedule_(new QComboBox),
       noise_(new QComboBox),
       batch_(new QSpinBox),
       seeds_(new QLineEdit),
@@ -440,6 +441,12 @@ PromptPanel::PromptPanel(QAction* run, QAction* cancel, QWidget* parent)
   }
   for (SamplerId id : kSamplers) sampler_->addItem(qs(sampler_a1111_name(id)), qs(sampler_name(id)));
   describe(sampler_, "sampler");
+  // "Default" is the sampler's diffusers class; the others as A1111's Schedule type names them.
+  schedule_->addItem(tr("Default (the model's scheduler config)"), "default");
+  for (ScheduleId id : kSchedules) {
+    if (id != ScheduleId::class_default) schedule_->addItem(qs(schedule_a1111_name(id)), qs(schedule_name(id)));
+  }
+  describe(schedule_, "schedule");
   describe(noise_, "noise");
   describe(seed_, "seed");
   describe(seeds_, "seeds");
@@ -447,6 +454,7 @@ PromptPanel::PromptPanel(QAction* run, QAction* cancel, QWidget* parent)
   describe(negative_, "negative_prompt");
   noise_->addItem(tr("NaNscope (same on every device)"), "nanscope");
   noise_->addItem(tr("torch CPU (as diffusers)"), "torch-cpu");
+  noise_->addItem(tr("torch CUDA (A1111's GPU and NV sources)"), "torch-cuda");
   from_table(batch_, "batch_size");
   seeds_->setPlaceholderText(tr("optional list, e.g. 1, 7, 42 (overrides the batch)"));
   seeds_->setValidator(new QRegularExpressionValidator(QRegularExpression("[0-9, ]*"), seeds_));
@@ -471,6 +479,7 @@ PromptPanel::PromptPanel(QAction* run, QAction* cancel, QWidget* parent)
   form->addRow(tr("Seed:"), seed_row);
   form->addRow(tr("Size:"), size_row);
   form->addRow(tr("Sampler:"), sampler_);
+  form->addRow(tr("Schedule:"), schedule_);
   form->addRow(tr("Noise:"), noise_);
   form->addRow(tr("Batch / seeds:"), batch_row);
   form->addRow(tr("CLIP skip:"), clip_skip_);
@@ -508,6 +517,7 @@ PromptPanel::PromptPanel(QAction* run, QAction* cancel, QWidget* parent)
     emit changed();
   });
   connect(sampler_, qOverload<int>(&QComboBox::activated), this, notify);
+  connect(schedule_, qOverload<int>(&QComboBox::activated), this, notify);
   connect(noise_, qOverload<int>(&QComboBox::activated), this, notify);
   load(RunConfig{});
 }
@@ -528,6 +538,7 @@ void PromptPanel::load(const RunConfig& c) {
   width_->setValue(c.width);
   height_->setValue(c.height);
   select_data(sampler_, qs(sampler_name(c.sampler)));
+  select_data(schedule_, qs(schedule_name(c.schedule)));
   select_data(noise_, qs(noise_name(c.noise)));
   batch_->setValue(c.batch_size);
   QStringList seeds;
@@ -546,6 +557,7 @@ void PromptPanel::store(RunConfig& c) const {
   c.width = width_->value() / 8 * 8;
   c.height = height_->value() / 8 * 8;
   c.sampler = *parse_sampler(sampler_->currentData().toString().toStdString());
+  c.schedule = *parse_schedule(schedule_->currentData().toString().toStdString());
   c.noise = *parse_noise(noise_->currentData().toString().toStdString());
   const QString seeds = seeds_->text().simplified().remove(' ');
   if (!seeds.isEmpty()) {

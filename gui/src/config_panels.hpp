@@ -107,6 +107,7 @@ class PromptPanel : public ConfigPanel {
   QSpinBox* width_;
   QSpinBox* height_;
   QComboBox* sampler_;
+  QComboBox* schedule_;
   QComboBox* noise_;
   QSpinBox* batch_;
   QLineEdit* seeds_;

@@ -414,9 +414,16 @@ void InspectorPanel::show_step(int index) {
                             : tr("The latent after this step, through linear latent-to-RGB factors"));
   mask_->setPixmap(scaled(s.nonfinite_mask, box));
   const auto& r = s.report;
-  QString text = tr("<b>Step %1 of %2</b> &nbsp; t = %3, sigma = %4, %5 s, ")
-                     .arg(r.index + 1)
-                     .arg(r.steps)
+  // Samplers with two model calls per step (heun, dpmpp_sde) show the step and the call.
+  const QString which = r.sampler_steps != r.steps
+                            ? tr("Step %1 of %2, model call %3 of %4")
+                                  .arg(r.sampler_step + 1)
+                                  .arg(r.sampler_steps)
+                                  .arg(r.call_in_step + 1)
+                                  .arg(r.sampler_step + 1 == r.sampler_steps ? 1 : 2)  // the last step: one Euler call
+                            : tr("Step %1 of %2").arg(r.index + 1).arg(r.steps);
+  QString text = tr("<b>%1</b> &nbsp; t = %2, sigma = %3, %4 s, ")
+                     .arg(which)
                      .arg(static_cast<double>(r.timestep), 0, 'f', 1)
                      .arg(static_cast<double>(r.sigma), 0, 'g', 4)
                      .arg(r.seconds, 0, 'f', 3);

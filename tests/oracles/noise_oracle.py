@@ -13,6 +13,16 @@ usage:
       numpy: REQUEST is {"cases": [{"seed": S, "draw": D, "count": N}]}; OUT holds
       elements 0..N-1 of draw D per case. Philox4x32-10 after Salmon et al. (SC
       2011) / Random123, checked here against Random123's known-answer vectors.
+  noise_oracle.py cuda REQUEST.json OUT.f32
+      torch.randn(..., device="cuda") after torch.manual_seed(S), as A1111's "NV"
+      source computes it on the CPU (modules/rng_philox.py), written here from its
+      description: REQUEST is {"cases": [{"seed": S, "offset": D, "count": N}]};
+      element i of the randn call at Philox offset D (0 for the first call after
+      manual_seed, +1 per call) is Philox4x32-10 of counter (D, 0, i, 0) with key
+      (S & 0xffffffff, S >> 32), and of its words x0, x1:
+      u = x0 * 2^-32 + 2^-33, v = x1 * K + K/2 with K = float32(2^-32 * 2 pi),
+      value = float32(sqrt(-2 ln u) * sin(v)), in float64 as rng_philox.py's numpy
+      arithmetic promotes it (uint32 times a float32 array is float64).
 """
 import json
 import os
@@ -90,6 +100,29 @@ def nanscope_noise(seed, draw, count):
     return (np.sqrt(-2.0 * np.log(u1)) * np.cos(2.0 * np.pi * u2)).astype(np.float32)
 
 
+def cuda_noise(seed, offset, count):
+    import numpy as np
+
+    i = np.arange(count, dtype=np.uint64)
+    zeros = np.zeros(count, np.uint64)
+    x0, x1, _, _ = philox4x32_10(np.full(count, offset, np.uint64), zeros, i, zeros, seed & MASK32, seed >> 32)
+    inv = float(np.float32(2.3283064e-10))  # 2^-32 exactly
+    k = np.float32(2.3283064e-10 * 6.2831855)
+    u = x0.astype(np.float64) * inv + float(np.float32(inv) / np.float32(2))
+    v = x1.astype(np.float64) * float(k) + float(k / np.float32(2))
+    return (np.sqrt(-2.0 * np.log(u)) * np.sin(v)).astype(np.float32)
+
+
+def cuda_mode(request_path, out_path):
+    import numpy as np
+
+    check_known_answers()
+    with open(request_path) as f:
+        request = json.load(f)
+    parts = [cuda_noise(c["seed"], c["offset"], c["count"]) for c in request["cases"]]
+    np.concatenate(parts).astype("<f4").tofile(out_path)
+
+
 def philox_mode(request_path, out_path):
     import numpy as np
 
@@ -105,6 +138,8 @@ def main():
         torch_mode(*sys.argv[2:])
     elif len(sys.argv) == 4 and sys.argv[1] == "philox":
         philox_mode(*sys.argv[2:])
+    elif len(sys.argv) == 4 and sys.argv[1] == "cuda":
+        cuda_mode(*sys.argv[2:])
     else:
         raise SystemExit(__doc__)
 

@@ -51,14 +51,17 @@ def make(out):
 
 
 def run(model_dir, inp, out, prompt, negative, steps, cfg, sampler, seed):
-    from diffusers import EulerAncestralDiscreteScheduler, EulerDiscreteScheduler, StableDiffusionPipeline
+    from diffusers import (DPMSolverMultistepScheduler, EulerAncestralDiscreteScheduler, EulerDiscreteScheduler,
+                           HeunDiscreteScheduler, StableDiffusionPipeline)
     from diffusers.models.attention_processor import AttnProcessor
 
     pipe = StableDiffusionPipeline.from_pretrained(model_dir, safety_checker=None, requires_safety_checker=False)
     pipe.unet.set_attn_processor(AttnProcessor())
     pipe.vae.set_attn_processor(AttnProcessor())
-    cls = {"euler": EulerDiscreteScheduler, "euler_a": EulerAncestralDiscreteScheduler}[sampler]
-    pipe.scheduler = cls.from_config(pipe.scheduler.config)
+    cls = {"euler": EulerDiscreteScheduler, "euler_a": EulerAncestralDiscreteScheduler, "heun": HeunDiscreteScheduler,
+           "dpmpp_2m_sde": DPMSolverMultistepScheduler}[sampler]
+    extra = {"algorithm_type": "sde-dpmsolver++"} if sampler == "dpmpp_2m_sde" else {}
+    pipe.scheduler = cls.from_config(pipe.scheduler.config, **extra)
     pipe.set_progress_bar_config(disable=True)
     noise = load_file(inp)["noise"]
     g = torch.Generator().manual_seed(seed)
