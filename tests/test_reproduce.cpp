@@ -421,13 +421,17 @@ TEST(Reproduce, FindsFilesByA1111HashesAndByName) {
   EXPECT_TRUE(plan.runnable());
   EXPECT_EQ(plan.config.model, m.ckpt.string());
   EXPECT_EQ(plan.config.vae, m.vae.string());
-  EXPECT_EQ(plan.config.prompt, "a cat");  // the LoRA tag is not text for the encoder
+  // The LoRA tag is not text for the encoder; A1111 removes the tag alone, the space before it stays.
+  EXPECT_EQ(plan.config.prompt, "a cat ");
   EXPECT_EQ(plan.config.sampler, SamplerId::euler_a);
   EXPECT_EQ(plan.config.noise, NoiseKind::torch_cpu);
   EXPECT_EQ(plan.config.width, 64);
   EXPECT_EQ(plan.config.seed, 11u);
-  ASSERT_EQ(plan.not_reproducible.size(), 1u);
-  expect_contains(plan.not_reproducible[0].reason, {"LoRA 'ink'", "not supported"});
+  // The LoRA found by its hash is applied with the tag's weight.
+  ASSERT_EQ(plan.config.loras.size(), 1u);
+  EXPECT_EQ(plan.config.loras[0].path, m.lora.string());
+  EXPECT_EQ(plan.config.loras[0].weight, 0.6);
+  EXPECT_TRUE(plan.not_reproducible.empty()) << plan.not_reproducible[0].reason;
 
   // AutoV1: the old 8-digit hash of 64 KiB at 1 MiB.
   const std::string old = "x\nSteps: 4, Sampler: Euler, Seed: 1, Model hash: " + m.old_h.autov1 + ", Model: gone";

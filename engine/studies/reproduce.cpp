@@ -5,6 +5,7 @@
 #include <fstream>
 #include <regex>
 
+#include "config/sampler_names.hpp"
 #include "config/settings.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
@@ -163,41 +164,21 @@ FoundFile find(Role role, const std::string& role_name, const std::string& name,
   return f;
 }
 
-std::string strip_lora_tags(const std::string& prompt) {
-  // A1111 removes extra-network tags from the prompt before encoding it.
-  static const std::regex re(R"(<(lora|lyco|hypernet):[^>]*>)");
-  std::string s = std::regex_replace(prompt, re, "");
-  // Tidy the spaces and commas the tags leave behind.
-  static const std::regex spaces(R"( {2,})");
-  s = std::regex_replace(s, spaces, " ");
-  static const std::regex comma(R"((,\s*)+$)");
-  s = std::regex_replace(s, comma, "");
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\n')) s.pop_back();
-  while (!s.empty() && s.front() == ' ') s.erase(s.begin());
-  return s;
+// A1111 removes every extra-network tag (<lora:...>, <lyco:...>, <hypernet:...>)
+// from the text it encodes, and nothing else: modules/extra_networks.py
+// parse_prompt, re.sub(re_extra_net, "", prompt) with re_extra_net
+// "<(\w+):([^>]+)>". The spaces and commas around a tag stay (a comma is a token).
+std::string without_extra_networks(const std::string& prompt) {
+  static const std::regex re(R"(<(\w+):([^>]+)>)");
+  return std::regex_replace(prompt, re, "");
 }
 
 // The sampler the image names, as NaNscope's: A1111's display names (with
 // "Schedule type" Karras folded in, as settings.cpp's sampler_from_a1111
 // reads them), ComfyUI's sampler_name + scheduler.
-std::optional<SamplerId> foreign_sampler(const ForeignGeneration& g) {
-  if (g.tool == ForeignTool::a1111) {
-    std::string name = g.sampler;
-    if (g.schedule == "Karras") name += " Karras";
-    for (SamplerId s : kSamplers)
-      if (sampler_a1111_name(s) == name) return s;
-    // Older A1111 writes "DPM++ 2M Karras" in Sampler with no Schedule type; the
-    // loop above matched it. "Automatic" and a missing Schedule type use the sampler's own.
-    if (!g.schedule.empty() && g.schedule != "Automatic" && g.schedule != "Karras") return std::nullopt;
-    return std::nullopt;
-  }
-  std::string name = g.sampler == "euler_ancestral" ? "euler_a" : g.sampler;
-  if (g.schedule == "karras") {
-    name += "_karras";
-  } else if (g.schedule != "normal") {
-    return std::nullopt;
-  }
-  return parse_sampler(name);
+std::optional<SamplerChoice> foreign_sampler(const ForeignGeneration& g) {
+  if (g.tool == ForeignTool::a1111) return sampler_from_a1111(g.sampler, g.schedule);
+  return sampler_from_comfy(g.sampler, g.schedule);
 }
 
 bool ancestral(const ForeignGeneration& g) {
@@ -245,9 +226,18 @@ void map_onto_run_config(ReproducePlan& plan) {
   if (!plan.checkpoint.path.empty()) c.model = plan.checkpoint.path.string();
   if (!plan.vae.path.empty()) c.vae = plan.vae.path.string();
 
-  const std::string prompt = strip_lora_tags(g.prompt);
+  const std::string prompt = without_extra_networks(g.prompt);
   set("prompt", prompt, "prompt");
   set("negative_prompt", g.negative_prompt, "negative prompt");
+  {
+    static const std::regex tag(R"(<(\w+):([^>]+)>)");
+    for (std::sregex_iterator it(g.prompt.begin(), g.prompt.end(), tag), end; it != end; ++it) {
+      const std::string kind = (*it)[1].str();
+      if (kind != "lora" && kind != "lyco")
+        nr.push_back({"extra network", "prompt tag " + it->str() + " (an A1111 extra network of kind '" + kind +
+                                           "') is not supported by this version; the run leaves it out"});
+    }
+  }
   if (g.steps) set("steps", std::to_string(*g.steps), "steps");
   if (g.cfg_scale) set("cfg_scale", number_text(*g.cfg_scale), "CFG scale");
   if (g.seed) set("seed", std::to_string(*g.seed), "seed");
@@ -264,26 +254,37 @@ void map_onto_run_config(ReproducePlan& plan) {
     nr.push_back({"sampler", "the image names no sampler; NaNscope's default (" + std::string(sampler_name(c.sampler)) +
                                  ") is used"});
   } else if (auto s = foreign_sampler(g)) {
-    c.sampler = *s;
+    RunConfig trial = c;
+    trial.sampler = s->sampler;
+    trial.schedule = s->schedule;
+    try {
+      trial.validate();
+      c = trial;
+    } catch (const ConfigError& e) {
+      nr.push_back({"sampler", "sampler '" + g.sampler + "' with schedule '" + g.schedule +
+                                   "' cannot run here: " + e.what() + "; the run uses " +
+                                   std::string(sampler_name(c.sampler))});
+    }
   } else {
     std::string named = "'" + g.sampler + "'";
     if (!g.schedule.empty() && g.schedule != "Automatic") named += " with schedule '" + g.schedule + "'";
-    nr.push_back({"sampler", "sampler " + named +
-                                 " unknown to this version (it has: euler, euler_a, ddim, "
-                                 "dpmpp_2m, dpmpp_2m_karras); the run uses " +
+    std::string known;
+    for (SamplerId id : kSamplers) known += (known.empty() ? "" : ", ") + std::string(sampler_name(id));
+    nr.push_back({"sampler", "sampler " + named + " unknown to this version (it has: " + known + "); the run uses " +
                                  std::string(sampler_name(c.sampler))});
   }
 
-  // Noise.
+  // Noise. A1111's GPU source is torch's CUDA generator; NaNscope's torch-cuda
+  // is A1111's own "NV" computation of it (modules/rng_philox.py), which
+  // agrees with a real GPU to about 3e-7 but not bit for bit (docs/reproduce.md).
   if (g.rng == "CPU") {
     c.noise = NoiseKind::torch_cpu;
   } else {
-    nr.push_back(
-        {"noise", "RNG '" + g.rng + "' (" + tool +
-                      (g.rng == "GPU" ? "'s default: torch's CUDA generator" : "'s NVIDIA-compatible generator") +
-                      ") is not supported by this version; the initial noise differs (torch-cpu noise is "
-                      "used, as A1111's RNG: CPU)"});
-    c.noise = NoiseKind::torch_cpu;
+    c.noise = NoiseKind::torch_cuda;
+    if (g.rng == "GPU")
+      plan.notes.push_back("RNG GPU (" + tool +
+                           "'s default): the initial noise is torch-cuda, A1111's NV computation of CUDA's "
+                           "generator; a real GPU's values differ from it by up to about 3e-7");
   }
   if (g.ensd && *g.ensd != 0 && ancestral(g))
     nr.push_back({"ENSD", "ENSD " + std::to_string(*g.ensd) +
@@ -294,18 +295,21 @@ void map_onto_run_config(ReproducePlan& plan) {
                              " is not supported by this version (it uses the sampler's "
                              "default)"});
 
-  // LoRAs: found or not, this version cannot apply them.
+  // LoRAs: the files found are applied with the image's weight; the prompt's
+  // tags are gone from the text (above), so lora_dir is not needed.
   for (std::size_t i = 0; i < g.loras.size(); ++i) {
     const ForeignLora& l = g.loras[i];
     const FoundFile* f = i < plan.loras.size() ? &plan.loras[i] : nullptr;
     const std::string what = "LoRA '" + l.name + "'";
     if (f == nullptr || f->path.empty()) {
       nr.push_back({what, "LoRA '" + l.name + "' not found in " + plan.models_dir.string() +
-                              (l.hash.empty() ? "" : " (hash " + l.hash + ")") +
-                              "; and this version cannot apply LoRAs"});
+                              (l.hash.empty() ? "" : " (hash " + l.hash + ")") + "; the run leaves it out"});
     } else {
-      nr.push_back({what, "LoRA '" + l.name + "' (weight " + number_text(l.weight) + ", found at " + f->path.string() +
-                              "): LoRA is not supported by this version"});
+      c.loras.push_back({f->path.string(), l.weight});
+      if (l.clip_weight != l.weight)
+        nr.push_back({what, "LoRA '" + l.name + "': a text-encoder weight (" + number_text(l.clip_weight) +
+                                ") apart from the UNet's (" + number_text(l.weight) +
+                                ") is not supported; both use " + number_text(l.weight)});
     }
   }
 
