@@ -51,5 +51,6 @@ void add_scenario_command(CLI::App& app, const GlobalOptions& g,
 void add_ab_command(CLI::App& app, const GlobalOptions& g, Action& action);      // ab (cmd_inspect.cpp)
 void add_sweep_command(CLI::App& app, const GlobalOptions& g, Action& action);   // sweep (cmd_inspect.cpp)
 void add_config_command(CLI::App& app, const GlobalOptions& g, Action& action);  // config keys (cmd_config.cpp)
+void add_probe_command(CLI::App& app, const GlobalOptions& g, Action& action);   // probe (cmd_probe.cpp)
 
 }  // namespace nanscope::cli

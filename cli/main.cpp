@@ -67,6 +67,7 @@ int main(int argc, char** argv) {
   cli::add_ab_command(app, g, action);
   cli::add_sweep_command(app, g, action);
   cli::add_config_command(app, g, action);
+  cli::add_probe_command(app, g, action);
 
   try {
     app.parse(argc, argv);
