@@ -59,7 +59,8 @@ void print_probe(const studies::ProbeReport& r, int top) {
   int shown = 0;
   for (const auto& row : r.rows) {
     if (top > 0 && shown >= top) {
-      std::printf("  ... %zu more rows (all of them: --top 0, or --json)\n", r.rows.size() - static_cast<std::size_t>(shown));
+      std::printf("  ... %zu more rows (all of them: --top 0, or --json)\n",
+                  r.rows.size() - static_cast<std::size_t>(shown));
       break;
     }
     ++shown;

@@ -17,6 +17,7 @@
 #include "pipeline/f16_safety.hpp"
 #include "pipeline/session.hpp"
 #include "studies/device_probe.hpp"
+#include "studies/report_json.hpp"
 
 namespace nanscope {
 namespace {
@@ -72,9 +73,8 @@ TEST(DeviceProbe, HealthyDeviceEveryDistinctOpAgrees) {
   std::set<std::string> components;
   bool f16_native = false;
   for (const auto& row : r.rows) {
-    EXPECT_EQ(row.verdict, studies::ProbeVerdict::agrees) << row.op << " " << row.modules.front() << " "
-                                                          << row.shapes() << " nmse " << row.nmse << " max_rel "
-                                                          << row.max_rel;
+    EXPECT_EQ(row.verdict, studies::ProbeVerdict::agrees) << row.op << " " << row.modules.front() << " " << row.shapes()
+                                                          << " nmse " << row.nmse << " max_rel " << row.max_rel;
     ASSERT_FALSE(row.modules.empty()) << row.op;
     components.insert(row.modules.front().substr(0, row.modules.front().find('.')));
     calls += row.calls;
@@ -208,6 +208,33 @@ TEST(F16Safety, Fp16FixVaeIsNotFlagged) {
   // And an f16 decode with it is finite (R2's documented fix).
   config.set("vae.dtype", "f16");
   EXPECT_EQ(decode_nonfinite(config), 0);
+}
+
+// inspect.f16_safety=on: the probe runs before sampling and its result is in the run's report and JSON.
+TEST(F16Safety, OptInSettingPutsTheResultInTheRunReport) {
+  REQUIRE_EMBEDDED_MODEL();
+  RunConfig config = r2(32);
+  config.set("vae.dtype", "f16");
+  config.set("inspect.f16_safety", "on");
+  struct Keep final : pipeline::RunObserver {
+    std::vector<pipeline::RunReport> reports;
+    void on_image(const pipeline::GeneratedImage&, const pipeline::RunReport& r) override { reports.push_back(r); }
+  } keep;
+  session().generate(config, &keep);
+  ASSERT_EQ(keep.reports.size(), 1u);
+  const auto& r = keep.reports.front();
+  ASSERT_TRUE(r.f16_safety.has_value());
+  EXPECT_FALSE(r.f16_safety->safe());
+  EXPECT_EQ(r.f16_safety->flagged.front(), "vae.decoder.up_blocks.2.resnets.0.conv1");
+  const auto j = studies::image_report_json(r);
+  EXPECT_FALSE(j["f16_safety"]["safe"].get<bool>());
+  EXPECT_EQ(j["f16_safety"]["overrides"].size(), 2u);
+  // Off (the default): no probe, no key.
+  config.set("inspect.f16_safety", "off");
+  keep.reports.clear();
+  session().generate(config, &keep);
+  ASSERT_EQ(keep.reports.size(), 1u);
+  EXPECT_FALSE(keep.reports.front().f16_safety.has_value());
 }
 
 }  // namespace

@@ -46,6 +46,8 @@ struct InspectSettings {
   int stats_every = 1;
   // nan_policy=retry-layer-f32: how many modules it may upcast per image.
   int layer_retry_limit = 8;
+  // Before the run, the f16-safety probe (pipeline/f16_safety.hpp), in the report.
+  bool f16_safety = false;
 };
 
 class R0Emulator final : public FaultEmulator {

@@ -80,8 +80,8 @@ OpContext f32_context(Backend& be, const RunConfig& config, Component c, OpTrace
 }
 
 bool under(const std::string& path, const std::string& parent) {
-  return path == parent || (path.size() > parent.size() && path.compare(0, parent.size(), parent) == 0 &&
-                            path[parent.size()] == '.');
+  return path == parent ||
+         (path.size() > parent.size() && path.compare(0, parent.size(), parent) == 0 && path[parent.size()] == '.');
 }
 
 std::string parent_of(const std::string& path) {
@@ -117,7 +117,8 @@ std::vector<std::string> group_f32_overrides(const std::vector<std::string>& fla
       if (under(flagged[i], s)) return i;
     return flagged.size();
   };
-  std::stable_sort(set.begin(), set.end(), [&](const std::string& a, const std::string& b) { return first(a) < first(b); });
+  std::stable_sort(set.begin(), set.end(),
+                   [&](const std::string& a, const std::string& b) { return first(a) < first(b); });
   std::vector<std::string> out;
   for (const std::string& s : set) out.push_back(s + ".dtype=f32");
   return out;
@@ -174,8 +175,8 @@ F16SafetyReport check_f16_safety(Session& session, const RunConfig& run, const C
   }
 
   // The first step's UNet call, traced.
-  auto sampler = make_sampler(SchedulerConfig::from_json(m.scheduler_config(), config.sampler,
-                                                         (m.folder() / "scheduler" / "scheduler_config.json").string()));
+  auto sampler = make_sampler(SchedulerConfig::from_json(
+      m.scheduler_config(), config.sampler, (m.folder() / "scheduler" / "scheduler_config.json").string()));
   sampler->set_timesteps(config.steps);
   NanscopeNoise noise(config.seed);
   std::vector<float> init(static_cast<std::size_t>(n));
@@ -195,8 +196,20 @@ F16SafetyReport check_f16_safety(Session& session, const RunConfig& run, const C
   Tensor guided = pred;
   if (cfg) {
     guided = be.empty(latent_shape, DType::f32);
-    be.latent_step(LatentStepArgs{LatentOp::cfg, n, pred, 0, &pred, n, nullptr, nullptr, guided, 0, nullptr,
-                                  {static_cast<float>(config.cfg_scale)}, 0, 0});
+    be.latent_step(LatentStepArgs{LatentOp::cfg,
+                                  n,
+                                  pred,
+                                  0,
+                                  &pred,
+                                  n,
+                                  nullptr,
+                                  nullptr,
+                                  guided,
+                                  0,
+                                  nullptr,
+                                  {static_cast<float>(config.cfg_scale)},
+                                  0,
+                                  0});
   }
   // The step's prediction of the final latent, decoded, traced.
   Tensor denoised = be.empty(latent_shape, DType::f32);
@@ -227,8 +240,11 @@ F16SafetyReport check_f16_safety(Session& session, const RunConfig& run, const C
       report.modules.push_back(std::move(h));
     }
   }
-  std::stable_sort(report.modules.begin(), report.modules.end(),
-                   [](const ModuleHeadroom& a, const ModuleHeadroom& b) { return a.max_abs > b.max_abs; });
+  // Flagged modules first (a module that only reads a large value can have small outputs), then by |x|.
+  std::stable_sort(report.modules.begin(), report.modules.end(), [](const ModuleHeadroom& a, const ModuleHeadroom& b) {
+    if (a.flagged() != b.flagged()) return a.flagged();
+    return a.max_abs > b.max_abs;
+  });
   report.overrides = group_f32_overrides(report.flagged, all);
   report.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   char head[128];
@@ -262,10 +278,20 @@ nlohmann::json f16_safety_json(const F16SafetyReport& r) {
                        {"at_risk", h.at_risk},
                        {"reads_at_risk", h.reads_at_risk}});
   }
-  return {{"model", r.model},       {"vae", r.vae},         {"device", r.device},       {"width", r.width},
-          {"height", r.height},     {"safe", r.safe()},     {"flagged", r.flagged},     {"overrides", r.overrides},
-          {"unet_max", num(r.unet_max)}, {"vae_max", num(r.vae_max)}, {"seconds", r.seconds}, {"summary", r.summary},
-          {"risk_headroom", kF16RiskHeadroom}, {"modules", modules}};
+  return {{"model", r.model},
+          {"vae", r.vae},
+          {"device", r.device},
+          {"width", r.width},
+          {"height", r.height},
+          {"safe", r.safe()},
+          {"flagged", r.flagged},
+          {"overrides", r.overrides},
+          {"unet_max", num(r.unet_max)},
+          {"vae_max", num(r.vae_max)},
+          {"seconds", r.seconds},
+          {"summary", r.summary},
+          {"risk_headroom", kF16RiskHeadroom},
+          {"modules", modules}};
 }
 
 }  // namespace nanscope::pipeline

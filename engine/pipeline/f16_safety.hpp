@@ -5,12 +5,16 @@
 // step's prediction of the final latent) run in f32 at the run's size under a
 // layer trace (inspect/layer_trace.hpp). Every module's largest |activation|
 // (its ops' outputs) is set against the f16 (65504) and bf16 (3.39e38)
-// limits. A module overflows in f16 when one of its ops' outputs passes 65504,
-// or when it reads such a value from another module (an f16 module casts its
-// inputs to f16: Inf). The proposal is the per-module override set that
-// computes exactly those modules in f32 (`vae.decoder.up_blocks.2.resnets.0.conv1.dtype=f32`),
-// grouped under a parent where all its modules need it; values an
-// f32 module passes on below 65504 fit the next f16 module again.
+// limits. A module is flagged when its headroom to 65504 is below
+// kF16RiskHeadroom (16x), or when it reads such a value from another module
+// (an f16 module casts its inputs to f16: Inf once the value passes 65504).
+// The margin: the decode sees the first step's prediction of the image, which
+// is tamer than a finished latent; on the embedded model's vae/ finished
+// latents drove the largest activation 5x-14x higher than the probe's decode
+// (measured at 32-256 px, docs/inspector.md). The proposal is the per-module
+// override set that computes exactly the flagged modules in f32
+// (`vae.decoder.up_blocks.2.resnets.0.conv1.dtype=f32`), grouped under a
+// parent where all its modules need it.
 //
 // What it does not see: sums inside an op (native accumulation's partial
 // sums, attention scores) that overflow while the op's output fits; the probe
@@ -32,12 +36,12 @@ class Session;
 inline constexpr double kF16RiskHeadroom = 16;
 
 struct ModuleHeadroom {
-  std::string module;   // full module path ("vae.decoder.up_blocks.2.resnets.0.conv1")
-  std::string op;       // the op with the largest output |x| in it
-  double max_abs = 0;   // largest |x| of its ops' outputs (f32 run)
-  double input_max = 0; // largest |x| it reads from outside itself
-  double headroom_f16 = 0;   // 65504 / max_abs (< 1: overflows; inf when max_abs is 0)
-  double headroom_bf16 = 0;  // bf16's largest finite / max_abs
+  std::string module;          // full module path ("vae.decoder.up_blocks.2.resnets.0.conv1")
+  std::string op;              // the op with the largest output |x| in it
+  double max_abs = 0;          // largest |x| of its ops' outputs (f32 run)
+  double input_max = 0;        // largest |x| it reads from outside itself
+  double headroom_f16 = 0;     // 65504 / max_abs (< 1: overflows; inf when max_abs is 0)
+  double headroom_bf16 = 0;    // bf16's largest finite / max_abs
   bool overflows_f16 = false;  // an output of it passes 65504 already in the probe
   bool at_risk = false;        // headroom below kF16RiskHeadroom (includes overflows_f16)
   bool reads_at_risk = false;  // it reads such a value from another module
@@ -47,7 +51,7 @@ struct ModuleHeadroom {
 struct F16SafetyReport {
   std::string model, vae, device;
   int width = 0, height = 0;
-  std::vector<ModuleHeadroom> modules;  // every module of the UNet and the VAE, largest |x| first
+  std::vector<ModuleHeadroom> modules;  // every module of the UNet and the VAE: flagged first, then largest |x| first
   // The modules that need f32 for the run to stay finite in f16 (at risk or
   // reading a value at risk), in the order they ran.
   std::vector<std::string> flagged;

@@ -3,6 +3,7 @@
 // them across threads (the GUI's queued signals).
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -12,6 +13,7 @@
 #include "core/tensor.hpp"
 #include "inspect/inspect.hpp"
 #include "io/png.hpp"
+#include "pipeline/f16_safety.hpp"
 
 namespace nanscope::pipeline {
 
@@ -85,6 +87,8 @@ struct RunReport {
   bool cancelled = false;
   inspect::RunInspection inspection;  // verdict, first bad step, origin op, image checks, layer traces
   LayerRetryReport layer_retry;       // nan_policy=retry-layer-f32
+  // inspect.f16_safety: the f16-safety probe run before sampling.
+  std::optional<F16SafetyReport> f16_safety;
 };
 
 struct GeneratedImage {

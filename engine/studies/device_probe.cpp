@@ -118,8 +118,8 @@ class RecordingBackend final : public DryRunBackend {
     const MatmulArgs p = a;
     const bool bias = a.bias != nullptr;
     c.replay = [p, bias](Backend& be, std::vector<Tensor>& in, Tensor& out) {
-      be.matmul(MatmulArgs{in[0], in[1], bias ? &in[2] : nullptr, out, p.batch, p.m, p.n, p.k, p.trans_b,
-                           p.b_broadcast, p.alpha, p.precision});
+      be.matmul(MatmulArgs{in[0], in[1], bias ? &in[2] : nullptr, out, p.batch, p.m, p.n, p.k, p.trans_b, p.b_broadcast,
+                           p.alpha, p.precision});
     };
     finish(std::move(c));
   }
@@ -164,8 +164,8 @@ class RecordingBackend final : public DryRunBackend {
     const LayerNormArgs p = a;
     const bool g = a.gamma != nullptr, b = a.beta != nullptr;
     c.replay = [p, g, b](Backend& be, std::vector<Tensor>& in, Tensor& out) {
-      be.layer_norm(
-          LayerNormArgs{in[0], g ? &in[1] : nullptr, b ? &in[g ? 2 : 1] : nullptr, out, p.rows, p.d, p.eps, p.precision});
+      be.layer_norm(LayerNormArgs{in[0], g ? &in[1] : nullptr, b ? &in[g ? 2 : 1] : nullptr, out, p.rows, p.d, p.eps,
+                                  p.precision});
     };
     finish(std::move(c));
   }
@@ -287,8 +287,8 @@ class RecordingBackend final : public DryRunBackend {
     c.inputs = {spec(a.q, -2, 2), spec(a.k, -2, 2), spec(a.v)};
     c.reduction = std::max(a.d, a.sk);
     c.params = std::string(attention_impl_name(a.config.impl)) +
-               (a.config.impl == AttentionImpl::sliced ? "(" + std::to_string(a.config.slice_size) + ")" : "") +
-               ", " + std::to_string(a.heads) + " heads" + (a.causal ? ", causal" : "");
+               (a.config.impl == AttentionImpl::sliced ? "(" + std::to_string(a.config.slice_size) + ")" : "") + ", " +
+               std::to_string(a.heads) + " heads" + (a.causal ? ", causal" : "");
     const AttentionArgs p = a;
     c.replay = [p](Backend& be, std::vector<Tensor>& in, Tensor& out) {
       be.attention(AttentionArgs{in[0], in[1], in[2], out, p.batch, p.sq, p.sk, p.heads, p.d, p.dv, p.scale, p.causal,
@@ -528,41 +528,59 @@ ProbeReport probe_device(pipeline::Session& session, const ProbeOptions& options
   const auto& uc = m.unet->config();
   const DType unet_dtype = config.component(Component::unet).precision.dtype;
   const DType vae_dtype = config.component(Component::vae).precision.dtype;
-  {
-    tracer.component = "text_encoder";
-    const OpContext te = context(rec, config, Component::text_encoder, te_policy, tracer);
-    std::vector<std::vector<int>> ids;
-    if (cfg) ids.push_back(m.tokenizer.encode(config.negative_prompt).ids);
-    ids.push_back(m.tokenizer.encode(config.prompt).ids);
-    m.text_encoder->forward(te, ids, config.clip_skip);
-    if (m.text_encoder_2 && m.tokenizer_2) {
-      std::vector<std::vector<int>> ids2;
-      if (cfg) ids2.push_back(m.tokenizer_2->encode(config.negative_prompt).ids);
-      ids2.push_back(m.tokenizer_2->encode(config.prompt).ids);
-      m.text_encoder_2->forward(te, ids2);
-    }
-  }
+  // Calls no traced op claimed (none so far) keep the component's name.
+  auto claim_rest = [&] {
+    for (std::size_t i : rec.pending) rec.calls[i].modules = {tracer.component};
+    rec.pending.clear();
+  };
   const Shape latent{1, uc.in_channels, report.height / f, report.width / f};
-  const std::int64_t rows = cfg ? 2 : 1;
-  {
-    tracer.component = "unet";
-    const OpContext u = context(rec, config, Component::unet, unet_policy, tracer);
-    const Tensor ctx = rec.empty({rows, 77, uc.cross_attention_dim.front()}, unet_dtype);
-    models::AddedConditions added;
-    if (uc.text_time) {
-      added.text_embeds =
-          rec.empty({rows, uc.projection_class_embeddings_input_dim - 6 * uc.addition_time_embed_dim}, unet_dtype);
-      added.time_ids.assign(static_cast<std::size_t>(rows * 6), 0.0f);
+  const auto record = [&] {
+    {
+      tracer.component = "text_encoder";
+      const OpContext te = context(rec, config, Component::text_encoder, te_policy, tracer);
+      std::vector<std::vector<int>> ids;
+      if (cfg) ids.push_back(m.tokenizer.encode(config.negative_prompt).ids);
+      ids.push_back(m.tokenizer.encode(config.prompt).ids);
+      m.text_encoder->forward(te, ids, config.clip_skip);
+      if (m.text_encoder_2 && m.tokenizer_2) {
+        std::vector<std::vector<int>> ids2;
+        if (cfg) ids2.push_back(m.tokenizer_2->encode(config.negative_prompt).ids);
+        ids2.push_back(m.tokenizer_2->encode(config.prompt).ids);
+        m.text_encoder_2->forward(te, ids2);
+      }
+      claim_rest();
     }
-    Shape in = latent;
-    in[0] = rows;
-    const std::vector<float> ts(static_cast<std::size_t>(rows), 999.0f);
-    m.unet->forward(u, rec.empty(in, unet_dtype), ts, ctx, uc.text_time ? &added : nullptr);
-  }
-  {
-    tracer.component = "vae";
-    const OpContext v = context(rec, config, Component::vae, vae_policy, tracer);
-    m.vae->decode(v, rec.empty(latent, vae_dtype));
+    const std::int64_t rows = cfg ? 2 : 1;
+    {
+      tracer.component = "unet";
+      const OpContext u = context(rec, config, Component::unet, unet_policy, tracer);
+      const Tensor ctx = rec.empty({rows, 77, uc.cross_attention_dim.front()}, unet_dtype);
+      models::AddedConditions added;
+      if (uc.text_time) {
+        added.text_embeds =
+            rec.empty({rows, uc.projection_class_embeddings_input_dim - 6 * uc.addition_time_embed_dim}, unet_dtype);
+        added.time_ids.assign(static_cast<std::size_t>(rows * 6), 0.0f);
+      }
+      Shape in = latent;
+      in[0] = rows;
+      const std::vector<float> ts(static_cast<std::size_t>(rows), 999.0f);
+      m.unet->forward(u, rec.empty(in, unet_dtype), ts, ctx, uc.text_time ? &added : nullptr);
+      claim_rest();
+    }
+    {
+      tracer.component = "vae";
+      const OpContext v = context(rec, config, Component::vae, vae_policy, tracer);
+      m.vae->decode(v, rec.empty(latent, vae_dtype));
+      claim_rest();
+    }
+  };
+  try {
+    record();
+  } catch (const Cancelled&) {
+    report.cancelled = true;
+    report.seconds = since(t0);
+    report.summary = "device probe cancelled while recording the model's ops";
+    return report;
   }
   report.record_seconds = since(t_rec);
   report.recorded_calls = static_cast<int>(rec.calls.size());
@@ -641,8 +659,9 @@ ProbeReport probe_device(pipeline::Session& session, const ProbeOptions& options
     return a.score > b.score;
   });
   for (const ProbeRow& r : report.rows) {
-    (r.verdict == ProbeVerdict::agrees ? report.agree : r.verdict == ProbeVerdict::differs ? report.differ
-                                                                                            : report.nonfinite)++;
+    (r.verdict == ProbeVerdict::agrees    ? report.agree
+     : r.verdict == ProbeVerdict::differs ? report.differ
+                                          : report.nonfinite)++;
   }
   report.seconds = since(t0);
   char secs[32];

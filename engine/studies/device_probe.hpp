@@ -50,10 +50,10 @@ struct ProbeRow {
   std::string params;        // op parameters in words: "3x3 stride 1 pad 1", "fused, 8 heads"
   std::uint64_t seed = 0;    // the inputs' seed (reproducible per row)
   // Comparison against the reference (over positions where both are finite).
-  double nmse = 0;             // sum((d - r)^2) / sum(r^2)
-  double max_rel = 0;          // max |d - r| / max |r|
-  std::uint64_t max_ulp = 0;   // in the output dtype, where |r| >= max |r| / 1024
-  std::int64_t nonfinite = 0;  // positions where the reference is finite and the device is not
+  double nmse = 0;                        // sum((d - r)^2) / sum(r^2)
+  double max_rel = 0;                     // max |d - r| / max |r|
+  std::uint64_t max_ulp = 0;              // in the output dtype, where |r| >= max |r| / 1024
+  std::int64_t nonfinite = 0;             // positions where the reference is finite and the device is not
   std::int64_t mismatched_nonfinite = 0;  // reference non-finite, device finite or another Inf/NaN
   double tol_nmse = 0, tol_max_rel = 0;   // the limits this row was judged by
   double score = 0;                       // worst of nmse / tol_nmse and max_rel / tol_max_rel; +inf when non-finite
@@ -67,9 +67,9 @@ struct ProbeRow {
 struct ProbeReport {
   std::string device, reference, model, vae;
   int width = 0, height = 0;
-  std::string precision;    // per component, "text_encoder f32, unet f16/acc=f32/softmax=f32, vae f32"
-  int recorded_calls = 0;   // op calls the model makes (text encoder, one UNet call, one decode)
-  int distinct = 0;         // rows after deduplication
+  std::string precision;       // per component, "text_encoder f32, unet f16/acc=f32/softmax=f32, vae f32"
+  int recorded_calls = 0;      // op calls the model makes (text encoder, one UNet call, one decode)
+  int distinct = 0;            // rows after deduplication
   std::vector<ProbeRow> rows;  // worst first (the rows probed so far when cancelled)
   int agree = 0, differ = 0, nonfinite = 0;
   double record_seconds = 0, seconds = 0;
@@ -90,7 +90,7 @@ class ProbeObserver {
 };
 
 struct ProbeOptions {
-  RunConfig config;  // model, vae, size (0: the model's default), precision, prompt, cfg, device
+  RunConfig config;                     // model, vae, size (0: the model's default), precision, prompt, cfg, device
   std::string reference = "reference";  // the device compared against
   std::uint64_t seed = 1;               // the inputs' seed
   // A fault emulation (inspect/fault_emulation.hpp) applied to the probed

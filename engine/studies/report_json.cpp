@@ -92,6 +92,7 @@ nlohmann::json report_json(const RunConfig& config, const std::vector<pipeline::
   }
   j["decodes"] = std::move(dec);
   j["layer_retry"] = layer_retry_json(report.layer_retry);
+  if (report.f16_safety) j["f16_safety"] = pipeline::f16_safety_json(*report.f16_safety);
   j["kernels"] = report.kernel_notes;
   j["image"] = ri.image ? to_json(ri.image->map) : nlohmann::json();
   nlohmann::json tr = nlohmann::json::array();
@@ -113,6 +114,7 @@ nlohmann::json image_report_json(const pipeline::RunReport& r) {
           {"first_nonfinite_step", r.first_nonfinite_step},
           {"decodes", decodes},
           {"layer_retry", layer_retry_json(r.layer_retry)},
+          {"f16_safety", r.f16_safety ? pipeline::f16_safety_json(*r.f16_safety) : nlohmann::json()},
           {"seconds",
            {{"load", r.load_seconds},
             {"text", r.text_seconds},

@@ -19,6 +19,7 @@
 #include <optional>
 
 #include "engine_types.hpp"
+#include "probe_types.hpp"
 
 namespace nanscope::pipeline {
 class Session;
@@ -53,6 +54,12 @@ class EngineController : public QObject {
   void runScenario(const QString& id, bool fixed, const QStringList& sets);
   // A/B: the config as side A, the config with `b_sets` applied as side B.
   void runAb(const nanscope::RunConfig& a, const QStringList& b_sets);
+  // The device probe of the config's model at its size, device and precision
+  // against the reference device (studies/device_probe.hpp): probeProgress
+  // per op, then probeFinished. Cancel stops it between ops.
+  void probeDevice(const nanscope::RunConfig& config);
+  // The f16-safety probe (pipeline/f16_safety.hpp); emits f16SafetyFinished.
+  void checkF16Safety(const nanscope::RunConfig& config);
 
  signals:
   void devicesReady(const nanscope::DeviceList& devices, const QString& default_model, const QString& model_error);
@@ -65,6 +72,9 @@ class EngineController : public QObject {
   void runStarted(const nanscope::RunConfig& config);
   void runFinished(const nanscope::gui::RunFinished& result);
   void abFinished(const nanscope::gui::AbView& result);
+  void probeProgress(int done, int total, const QString& last);
+  void probeFinished(const nanscope::gui::ProbeResult& result);
+  void f16SafetyFinished(const nanscope::gui::F16Result& result);
 
  private:
   pipeline::Session& session();
