@@ -64,5 +64,6 @@ studies::InspectedRun inspect_config(const GlobalOptions& g, RunConfig config, b
 void add_reproduce_command(CLI::App& app, const GlobalOptions& g, Action& action);  // cmd_reproduce.cpp
 void add_config_command(CLI::App& app, const GlobalOptions& g, Action& action);     // config keys (cmd_config.cpp)
 void add_cache_command(CLI::App& app, const GlobalOptions& g, Action& action);   // cmd_cache.cpp
+void add_probe_command(CLI::App& app, const GlobalOptions& g, Action& action);   // probe (cmd_probe.cpp)
 
 }  // namespace nanscope::cli

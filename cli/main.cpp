@@ -74,6 +74,7 @@ int main(int argc, char** argv) {
   cli::add_config_command(app, g, action);
   cli::add_reproduce_command(app, g, action);
   cli::add_cache_command(app, g, action);
+  cli::add_probe_command(app, g, action);
 
   try {
     app.parse(argc, argv);

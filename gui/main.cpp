@@ -1,7 +1,8 @@
 // nanscope: the workbench. With no arguments it opens on the embedded model,
 // ready to press Run. Scripted documentation runs:
 //   nanscope --preset FILE|--scenario R1 [--fixed] --run --screenshot OUT.png [--panel NAME]
-// wait for the run, save the screenshot and exit 0 (non-zero on failure).
+//   nanscope [--preset FILE] --run --probe device|f16-safety --screenshot OUT.png
+// wait for the run (or the probe), save the screenshot and exit 0 (non-zero on failure).
 
 #include <QApplication>
 #include <QCommandLineParser>
@@ -14,6 +15,7 @@
 #include "core/version.hpp"
 #include "engine_types.hpp"
 #include "main_window.hpp"
+#include "probe_dialog.hpp"
 
 using nanscope::gui::MainWindow;
 
@@ -60,7 +62,11 @@ int main(int argc, char** argv) {
                         "With --run: compare the settings (A) with them changed by CHANGES (B), e.g. "
                         "'unet.dtype=f16' or 'device=reference'.",
                         "CHANGES");
-  cli.addOptions({preset, scenario, fixed, run, screenshot, panel, ab});
+  QCommandLineOption probe("probe",
+                           "With --run: open the probe window and run the device probe (device) or the f16-safety "
+                           "probe (f16-safety) of the settings instead of a run; --screenshot captures that window.",
+                           "KIND");
+  cli.addOptions({preset, scenario, fixed, run, screenshot, panel, ab, probe});
   cli.addPositionalArgument("file", "A preset or PNG to open (same as --preset).", "[file]");
   cli.process(*app_holder);
   if (cli.isSet(version_option)) {
@@ -114,7 +120,37 @@ int main(int argc, char** argv) {
       window.close();
     });
   };
-  if (cli.isSet(run)) {
+  if (cli.isSet(run) && cli.isSet(probe)) {
+    const QString kind = cli.value(probe);
+    if (kind != "device" && kind != "f16-safety") {
+      std::fprintf(stderr, "nanscope: --probe takes device or f16-safety, not '%s'\n", qPrintable(kind));
+      return 2;
+    }
+    QObject::connect(&window, &MainWindow::devicesListed, &window, [&, kind, scripted, started = false]() mutable {
+      if (started) return;
+      started = true;
+      if (!window.open_probe(kind == "f16-safety")) {
+        exit_code = 1;
+        if (scripted) window.close();
+        return;
+      }
+      QObject::connect(window.probe_dialog(), &nanscope::gui::ProbeDialog::finishedProbe, &window,
+                       [&, scripted](bool ok) {
+                         if (!ok) exit_code = 1;
+                         if (!scripted) return;
+                         QTimer::singleShot(300, &window, [&] {
+                           const QImage img = window.probe_dialog()->grab().toImage();
+                           if (img.isNull() || !img.save(out, "PNG")) {
+                             std::fprintf(stderr, "nanscope: could not write the screenshot %s\n", qPrintable(out));
+                             exit_code = 1;
+                           } else {
+                             std::printf("%s  %dx%d\n", qPrintable(out), img.width(), img.height());
+                           }
+                           window.close();
+                         });
+                       });
+    });
+  } else if (cli.isSet(run)) {
     QObject::connect(&window, &MainWindow::runCompleted, &window,
                      [&, scripted, failure_expected](const nanscope::gui::RunFinished& f) {
                        if (!f.ok) {

@@ -101,6 +101,7 @@ TEST(SettingsTable, KeysAreUniqueAndDefaultsAreRunConfigsDefaults) {
   EXPECT_EQ(s.decode_every, setting("inspect.decode_every").default_json().get<int>());
   EXPECT_EQ(s.trace, inspect::TraceMode::automatic);
   EXPECT_FALSE(s.emulate_r0);
+  EXPECT_EQ(s.f16_safety, setting("inspect.f16_safety").default_json() == "on");
 }
 
 TEST(SettingsTable, EveryKeyRoundTripsThroughSetJsonAndPreset) {

@@ -40,4 +40,13 @@ shoot scenario-R1-trace --scenario R1 --panel trace
 shoot scenario-R2-layer-retry --preset resources/presets/R2-layer-retry.json
 # A/B: the same seed with the UNet in f16 (B) against f32 (A).
 shoot ab-unet-f16 --preset "$preset_dir/default.json" --ab "unet.dtype=f16"
+# The probe window: the device probe's table on the embedded model, and the f16-safety result for R2's VAE in f16.
+probe_shot() {  # name, kind, then the app's arguments
+  local name=$1 kind=$2
+  shift 2
+  echo "screenshots: $name"
+  xvfb-run -a -s "-screen 0 1600x1000x24" "$app" "$@" --run --probe "$kind" --screenshot "$out/$name.png"
+}
+probe_shot probe-device device --preset "$preset_dir/default.json"
+probe_shot probe-f16-safety f16-safety --preset resources/presets/R2.json
 echo "screenshots: written to $out/"

@@ -34,6 +34,7 @@ inspect::InspectSettings inspect_settings(const nlohmann::json& inspect) {
   s.decode_every = value(inspect, "decode_every").get<int>();
   s.stats_every = value(inspect, "stats_every").get<int>();
   s.layer_retry_limit = value(inspect, "layer_retry_limit").get<int>();
+  s.f16_safety = value(inspect, "f16_safety") == "on";
   return s;
 }
 

@@ -603,6 +603,14 @@ std::vector<Setting> build_table() {
                          .help = "How many modules the retry-layer-f32 NaN policy may upcast to f32 in one image "
                                  "(each one a redo of the failed UNet call or decode) before it gives up and "
                                  "reports what is still broken; 0: never upcast"}));
+  t.push_back(inspector({.key = "inspect.f16_safety",
+                         .type = SettingType::choice,
+                         .default_value = "off",
+                         .choices = {"off", "on"},
+                         .help = "Before the run: one UNet call and one VAE decode in f32 at the run's size, every "
+                                 "module's largest |x| against the f16 limit, and the per-module overrides that "
+                                 "keep an f16 run finite (in the report; nanscope-cli probe --f16-safety alone): "
+                                 "off or on"}));
   return t;
 }
 

@@ -72,4 +72,31 @@ std::string R0Emulator::describe() const {
          "over-bright in bf16); " + std::to_string(hits_) + " attention call(s) hit. Not a real device fault.";
 }
 
+OpFaultEmulator::OpFaultEmulator(std::string op) : op_(std::move(op)) {}
+
+bool OpFaultEmulator::apply(const OpContext& ctx, std::string_view op, Tensor& output) {
+  if (op != op_ || ctx.be().device().kind == DeviceKind::reference) return false;
+  HostTensor host = ctx.be().download(output);
+  for (std::int64_t i = 0; i < host.numel(); i += 7) host.set(i, host.get(i) * 1.0625f);
+  if (output.dtype() == DType::f16 && host.numel() > 0) host.set(0, std::numeric_limits<float>::quiet_NaN());
+  output = ctx.be().upload(host);
+  altered_[std::weak_ptr<Storage>(output.storage_ptr())] = true;
+  if (hits_++ == 0) {
+    log::warn("EMULATED fault: corrupting every {} output on \"{}\" (first at {}; emulation, not a real device fault)",
+              op_, ctx.be().device().name, ctx.path);
+  }
+  return true;
+}
+
+bool OpFaultEmulator::altered(const Tensor& t) const {
+  return altered_.count(std::weak_ptr<Storage>(t.storage_ptr())) > 0;
+}
+
+std::string OpFaultEmulator::describe() const {
+  return "EMULATED fault: every " + op_ +
+         " output on a device other than the reference has every 7th value off by 1/16 (and its first value NaN in "
+         "f16); " +
+         std::to_string(hits_) + " output(s) hit. Not a real device fault.";
+}
+
 }  // namespace nanscope::inspect

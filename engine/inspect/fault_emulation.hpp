@@ -46,6 +46,8 @@ struct InspectSettings {
   int stats_every = 1;
   // nan_policy=retry-layer-f32: how many modules it may upcast per image.
   int layer_retry_limit = 8;
+  // Before the run, the f16-safety probe (pipeline/f16_safety.hpp), in the report.
+  bool f16_safety = false;
 };
 
 class R0Emulator final : public FaultEmulator {
@@ -63,6 +65,29 @@ class R0Emulator final : public FaultEmulator {
  private:
   std::int64_t latent_h_ = 0, latent_w_ = 0;
   int min_tokens_;
+  int hits_ = 0;
+  std::map<std::weak_ptr<Storage>, bool, std::owner_less<std::weak_ptr<Storage>>> altered_;
+};
+
+// op:KIND (the device probe's demonstration, `nanscope-cli probe
+// --emulate-fault KIND`): a device whose KIND op ("GROUP_NORM", "CONV2D",
+// "MATMUL", ... as studies/device_probe.hpp names them) is broken. Every
+// output of that op on any device other than `reference` has every 7th value
+// off by 1/16 of itself, and in f16 the first value NaN. The reference device
+// is never hit, so a probe against it names that op and only that op.
+class OpFaultEmulator final : public FaultEmulator {
+ public:
+  explicit OpFaultEmulator(std::string op);
+
+  void begin_run(std::int64_t, std::int64_t) override {}
+  bool apply(const OpContext& ctx, std::string_view op, Tensor& output) override;
+  bool altered(const Tensor& t) const override;
+  int hits() const { return hits_; }
+  // "EMULATED fault: every GROUP_NORM ... Not a real device fault."
+  std::string describe() const override;
+
+ private:
+  std::string op_;
   int hits_ = 0;
   std::map<std::weak_ptr<Storage>, bool, std::owner_less<std::weak_ptr<Storage>>> altered_;
 };

@@ -28,6 +28,8 @@ class LayerTracer final : public OpTracer {
 
   // The trace so far, with origin and near_limit resolved.
   LayerTrace trace() const;
+  // The ops recorded so far (no origin resolved; no copy).
+  const std::vector<OpRecord>& ops() const { return trace_.ops; }
 
  private:
   bool finite(Backend& be, const Tensor& t);

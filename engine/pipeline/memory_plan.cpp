@@ -6,48 +6,23 @@
 #include <optional>
 #include <vector>
 
+#include "backend/dry_run_backend.hpp"
 #include "pipeline/sd_model.hpp"
 
 namespace nanscope::pipeline {
 
 namespace {
 
-// Live and peak bytes of the stand-in backend's buffers.
-struct Ledger {
-  std::uint64_t live = 0, peak = 0;
-};
-
-// A buffer that exists only as a size.
-class PlanStorage final : public Storage {
+// Stands in for the run's backend (backend/dry_run_backend.hpp): same device
+// limits, it accepts the real backend's tensors (the weights) as its own, and
+// every op is a no-op; it names the largest buffer and the first too long one.
+class PlanBackend final : public DryRunBackend {
  public:
-  PlanStorage(std::size_t bytes, const void* owner, std::shared_ptr<Ledger> ledger)
-      : bytes_(bytes), owner_(owner), ledger_(std::move(ledger)) {
-    ledger_->live += bytes_;
-    ledger_->peak = std::max(ledger_->peak, ledger_->live);
-  }
-  ~PlanStorage() override { ledger_->live -= bytes_; }
-  PlanStorage(const PlanStorage&) = delete;
-  PlanStorage& operator=(const PlanStorage&) = delete;
+  explicit PlanBackend(const Backend& real) : DryRunBackend(real) {}
 
-  std::size_t bytes() const override { return bytes_; }
-  const void* owner() const override { return owner_; }
-
- private:
-  std::size_t bytes_;
-  const void* owner_;
-  std::shared_ptr<Ledger> ledger_;
-};
-
-// Stands in for the run's backend: same device limits, and it accepts the
-// real backend's tensors (the weights) as its own; every op is a no-op.
-class PlanBackend final : public Backend {
- public:
-  explicit PlanBackend(const Backend& real) : real_(real), owner_(static_cast<const Backend*>(&real)) {}
-
-  const DeviceInfo& device() const override { return real_.device(); }
   Tensor empty(const Shape& shape, DType dtype) override {
-    const std::size_t bytes = static_cast<std::size_t>(shape_numel(shape)) * dtype_size(dtype);
-    Tensor t(shape, dtype, std::make_shared<PlanStorage>(bytes, owner_, ledger_));
+    Tensor t = DryRunBackend::empty(shape, dtype);
+    const std::uint64_t bytes = t.bytes();
     if (bytes > largest_.bytes) {
       largest_ = PlannedBuffer{component_, "", "", shape, dtype, bytes};
       largest_storage_ = t.storage_ptr();
@@ -58,29 +33,6 @@ class PlanBackend final : public Backend {
     }
     return t;
   }
-  Tensor upload(const HostTensor& host) override { return empty(host.shape, host.dtype); }
-  HostTensor download(const Tensor& t) override { return HostTensor(t.shape(), t.dtype()); }
-
-  void matmul(const MatmulArgs&) override {}
-  void conv2d(const Conv2dArgs&) override {}
-  void group_norm(const GroupNormArgs&) override {}
-  void layer_norm(const LayerNormArgs&) override {}
-  void unary(const UnaryArgs&) override {}
-  void geglu(const GegluArgs&) override {}
-  void softmax(const SoftmaxArgs&) override {}
-  void upsample_nearest2x(const UpsampleArgs&) override {}
-  void binary(const BinaryArgs&) override {}
-  void concat(const ConcatArgs&) override {}
-  void slice(const SliceArgs&) override {}
-  void permute(const PermuteArgs&) override {}
-  void cast(const CastArgs&) override {}
-  void timestep_embedding(const TimestepEmbeddingArgs&) override {}
-  void attention(const AttentionArgs&) override {}
-  void latent_step(const LatentStepArgs&) override {}
-  std::vector<MapReduction> map_reduce_batch(std::span<const MapReduceArgs> maps) override {
-    return std::vector<MapReduction>(maps.size());
-  }
-  PreviewReduction latent_preview(const LatentPreviewArgs&) override { return {}; }
 
   // Names the largest buffer when it turns out to be an op's output.
   void on_output(const OpContext& ctx, std::string_view op, const Tensor& out) {
@@ -95,20 +47,12 @@ class PlanBackend final : public Backend {
   }
   void set_component(std::string component) {
     component_ = std::move(component);
-    ledger_->peak = ledger_->live;
+    reset_peak();
   }
   const PlannedBuffer& largest() const { return largest_; }
   const std::optional<PlannedBuffer>& too_long() const { return too_long_; }
-  std::uint64_t live() const { return ledger_->live; }
-  std::uint64_t peak() const { return ledger_->peak; }
-
- protected:
-  const void* storage_owner() const override { return owner_; }
 
  private:
-  const Backend& real_;
-  const void* owner_;
-  std::shared_ptr<Ledger> ledger_ = std::make_shared<Ledger>();
   std::string component_;
   PlannedBuffer largest_;
   std::weak_ptr<Storage> largest_storage_;

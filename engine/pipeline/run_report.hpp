@@ -3,6 +3,7 @@
 // them across threads (the GUI's queued signals).
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -13,6 +14,7 @@
 #include "inspect/inspect.hpp"
 #include "io/png.hpp"
 #include "models/lora.hpp"
+#include "pipeline/f16_safety.hpp"
 
 namespace nanscope::pipeline {
 
@@ -94,6 +96,8 @@ struct RunReport {
   LayerRetryReport layer_retry;            // nan_policy=retry-layer-f32
   std::vector<models::LoraSummary> loras;  // applied to the model, with their hashes (models/lora.hpp)
   bool lora_unmerged = false;
+  // inspect.f16_safety: the f16-safety probe run before sampling.
+  std::optional<F16SafetyReport> f16_safety;
 };
 
 struct GeneratedImage {

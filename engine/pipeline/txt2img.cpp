@@ -322,6 +322,11 @@ class Txt2ImgRun {
   // and checks that the run fits the device.
   void prepare() {
     const auto t_load = Clock::now();
+    if (insp_.f16_safety) {
+      // Before the run's own model loads: the probe loads the model in f32.
+      obs_.on_status("f16 safety: one UNet call and one decode in f32");
+      f16_safety_ = check_f16_safety(session_, config_, &cancel_);
+    }
     obs_.on_status("loading model");
     m_ = &session_.model(config_);
     be_ = &session_.backend(config_.device);
@@ -423,6 +428,7 @@ class Txt2ImgRun {
     report.inspection.emulation = faults_ != nullptr;
     report.loras = m_->loras();
     report.lora_unmerged = config_.lora_unmerged;
+    report.f16_safety = f16_safety_;
     return report;
   }
 
@@ -829,6 +835,8 @@ class Txt2ImgRun {
   Tensor context_;
   models::AddedConditions added_;
   std::vector<std::string> upcast_;  // modules retry-layer-f32 set to f32 in this run, in order
+  // inspect.f16_safety: the probe's result, in every image's report.
+  std::optional<F16SafetyReport> f16_safety_;
 };
 
 }  // namespace

@@ -120,6 +120,7 @@ nlohmann::json report_json(const RunConfig& config, const std::vector<pipeline::
   j["decodes"] = std::move(dec);
   j["layer_retry"] = layer_retry_json(report.layer_retry);
   j["loras"] = loras_json(report);
+  if (report.f16_safety) j["f16_safety"] = pipeline::f16_safety_json(*report.f16_safety);
   j["kernels"] = report.kernel_notes;
   if (!report.reproducibility.empty()) j["reproducibility"] = report.reproducibility;
   j["image"] = ri.image ? to_json(ri.image->map) : nlohmann::json();
@@ -143,6 +144,7 @@ nlohmann::json image_report_json(const pipeline::RunReport& r) {
           {"decodes", decodes},
           {"layer_retry", layer_retry_json(r.layer_retry)},
           {"loras", loras_json(r)},
+          {"f16_safety", r.f16_safety ? pipeline::f16_safety_json(*r.f16_safety) : nlohmann::json()},
           {"seconds",
            {{"load", r.load_seconds},
             {"text", r.text_seconds},

@@ -19,6 +19,8 @@
 //       "attempts": [{"call": "vae decode", "origin", "origin_op", "upcast", "nonfinite_before",
 //                     "nonfinite_after", "trace_seconds", "redo_seconds"}],
 //       "seconds": s, "limit": 8, "limit_reached": false, "remaining": null or "..."},
+//     "f16_safety": (only with inspect.f16_safety=on) pipeline::f16_safety_json: {"safe", "flagged",
+//       "overrides": ["vae.decoder....conv1.dtype=f32", ...], "modules": [...], ...},
 //     "image": {...map...},
 //     "traces": [{"call": "vae decode", "origin": 17, "near_limit": 17, "ops": [...]}],
 //     "config": {...preset JSON...}

@@ -5,6 +5,7 @@
 
 #include "backend/opencl/program_cache.hpp"
 #include "config/inspect_settings.hpp"
+#include "core/error.hpp"
 #include "core/log.hpp"
 #include "inspect/fault_emulation.hpp"
 #include "pipeline/memory_plan.hpp"
@@ -328,6 +329,57 @@ void EngineController::runAb(const nanscope::RunConfig& a, const QStringList& b_
   done.cancelled = cancel_requested();
   done.seconds = static_cast<double>(timer.elapsed()) / 1000.0;
   emit runFinished(done);
+}
+
+namespace {
+// The probe's progress as the controller's signals, and the controller's Cancel.
+class ProbeForwarder final : public studies::ProbeObserver, public CancelProbe {
+ public:
+  explicit ProbeForwarder(EngineController& c) : c_(c) {}
+  void on_status(std::string_view m) override {
+    emit c_.status(QString::fromUtf8(m.data(), static_cast<int>(m.size())));
+  }
+  void on_row(int done, int total, const studies::ProbeRow& row) override {
+    emit c_.probeProgress(done, total,
+                          QString::fromStdString(row.op + " " + (row.modules.empty() ? "" : row.modules.front())));
+  }
+  bool cancelled() const override { return c_.cancel_requested(); }
+
+ private:
+  EngineController& c_;
+};
+}  // namespace
+
+void EngineController::probeDevice(const nanscope::RunConfig& config) {
+  begin_request();
+  ProbeResult result;
+  ProbeForwarder forwarder(*this);
+  try {
+    studies::ProbeOptions options;
+    options.config = config;
+    result.report = studies::probe_device(session(), options, &forwarder);
+  } catch (const std::exception& e) {
+    result.error = QString::fromUtf8(e.what());
+    log::error("device probe failed: {}", e.what());
+  }
+  emit_kernel_stats(config.device);
+  emit probeFinished(result);
+}
+
+void EngineController::checkF16Safety(const nanscope::RunConfig& config) {
+  begin_request();
+  F16Result result;
+  ProbeForwarder forwarder(*this);
+  try {
+    emit status(tr("f16 safety: one UNet call and one decode in f32"));
+    result.report = pipeline::check_f16_safety(session(), config, &forwarder);
+  } catch (const Cancelled&) {
+    result.cancelled = true;
+  } catch (const std::exception& e) {
+    result.error = QString::fromUtf8(e.what());
+    log::error("f16 safety probe failed: {}", e.what());
+  }
+  emit f16SafetyFinished(result);
 }
 
 EngineThread::EngineThread() : controller_(new EngineController) {

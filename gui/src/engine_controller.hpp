@@ -19,6 +19,7 @@
 #include <optional>
 
 #include "engine_types.hpp"
+#include "probe_types.hpp"
 
 namespace nanscope::pipeline {
 class Session;
@@ -59,6 +60,12 @@ class EngineController : public QObject {
   // entries) or clear, for one device id ("" = all); emits kernelCacheReady.
   // action: a CacheAction (engine_controller.hpp), as int for the queued call.
   void kernelCache(int action, const QString& device_id);
+  // The device probe of the config's model at its size, device and precision
+  // against the reference device (studies/device_probe.hpp): probeProgress
+  // per op, then probeFinished. Cancel stops it between ops.
+  void probeDevice(const nanscope::RunConfig& config);
+  // The f16-safety probe (pipeline/f16_safety.hpp); emits f16SafetyFinished.
+  void checkF16Safety(const nanscope::RunConfig& config);
 
  signals:
   void devicesReady(const nanscope::DeviceList& devices, const QString& default_model, const QString& model_error);
@@ -75,6 +82,9 @@ class EngineController : public QObject {
   // While a run waits on the compiler: "building 7 of 12 programs, about 9 s left"
   // (and the plan itself before the first build: "12 programs to build, about 14 s"); "" when done.
   void kernelProgress(const QString& text);
+  void probeProgress(int done, int total, const QString& last);
+  void probeFinished(const nanscope::gui::ProbeResult& result);
+  void f16SafetyFinished(const nanscope::gui::F16Result& result);
 
  private:
   pipeline::Session& session();

@@ -36,6 +36,7 @@
 #include "layer_trace_panel.hpp"
 #include "log_panel.hpp"
 #include "reproduce_dialog.hpp"
+#include "probe_dialog.hpp"
 #include "result_panel.hpp"
 #include "settings_panel.hpp"
 #include "studies/report_json.hpp"
@@ -264,6 +265,13 @@ void MainWindow::build_menus() {
   run->addAction(cancel_);
   run->addSeparator();
   run->addAction(tr("Randomise Seed"), prompt_, &PromptPanel::randomise_seed);
+  run->addSeparator();
+  QAction* probe = run->addAction(tr("Probe Device..."), this, [this] { open_probe(false); });
+  probe->setObjectName("probeDeviceAction");
+  probe->setToolTip(tr("Every distinct op of the model at this size on the device and on the reference device"));
+  QAction* f16 = run->addAction(tr("f16 Safety..."), this, [this] { open_probe(true); });
+  f16->setObjectName("f16SafetyAction");
+  f16->setToolTip(tr("Which modules would overflow in f16, and the per-module overrides that keep the run finite"));
 
   QMenu* tools = menuBar()->addMenu(tr("&Tools"));
   QAction* cache = tools->addAction(tr("&Kernel Cache..."), this, [this] {
@@ -476,6 +484,24 @@ bool MainWindow::apply_fix(const QStringList& sets) {
                                      .arg(sets.size()));
   if (docks_.contains("precision")) docks_["precision"]->raise();
   return true;
+}
+
+bool MainWindow::open_probe(bool f16_safety) {
+  if (running_ || (probe_ && probe_->busy())) return false;
+  RunConfig config;
+  try {
+    config = current_config();
+  } catch (const std::exception& e) {
+    show_error(tr("These settings cannot be probed"), QString::fromUtf8(e.what()));
+    return false;
+  }
+  if (!probe_) {
+    probe_ = new ProbeDialog(controller(), this);
+    connect(probe_, &ProbeDialog::applyOverrides, this, [this](const QStringList& sets) { apply_fix(sets); });
+  }
+  probe_->show();
+  probe_->raise();
+  return probe_->start(f16_safety ? ProbeDialog::Mode::f16_safety : ProbeDialog::Mode::device, config);
 }
 
 void MainWindow::cancel_run() {

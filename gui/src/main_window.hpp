@@ -29,6 +29,7 @@ class ModelDevicePanel;
 class PrecisionPanel;
 class PromptPanel;
 class ResultPanel;
+class ProbeDialog;
 class VaePolicyPanel;
 
 class MainWindow : public QMainWindow {
@@ -64,6 +65,11 @@ class MainWindow : public QMainWindow {
   // current config; the panels show them and Save preset stores them. False
   // (and the reason shown) when a run is going or a setting is refused.
   bool apply_fix(const QStringList& sets);
+  // Run > Probe Device... / f16 Safety...: opens the probe window and starts
+  // the device probe or the f16-safety probe of the current settings; false
+  // (and the reason shown) when the settings are invalid or a run is going.
+  bool open_probe(bool f16_safety);
+  ProbeDialog* probe_dialog() const { return probe_; }
   QString scenario() const { return scenario_id_; }
   static QStringList scenario_ids();
 
@@ -157,6 +163,7 @@ class MainWindow : public QMainWindow {
   bool running_ = false;
   bool interactive_ = true;
   int steps_done_ = 0;
+  ProbeDialog* probe_ = nullptr;  // the probe window, made on first use
 };
 
 }  // namespace nanscope::gui

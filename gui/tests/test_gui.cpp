@@ -48,6 +48,7 @@
 #include "main_window.hpp"
 #include "pipeline/sd_model.hpp"
 #include "reproduce_dialog.hpp"
+#include "probe_dialog.hpp"
 #include "result_panel.hpp"
 #include "settings_panel.hpp"
 #include "studies/scenario.hpp"
@@ -391,6 +392,82 @@ class GuiTest : public QObject {
     return QDir(dir).filePath(name);
   }
 
+  // Run > Probe Device...: the probe window shows progress, then every
+  // distinct op of the embedded model at 64x64 in a table, worst first, all
+  // agreeing on a healthy device; Cancel stops a second probe between ops.
+  void device_probe_table_progress_and_cancel() {
+    if (!have_model_) QSKIP(qPrintable("no embedded model: " + model_note_));
+    auto w = make_window();
+    auto* action = w->findChild<QAction*>("probeDeviceAction");
+    QVERIFY(action);
+    action->trigger();
+    ProbeDialog* d = w->probe_dialog();
+    QVERIFY(d);
+    QVERIFY(d->busy());
+    QSignalSpy progress(w->controller(), &EngineController::probeProgress);
+    QSignalSpy finished(d, &ProbeDialog::finishedProbe);
+    QVERIFY(finished.wait(120000));
+    QVERIFY(finished.front().front().toBool());
+    QVERIFY(!progress.isEmpty());
+    QVERIFY(!d->busy());
+    QTableWidget* t = d->table();
+    QVERIFY(t->rowCount() > 20);
+    QVERIFY2(d->summary().contains("every op agrees"), qPrintable(d->summary()));
+    QCOMPARE(t->horizontalHeaderItem(1)->text(), QString("Verdict"));
+    for (int r = 0; r < t->rowCount(); ++r) QCOMPARE(t->item(r, 1)->text(), QString("agrees"));
+    QVERIFY(t->item(0, 3)->text().contains('.'));  // a module path
+    // Sortable: by calls, most first.
+    t->sortByColumn(4, Qt::DescendingOrder);
+    QVERIFY(t->item(0, 4)->text().toInt() >= t->item(t->rowCount() - 1, 4)->text().toInt());
+    t->sortByColumn(0, Qt::AscendingOrder);
+    QCoreApplication::processEvents();
+    const QString shot = screenshot_path("probe-device.png");
+    QVERIFY(d->grab().save(shot));
+    qInfo("screenshot: %s", qPrintable(shot));
+
+    // Cancel, pressed before the engine thread picked the probe up: it stops before its first op.
+    QVERIFY(w->open_probe(false));
+    QTest::mouseClick(d->cancel_button(), Qt::LeftButton);
+    QVERIFY(finished.wait(60000));
+    QVERIFY2(d->summary().contains("cancelled"), qPrintable(d->summary()));
+  }
+
+  // Run > f16 Safety... on R2 (the embedded vae/ in f16): the modules that
+  // overflow are named with their headroom, "Apply these overrides" writes
+  // them into the settings, and a run with them decodes clean.
+  void f16_safety_names_the_overflow_and_applies_its_overrides() {
+    if (!have_model_) QSKIP(qPrintable("no embedded model: " + model_note_));
+    auto w = make_window();
+    QVERIFY(w->open_scenario("R2", false));
+    auto* action = w->findChild<QAction*>("f16SafetyAction");
+    QVERIFY(action);
+    action->trigger();
+    ProbeDialog* d = w->probe_dialog();
+    QVERIFY(d);
+    QSignalSpy finished(d, &ProbeDialog::finishedProbe);
+    QVERIFY(finished.wait(120000));
+    QVERIFY(finished.front().front().toBool());
+    QCOMPARE(d->table()->item(0, 1)->text(), QString("vae.decoder.up_blocks.2.resnets.0.conv1"));
+    QVERIFY(d->apply_button()->isVisible());
+    QCOMPARE(d->overrides(), (QStringList{"vae.decoder.up_blocks.2.resnets.0.conv1.dtype=f32",
+                                          "vae.decoder.up_blocks.2.resnets.0.norm2.dtype=f32"}));
+    QCoreApplication::processEvents();
+    const QString shot = screenshot_path("probe-f16-safety.png");
+    QVERIFY(d->grab().save(shot));
+    qInfo("screenshot: %s", qPrintable(shot));
+    QTest::mouseClick(d->apply_button(), Qt::LeftButton);
+    QVERIFY(!d->apply_button()->isEnabled());
+    const RunConfig c = w->current_config();
+    QCOMPARE(c.overrides.size(), std::size_t{2});
+    QVERIFY(c.component(Component::vae).precision.dtype == DType::f16);
+    QSignalSpy done(w.get(), &MainWindow::runCompleted);
+    QVERIFY(w->start_run());
+    QVERIFY(done.wait(300000));
+    const ImageView* img = w->result_panel()->current();
+    QVERIFY(img);
+    QCOMPARE(img->image.nonfinite_pixels, std::int64_t{0});
+  }
+
   // R2 with the retry-layer-f32 policy: the run comes out clean with only the
   // VAE modules that broke in f32, the inspector offers them as a fix, and
   // "Apply this fix" writes them into the settings (and so into a saved preset).
@@ -437,7 +514,7 @@ class GuiTest : public QObject {
       QVERIFY(c.overrides[i].dtype && *c.overrides[i].dtype == DType::f32);
       QVERIFY(!c.overrides[i].accumulate && !c.overrides[i].softmax);
     }
-    QCOMPARE(c.component(Component::vae).precision.dtype, DType::f16);  // the rest of the VAE stays f16
+    QVERIFY(c.component(Component::vae).precision.dtype == DType::f16);  // the rest of the VAE stays f16
     QVERIFY(w->is_dirty());
     auto* table = w->findChild<QTableWidget*>("overrides");
     QVERIFY(table);
