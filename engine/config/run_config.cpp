@@ -107,6 +107,34 @@ std::optional<SamplerId> parse_sampler(std::string_view s) {
   return std::nullopt;
 }
 
+std::string_view hires_upscaler_name(HiresUpscaler u) {
+  switch (u) {
+    case HiresUpscaler::latent: return "latent";
+    case HiresUpscaler::latent_nearest: return "latent-nearest";
+    case HiresUpscaler::latent_nearest_exact: return "latent-nearest-exact";
+    case HiresUpscaler::lanczos: return "lanczos";
+  }
+  return "?";
+}
+
+std::string_view hires_upscaler_a1111_name(HiresUpscaler u) {
+  switch (u) {
+    case HiresUpscaler::latent: return "Latent";
+    case HiresUpscaler::latent_nearest: return "Latent (nearest)";
+    case HiresUpscaler::latent_nearest_exact: return "Latent (nearest-exact)";
+    case HiresUpscaler::lanczos: return "Lanczos";
+  }
+  return "?";
+}
+
+std::optional<HiresUpscaler> parse_hires_upscaler(std::string_view s) {
+  for (HiresUpscaler u : {HiresUpscaler::latent, HiresUpscaler::latent_nearest, HiresUpscaler::latent_nearest_exact,
+                          HiresUpscaler::lanczos}) {
+    if (hires_upscaler_name(u) == s) return u;
+  }
+  return std::nullopt;
+}
+
 std::string_view noise_name(NoiseKind n) { return n == NoiseKind::nanscope ? "nanscope" : "torch-cpu"; }
 
 std::optional<NoiseKind> parse_noise(std::string_view s) {
@@ -259,6 +287,14 @@ void RunConfig::validate() const {
   if (!seeds.empty() && seeds.size() != static_cast<std::size_t>(batch_size)) {
     fail("batch_size",
          std::to_string(batch_size) + " conflicts with the " + std::to_string(seeds.size()) + " explicit seeds");
+  }
+  if (hires_scale > 0 && hires_scale < 1) {
+    fail("hires.scale", "= " + std::to_string(hires_scale) + ": the hires fix enlarges; use 1 to 8, or 0 for off");
+  }
+  if (!init_image.empty() && hires()) {
+    fail("hires.scale",
+         "the hires fix is a second pass of txt2img (as in A1111); with init_image set, run img2img "
+         "at the larger size instead (set width and height), or clear init_image");
   }
   for (const PrecisionOverride& o : overrides) {
     ModulePattern::parse(o.pattern);

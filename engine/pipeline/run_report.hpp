@@ -22,7 +22,10 @@ using TensorSummary = inspect::Stats;
 struct StepReport {
   int image = 0;  // index in the batch
   int index = 0;  // step index, 0-based
-  int steps = 0;  // steps in the run
+  int steps = 0;  // steps in the run (in this pass)
+  // Which pass the step belongs to: 1, or 2 for the hires fix's second pass
+  // (passes = 2 in a hires run); index and steps count within the pass.
+  int pass = 1, passes = 1;
   float timestep = 0, sigma = 0;
   TensorSummary latent;        // after the step
   TensorSummary noise_cond;    // UNet output, conditional branch
@@ -71,6 +74,19 @@ struct LayerRetryReport {
   }
 };
 
+// One sampling pass of an image: the txt2img or img2img pass, and the hires
+// fix's second pass.
+struct PassReport {
+  int pass = 1;
+  std::string kind;  // "txt2img", "img2img", "hires"
+  int width = 0, height = 0;
+  int schedule_steps = 0;  // the sampler's schedule
+  int start_step = 0;      // where it started in that schedule (img2img, hires: > 0 when strength < 1)
+  int steps = 0;           // steps run
+  std::string note;        // plain English: "hires: latent (bilinear) 8x8 -> 16x16, 2 of 4 steps (denoise 0.5)"
+  double seconds = 0;
+};
+
 struct RunReport {
   std::string device;
   std::string model;
@@ -85,6 +101,8 @@ struct RunReport {
   bool cancelled = false;
   inspect::RunInspection inspection;  // verdict, first bad step, origin op, image checks, layer traces
   LayerRetryReport layer_retry;       // nan_policy=retry-layer-f32
+  std::vector<PassReport> passes;     // the sampling passes run (two with the hires fix)
+  int first_nonfinite_pass = 0;       // the pass of first_nonfinite_step (1-based; 0: none)
 };
 
 struct GeneratedImage {

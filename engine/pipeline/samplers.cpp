@@ -194,6 +194,13 @@ class DdimSampler final : public Sampler {
           c.clip_sample ? 1 : 0);
   }
 
+  // DDIMScheduler.add_noise: alphas_cumprod[t] ** 0.5 * x0 + (1 - alphas_cumprod[t]) ** 0.5 * noise.
+  void add_noise(Backend& be, Tensor& x, const Tensor& noise, int i) const override {
+    const float a = alpha_at(static_cast<int>(timesteps_.at(static_cast<std::size_t>(i))));
+    // dpm1 is a*x - b*m: with b negated, a*x + b*m rounded as torch rounds it.
+    apply(be, LatentOp::dpm1, x, &noise, x, {std::sqrt(a), -std::sqrt(1.0f - a)});
+  }
+
  private:
   // diffusers indexes alphas_cumprod with the timestep, so -1 (trailing spacing's
   // extra step) wraps to the last entry, as Python indexing does.
@@ -253,6 +260,13 @@ class DpmPpSampler final : public Sampler {
     history_.assign(static_cast<std::size_t>(config_.solver_order), {});
     lower_order_nums_ = 0;
     next_step_ = 0;
+  }
+  void on_start_at(int i) override { next_step_ = i; }
+
+  // DPMSolverMultistepScheduler.add_noise: alpha_t * x0 + sigma_t * noise for the sigma at step i.
+  void add_noise(Backend& be, Tensor& x, const Tensor& noise, int i) const override {
+    const Level l = level(i);
+    apply(be, LatentOp::dpm1, x, &noise, x, {l.alpha, -l.sigma});
   }
 
   void do_step(Backend& be, const Tensor& mo, Tensor& x, int i, NoiseSource*, Tensor* denoised) override {
