@@ -327,30 +327,36 @@ TEST(Img2Img, SettingsAndA1111Text) {
   RunConfig bad;
   EXPECT_THROW(bad.set("strength", "1.5"), ConfigError);
   EXPECT_THROW(bad.set("hires.upscaler", "esrgan"), ConfigError);
-  bad.set("hires.scale", "0.5");
-  try {
-    bad.validate();
-    FAIL() << "hires.scale 0.5 must be refused";
-  } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("hires.scale"), std::string::npos) << e.what();
-  }
-  RunConfig both;
-  both.init_image = "/tmp/x.png";
-  both.set("hires.scale", "2");
-  EXPECT_THROW(both.validate(), ConfigError);
 }
 
-TEST(Img2Img, AMissingInitImageIsAFileErrorNamingIt) {
+// Bad input is an error naming the file or key, before any sampling.
+TEST(Img2Img, BadInputIsAnErrorNamingTheFileOrKey) {
   NANSCOPE_REQUIRE_PYTHON();
   pipeline::Session session;
-  RunConfig c = base_config("euler");
-  c.init_image = "/no/such/init.png";
-  try {
-    run(session, c);
-    FAIL() << "a missing init image must be an error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("/no/such/init.png"), std::string::npos) << e.what();
-  }
+  auto error_of = [&](const RunConfig& c) -> std::string {
+    try {
+      run(session, c);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  RunConfig missing = base_config("euler");
+  missing.init_image = "/no/such/init.png";
+  EXPECT_NE(error_of(missing).find("/no/such/init.png"), std::string::npos) << error_of(missing);
+  RunConfig shrink = base_config("euler");
+  shrink.set("hires.scale", "0.5");
+  EXPECT_NE(error_of(shrink).find("hires.scale"), std::string::npos) << error_of(shrink);
+  test::TempDir tmp;
+  io::write_png(tmp / "i.png", test_picture(16, 16));
+  RunConfig both = base_config("euler");
+  both.init_image = (tmp / "i.png").string();
+  both.set("hires.scale", "2");
+  EXPECT_NE(error_of(both).find("init_image"), std::string::npos) << error_of(both);
+  RunConfig weak = base_config("euler");
+  weak.init_image = (tmp / "i.png").string();
+  weak.strength = 0.1;  // int(4 * 0.1) = 0 steps
+  EXPECT_NE(error_of(weak).find("\"strength\""), std::string::npos) << error_of(weak);
 }
 
 }  // namespace

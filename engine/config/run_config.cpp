@@ -288,14 +288,6 @@ void RunConfig::validate() const {
     fail("batch_size",
          std::to_string(batch_size) + " conflicts with the " + std::to_string(seeds.size()) + " explicit seeds");
   }
-  if (hires_scale > 0 && hires_scale < 1) {
-    fail("hires.scale", "= " + std::to_string(hires_scale) + ": the hires fix enlarges; use 1 to 8, or 0 for off");
-  }
-  if (!init_image.empty() && hires()) {
-    fail("hires.scale",
-         "the hires fix is a second pass of txt2img (as in A1111); with init_image set, run img2img "
-         "at the larger size instead (set width and height), or clear init_image");
-  }
   for (const PrecisionOverride& o : overrides) {
     ModulePattern::parse(o.pattern);
     if (o.empty()) {

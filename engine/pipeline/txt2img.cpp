@@ -331,6 +331,15 @@ class Txt2ImgRun {
     }
     check_size(width_, height_, multiple, f, "size");
     hires_w_ = hires_h_ = 0;
+    if (config_.hires() && config_.hires_scale < 1) {
+      throw ConfigError("key \"hires.scale\": " + fmt::format("{}", config_.hires_scale) +
+                        ": the hires fix enlarges; use 1 to 8, or 0 for off");
+    }
+    if (config_.hires() && !config_.init_image.empty()) {
+      throw ConfigError(
+          "key \"hires.scale\": the hires fix is a second pass of txt2img (as in A1111); with init_image set, run "
+          "img2img at the larger size instead (set width and height), or clear init_image");
+    }
     if (config_.hires()) {
       // A1111: hr_upscale_to_x = int(width * hr_scale).
       hires_w_ = static_cast<int>(width_ * config_.hires_scale);

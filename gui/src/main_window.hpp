@@ -24,6 +24,7 @@ class InspectorPanel;
 class LayerTracePanel;
 class LogPanel;
 class MoreSettingsPanel;
+class Img2ImgPanel;
 class ModelDevicePanel;
 class PrecisionPanel;
 class PromptPanel;
@@ -127,6 +128,7 @@ class MainWindow : public QMainWindow {
   AttentionPanel* attention_ = nullptr;
   VaePolicyPanel* vae_ = nullptr;
   MoreSettingsPanel* more_ = nullptr;
+  Img2ImgPanel* img2img_ = nullptr;  // img2img and the hires fix
   InspectorPanel* inspector_ = nullptr;
   ResultPanel* result_ = nullptr;
   LayerTracePanel* layer_trace_ = nullptr;
