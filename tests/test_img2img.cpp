@@ -272,6 +272,32 @@ TEST(Img2Img, ANanInTheHiresPassIsReportedAsPassTwo) {
   EXPECT_EQ(j["steps"][2]["pass"], 2);
 }
 
+// The memory plan checks the hires pass's size before any work (the embedded
+// model; 1024x1024 cannot fit 96 MiB, as test_sizes.cpp's plan shows).
+TEST(Img2Img, AHiresSizeTheDeviceCannotHoldIsRefusedBeforeAnyStep) {
+  BackendOptions options;
+  options.memory_limit_bytes = std::uint64_t{96} << 20;
+  pipeline::Session session(options);
+  RunConfig c;
+  c.steps = 1;
+  c.width = c.height = 128;
+  c.set("hires.scale", "8");
+  Capture cap;
+  try {
+    session.generate(c, &cap);
+    FAIL() << "a 1024x1024 hires pass cannot fit 96 MiB";
+  } catch (const DeviceError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("hires fix, pass 2 at 1024x1024"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("Lower hires.scale"), std::string::npos) << msg;
+  }
+  EXPECT_TRUE(cap.steps.empty());
+  c.set("hires.scale", "1.5");  // 192x192 fits
+  const auto images = session.generate(c);
+  ASSERT_EQ(images.size(), 1u);
+  EXPECT_EQ(images[0].image.width, 192);
+}
+
 TEST(Img2Img, SchedulesFollowDiffusersAndA1111) {
   // diffusers' get_timesteps
   EXPECT_EQ(pipeline::img2img_schedule(20, 0.75).start, 5);
