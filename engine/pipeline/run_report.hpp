@@ -93,7 +93,7 @@ struct RunReport {
   std::string family;
   int image = 0;
   double load_seconds = 0, text_seconds = 0, sampling_seconds = 0, decode_seconds = 0;
-  int first_nonfinite_step = -1;  // first step whose latent held NaN/Inf
+  int first_nonfinite_step = -1;  // first step whose latent held NaN/Inf (counted within first_nonfinite_pass)
   std::vector<DecodeAttempt> decodes;
   std::vector<std::string> kernel_notes;  // Backend::kernel_notes() at the end of the run
   std::string outcome;   // plain English: "clean", "decode gave 3145728 non-finite values; retried in f32: clean"
