@@ -42,8 +42,13 @@ void print_steps(const studies::InspectedRun& run) {
   if (run.steps.empty()) return;
   std::printf("%4s %7s %10s %11s %8s %8s %8s %6s %6s  %s\n", "step", "t", "sigma", "latent|x|", "lat.bad", "cond.bad",
               "unc.bad", "band", "sat%", "verdict");
+  int pass = 1;
   for (const auto& s : run.steps) {
     if (s.image != 0) continue;
+    if (s.passes > 1 && s.pass != pass) {
+      pass = s.pass;
+      std::printf("-- pass %d (hires fix) --\n", pass);
+    }
     const auto& st = s.stats;
     if (st.latent.channels.empty()) {  // inspect.stats_every skipped this step
       std::printf("%4d %7.1f %10.4g  (no statistics at this step: inspect.stats_every)\n", s.index + 1,
@@ -113,7 +118,10 @@ void print_result(const studies::InspectedRun& run, bool trace, const std::strin
   if (!run.reports.empty()) {
     const auto& ri = run.reports.front().inspection;
     if (ri.first_bad_step >= 0)
-      std::printf("first bad step: %d (%s)\n", ri.first_bad_step + 1, ri.first_bad_branch.c_str());
+      std::printf(
+          "first bad step: %s%d (%s)\n",
+          run.reports.front().passes.size() > 1 ? ("pass " + std::to_string(ri.first_bad_pass) + " step ").c_str() : "",
+          ri.first_bad_step + 1, ri.first_bad_branch.c_str());
     if (!ri.near_limit_origin.empty()) std::printf("first op near the dtype limit: %s\n", ri.near_limit_origin.c_str());
     if (!run.reports.front().outcome.empty()) std::printf("outcome: %s\n", run.reports.front().outcome.c_str());
     print_layer_retry(run.reports.front().layer_retry);

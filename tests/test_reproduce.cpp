@@ -514,18 +514,19 @@ TEST(ReproduceCli, RunsAnA1111ImageOnTheEmbeddedModel) {
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   expect_contains(r.out, {"--set steps=2", "--set sampler=euler_a", "--set width=32", "nanscope-tiny (by file name)",
                           "LoRA 'missing_lora' not found in " + models.string(),
-                          "Hires fix (upscale 2): not supported by this version", "verdict: clean"});
+                          "--set hires.scale=2", "verdict: clean"});
   std::ifstream in(report);
   const json j = json::parse(in);
   EXPECT_EQ(j["plan"]["generation"]["tool"], "A1111");
   EXPECT_EQ(j["plan"]["runnable"], true);
-  EXPECT_EQ(j["plan"]["not_reproducible"].size(), 2u);
+  EXPECT_EQ(j["plan"]["not_reproducible"].size(), 1u);  // the missing LoRA
   EXPECT_TRUE(j["run"].is_object());
   const io::PngContents made = io::read_png(out);
-  EXPECT_EQ(made.image.width, 32);
+  EXPECT_EQ(made.image.width, 64);  // 32x32 and the hires fix at 2x
   const auto cfg = config_from_png(made, out.string());
   ASSERT_TRUE(cfg);
-  EXPECT_EQ(cfg->prompt, "a red circle");
+  EXPECT_EQ(cfg->prompt, "a red circle, ");  // the LoRA tag alone is removed, as A1111 does
+  EXPECT_EQ(cfg->hires_scale, 2.0);
   EXPECT_EQ(cfg->seed, 42u);
 
   // Without --models, an image from another tool is refused with a message that says what to pass.

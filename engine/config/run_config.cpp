@@ -132,6 +132,16 @@ std::string_view schedule_name(ScheduleId s) {
   return "?";
 }
 
+std::string_view hires_upscaler_name(HiresUpscaler u) {
+  switch (u) {
+    case HiresUpscaler::latent: return "latent";
+    case HiresUpscaler::latent_nearest: return "latent-nearest";
+    case HiresUpscaler::latent_nearest_exact: return "latent-nearest-exact";
+    case HiresUpscaler::lanczos: return "lanczos";
+  }
+  return "?";
+}
+
 std::string_view schedule_a1111_name(ScheduleId s) {
   switch (s) {
     case ScheduleId::class_default: return "Automatic";
@@ -145,9 +155,27 @@ std::string_view schedule_a1111_name(ScheduleId s) {
   return "?";
 }
 
+std::string_view hires_upscaler_a1111_name(HiresUpscaler u) {
+  switch (u) {
+    case HiresUpscaler::latent: return "Latent";
+    case HiresUpscaler::latent_nearest: return "Latent (nearest)";
+    case HiresUpscaler::latent_nearest_exact: return "Latent (nearest-exact)";
+    case HiresUpscaler::lanczos: return "Lanczos";
+  }
+  return "?";
+}
+
 std::optional<ScheduleId> parse_schedule(std::string_view s) {
   for (ScheduleId id : kSchedules) {
     if (schedule_name(id) == s) return id;
+  }
+  return std::nullopt;
+}
+
+std::optional<HiresUpscaler> parse_hires_upscaler(std::string_view s) {
+  for (HiresUpscaler u : {HiresUpscaler::latent, HiresUpscaler::latent_nearest, HiresUpscaler::latent_nearest_exact,
+                          HiresUpscaler::lanczos}) {
+    if (hires_upscaler_name(u) == s) return u;
   }
   return std::nullopt;
 }

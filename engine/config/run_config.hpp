@@ -89,6 +89,16 @@ enum class TorchCpuKernel : std::uint8_t { automatic, avx2, scalar };
 std::string_view torch_cpu_kernel_name(TorchCpuKernel k);  // "auto", "avx2", "default" (torch's own name)
 std::optional<TorchCpuKernel> parse_torch_cpu_kernel(std::string_view s);
 
+// The hires fix's upscaler (A1111's "Hires upscaler"): the latent resized as
+// torch.nn.functional.interpolate does (latent: bilinear, A1111's "Latent";
+// latent-nearest: "Latent (nearest)"; latent-nearest-exact: "Latent
+// (nearest-exact)"), or the decoded image resized with Lanczos (PIL's, A1111's
+// "Lanczos") and encoded again.
+enum class HiresUpscaler : std::uint8_t { latent, latent_nearest, latent_nearest_exact, lanczos };
+std::string_view hires_upscaler_name(HiresUpscaler u);        // "latent-nearest"
+std::string_view hires_upscaler_a1111_name(HiresUpscaler u);  // "Latent (nearest)"
+std::optional<HiresUpscaler> parse_hires_upscaler(std::string_view s);
+
 // What to do when the decoded image (or a step) holds non-finite values.
 struct NanPolicy {
   // retry_layer_f32: when a UNet call or the decode goes non-finite, trace it,
@@ -168,6 +178,18 @@ struct RunConfig {
   std::vector<LoraRef> loras;
   bool lora_unmerged = false;  // lora.mode=unmerged: each LoRA its own op beside the module's, traced as <module>.lora
   std::string lora_dir;
+  // img2img (pipeline/img2img.hpp): a PNG the run starts from instead of pure
+  // noise, and how much of the schedule re-noises it (diffusers' strength,
+  // A1111's "Denoising strength").
+  std::string init_image;  // "" = txt2img
+  double strength = 0.75;
+  // The hires fix as A1111 runs it: a second pass at hires_scale x the size,
+  // from the first pass's latent upscaled by hires_upscaler.
+  double hires_scale = 0;  // 0: off
+  int hires_steps = 0;     // steps of the second pass; 0: the first pass's
+  double hires_denoise = 0.7;
+  HiresUpscaler hires_upscaler = HiresUpscaler::latent;
+  bool hires() const { return hires_scale > 0; }
 
   ComponentPrecision& component(Component c) { return precision[static_cast<std::size_t>(c)]; }
   const ComponentPrecision& component(Component c) const { return precision[static_cast<std::size_t>(c)]; }

@@ -78,6 +78,10 @@ const Codec<SoftmaxPrecision> kSoftmaxCodec{
 const Codec<AttentionImpl> kImplCodec{
     attention_impl_name, parse_attention_impl, {AttentionImpl::fused, AttentionImpl::bmm, AttentionImpl::sliced}};
 const Codec<SamplerId> kSamplerCodec{sampler_name, parse_sampler, {kSamplers.begin(), kSamplers.end()}};
+const Codec<HiresUpscaler> kHiresUpscalerCodec{hires_upscaler_name,
+                                               parse_hires_upscaler,
+                                               {HiresUpscaler::latent, HiresUpscaler::latent_nearest,
+                                                HiresUpscaler::latent_nearest_exact, HiresUpscaler::lanczos}};
 const Codec<NoiseKind> kNoiseCodec{
     noise_name, parse_noise, {NoiseKind::nanscope, NoiseKind::torch_cpu, NoiseKind::torch_cuda}};
 const Codec<ScheduleId> kScheduleCodec{schedule_name, parse_schedule, {kSchedules.begin(), kSchedules.end()}};
@@ -273,6 +277,100 @@ void size_from_a1111(RunConfig& c, const std::string& value, const A1111Fields&)
   if (!std::regex_match(value, m, size_re)) throw ConfigError("expected WxH");
   c.set("width", m[1].str());
   c.set("height", m[2].str());
+}
+
+// A1111 writes one "Denoising strength": img2img's strength, or in txt2img
+// the hires fix's denoise (then "Hires upscale" is there too).
+void denoising_strength_from_a1111(RunConfig& c, const std::string& value, const A1111Fields& all) {
+  c.set(all.contains("Hires upscale") ? "hires.denoise" : "strength", std::string(trim(value)));
+}
+
+void hires_upscaler_from_a1111(RunConfig& c, const std::string& value, const A1111Fields&) {
+  for (HiresUpscaler u : kHiresUpscalerCodec.all) {
+    if (hires_upscaler_a1111_name(u) == value) {
+      c.hires_upscaler = u;
+      return;
+    }
+  }
+  log::warn("A1111 hires upscaler \"{}\" has no NaNscope counterpart (NaNscope has {}); keeping {}", value,
+            join(kHiresUpscalerCodec.names()), hires_upscaler_name(c.hires_upscaler));
+}
+
+// img2img and the hires fix (pipeline/img2img.hpp). Appended after the
+// inspector rows; presets leave them out at their defaults.
+void add_img2img_rows(std::vector<Setting>& t) {
+  t.push_back(member(&RunConfig::init_image,
+                     {.key = "init_image",
+                      .help = "img2img: a PNG to start from instead of pure noise (encoded by the run's VAE; resized "
+                              "to the run's size when it differs, with a note); empty: txt2img",
+                      .omit_default = true}));
+  t.push_back(member(&RunConfig::strength,
+                     {.key = "strength",
+                      .type = SettingType::number,
+                      .default_value = "0.75",
+                      .min = 0,
+                      .max = 1,
+                      .help = "img2img: how much of the schedule re-noises the init image, as diffusers' strength "
+                              "(the last int(steps * strength) steps run); A1111's \"Denoising strength\"",
+                      .a1111 = "Denoising strength",
+                      .omit_default = true,
+                      .to_a1111 = [](const RunConfig& c) -> std::optional<std::string> {
+                        if (c.hires()) return number_text(c.hires_denoise);
+                        if (c.init_image.empty()) return std::nullopt;
+                        return number_text(c.strength);
+                      },
+                      .from_a1111 = denoising_strength_from_a1111}));
+  t.push_back(member(&RunConfig::hires_scale,
+                     {.key = "hires.scale",
+                      .type = SettingType::number,
+                      .default_value = "0",
+                      .min = 0,
+                      .max = 8,
+                      .help = "Hires fix: a second pass at this many times the size (A1111's \"Upscale by\"); 0: "
+                              "off",
+                      .a1111 = "Hires upscale",
+                      .omit_default = true,
+                      .to_a1111 = [](const RunConfig& c) -> std::optional<std::string> {
+                        if (!c.hires()) return std::nullopt;
+                        return number_text(c.hires_scale);
+                      }}));
+  t.push_back(member(&RunConfig::hires_steps,
+                     {.key = "hires.steps",
+                      .type = SettingType::integer,
+                      .default_value = "0",
+                      .min = 0,
+                      .max = 10000,
+                      .help = "Hires fix: steps of the second pass (A1111's: a schedule of int(steps / denoise) "
+                              "steps of which the last `steps` run); 0: the first pass's steps",
+                      .a1111 = "Hires steps",
+                      .omit_default = true,
+                      .to_a1111 = [](const RunConfig& c) -> std::optional<std::string> {
+                        if (!c.hires() || c.hires_steps <= 0) return std::nullopt;
+                        return std::to_string(c.hires_steps);
+                      }}));
+  t.push_back(member(&RunConfig::hires_denoise,
+                     {.key = "hires.denoise",
+                      .type = SettingType::number,
+                      .default_value = "0.7",
+                      .min = 0.001,
+                      .max = 1,
+                      .help = "Hires fix: denoising strength of the second pass (A1111's \"Denoising strength\" "
+                              "in a txt2img image)",
+                      .a1111 = "Denoising strength",
+                      .omit_default = true}));
+  t.push_back(enum_member(&RunConfig::hires_upscaler, kHiresUpscalerCodec,
+                          {.key = "hires.upscaler",
+                           .default_value = "latent",
+                           .help = "Hires fix: how the first pass is enlarged: latent (bilinear on the latent, "
+                                   "A1111's \"Latent\"), latent-nearest, latent-nearest-exact (torch's nearest "
+                                   "modes), or lanczos (decode, resize the image with Lanczos, encode again)",
+                           .a1111 = "Hires upscaler",
+                           .omit_default = true,
+                           .to_a1111 = [](const RunConfig& c) -> std::optional<std::string> {
+                             if (!c.hires()) return std::nullopt;
+                             return std::string(hires_upscaler_a1111_name(c.hires_upscaler));
+                           },
+                           .from_a1111 = hires_upscaler_from_a1111}));
 }
 
 // Prompts far beyond what any text encoder reads (77 tokens; SDXL and long-
@@ -611,6 +709,7 @@ std::vector<Setting> build_table() {
                                  "module's largest |x| against the f16 limit, and the per-module overrides that "
                                  "keep an f16 run finite (in the report; nanscope-cli probe --f16-safety alone): "
                                  "off or on"}));
+  add_img2img_rows(t);
   return t;
 }
 

@@ -244,6 +244,7 @@ struct RunInspection {
   Verdict verdict = Verdict::clean;
   std::string summary;           // one plain-English line
   int first_bad_step = -1;       // first step whose verdict was not clean (-1: none)
+  int first_bad_pass = 0;        // its pass: 1, or 2 for the hires fix's second pass (0: none); step counts within it
   std::string first_bad_branch;  // "latent", "noise_cond", "noise_uncond"
   // Full module path of the first bad op ("unet.mid_block.attentions.0..."): the first op whose inputs
   // were finite and output was not; without one, the first op an emulated fault altered.

@@ -137,6 +137,17 @@ Tensor Vae::decode(const OpContext& ctx, const Tensor& latents) const {
 }
 
 Tensor Vae::encode(const OpContext& ctx, const Tensor& image) const {
+  const Tensor h = encode_moments(ctx, image);
+  // The posterior mean is the first latent_channels channels (the rest is log-variance).
+  Tensor mean = ops::slice(ctx.child("posterior"), h, 1, 0, config_.latent_channels);
+  if (config_.shift_factor != 0.0f) {
+    const Tensor shift = ctx.be().upload(HostTensor::from_f32({1}, {-config_.shift_factor}, mean.dtype()));
+    mean = ops::add(ctx.child("scaling"), mean, shift);
+  }
+  return ops::scale(ctx.child("scaling"), mean, config_.scaling_factor);
+}
+
+Tensor Vae::encode_moments(const OpContext& ctx, const Tensor& image) const {
   if (!encoder_) {
     throw OpError(op_message(ctx, "VAE_ENCODE", {{"image", &image}}, "the VAE was loaded without its encoder"));
   }
@@ -151,13 +162,7 @@ Tensor Vae::encode(const OpContext& ctx, const Tensor& image) const {
   h = ops::silu(ectx.child("conv_act"), encoder_->conv_norm_out.forward(ectx, h));
   h = encoder_->conv_out.forward(ectx, h);
   if (quant_conv_) h = quant_conv_->forward(ctx, h);
-  // The posterior mean is the first latent_channels channels (the rest is log-variance).
-  Tensor mean = ops::slice(ctx.child("posterior"), h, 1, 0, config_.latent_channels);
-  if (config_.shift_factor != 0.0f) {
-    const Tensor shift = ctx.be().upload(HostTensor::from_f32({1}, {-config_.shift_factor}, mean.dtype()));
-    mean = ops::add(ctx.child("scaling"), mean, shift);
-  }
-  return ops::scale(ctx.child("scaling"), mean, config_.scaling_factor);
+  return h;
 }
 
 }  // namespace nanscope::models

@@ -41,6 +41,10 @@ class Vae {
   Tensor decode(const OpContext& ctx, const Tensor& latents) const;
   // image [b, 3, H, W] in [-1, 1] -> the posterior mean times scaling_factor.
   Tensor encode(const OpContext& ctx, const Tensor& image) const;
+  // image -> the posterior's parameters [b, 2 * latent_channels, h, w]: mean,
+  // then log-variance, unscaled (diffusers' DiagonalGaussianDistribution
+  // input), for a caller that samples the posterior.
+  Tensor encode_moments(const OpContext& ctx, const Tensor& image) const;
   bool has_encoder() const { return encoder_.has_value(); }
   const VaeConfig& config() const { return config_; }
 

@@ -29,6 +29,9 @@ struct StepReport {
   int sampler_step = 0;   // the sampler step this call belongs to, 0-based
   int sampler_steps = 0;  // sampler steps in the run (the steps setting, or what the schedule gives)
   int call_in_step = 0;   // which of the step's model calls (0, or 1 for the second call of heun / dpmpp_sde)
+  // Which pass the step belongs to: 1, or 2 for the hires fix's second pass
+  // (passes = 2 in a hires run); index and steps count within the pass.
+  int pass = 1, passes = 1;
   float timestep = 0, sigma = 0;
   TensorSummary latent;        // after the step
   TensorSummary noise_cond;    // UNet output, conditional branch
@@ -77,13 +80,26 @@ struct LayerRetryReport {
   }
 };
 
+// One sampling pass of an image: the txt2img or img2img pass, and the hires
+// fix's second pass.
+struct PassReport {
+  int pass = 1;
+  std::string kind;  // "txt2img", "img2img", "hires"
+  int width = 0, height = 0;
+  int schedule_steps = 0;  // the sampler's schedule
+  int start_step = 0;      // where it started in that schedule (img2img, hires: > 0 when strength < 1)
+  int steps = 0;           // steps run
+  std::string note;        // plain English: "hires: latent (bilinear) 8x8 -> 16x16, 2 of 4 steps (denoise 0.5)"
+  double seconds = 0;
+};
+
 struct RunReport {
   std::string device;
   std::string model;
   std::string family;
   int image = 0;
   double load_seconds = 0, text_seconds = 0, sampling_seconds = 0, decode_seconds = 0;
-  int first_nonfinite_step = -1;  // first step whose latent held NaN/Inf
+  int first_nonfinite_step = -1;  // first step whose latent held NaN/Inf (counted within first_nonfinite_pass)
   std::vector<DecodeAttempt> decodes;
   std::vector<std::string> kernel_notes;  // Backend::kernel_notes() at the end of the run
   // Plain English, empty when none: what keeps this image from matching the tools
@@ -98,6 +114,8 @@ struct RunReport {
   bool lora_unmerged = false;
   // inspect.f16_safety: the f16-safety probe run before sampling.
   std::optional<F16SafetyReport> f16_safety;
+  std::vector<PassReport> passes;     // the sampling passes run (two with the hires fix)
+  int first_nonfinite_pass = 0;       // the pass of first_nonfinite_step (1-based; 0: none)
 };
 
 struct GeneratedImage {

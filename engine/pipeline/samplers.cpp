@@ -203,6 +203,13 @@ class DdimSampler final : public Sampler {
           c.clip_sample ? 1 : 0);
   }
 
+  // DDIMScheduler.add_noise: alphas_cumprod[t] ** 0.5 * x0 + (1 - alphas_cumprod[t]) ** 0.5 * noise.
+  void add_noise(Backend& be, Tensor& x, const Tensor& noise, int i) const override {
+    const float a = alpha_at(static_cast<int>(timesteps_.at(static_cast<std::size_t>(i))));
+    // dpm1 is a*x - b*m: with b negated, a*x + b*m rounded as torch rounds it.
+    apply(be, LatentOp::dpm1, x, &noise, x, {std::sqrt(a), -std::sqrt(1.0f - a)});
+  }
+
  private:
   // diffusers indexes alphas_cumprod with the timestep, so -1 (trailing spacing's
   // extra step) wraps to the last entry, as Python indexing does.
@@ -275,6 +282,13 @@ class DpmPpSampler final : public Sampler {
     next_step_ = 0;
     last_sample_.reset();
     this_order_ = 0;
+  }
+  void on_start_at(int i) override { next_step_ = i; }
+
+  // DPMSolverMultistepScheduler.add_noise: alpha_t * x0 + sigma_t * noise for the sigma at step i.
+  void add_noise(Backend& be, Tensor& x, const Tensor& noise, int i) const override {
+    const Level l = level(i);
+    apply(be, LatentOp::dpm1, x, &noise, x, {l.alpha, -l.sigma});
   }
 
   bool uses_noise() const override { return sde(); }
@@ -885,6 +899,13 @@ class DdpmSampler final : public Sampler {
   using Sampler::Sampler;
   bool uses_noise() const override { return true; }
 
+  // DDPMScheduler.add_noise (LCMScheduler's is the same): alphas_cumprod[t] ** 0.5 * x0 +
+  // (1 - alphas_cumprod[t]) ** 0.5 * noise, so img2img and the hires fix start where diffusers does.
+  void add_noise(Backend& be, Tensor& x, const Tensor& noise, int i) const override {
+    const float a = alpha_of(alphas_cumprod_, static_cast<int>(timesteps_.at(static_cast<std::size_t>(i))));
+    apply(be, LatentOp::dpm1, x, &noise, x, {std::sqrt(a), -std::sqrt(1.0f - a)});
+  }
+
  protected:
   void make_schedule(int n) override {
     for (int t : ddpm_timesteps(config_, n)) {
@@ -939,6 +960,13 @@ class LcmSampler final : public Sampler {
  public:
   using Sampler::Sampler;
   bool uses_noise() const override { return true; }
+
+  // DDPMScheduler.add_noise (LCMScheduler's is the same): alphas_cumprod[t] ** 0.5 * x0 +
+  // (1 - alphas_cumprod[t]) ** 0.5 * noise, so img2img and the hires fix start where diffusers does.
+  void add_noise(Backend& be, Tensor& x, const Tensor& noise, int i) const override {
+    const float a = alpha_of(alphas_cumprod_, static_cast<int>(timesteps_.at(static_cast<std::size_t>(i))));
+    apply(be, LatentOp::dpm1, x, &noise, x, {std::sqrt(a), -std::sqrt(1.0f - a)});
+  }
 
  protected:
   void make_schedule(int n) override {

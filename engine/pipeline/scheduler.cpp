@@ -25,6 +25,7 @@ void Sampler::set_timesteps(int steps) {
                       std::to_string(config_.num_train_timesteps) + " (num_train_timesteps of " + config_.origin + ")");
   }
   requested_steps_ = steps;
+  first_step_ = 0;
   timesteps_.clear();
   sigmas_.clear();
   make_schedule(steps);
@@ -134,6 +135,29 @@ void Sampler::apply_sigma_schedule(std::vector<double>& sig, std::vector<double>
   sig = out;
   ts.clear();
   for (double s : sig) ts.push_back(schedule::sigma_to_t(s, log_sigmas));
+}
+
+void Sampler::start_at(Backend& be, Tensor& sample, const Tensor& noise, int step_index) {
+  const std::string name(sampler_name(kind()));
+  if (timesteps_.empty()) throw Error(name + " sampler: start_at() before set_timesteps()");
+  if (step_index < 0 || step_index >= num_steps()) {
+    throw Error(name + " sampler: start step " + std::to_string(step_index) + " is outside 0.." +
+                std::to_string(num_steps() - 1));
+  }
+  if (noise.numel() != sample.numel()) {
+    throw Error(name + " sampler: add_noise with " + std::to_string(noise.numel()) + " noise values for a latent of " +
+                std::to_string(sample.numel()));
+  }
+  reset_state();
+  first_step_ = step_index;
+  on_start_at(step_index);
+  add_noise(be, sample, noise, step_index);
+}
+
+void Sampler::add_noise(Backend& be, Tensor& x, const Tensor& noise, int i) const {
+  // EulerDiscreteScheduler.add_noise: original_samples + noise * sigma.
+  const float sigma = sigmas_.at(static_cast<std::size_t>(i));
+  apply(be, LatentOp::add_scaled, x, &noise, x, {sigma});
 }
 
 std::unique_ptr<Sampler> make_sampler(const SchedulerConfig& config) {

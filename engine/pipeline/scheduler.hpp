@@ -103,10 +103,30 @@ class Sampler {
   void step(std::span<const float> model_output, std::span<float> sample, int step_index, NoiseSource* noise = nullptr,
             std::span<float> denoised = {});
 
+  // Starting mid-schedule (img2img, the hires fix's second pass), as diffusers'
+  // StableDiffusionImg2ImgPipeline does: it keeps timesteps[t_start:], calls
+  // scheduler.set_begin_index(t_start) and scheduler.add_noise(x0, noise,
+  // timesteps[t_start]). `sample` holds the clean latent x0 (f32) and becomes
+  // the noisy latent at step `step_index` (diffusers' add_noise for this
+  // sampler; `noise` is standard normal, same size); the sampler's state is
+  // reset so that step() continues from `step_index` (0 <= step_index < num_steps()).
+  // Call after set_timesteps().
+  void start_at(Backend& be, Tensor& sample, const Tensor& noise, int step_index);
+  // The step where sampling starts: 0, or what start_at() set.
+  int first_step() const { return first_step_; }
+
  protected:
   // Fills timesteps_, sigmas_ and init_noise_sigma_ for `steps`.
   virtual void make_schedule(int steps) = 0;
   virtual void reset_state() {}
+  // diffusers' add_noise of this sampler's scheduler at step i, in place on x.
+  // The default is the k-diffusion form x0 + noise * sigma_i (Euler, Euler a
+  // and every sampler that scales the model input by its sigma). Samplers whose
+  // latent is alpha-scaled (DDIM, DPM-Solver, UniPC, DDPM, LCM: diffusers'
+  // sqrt(a) * x0 + sqrt(1-a) * noise) must override it.
+  virtual void add_noise(Backend& be, Tensor& x, const Tensor& noise, int i) const;
+  // State for a run that starts at step i (after reset_state(); DPM++ expects step i next).
+  virtual void on_start_at(int /*i*/) {}
   virtual bool scales_model_input() const { return false; }
   // The sigma scale_model_input divides by at call i.
   virtual float input_sigma(int i) const { return sigmas_.at(static_cast<std::size_t>(i)); }
@@ -128,6 +148,7 @@ class Sampler {
   std::vector<float> sigmas_;
   float init_noise_sigma_ = 1.0f;
   int requested_steps_ = 0;
+  int first_step_ = 0;
 };
 
 // The sampler for config.kind.

@@ -53,16 +53,22 @@ SdModel& Session::model(const RunConfig& config) {
   return *model_;
 }
 
-models::Vae& Session::vae_for(Backend& be, const fs::path& folder, DType dtype, ModelFamily family) {
-  const std::string key = be.device().id + "|" + folder.string() + "|" + std::string(dtype_name(dtype));
+models::Vae& Session::encoder_vae(const RunConfig& config) {
+  SdModel& m = model(config);
+  return vae_for(backend(config.device), m.vae_folder(), m.dtypes().vae, m.family(), true);
+}
+
+models::Vae& Session::vae_for(Backend& be, const fs::path& folder, DType dtype, ModelFamily family, bool with_encoder) {
+  const std::string key =
+      be.device().id + "|" + folder.string() + "|" + std::string(dtype_name(dtype)) + (with_encoder ? "|encoder" : "");
   auto it = extra_vaes_.find(key);
   if (it != extra_vaes_.end()) return *it->second;
   const models::ModelFamily ldm = family == ModelFamily::sdxl  ? models::ModelFamily::sdxl
                                   : family == ModelFamily::sd2 ? models::ModelFamily::sd2
                                                                : models::ModelFamily::sd1;
-  auto vae =
-      std::make_unique<models::Vae>(fs::is_regular_file(folder) ? models::load_vae_file(folder, be, dtype, false, ldm)
-                                                                : models::Vae::load(folder, be, dtype));
+  auto vae = std::make_unique<models::Vae>(fs::is_regular_file(folder)
+                                               ? models::load_vae_file(folder, be, dtype, with_encoder, ldm)
+                                               : models::Vae::load(folder, be, dtype, with_encoder));
   auto [pos, _] = extra_vaes_.emplace(key, std::move(vae));
   return *pos->second;
 }

@@ -47,6 +47,11 @@ class Session {
                           DType dtype, DecodeAttempt* attempt = nullptr, OpTracer* tracer = nullptr,
                           FaultEmulator* faults = nullptr, const CancelProbe* cancel = nullptr);
 
+  // The model's VAE with its encoder (img2img, the hires fix's Lanczos
+  // upscaler), loaded on first use in the VAE's dtype and kept; the model's
+  // own VAE is loaded without it.
+  models::Vae& encoder_vae(const RunConfig& config);
+
  private:
   struct ModelKey {
     std::string device, folder, vae;
@@ -57,7 +62,8 @@ class Session {
   };
   // A VAE other than the model's (or the model's in another dtype); a single
   // file takes the model family's scaling factor.
-  models::Vae& vae_for(Backend& backend, const std::filesystem::path& folder, DType dtype, ModelFamily family);
+  models::Vae& vae_for(Backend& backend, const std::filesystem::path& folder, DType dtype, ModelFamily family,
+                       bool with_encoder = false);
 
   BackendOptions options_;
   DeviceList devices_;

@@ -24,6 +24,7 @@
 #include "inspect/fault_emulation.hpp"
 #include "inspect/layer_trace.hpp"
 #include "pipeline/kernel_plan.hpp"
+#include "pipeline/img2img.hpp"
 #include "pipeline/memory_plan.hpp"
 #include "pipeline/noise.hpp"
 #include "pipeline/scheduler.hpp"
@@ -351,26 +352,94 @@ class Txt2ImgRun {
     const std::int64_t f = m.vae->config().downscale();
     // The VAE divides the size by f and the UNet halves the latent once per level after the first.
     const std::int64_t multiple = f * (std::int64_t{1} << (m.unet->config().block_out_channels.size() - 1));
-    if (width_ % multiple != 0 || height_ % multiple != 0) {
-      auto near = [multiple](int v) {
-        const std::int64_t down = v / multiple * multiple;
-        return std::to_string(down > 0 ? down : multiple) + " or " + std::to_string(down + multiple);
+    if (!config_.init_image.empty()) {
+      // img2img: the init image, at the run's size; without one, at its own size (rounded down to what the model
+      // takes).
+      const io::RgbImage probe = io::read_png(config_.init_image).image;
+      auto fit = [multiple](int v) {
+        return static_cast<int>(std::max<std::int64_t>(v / multiple * multiple, multiple));
       };
-      throw ConfigError("size " + std::to_string(width_) + "x" + std::to_string(height_) +
-                        " does not fit this model: " + "width and height must be multiples of " +
-                        std::to_string(multiple) + " (the VAE divides by " + std::to_string(f) + ", the UNet by " +
-                        std::to_string(multiple / f) + "); nearest widths " + near(width_) + ", heights " +
-                        near(height_));
+      if (config_.width <= 0) width_ = fit(probe.width);
+      if (config_.height <= 0) height_ = fit(probe.height);
     }
-    latent_shape_ = Shape{1, m.unet->config().in_channels, height_ / f, width_ / f};
-    latent_n_ = shape_numel(latent_shape_);
+    check_size(width_, height_, multiple, f, "size");
+    hires_w_ = hires_h_ = 0;
+    if (config_.hires() && config_.hires_scale < 1) {
+      throw ConfigError("key \"hires.scale\": " + fmt::format("{}", config_.hires_scale) +
+                        ": the hires fix enlarges; use 1 to 8, or 0 for off");
+    }
+    if (config_.hires() && !config_.init_image.empty()) {
+      throw ConfigError(
+          "key \"hires.scale\": the hires fix is a second pass of txt2img (as in A1111); with init_image set, run "
+          "img2img at the larger size instead (set width and height), or clear init_image");
+    }
+    if (config_.hires()) {
+      // A1111: hr_upscale_to_x = int(width * hr_scale).
+      hires_w_ = static_cast<int>(width_ * config_.hires_scale);
+      hires_h_ = static_cast<int>(height_ * config_.hires_scale);
+      check_size(hires_w_, hires_h_, multiple, f,
+                 "hires fix size (hires.scale " + fmt::format("{}", config_.hires_scale) + ")");
+    }
+    base_w_ = width_;
+    base_h_ = height_;
+    if (!config_.init_image.empty()) {
+      init_note_.clear();
+      init_image_ = load_init_image(config_.init_image, width_, height_, &init_note_);
+      if (!init_note_.empty()) log::info("{}", init_note_);
+    }
+    set_size(width_, height_);
     if (faults_) faults_->begin_run(latent_shape_[2], latent_shape_[3]);
     cfg_ = config_.cfg_scale > 1.0;
     sdxl_ = m.family() == ModelFamily::sdxl;
     require_memory(m, cc_, width_, height_, cfg_, config_);
+    if (config_.hires()) {
+      try {
+        require_memory(m, cc_, hires_w_, hires_h_, cfg_, config_);
+      } catch (const MemoryPlanError& e) {
+        throw MemoryPlanError("hires fix, pass 2 at " + std::to_string(hires_w_) + "x" + std::to_string(hires_h_) +
+                                  ": " + e.what() + " Lower hires.scale.",
+                              e.fix());
+      }
+    }
     // Report R4: what must be compiled before the run can go, and about how long it takes.
     if (const KernelPlan kp = plan_run_kernels(*be_, config_); kp.to_build > 0) {
       obs_.on_status(kp.describe(be_->device().name));
+    }
+  }
+
+  // Refuses a size the model cannot take, naming the nearest that it can.
+  static void check_size(int width, int height, std::int64_t multiple, std::int64_t f, const std::string& what) {
+    if (width % multiple != 0 || height % multiple != 0) {
+      auto near = [multiple](int v) {
+        const std::int64_t down = v / multiple * multiple;
+        return std::to_string(down > 0 ? down : multiple) + " or " + std::to_string(down + multiple);
+      };
+      throw ConfigError(what + " " + std::to_string(width) + "x" + std::to_string(height) +
+                        " does not fit this model: " + "width and height must be multiples of " +
+                        std::to_string(multiple) + " (the VAE divides by " + std::to_string(f) + ", the UNet by " +
+                        std::to_string(multiple / f) + "); nearest widths " + near(width) + ", heights " +
+                        near(height));
+    }
+  }
+
+  // The size the current pass samples at (the first pass's, or the hires fix's).
+  void set_size(int width, int height) {
+    const std::int64_t f = m_->vae->config().downscale();
+    width_ = width;
+    height_ = height;
+    latent_shape_ = Shape{1, m_->unet->config().in_channels, height_ / f, width_ / f};
+    latent_n_ = shape_numel(latent_shape_);
+    if (sdxl_ && !added_.time_ids.empty()) fill_time_ids();
+  }
+
+  // SDXL's micro-conditioning: original size, crop and target size, per CFG row.
+  void fill_time_ids() {
+    added_.time_ids.clear();
+    const int rows = cfg_ ? 2 : 1;
+    for (int r = 0; r < rows; ++r) {
+      const float ids6[] = {static_cast<float>(height_), static_cast<float>(width_), 0, 0,
+                            static_cast<float>(height_), static_cast<float>(width_)};
+      added_.time_ids.insert(added_.time_ids.end(), std::begin(ids6), std::end(ids6));
     }
   }
 
@@ -403,12 +472,7 @@ class Txt2ImgRun {
         context_ = be.upload(ctx_h);
         added_.text_embeds = be.upload(pooled_h);
       }
-      const int rows = cfg_ ? 2 : 1;
-      for (int r = 0; r < rows; ++r) {
-        const float ids6[] = {static_cast<float>(height_), static_cast<float>(width_), 0, 0,
-                              static_cast<float>(height_), static_cast<float>(width_)};
-        added_.time_ids.insert(added_.time_ids.end(), std::begin(ids6), std::end(ids6));
-      }
+      fill_time_ids();
     }
     if (context_.dtype() != unet_dtype_) context_ = ops::cast(cc_.te.child("to_unet"), context_, unet_dtype_);
     if (sdxl_ && added_.text_embeds.dtype() != unet_dtype_)
@@ -438,44 +502,166 @@ class Txt2ImgRun {
   // statistics, and the full latent only for an observer that asks for it).
   // Leaves the final latent in out.latent.
   void sample(std::uint64_t seed, int img, GeneratedImage& out, RunReport& report, ImageState& state) {
+    Backend& be = *be_;
+    set_size(base_w_, base_h_);
+    if (faults_) faults_->begin_run(latent_shape_[2], latent_shape_[3]);
+    auto noise = make_noise(config_.noise, seed, config_.torch_cpu_kernel);
+    auto sampler = make_sampler(scheduler_config());
+    sampler->set_timesteps(config_.steps);
+    const auto t_sample = Clock::now();
+    PassReport pass;
+    pass.pass = 1;
+    pass.width = width_;
+    pass.height = height_;
+    pass.schedule_steps = config_.steps;
+    Tensor latent;
+    if (init_image_) {
+      // diffusers' img2img: the posterior sample takes the generator's first draw, add_noise the next.
+      const PartialSchedule ps = img2img_schedule(config_.steps, config_.strength);
+      pass.kind = "img2img";
+      pass.start_step = ps.start;
+      pass.note = fmt::format("img2img: {} encoded, {} of {} steps (strength {})", config_.init_image, ps.run_steps(),
+                              ps.schedule_steps, config_.strength);
+      if (!init_note_.empty()) pass.note += "; " + init_note_;
+      latent = be.upload(HostTensor::from_f32(latent_shape_, encode_image(*init_image_, *noise)));
+      std::vector<float> z(static_cast<std::size_t>(latent_n_));
+      noise->randn(z);
+      obs_.on_initial_noise(img, latent_shape_, z);
+      // A sampler of order 2 (two model calls per step) starts at call start * 2, as diffusers does (timesteps[t_start * order:]).
+      sampler->start_at(be, latent, be.upload(HostTensor::from_f32(latent_shape_, z)), ps.start * sampler->calls_per_step());
+    } else {
+      pass.kind = "txt2img";
+      std::vector<float> initial(static_cast<std::size_t>(latent_n_));
+      noise->randn(initial);
+      obs_.on_initial_noise(img, latent_shape_, initial);
+      latent = be.upload(HostTensor::from_f32(latent_shape_, initial));
+      latent_op(be, LatentOp::mul, latent_n_, latent, nullptr, 0, latent, sampler->init_noise_sigma());
+    }
+    const int passes = config_.hires() ? 2 : 1;
+    run_steps(*sampler, latent, noise.get(), pass, passes, img, out, report, state);
+    if (passes == 2 && !report.stopped && !report.cancelled) hires_pass(seed, img, latent, out, report, state);
+    report.sampling_seconds = since(t_sample);
+    out.latent = download_f32(be, latent);
+    out.latent_shape = latent_shape_;
+  }
+
+  SchedulerConfig scheduler_config() const {
+    SchedulerConfig sc = SchedulerConfig::from_json(m_->scheduler_config(), config_.sampler,
+                                                    (m_->folder() / "scheduler" / "scheduler_config.json").string())
+                             .with_schedule(config_.schedule);
+    if (sc.clip_sample && !sdxl_) {
+      // diffusers' StableDiffusionPipeline and StableDiffusionImg2ImgPipeline (SD 1.x/2.x, not SDXL) set
+      // clip_sample=False on their scheduler ("clip_sample not set" deprecation in their __init__), so DDIM
+      // never clips x0 inside them.
+      log::debug("{}: clip_sample=True is turned off, as diffusers' Stable Diffusion pipelines do", sc.origin);
+      sc.clip_sample = false;
+    }
+    return sc;
+  }
+
+  // The run's VAE encoder on an image [1, 3, H, W] in [-1, 1]: a sample of the
+  // posterior drawn from `noise`, times scaling_factor (diffusers' retrieve_latents).
+  std::vector<float> encode_image(const HostTensor& image, NoiseSource& noise) {
+    obs_.on_status("encoding the image with the VAE");
+    models::Vae& vae = session_.encoder_vae(config_);
+    const Tensor x = upload_as(*be_, image.shape, image.to_f32(), vae_dtype_);
+    const Tensor moments = vae.encode_moments(cc_.vae, x);
+    const std::vector<float> mom = download_f32(*be_, moments);
+    std::vector<float> eps(mom.size() / 2);
+    noise.randn(eps);
+    return sample_posterior(mom, vae.config().latent_channels, eps, vae.config().scaling_factor,
+                            vae.config().shift_factor);
+  }
+
+  // The hires fix's second pass (A1111's sample_hr_pass): `latent` (the first
+  // pass's, at the base size) enlarged to the hires size, re-noised from a new
+  // generator seeded as the first, and sampled again for hires.steps steps.
+  void hires_pass(std::uint64_t seed, int img, Tensor& latent, GeneratedImage& out, RunReport& report,
+                  ImageState& state) {
+    Backend& be = *be_;
+    const Shape low_shape = latent_shape_;
+    const int low_w = width_, low_h = height_;
+    const std::vector<float> low = download_f32(be, latent);
+    auto noise = make_noise(config_.noise, seed, config_.torch_cpu_kernel);
+    const HiresUpscaler up = config_.hires_upscaler;
+    std::vector<float> x0;
+    PassReport pass;
+    pass.pass = 2;
+    pass.kind = "hires";
+    if (up == HiresUpscaler::lanczos) {
+      // Decode, resize the 8-bit image with Lanczos, encode again (drawing the posterior sample first).
+      obs_.on_status("hires fix: decoding the first pass");
+      GeneratedImage first;
+      first.config = out.config;
+      first.latent_shape = low_shape;
+      first.latent = low;
+      const GeneratedImage decoded =
+          session_.redecode(config_, first, m_->vae_folder(), vae_dtype_, nullptr, nullptr, faults_, &cancel_);
+      set_size(hires_w_, hires_h_);
+      x0 = encode_image(rgb_to_tensor(resize_lanczos(decoded.image, width_, height_)), *noise);
+    } else {
+      set_size(hires_w_, hires_h_);
+      x0 = interpolate_latent(low, low_shape, latent_shape_[2], latent_shape_[3], up);
+    }
+    if (faults_) faults_->begin_run(latent_shape_[2], latent_shape_[3]);
+    const int steps = config_.hires_steps > 0 ? config_.hires_steps : config_.steps;
+    const PartialSchedule ps = hires_schedule(steps, config_.hires_denoise);
+    auto sampler = make_sampler(scheduler_config());
+    sampler->set_timesteps(ps.schedule_steps);
+    pass.width = width_;
+    pass.height = height_;
+    pass.schedule_steps = ps.schedule_steps;
+    pass.start_step = ps.start;
+    pass.note = fmt::format("hires: {} {}x{} -> {}x{}, {} of {} steps (denoise {})", hires_upscaler_a1111_name(up),
+                            low_w, low_h, width_, height_, ps.run_steps(), ps.schedule_steps, config_.hires_denoise);
+    log::info("{}", pass.note);
+    std::vector<float> z(static_cast<std::size_t>(latent_n_));
+    noise->randn(z);
+    latent = be.upload(HostTensor::from_f32(latent_shape_, x0));
+    // A sampler of order 2 (two model calls per step) starts at call start * 2, as diffusers does (timesteps[t_start * order:]).
+      sampler->start_at(be, latent, be.upload(HostTensor::from_f32(latent_shape_, z)), ps.start * sampler->calls_per_step());
+    run_steps(*sampler, latent, noise.get(), pass, 2, img, out, report, state);
+  }
+
+  // The steps of one pass, from the sampler's first step to its last, on `latent` (at latent_shape_).
+  void run_steps(Sampler& sampler_ref, Tensor& latent, NoiseSource* noise_src, PassReport pass, int passes, int img,
+                 GeneratedImage& out, RunReport& report, ImageState& state) {
     SdModel& m = *m_;
     Backend& be = *be_;
-    auto noise = make_noise(config_.noise, seed, config_.torch_cpu_kernel);
-    SchedulerConfig sc = SchedulerConfig::from_json(m.scheduler_config(), config_.sampler,
-                                                    (m.folder() / "scheduler" / "scheduler_config.json").string())
-                             .with_schedule(config_.schedule);
-    auto sampler = make_sampler(sc);
-    sampler->set_timesteps(config_.steps);
-    if (sampler->brownian_noise_elsewhere()) {
+    Sampler* const sampler = &sampler_ref;
+    if (sampler->brownian_noise_elsewhere() && pass.pass == 1) {
       report.reproducibility = std::string(sampler_name(config_.sampler)) +
                                ": A1111 and ComfyUI (k-diffusion) draw this sampler's per-step noise from a "
                                "Brownian tree (torchsde), which no seed reproduces elsewhere; NaNscope draws it from "
                                "the run's noise source (" +
-                               noise->name() + "), so the image matches theirs only in its initial noise";
+                               std::string(noise_src->name()) + "), so the image matches theirs only in its initial noise";
       if (img == 0) log::warn("{}", report.reproducibility);
     }
     const auto preview_factors = inspect::latent_rgb_factors(preview_family(m));
     const double unet_limit = dtype_max(unet_dtype_);
-
-    std::vector<float> initial(static_cast<std::size_t>(latent_n_));
-    noise->randn(initial);
-    obs_.on_initial_noise(img, latent_shape_, initial);
-    Tensor latent = be.upload(HostTensor::from_f32(latent_shape_, initial));
-    latent_op(be, LatentOp::mul, latent_n_, latent, nullptr, 0, latent, sampler->init_noise_sigma());
-
-    obs_.on_status("sampling");
-    const auto t_sample = Clock::now();
+    const bool final_pass = pass.pass == passes;
+    // "step 3", or "pass 2 step 3" in a hires run.
+    auto step_name = [&](int k) {
+      return (passes > 1 ? "pass " + std::to_string(pass.pass) + " step " : std::string("step ")) + std::to_string(k);
+    };
+    obs_.on_status(passes > 1 ? "sampling, pass " + std::to_string(pass.pass) + " of " + std::to_string(passes)
+                              : std::string("sampling"));
+    const auto t_pass = Clock::now();
     const int rows = cfg_ ? 2 : 1;
     const int steps = sampler->num_steps();
+    const int first = sampler->first_step();
+    pass.steps = steps - first;
     Shape in_shape = latent_shape_;
     in_shape[0] = rows;
     inspect::RunInspection& ri = report.inspection;
-    for (int i = 0; i < steps; ++i) {
+    NoiseSource* noise = noise_src;
+    for (int i = first; i < steps; ++i) {
       if (obs_.cancelled()) {
         report.cancelled = true;
         break;
       }
       const auto t_step = Clock::now();
+      const int k = i - first;  // the step within this pass
       // [uncond, cond] rows of the scaled latent, in the UNet's dtype.
       Tensor batch_in = be.empty(in_shape, DType::f32);
       for (int r = 0; r < rows; ++r) sampler->scale_model_input(be, latent, batch_in, i, r * latent_n_);
@@ -489,7 +675,7 @@ class Txt2ImgRun {
         if (bad > 0) {
           std::int64_t left = bad;
           layer_retry(
-              "unet step " + std::to_string(i + 1), "unet", bad, std::nullopt, report,
+              "unet " + step_name(k + 1), "unet", bad, std::nullopt, report,
               [&](inspect::LayerTracer& tracer) {
                 OpContext tctx = cc_.unet;
                 tctx.tracer = &tracer;
@@ -512,15 +698,17 @@ class Txt2ImgRun {
         latent_op(be, LatentOp::cfg, latent_n_, pred32, &pred32, latent_n_, guided,
                   static_cast<float>(config_.cfg_scale));
       }
-      const bool decode_preview = insp_.decode_every > 0 && (i + 1) % insp_.decode_every == 0 && i + 1 < steps;
+      const bool decode_preview = insp_.decode_every > 0 && (k + 1) % insp_.decode_every == 0 && i + 1 < steps;
       Tensor denoised;
       if (decode_preview) denoised = be.empty(latent_shape_, DType::f32);
-      sampler->step(be, guided, latent, i, noise.get(), decode_preview ? &denoised : nullptr);
+      sampler->step(be, guided, latent, i, noise, decode_preview ? &denoised : nullptr);
 
       StepReport sr;
       sr.image = img;
-      sr.index = i;
-      sr.steps = steps;
+      sr.index = k;
+      sr.steps = steps - first;
+      sr.pass = pass.pass;
+      sr.passes = passes;
       sr.sampler_step = sampler->step_of_call(i);
       sr.sampler_steps = sampler->step_of_call(steps - 1) + 1;
       sr.call_in_step = i % sampler->calls_per_step();
@@ -530,7 +718,7 @@ class Txt2ImgRun {
       const auto& sigmas = sampler->sigmas();
       const double sigma_after =
           static_cast<std::size_t>(i + 1) < sigmas.size() ? sigmas[static_cast<std::size_t>(i + 1)] : 0.0;
-      if (insp_.stats_every > 0 && ((i + 1) % insp_.stats_every == 0 || i + 1 == steps)) {
+      if (insp_.stats_every > 0 && ((k + 1) % insp_.stats_every == 0 || i + 1 == steps)) {
         // The inspector's kernels queue behind the step's; its reads wait for both. inspect_seconds
         // is the inspector's own time: the call's wall time less what it waited for the device.
         const auto t_inspect = Clock::now();
@@ -567,7 +755,8 @@ class Txt2ImgRun {
       const inspect::StepStats& st = sr.stats;
       ri.verdict = inspect::worst(ri.verdict, st.verdict);
       if (ri.first_bad_step < 0 && static_cast<int>(st.verdict) >= static_cast<int>(inspect::Verdict::saturated)) {
-        ri.first_bad_step = i;
+        ri.first_bad_step = k;
+        ri.first_bad_pass = pass.pass;
         const inspect::MapStats* bad = &st.latent;
         ri.first_bad_branch = "latent";
         if (st.noise_uncond && st.noise_uncond->verdict == st.verdict) {
@@ -578,17 +767,18 @@ class Txt2ImgRun {
           bad = &st.noise_cond;
           ri.first_bad_branch = "noise_cond";
         }
-        state.first_bad_note = "step " + std::to_string(i + 1) + " " + ri.first_bad_branch + ": " + bad->note;
+        state.first_bad_note = step_name(k + 1) + " " + ri.first_bad_branch + ": " + bad->note;
+        if (passes > 1) state.first_bad_note += " (" + pass.note + ")";
       }
       const bool unet_bad =
           st.noise_cond.all.nonfinite() > 0 || (st.noise_uncond && st.noise_uncond->all.nonfinite() > 0) ||
           st.noise_cond.all.near_limit > 0 || (st.noise_uncond && st.noise_uncond->all.near_limit > 0);
       const bool step_bad = static_cast<int>(st.verdict) >= static_cast<int>(inspect::Verdict::saturated);
-      const bool last = i + 1 == steps;
+      const bool last = i + 1 == steps && final_pass;
       if (!state.traced_unet && insp_.trace != inspect::TraceMode::off &&
           (unet_bad || step_bad || (last && insp_.trace == inspect::TraceMode::always))) {
-        obs_.on_status("tracing the UNet call of step " + std::to_string(i + 1));
-        inspect::LayerTracer tracer("unet", "unet step " + std::to_string(i + 1));
+        obs_.on_status("tracing the UNet call of " + step_name(k + 1));
+        inspect::LayerTracer tracer("unet", "unet " + step_name(k + 1));
         OpContext tctx = cc_.unet;
         tctx.tracer = &tracer;
         m.unet->forward(tctx, unet_in, ts, context_, sdxl_ ? &added_ : nullptr);
@@ -597,18 +787,19 @@ class Txt2ImgRun {
       }
       obs_.on_step(sr);
       if (sr.latent.nonfinite() > 0 && report.first_nonfinite_step < 0) {
-        report.first_nonfinite_step = i;
-        log::warn("step {}: the latent holds {} non-finite values (NaN {}, +Inf {}, -Inf {})", i + 1,
+        report.first_nonfinite_step = k;
+        report.first_nonfinite_pass = pass.pass;
+        log::warn("{}: the latent holds {} non-finite values (NaN {}, +Inf {}, -Inf {})", step_name(k + 1),
                   sr.latent.nonfinite(), sr.latent.nan, sr.latent.pos_inf, sr.latent.neg_inf);
         if (config_.nan_policy.kind == NanPolicy::Kind::stop) {
           report.stopped = true;
-          report.outcome = "stopped at step " + std::to_string(i + 1) + ": the latent went non-finite";
+          report.outcome = "stopped at " + step_name(k + 1) + ": the latent went non-finite";
           break;
         }
       }
     }
-    report.sampling_seconds = since(t_sample);
-    out.latent = download_f32(be, latent);
+    pass.seconds = since(t_pass);
+    report.passes.push_back(std::move(pass));
   }
 
   // The decode of the kept latent, traced when it fails (or always, on
@@ -827,7 +1018,11 @@ class Txt2ImgRun {
   Backend* be_ = nullptr;
   ComponentContexts cc_;
   double load_seconds_ = 0, text_seconds_ = 0;
-  int width_ = 0, height_ = 0;
+  int width_ = 0, height_ = 0;            // the current pass's size
+  int base_w_ = 0, base_h_ = 0;           // the first pass's
+  int hires_w_ = 0, hires_h_ = 0;         // the hires fix's second pass's (0: no hires fix)
+  std::optional<HostTensor> init_image_;  // img2img: the init image at the first pass's size, in [-1, 1]
+  std::string init_note_;                 // how it was resized, if it was
   Shape latent_shape_;
   std::int64_t latent_n_ = 0;
   bool cfg_ = false, sdxl_ = false;

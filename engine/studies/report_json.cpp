@@ -72,6 +72,7 @@ nlohmann::json report_json(const RunConfig& config, const std::vector<pipeline::
       {"near_limit_origin", opt(ri.near_limit_origin)},
       {"first_bad_step", ri.first_bad_step >= 0 ? nlohmann::json(ri.first_bad_step + 1) : nlohmann::json()},
       {"first_bad_branch", opt(ri.first_bad_branch)},
+      {"first_bad_pass", ri.first_bad_pass > 0 ? nlohmann::json(ri.first_bad_pass) : nlohmann::json()},
       {"emulation", ri.emulation},
       {"emulation_note", ri.emulation_note},
       {"outcome", report.outcome},
@@ -100,6 +101,7 @@ nlohmann::json report_json(const RunConfig& config, const std::vector<pipeline::
       sj["sampler_step"] = s.sampler_step + 1;
       sj["call_in_step"] = s.call_in_step + 1;
     }
+    sj["pass"] = s.pass;
     sj["timestep"] = s.timestep;
     sj["sigma"] = s.sigma;
     sj["seconds"] = s.seconds;
@@ -109,6 +111,19 @@ nlohmann::json report_json(const RunConfig& config, const std::vector<pipeline::
     st.push_back(std::move(sj));
   }
   j["steps"] = std::move(st);
+  nlohmann::json passes = nlohmann::json::array();
+  for (const auto& p : report.passes) {
+    passes.push_back({{"pass", p.pass},
+                      {"kind", p.kind},
+                      {"width", p.width},
+                      {"height", p.height},
+                      {"schedule_steps", p.schedule_steps},
+                      {"start_step", p.start_step},
+                      {"steps", p.steps},
+                      {"note", p.note},
+                      {"seconds", p.seconds}});
+  }
+  j["passes"] = std::move(passes);
   nlohmann::json dec = nlohmann::json::array();
   for (const auto& d : report.decodes) {
     dec.push_back({{"vae", d.vae},
@@ -141,6 +156,7 @@ nlohmann::json image_report_json(const pipeline::RunReport& r) {
           {"family", r.family},
           {"outcome", r.outcome},
           {"first_nonfinite_step", r.first_nonfinite_step},
+          {"first_nonfinite_pass", r.first_nonfinite_pass},
           {"decodes", decodes},
           {"layer_retry", layer_retry_json(r.layer_retry)},
           {"loras", loras_json(r)},

@@ -313,28 +313,49 @@ void map_onto_run_config(ReproducePlan& plan) {
     }
   }
 
-  // Hires fix, img2img.
+  // Hires fix (A1111's sample_hr_pass: hires.* settings), img2img.
   if (g.hires_upscale || g.hires_width || g.hires_steps || !g.hires_upscaler.empty()) {
-    std::string detail;
-    if (g.hires_upscale) detail += "upscale " + number_text(*g.hires_upscale);
-    if (g.hires_width && g.hires_height)
-      detail += (detail.empty() ? "" : ", ") + std::string("to ") + std::to_string(*g.hires_width) + "x" +
-                std::to_string(*g.hires_height);
-    if (!g.hires_upscaler.empty()) detail += (detail.empty() ? "" : ", ") + g.hires_upscaler;
-    if (g.hires_steps) detail += (detail.empty() ? "" : ", ") + std::to_string(*g.hires_steps) + " steps";
-    if (g.hires_denoise)
-      detail += (detail.empty() ? "" : ", ") + std::string("denoising ") + number_text(*g.hires_denoise);
-    nr.push_back({"Hires fix", "Hires fix (" + detail +
-                                   "): not supported by this version; only the first pass is run, at the first "
-                                   "pass's size"});
+    double scale = g.hires_upscale.value_or(0.0);
+    if (scale == 0.0 && g.hires_width && g.width && *g.width > 0) {
+      scale = static_cast<double>(*g.hires_width) / *g.width;
+      const bool same_ratio = !g.hires_height || !g.height ||
+                              std::abs(scale * *g.height - *g.hires_height) < 0.5;
+      if (!same_ratio) {
+        nr.push_back({"Hires resize", "Hires resize to " + std::to_string(*g.hires_width) + "x" +
+                                          std::to_string(g.hires_height.value_or(0)) +
+                                          " changes the aspect ratio, which this version does not do; the run scales "
+                                          "both sides by " + number_text(scale)});
+      }
+    }
+    if (scale <= 0.0) scale = 2.0;  // A1111's default "Upscale by"
+    set("hires.scale", number_text(scale), "Hires upscale");
+    if (g.hires_steps) set("hires.steps", std::to_string(*g.hires_steps), "Hires steps");
+    if (const std::optional<double> d = g.hires_denoise ? g.hires_denoise : g.denoise)
+      set("hires.denoise", number_text(*d), "Denoising strength");
+    if (!g.hires_upscaler.empty()) {
+      std::optional<HiresUpscaler> up;
+      for (HiresUpscaler u : {HiresUpscaler::latent, HiresUpscaler::latent_nearest,
+                              HiresUpscaler::latent_nearest_exact, HiresUpscaler::lanczos})
+        if (hires_upscaler_a1111_name(u) == g.hires_upscaler || hires_upscaler_name(u) == g.hires_upscaler) up = u;
+      if (up) {
+        c.hires_upscaler = *up;
+      } else {
+        c.hires_upscaler = HiresUpscaler::lanczos;
+        nr.push_back({"Hires upscaler", "Hires upscaler '" + g.hires_upscaler +
+                                            "' (an upscaling model or a resize NaNscope does not have): the run "
+                                            "upscales the decoded image with Lanczos instead"});
+      }
+    }
   } else if (g.denoise && *g.denoise < 1.0) {
+    set("strength", number_text(*g.denoise), "Denoising strength");
     nr.push_back({"img2img", "denoising strength " + number_text(*g.denoise) +
-                                 " (img2img, or a partial denoise): not supported by this version; the run starts "
-                                 "from pure noise (strength 1)"});
+                                 ": this is an img2img image, and its init image is not stored in the PNG; the run "
+                                 "starts from pure noise unless you set init_image=FILE (strength is set)"});
   }
   if (!g.latent_source.empty())
     nr.push_back({"img2img", "the sampler's latent comes from a '" + g.latent_source +
-                                 "' node, not an EmptyLatentImage: img2img is not supported by this version"});
+                                 "' node, not an EmptyLatentImage (img2img): the init image is not stored in the "
+                                 "PNG; set init_image=FILE to start from it"});
   if (g.start_step && *g.start_step > 0)
     nr.push_back({"start step", "KSamplerAdvanced starts at step " + std::to_string(*g.start_step) +
                                     ": a partial schedule is not supported by this version"});

@@ -269,7 +269,7 @@ void InspectorPanel::rebuild_series() {
   nf_y_->setRange(0, 4);
   std_y_->setRange(0.1, 10);
   const auto& steps = images_[shown_].steps;
-  for (const auto& s : steps) append_points(s);
+  for (int i = 0; i < steps.size(); ++i) append_points(steps[i], i + 1);
   scrubber_->setRange(0, std::max(0, static_cast<int>(steps.size()) - 1));
   scrubber_->setEnabled(!steps.isEmpty());
 }
@@ -281,10 +281,10 @@ static void set_decades(QLogValueAxis* axis, double lo, double hi) {
   axis->setRange(a, std::max(b, a * 10));
 }
 
-void InspectorPanel::append_points(const StepView& s) {
+void InspectorPanel::append_points(const StepView& s, int position) {
   const auto& r = s.report;
   if (r.latent.count == 0) return;  // no statistics at this step (inspect.stats_every): nothing to plot
-  const double x = r.index + 1;
+  const double x = position;
   auto log_point = [&](QLineSeries* series, const pipeline::TensorSummary& t) {
     if (t.count == 0 || t.nonfinite() == t.count) return;  // nothing finite to plot
     const double v = std::max(t.max_abs, 1e-6);
@@ -337,8 +337,11 @@ void InspectorPanel::add_step(const StepView& s) {
     while (image_->count() < images_.size()) image_->addItem(tr("Image %1").arg(image_->count() + 1));
     image_->setVisible(true);
   }
-  if (s.report.steps > 0 && s.report.steps != steps_) {
-    steps_ = s.report.steps;
+  // A hires run's axis holds both passes (the run's start set it); a single pass is as long as its steps.
+  const int position = images_[img].steps.size() + 1;
+  const int wanted = s.report.passes > 1 ? std::max(steps_, position) : s.report.steps;
+  if (wanted > 0 && wanted != steps_) {
+    steps_ = wanted;
     rebuild_series();
   }
   images_[img].steps.push_back(s);
@@ -348,7 +351,7 @@ void InspectorPanel::add_step(const StepView& s) {
     image_->setCurrentIndex(img);
     rebuild_series();
   } else {
-    append_points(s);
+    append_points(s, position);
     const bool at_end = scrubber_->value() == scrubber_->maximum();
     scrubber_->setRange(0, images_[img].steps.size() - 1);
     scrubber_->setEnabled(true);
@@ -422,7 +425,12 @@ void InspectorPanel::show_step(int index) {
                                   .arg(r.call_in_step + 1)
                                   .arg(r.sampler_step + 1 == r.sampler_steps ? 1 : 2)  // the last step: one Euler call
                             : tr("Step %1 of %2").arg(r.index + 1).arg(r.steps);
-  QString text = tr("<b>%1</b> &nbsp; t = %2, sigma = %3, %4 s, ")
+  QString text = (r.passes > 1 ? tr("<b>Pass %1 of %2 (%3)</b>, ")
+                                     .arg(r.pass)
+                                     .arg(r.passes)
+                                     .arg(r.pass == 1 ? tr("base size") : tr("hires fix"))
+                               : QString()) +
+                 tr("<b>%1</b> &nbsp; t = %2, sigma = %3, %4 s, ")
                      .arg(which)
                      .arg(static_cast<double>(r.timestep), 0, 'f', 1)
                      .arg(static_cast<double>(r.sigma), 0, 'g', 4)
@@ -483,10 +491,14 @@ void InspectorPanel::update_verdict() {
     if (r.noise_cond.nonfinite() > 0) where << tr("the prompt branch (%1 values)").arg(count(r.noise_cond.nonfinite()));
     if (r.noise_uncond.nonfinite() > 0)
       where << tr("the negative branch (%1 values)").arg(count(r.noise_uncond.nonfinite()));
-    QString text = tr("<span style='color:#c0392b'><b>%1Values went non-finite at step %2 of %3.</b></span> ")
-                       .arg(prefix)
-                       .arg(first_bad + 1)
-                       .arg(r.steps);
+    QString text =
+        tr("<span style='color:#c0392b'><b>%1Values went non-finite at %2step %3 of %4.</b></span> ")
+            .arg(prefix)
+            .arg(r.passes > 1
+                     ? tr("pass %1 (%2), ").arg(r.pass).arg(r.pass == 1 ? tr("base size") : tr("the hires fix"))
+                     : QString())
+            .arg(first_bad + 1)
+            .arg(r.steps);
     if (!where.isEmpty())
       text += tr("The UNet's output held NaN/Inf in %1, so the UNet is where it started; "
                  "try f32 accumulation or an f32 override for its attention layers. ")
@@ -540,6 +552,8 @@ void InspectorPanel::update_verdict() {
   // Scenario facts (R1's stress variant, R4's build times) sit in the tooltip and the log.
   verdict_->setToolTip(note_);
 }
+
+QString InspectorPanel::step_caption() const { return step_label_->text(); }
 
 int InspectorPanel::steps_received(int image) const { return images_.value(image).steps.size(); }
 const StepView* InspectorPanel::step_view(int image, int index) const {

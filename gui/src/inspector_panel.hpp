@@ -44,7 +44,8 @@ class InspectorPanel : public QWidget {
   int steps_received(int image) const;
   const StepView* step_view(int image, int index) const;  // null when not received
   QString preview_caption() const;
-  int points_plotted() const;  // points in the max |x| latent series of the shown image
+  QString step_caption() const;  // the shown step's caption (pass, step, timings, statistics)
+  int points_plotted() const;    // points in the max |x| latent series of the shown image
   QString verdict() const;
   // The fix the retry-layer-f32 NaN policy found for the shown image, as
   // "PATTERN.dtype=f32" settings (empty when it found none); the "Apply this
@@ -64,7 +65,8 @@ class InspectorPanel : public QWidget {
   void show_image(int image);
   void show_step(int index);
   void rebuild_series();
-  void append_points(const StepView& s);
+  // x: the step's position in the image's run (1-based; both passes of a hires run in a row).
+  void append_points(const StepView& s, int x);
   void update_verdict();
   void update_fix_button();  // "Apply this fix" for offered_fix()
   QtCharts::QChartView* make_chart(const QString& title, QtCharts::QChart*& chart);

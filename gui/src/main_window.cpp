@@ -31,12 +31,14 @@
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "core/version.hpp"
+#include "img2img_panel.hpp"
 #include "inspector_panel.hpp"
 #include "kernel_cache_dialog.hpp"
 #include "layer_trace_panel.hpp"
 #include "log_panel.hpp"
 #include "reproduce_dialog.hpp"
 #include "probe_dialog.hpp"
+#include "pipeline/img2img.hpp"
 #include "result_panel.hpp"
 #include "settings_panel.hpp"
 #include "studies/report_json.hpp"
@@ -148,8 +150,9 @@ void MainWindow::build_docks() {
   result_ = new ResultPanel(save_image_, copy_image_);
   layer_trace_ = new LayerTracePanel;
   ab_ = new AbPanel;
+  img2img_ = new Img2ImgPanel;
   more_ = new MoreSettingsPanel;  // after the other settings panels: it lists what they do not show
-  config_panels_ = {model_, prompt_, precision_, attention_, vae_, more_};
+  config_panels_ = {model_, prompt_, precision_, attention_, vae_, img2img_, more_};
   for (ConfigPanel* p : config_panels_) connect(p, &ConfigPanel::changed, this, &MainWindow::mark_dirty);
 
   setCentralWidget(inspector_);
@@ -172,6 +175,8 @@ void MainWindow::build_docks() {
   auto* ab = add_dock(ab_, "ab", tr("A/B"), Qt::BottomDockWidgetArea);
   tabifyDockWidget(trace, ab);
   tabifyDockWidget(ab, more);
+  auto* img2img = add_dock(img2img_, "img2img", tr("img2img, hires fix"), Qt::BottomDockWidgetArea);
+  tabifyDockWidget(more, img2img);
   connect(ab_, &AbPanel::compareRequested, this, [this](const QStringList& changes) { start_ab(changes); });
   log->raise();
   splitDockWidget(prompt, model, Qt::Vertical);
@@ -331,6 +336,7 @@ void MainWindow::connect_engine() {
     ++steps_done_;
     progress_->setValue(steps_done_);
     timing_label_->setText(
+        (s.report.passes > 1 ? tr("pass %1, ").arg(s.report.pass) : QString()) +
         tr("step %1/%2: %3 s").arg(s.report.index + 1).arg(s.report.steps).arg(s.report.seconds, 0, 'f', 2));
   });
   connect(c, &EngineController::image, this, [this](const ImageView& v) {
@@ -410,11 +416,19 @@ bool MainWindow::start_run() {
     return false;
   }
   const int images = static_cast<int>(config.image_seeds().size());
-  inspector_->clear(images, config.steps);
+  // Steps run per image: img2img runs the last int(steps * strength); the hires fix adds its own.
+  int per_image = config.steps;
+  try {
+    if (!config.init_image.empty()) per_image = pipeline::img2img_schedule(config.steps, config.strength).run_steps();
+    if (config.hires()) per_image += config.hires_steps > 0 ? config.hires_steps : config.steps;
+  } catch (const std::exception&) {
+    // The run reports the bad value itself.
+  }
+  inspector_->clear(images, per_image);
   result_->clear();
   layer_trace_->clear();
   steps_done_ = 0;
-  progress_->setRange(0, images * config.steps);
+  progress_->setRange(0, images * per_image);
   progress_->setValue(0);
   set_running(true);
   log::info("run: {} step(s), {} image(s), seed {}", config.steps, images, config.image_seeds().front());

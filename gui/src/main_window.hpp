@@ -25,6 +25,7 @@ class InspectorPanel;
 class LayerTracePanel;
 class LogPanel;
 class MoreSettingsPanel;
+class Img2ImgPanel;
 class ModelDevicePanel;
 class PrecisionPanel;
 class PromptPanel;
@@ -135,6 +136,7 @@ class MainWindow : public QMainWindow {
   AttentionPanel* attention_ = nullptr;
   VaePolicyPanel* vae_ = nullptr;
   MoreSettingsPanel* more_ = nullptr;
+  Img2ImgPanel* img2img_ = nullptr;  // img2img and the hires fix
   InspectorPanel* inspector_ = nullptr;
   ResultPanel* result_ = nullptr;
   LayerTracePanel* layer_trace_ = nullptr;

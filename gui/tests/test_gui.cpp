@@ -11,6 +11,8 @@
 #include <QElapsedTimer>
 #include <QFile>
 #include <QLabel>
+#include <QGroupBox>
+#include <QImage>
 #include <QMenu>
 #include <QMimeData>
 #include <QPlainTextEdit>
@@ -39,6 +41,7 @@
 #include "config_panels.hpp"
 #include "core/version.hpp"
 #include "engine_types.hpp"
+#include "img2img_panel.hpp"
 #include "inspector_panel.hpp"
 #include "io/png.hpp"
 #include "kernel_cache_dialog.hpp"
@@ -546,6 +549,75 @@ class GuiTest : public QObject {
     QVERIFY(!apply->isVisible());
   }
 
+  // img2img from a picked PNG, then a hires-fix run: both end to end, the
+  // inspector and the status say which pass a step belongs to.
+  void img2img_and_hires_fix_end_to_end() {
+    if (!have_model_) QSKIP(qPrintable("no embedded model: " + model_note_));
+    auto w = make_window();
+    auto* panel = w->findChild<Img2ImgPanel*>("img2imgPanel");
+    QVERIFY(panel);
+    QTemporaryDir dir;
+    const QString init = dir.filePath("init.png");
+    QImage picture(40, 24, QImage::Format_RGB888);  // another size than the run's: resized, with a note
+    for (int y = 0; y < picture.height(); ++y)
+      for (int x = 0; x < picture.width(); ++x) picture.setPixel(x, y, qRgb(6 * x, 200 - 8 * y, x * y % 256));
+    QVERIFY(picture.save(init));
+    panel->set_init_image(init);
+    auto* strength = w->findChild<QDoubleSpinBox*>("strength");
+    QVERIFY(strength && strength->isEnabled());
+    strength->setValue(0.5);
+    auto* hires = w->findChild<QGroupBox*>("hiresFix");
+    QVERIFY(hires && !hires->isEnabled());  // a hires pass is txt2img's
+    RunConfig c = w->current_config();
+    QCOMPARE(QString::fromStdString(c.init_image), init);
+    QCOMPARE(c.strength, 0.5);
+
+    QSignalSpy done(w.get(), &MainWindow::runCompleted);
+    press_run(*w, 4, "a red circle");
+    QVERIFY(done.wait(300000));
+    RunFinished f = done.takeFirst().front().value<RunFinished>();
+    QVERIFY2(f.ok, qPrintable(f.error));
+    QCOMPARE(w->inspector()->steps_received(0), 2);  // the last int(4 * 0.5) steps
+    const ImageView* img = w->result_panel()->current();
+    QVERIFY(img);
+    QCOMPARE(QString::fromStdString(img->report.passes.at(0).kind), QString("img2img"));
+    QVERIFY2(QString::fromStdString(img->report.passes.at(0).note).contains("resized"),
+             img->report.passes.at(0).note.c_str());
+
+    // Hires fix: 2 steps at the base size, then 2 at twice the size.
+    panel->set_init_image(QString());
+    QVERIFY(hires->isEnabled());
+    hires->setChecked(true);
+    w->findChild<QDoubleSpinBox*>("hiresScale")->setValue(2.0);
+    w->findChild<QSpinBox*>("hiresSteps")->setValue(2);
+    w->findChild<QDoubleSpinBox*>("hiresDenoise")->setValue(0.5);
+    auto* upscaler = w->findChild<QComboBox*>("hiresUpscaler");
+    upscaler->setCurrentIndex(upscaler->findData("latent-nearest"));
+    c = w->current_config();
+    QCOMPARE(c.hires_scale, 2.0);
+    QCOMPARE(c.hires_upscaler, HiresUpscaler::latent_nearest);
+    press_run(*w, 2, "a red circle");
+    QVERIFY(done.wait(300000));
+    f = done.takeFirst().front().value<RunFinished>();
+    QVERIFY2(f.ok, qPrintable(f.error));
+    QCOMPARE(w->inspector()->steps_received(0), 4);
+    QCOMPARE(w->inspector()->points_plotted(), 4);
+    const StepView* last = w->inspector()->step_view(0, 3);
+    QVERIFY(last);
+    QCOMPARE(last->report.pass, 2);
+    QVERIFY2(w->inspector()->step_caption().contains("Pass 2 of 2"), qPrintable(w->inspector()->step_caption()));
+    img = w->result_panel()->current();
+    QVERIFY(img);
+    QCOMPARE(img->report.passes.size(), std::size_t{2});
+    QCOMPARE(img->image.image.width, 2 * img->report.passes.at(0).width);
+    for (QDockWidget* d : w->findChildren<QDockWidget*>())
+      if (d->objectName() == "img2imgDock") d->raise();
+    QCoreApplication::processEvents();
+    const QString shot = screenshot_path("img2img-hires-fix.png");
+    QVERIFY(w->screenshot().save(shot));
+    qInfo("screenshot: %s", qPrintable(shot));
+  }
+
   void scenario_r1_layer_trace_names_the_origin() {
     if (!have_model_) QSKIP(qPrintable("no embedded model: " + model_note_));
     auto w = make_window();
@@ -1010,7 +1082,7 @@ class GuiTest : public QObject {
     QVERIFY2(dialog->can_apply(), qPrintable(dialog->plan_text()));
     const QString text = dialog->plan_text();
     for (const char* want : {"--set sampler=euler_a", "nanscope-tiny (by file name)", "LoRA 'glow' not found in",
-                             "Hires fix (upscale 2, 4 steps): not supported by this version"})
+                             "--set hires.scale=2", "--set hires.steps=4"})
       QVERIFY2(text.contains(want), qPrintable(want + QString(" not in:\n") + text));
     QCoreApplication::processEvents();
     const QString shot = screenshot_path("reproduce-dialog.png");
@@ -1020,7 +1092,9 @@ class GuiTest : public QObject {
     QVERIFY(dialog->apply());
     QCoreApplication::processEvents();
     const RunConfig c = w->current_config();
-    QCOMPARE(QString::fromStdString(c.prompt), QString("a red circle"));
+    QCOMPARE(QString::fromStdString(c.prompt), QString("a red circle "));  // A1111 removes the tag alone
+    QCOMPARE(c.hires_scale, 2.0);
+    QCOMPARE(c.hires_steps, 4);
     QCOMPARE(QString::fromStdString(c.negative_prompt), QString("blue"));
     QCOMPARE(c.steps, 2);
     QCOMPARE(c.seed, std::uint64_t{42});
@@ -1041,7 +1115,7 @@ class GuiTest : public QObject {
     QVERIFY2(f.ok, qPrintable(f.error));
     const ImageView* img = w->result_panel()->current();
     QVERIFY(img);
-    QCOMPARE(img->image.image.width, 32);
+    QCOMPARE(img->image.image.width, 64);  // 32x32, then the hires fix's second pass at 2x
 
     // The folder is remembered: the next foreign image has its plan at once.
     QVERIFY(w->open_file(png));

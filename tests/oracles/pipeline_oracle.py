@@ -7,6 +7,15 @@ usage:
   pipeline_oracle.py run MODEL_DIR IN.safetensors OUT.safetensors PROMPT NEGATIVE STEPS CFG SAMPLER SEED
     IN holds "noise" (the initial latent before init_noise_sigma); OUT gets "image" (float, [0,1], NCHW),
     "latent" (the final latent) and "noise_check" (torch.randn from the seed, for the RNG check).
+  pipeline_oracle.py cases MODEL_DIR CASES.json OUT.safetensors
+    Many img2img / hires-fix cases in one process (tests/test_img2img.cpp). CASES.json is a list of
+    {"name", "kind": "img2img" | "hires" | "lanczos", ...}; OUT gets "<name>.latent" (the final latent) or,
+    for "lanczos", "<name>.rgb" (PIL's LANCZOS resize of "image" to "width" x "height", uint8 as float).
+    img2img: StableDiffusionImg2ImgPipeline with "init" (a PNG), "strength", "steps", "sampler", "seed".
+    hires: diffusers composed as A1111's hires fix runs it: txt2img at the base size (latent), then
+      torch.nn.functional.interpolate(latent, scale "scale", mode "mode") (or, mode "lanczos", decode ->
+      PIL LANCZOS -> the img2img pipeline's own encode), then the img2img pipeline on it with a generator
+      seeded again, strength "denoise" and num_inference_steps int(hires_steps / min(denoise, 0.999)).
 """
 import os
 import sys
@@ -77,9 +86,67 @@ def run(model_dir, inp, out, prompt, negative, steps, cfg, sampler, seed):
                "noise_check": noise_check}, out)
 
 
+SCHEDULERS = {"euler": "EulerDiscreteScheduler", "euler_a": "EulerAncestralDiscreteScheduler",
+              "ddim": "DDIMScheduler", "dpmpp_2m": "DPMSolverMultistepScheduler",
+              "heun": "HeunDiscreteScheduler", "lms": "LMSDiscreteScheduler",
+              "unipc": "UniPCMultistepScheduler", "ddpm": "DDPMScheduler"}
+
+
+def cases(model_dir, cases_json, out):
+    import json
+
+    import diffusers
+    from diffusers import StableDiffusionImg2ImgPipeline, StableDiffusionPipeline
+    from diffusers.models.attention_processor import AttnProcessor
+    from PIL import Image
+
+    with open(cases_json) as f:
+        todo = json.load(f)
+    pipe = StableDiffusionPipeline.from_pretrained(model_dir, safety_checker=None, requires_safety_checker=False)
+    pipe.unet.set_attn_processor(AttnProcessor())
+    pipe.vae.set_attn_processor(AttnProcessor())
+    pipe.set_progress_bar_config(disable=True)
+    base_scheduler = pipe.scheduler
+    result = {}
+    for c in todo:
+        if c["kind"] == "lanczos":
+            img = Image.open(c["image"]).convert("RGB").resize((c["width"], c["height"]), resample=Image.LANCZOS)
+            result[c["name"] + ".rgb"] = torch.tensor(list(img.tobytes()), dtype=torch.float32)
+            continue
+        pipe.scheduler = getattr(diffusers, SCHEDULERS[c["sampler"]]).from_config(base_scheduler.config)
+        i2i = StableDiffusionImg2ImgPipeline(**pipe.components)
+        i2i.set_progress_bar_config(disable=True)
+        common = dict(prompt=c["prompt"], negative_prompt=c["negative"] or None, guidance_scale=c["cfg"])
+        with torch.no_grad():
+            if c["kind"] == "img2img":
+                image = Image.open(c["init"]).convert("RGB")
+                latent = i2i(image=image, strength=c["strength"], num_inference_steps=c["steps"],
+                             generator=torch.Generator().manual_seed(c["seed"]), output_type="latent",
+                             **common).images
+            else:
+                g = torch.Generator().manual_seed(c["seed"])
+                low = pipe(num_inference_steps=c["steps"], generator=g, output_type="latent", **common).images
+                h, w = low.shape[2] * c["scale"], low.shape[3] * c["scale"]
+                if c["mode"] == "lanczos":
+                    pil = pipe.image_processor.postprocess(pipe.vae.decode(low / pipe.vae.config.scaling_factor)[0],
+                                                           output_type="pil")[0]
+                    f = pipe.vae_scale_factor
+                    up = pil.resize((w * f, h * f), resample=Image.LANCZOS)
+                else:
+                    up = torch.nn.functional.interpolate(low, size=(h, w), mode=c["mode"])
+                d = c["denoise"]
+                latent = i2i(image=up, strength=d, num_inference_steps=int(c["hires_steps"] / min(d, 0.999)),
+                             generator=torch.Generator().manual_seed(c["seed"]), output_type="latent",
+                             **common).images
+        result[c["name"] + ".latent"] = latent.float().contiguous()
+    save_file(result, out)
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "make":
         make(sys.argv[2])
+    elif sys.argv[1] == "cases":
+        cases(sys.argv[2], sys.argv[3], sys.argv[4])
     elif sys.argv[1] == "run":
         a = sys.argv
         run(a[2], a[3], a[4], a[5], a[6], int(a[7]), float(a[8]), a[9], int(a[10]))
