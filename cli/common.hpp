@@ -63,7 +63,7 @@ void add_sweep_command(CLI::App& app, const GlobalOptions& g, Action& action);  
 studies::InspectedRun inspect_config(const GlobalOptions& g, RunConfig config, bool trace);
 void add_reproduce_command(CLI::App& app, const GlobalOptions& g, Action& action);  // cmd_reproduce.cpp
 void add_config_command(CLI::App& app, const GlobalOptions& g, Action& action);     // config keys (cmd_config.cpp)
-void add_cache_command(CLI::App& app, const GlobalOptions& g, Action& action);   // cmd_cache.cpp
-void add_probe_command(CLI::App& app, const GlobalOptions& g, Action& action);   // probe (cmd_probe.cpp)
+void add_cache_command(CLI::App& app, const GlobalOptions& g, Action& action);      // cmd_cache.cpp
+void add_probe_command(CLI::App& app, const GlobalOptions& g, Action& action);      // probe (cmd_probe.cpp)
 
 }  // namespace nanscope::cli

@@ -512,9 +512,9 @@ TEST(ReproduceCli, RunsAnA1111ImageOnTheEmbeddedModel) {
                                     models.string(), "--hash-cache", (dir / "hashes.json").string(), "--run", "--json",
                                     report.string(), "-o", out.string()});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
-  expect_contains(r.out, {"--set steps=2", "--set sampler=euler_a", "--set width=32", "nanscope-tiny (by file name)",
-                          "LoRA 'missing_lora' not found in " + models.string(),
-                          "--set hires.scale=2", "verdict: clean"});
+  expect_contains(r.out,
+                  {"--set steps=2", "--set sampler=euler_a", "--set width=32", "nanscope-tiny (by file name)",
+                   "LoRA 'missing_lora' not found in " + models.string(), "--set hires.scale=2", "verdict: clean"});
   std::ifstream in(report);
   const json j = json::parse(in);
   EXPECT_EQ(j["plan"]["generation"]["tool"], "A1111");

@@ -9,8 +9,8 @@
 #include <fstream>
 #include <map>
 #include <mutex>
-#include <tuple>
 #include <nlohmann/json.hpp>
+#include <tuple>
 
 #include "core/error.hpp"
 #include "core/log.hpp"

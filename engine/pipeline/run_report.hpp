@@ -114,8 +114,8 @@ struct RunReport {
   bool lora_unmerged = false;
   // inspect.f16_safety: the f16-safety probe run before sampling.
   std::optional<F16SafetyReport> f16_safety;
-  std::vector<PassReport> passes;     // the sampling passes run (two with the hires fix)
-  int first_nonfinite_pass = 0;       // the pass of first_nonfinite_step (1-based; 0: none)
+  std::vector<PassReport> passes;  // the sampling passes run (two with the hires fix)
+  int first_nonfinite_pass = 0;    // the pass of first_nonfinite_step (1-based; 0: none)
 };
 
 struct GeneratedImage {

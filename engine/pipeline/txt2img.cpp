@@ -23,8 +23,8 @@
 #include "core/log.hpp"
 #include "inspect/fault_emulation.hpp"
 #include "inspect/layer_trace.hpp"
-#include "pipeline/kernel_plan.hpp"
 #include "pipeline/img2img.hpp"
+#include "pipeline/kernel_plan.hpp"
 #include "pipeline/memory_plan.hpp"
 #include "pipeline/noise.hpp"
 #include "pipeline/scheduler.hpp"
@@ -527,8 +527,10 @@ class Txt2ImgRun {
       std::vector<float> z(static_cast<std::size_t>(latent_n_));
       noise->randn(z);
       obs_.on_initial_noise(img, latent_shape_, z);
-      // A sampler of order 2 (two model calls per step) starts at call start * 2, as diffusers does (timesteps[t_start * order:]).
-      sampler->start_at(be, latent, be.upload(HostTensor::from_f32(latent_shape_, z)), ps.start * sampler->calls_per_step());
+      // A sampler of order 2 (two model calls per step) starts at call start * 2, as diffusers does (timesteps[t_start
+      // * order:]).
+      sampler->start_at(be, latent, be.upload(HostTensor::from_f32(latent_shape_, z)),
+                        ps.start * sampler->calls_per_step());
     } else {
       pass.kind = "txt2img";
       std::vector<float> initial(static_cast<std::size_t>(latent_n_));
@@ -618,8 +620,10 @@ class Txt2ImgRun {
     std::vector<float> z(static_cast<std::size_t>(latent_n_));
     noise->randn(z);
     latent = be.upload(HostTensor::from_f32(latent_shape_, x0));
-    // A sampler of order 2 (two model calls per step) starts at call start * 2, as diffusers does (timesteps[t_start * order:]).
-      sampler->start_at(be, latent, be.upload(HostTensor::from_f32(latent_shape_, z)), ps.start * sampler->calls_per_step());
+    // A sampler of order 2 (two model calls per step) starts at call start * 2, as diffusers does (timesteps[t_start *
+    // order:]).
+    sampler->start_at(be, latent, be.upload(HostTensor::from_f32(latent_shape_, z)),
+                      ps.start * sampler->calls_per_step());
     run_steps(*sampler, latent, noise.get(), pass, 2, img, out, report, state);
   }
 
@@ -634,7 +638,8 @@ class Txt2ImgRun {
                                ": A1111 and ComfyUI (k-diffusion) draw this sampler's per-step noise from a "
                                "Brownian tree (torchsde), which no seed reproduces elsewhere; NaNscope draws it from "
                                "the run's noise source (" +
-                               std::string(noise_src->name()) + "), so the image matches theirs only in its initial noise";
+                               std::string(noise_src->name()) +
+                               "), so the image matches theirs only in its initial noise";
       if (img == 0) log::warn("{}", report.reproducibility);
     }
     const auto preview_factors = inspect::latent_rgb_factors(preview_family(m));

@@ -261,9 +261,8 @@ void map_onto_run_config(ReproducePlan& plan) {
       trial.validate();
       c = trial;
     } catch (const ConfigError& e) {
-      nr.push_back({"sampler", "sampler '" + g.sampler + "' with schedule '" + g.schedule +
-                                   "' cannot run here: " + e.what() + "; the run uses " +
-                                   std::string(sampler_name(c.sampler))});
+      nr.push_back({"sampler", "sampler '" + g.sampler + "' with schedule '" + g.schedule + "' cannot run here: " +
+                                   e.what() + "; the run uses " + std::string(sampler_name(c.sampler))});
     }
   } else {
     std::string named = "'" + g.sampler + "'";
@@ -308,8 +307,8 @@ void map_onto_run_config(ReproducePlan& plan) {
       c.loras.push_back({f->path.string(), l.weight});
       if (l.clip_weight != l.weight)
         nr.push_back({what, "LoRA '" + l.name + "': a text-encoder weight (" + number_text(l.clip_weight) +
-                                ") apart from the UNet's (" + number_text(l.weight) +
-                                ") is not supported; both use " + number_text(l.weight)});
+                                ") apart from the UNet's (" + number_text(l.weight) + ") is not supported; both use " +
+                                number_text(l.weight)});
     }
   }
 
@@ -318,13 +317,13 @@ void map_onto_run_config(ReproducePlan& plan) {
     double scale = g.hires_upscale.value_or(0.0);
     if (scale == 0.0 && g.hires_width && g.width && *g.width > 0) {
       scale = static_cast<double>(*g.hires_width) / *g.width;
-      const bool same_ratio = !g.hires_height || !g.height ||
-                              std::abs(scale * *g.height - *g.hires_height) < 0.5;
+      const bool same_ratio = !g.hires_height || !g.height || std::abs(scale * *g.height - *g.hires_height) < 0.5;
       if (!same_ratio) {
         nr.push_back({"Hires resize", "Hires resize to " + std::to_string(*g.hires_width) + "x" +
                                           std::to_string(g.hires_height.value_or(0)) +
                                           " changes the aspect ratio, which this version does not do; the run scales "
-                                          "both sides by " + number_text(scale)});
+                                          "both sides by " +
+                                          number_text(scale)});
       }
     }
     if (scale <= 0.0) scale = 2.0;  // A1111's default "Upscale by"
@@ -334,8 +333,8 @@ void map_onto_run_config(ReproducePlan& plan) {
       set("hires.denoise", number_text(*d), "Denoising strength");
     if (!g.hires_upscaler.empty()) {
       std::optional<HiresUpscaler> up;
-      for (HiresUpscaler u : {HiresUpscaler::latent, HiresUpscaler::latent_nearest,
-                              HiresUpscaler::latent_nearest_exact, HiresUpscaler::lanczos})
+      for (HiresUpscaler u : {HiresUpscaler::latent, HiresUpscaler::latent_nearest, HiresUpscaler::latent_nearest_exact,
+                              HiresUpscaler::lanczos})
         if (hires_upscaler_a1111_name(u) == g.hires_upscaler || hires_upscaler_name(u) == g.hires_upscaler) up = u;
       if (up) {
         c.hires_upscaler = *up;

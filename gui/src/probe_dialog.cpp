@@ -83,8 +83,9 @@ ProbeDialog::ProbeDialog(EngineController* controller, QWidget* parent)
   overrides_label_->setVisible(false);
   apply_->setObjectName("probeApply");
   apply_->setVisible(false);
-  apply_->setToolTip(tr("Write these per-module overrides into the current settings (the Precision panel lists "
-                        "them; Save preset keeps them)"));
+  apply_->setToolTip(
+      tr("Write these per-module overrides into the current settings (the Precision panel lists "
+         "them; Save preset keeps them)"));
 
   auto* top = new QHBoxLayout;
   top->addWidget(progress_, 1);
@@ -168,9 +169,9 @@ void ProbeDialog::show_probe(const ProbeResult& r) {
   QString head = QString::fromStdString(rep.summary);
   if (!rep.emulation.empty()) head += "\n" + QString::fromStdString(rep.emulation);
   summary_->setText(head);
-  const QStringList headers = {tr("#"),          tr("Verdict"), tr("Op"),    tr("Modules"),    tr("Calls"),
-                               tr("Precision"),  tr("Max rel"), tr("NMSE"),  tr("Max ulp"),    tr("Non-finite"),
-                               tr("Shapes")};
+  const QStringList headers = {tr("#"),       tr("Verdict"),    tr("Op"),      tr("Modules"),
+                               tr("Calls"),   tr("Precision"),  tr("Max rel"), tr("NMSE"),
+                               tr("Max ulp"), tr("Non-finite"), tr("Shapes")};
   table_->setSortingEnabled(false);
   table_->setColumnCount(static_cast<int>(headers.size()));
   table_->setHorizontalHeaderLabels(headers);
@@ -226,10 +227,9 @@ void ProbeDialog::show_f16(const F16Result& r) {
     return;
   }
   const auto& rep = r.report;
-  summary_->setText(QString::fromStdString(rep.summary) + "\n" +
-                    tr("VAE: %1").arg(QString::fromStdString(rep.vae)));
-  const QStringList headers = {tr("#"),       tr("Module"),        tr("Op"),    tr("Max |x|"),
-                               tr("f16 headroom"), tr("bf16 headroom"), tr("Reads"), tr("f16")};
+  summary_->setText(QString::fromStdString(rep.summary) + "\n" + tr("VAE: %1").arg(QString::fromStdString(rep.vae)));
+  const QStringList headers = {
+      tr("#"), tr("Module"), tr("Op"), tr("Max |x|"), tr("f16 headroom"), tr("bf16 headroom"), tr("Reads"), tr("f16")};
   table_->setSortingEnabled(false);
   table_->setColumnCount(static_cast<int>(headers.size()));
   table_->setHorizontalHeaderLabels(headers);

@@ -10,9 +10,9 @@
 #include <QDoubleSpinBox>
 #include <QElapsedTimer>
 #include <QFile>
-#include <QLabel>
 #include <QGroupBox>
 #include <QImage>
+#include <QLabel>
 #include <QMenu>
 #include <QMimeData>
 #include <QPlainTextEdit>
@@ -44,14 +44,14 @@
 #include "img2img_panel.hpp"
 #include "inspector_panel.hpp"
 #include "io/png.hpp"
-#include "kernel_cache_dialog.hpp"
 #include "io/safetensors.hpp"
+#include "kernel_cache_dialog.hpp"
 #include "layer_trace_panel.hpp"
 #include "lora_list.hpp"
 #include "main_window.hpp"
 #include "pipeline/sd_model.hpp"
-#include "reproduce_dialog.hpp"
 #include "probe_dialog.hpp"
+#include "reproduce_dialog.hpp"
 #include "result_panel.hpp"
 #include "settings_panel.hpp"
 #include "studies/scenario.hpp"
