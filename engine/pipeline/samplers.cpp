@@ -692,6 +692,7 @@ class LmsSampler final : public Sampler {
     derivatives_.clear();
     next_step_ = 0;
   }
+  void on_start_at(int i) override { next_step_ = i; }
 
   void do_step(Backend& be, const Tensor& mo, Tensor& x, int i, NoiseSource*, Tensor* denoised) override {
     if (i != next_step_) {
@@ -707,18 +708,23 @@ class LmsSampler final : public Sampler {
     derivatives_.push_back(std::move(d));
     if (static_cast<int>(derivatives_.size()) > kOrder) derivatives_.erase(derivatives_.begin());
     const int order = std::min(i + 1, kOrder);
+    // diffusers zips the coefficients with the derivatives it has: after start_at() (img2img, the
+    // hires fix) the step index is ahead of the history, and only the newest terms are summed, each
+    // with its coefficient of the full order (LMSDiscreteScheduler.step; k-diffusion's sample_lms
+    // would restart at order 1 on the shorter schedule).
+    const int terms = std::min(order, static_cast<int>(derivatives_.size()));
     // sum(coeff_k * derivative_{newest-k}), then sample + sum.
     std::array<float, 8> c{};
     std::array<const Tensor*, 4> d_k{};
-    for (int k = 0; k < order; ++k) {
+    for (int k = 0; k < terms; ++k) {
       c[static_cast<std::size_t>(k)] = static_cast<float>(coefficient(order, i, k));
       d_k[static_cast<std::size_t>(k)] = &derivatives_[derivatives_.size() - 1 - static_cast<std::size_t>(k)];
     }
-    if (order == 1) {
+    if (terms == 1) {
       apply(be, LatentOp::lincomb, x, d_k[0], x, {1.0f, c[0]}, nullptr, nullptr, nullptr, 2);
     } else {
       Tensor sum = be.empty({n}, DType::f32);
-      apply(be, LatentOp::lincomb, *d_k[0], d_k[1], sum, c, nullptr, d_k[2], d_k[3], order);
+      apply(be, LatentOp::lincomb, *d_k[0], d_k[1], sum, c, nullptr, d_k[2], d_k[3], terms);
       apply(be, LatentOp::lincomb, x, &sum, x, {1.0f, 1.0f}, nullptr, nullptr, nullptr, 2);
     }
     if (denoised) apply(be, LatentOp::mul, x0, nullptr, *denoised, {1.0f});
