@@ -898,19 +898,24 @@ std::vector<int> ddpm_timesteps(const SchedulerConfig& c, int n) {
   return t;
 }
 
-// DDPM (DDPMScheduler, variance_type fixed_small): the posterior mean of x_{t-1}
-// given x0 and x_t, plus sqrt(variance) times fresh noise while t > 0.
-class DdpmSampler final : public Sampler {
+// The timestep samplers that noise a sample as DDPMScheduler.add_noise does
+// (LCMScheduler's is the same): alphas_cumprod[t] ** 0.5 * x0 +
+// (1 - alphas_cumprod[t]) ** 0.5 * noise, so img2img and the hires fix start where diffusers does.
+class CumprodNoiseSampler : public Sampler {
  public:
   using Sampler::Sampler;
-  bool uses_noise() const override { return true; }
-
-  // DDPMScheduler.add_noise (LCMScheduler's is the same): alphas_cumprod[t] ** 0.5 * x0 +
-  // (1 - alphas_cumprod[t]) ** 0.5 * noise, so img2img and the hires fix start where diffusers does.
   void add_noise(Backend& be, Tensor& x, const Tensor& noise, int i) const override {
     const float a = alpha_of(alphas_cumprod_, static_cast<int>(timesteps_.at(static_cast<std::size_t>(i))));
     apply(be, LatentOp::dpm1, x, &noise, x, {std::sqrt(a), -std::sqrt(1.0f - a)});
   }
+};
+
+// DDPM (DDPMScheduler, variance_type fixed_small): the posterior mean of x_{t-1}
+// given x0 and x_t, plus sqrt(variance) times fresh noise while t > 0.
+class DdpmSampler final : public CumprodNoiseSampler {
+ public:
+  using CumprodNoiseSampler::CumprodNoiseSampler;
+  bool uses_noise() const override { return true; }
 
  protected:
   void make_schedule(int n) override {
@@ -962,17 +967,10 @@ class DdpmSampler final : public Sampler {
 // LCM (LCMScheduler): x0 from the model, the consistency boundary condition
 // denoised = c_out x0 + c_skip x_t, then (except at the last step) noised again
 // to the next timestep with fresh noise.
-class LcmSampler final : public Sampler {
+class LcmSampler final : public CumprodNoiseSampler {
  public:
-  using Sampler::Sampler;
+  using CumprodNoiseSampler::CumprodNoiseSampler;
   bool uses_noise() const override { return true; }
-
-  // DDPMScheduler.add_noise (LCMScheduler's is the same): alphas_cumprod[t] ** 0.5 * x0 +
-  // (1 - alphas_cumprod[t]) ** 0.5 * noise, so img2img and the hires fix start where diffusers does.
-  void add_noise(Backend& be, Tensor& x, const Tensor& noise, int i) const override {
-    const float a = alpha_of(alphas_cumprod_, static_cast<int>(timesteps_.at(static_cast<std::size_t>(i))));
-    apply(be, LatentOp::dpm1, x, &noise, x, {std::sqrt(a), -std::sqrt(1.0f - a)});
-  }
 
  protected:
   void make_schedule(int n) override {

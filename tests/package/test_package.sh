@@ -82,7 +82,7 @@ completion=$root/usr/share/bash-completion/completions/nanscope-cli
 words_of() { "$cli" "$@" --help | sed -n 's/^  \(-[^ ]*\).*/\1/p' | tr ',' '\n'; }
 subs=$("$cli" --help | sed -n '/^Subcommands:/,$p' | sed -n 's/^  \([a-z][a-z0-9-]*\) .*/\1/p')
 [ -n "$subs" ] || fail "no subcommands in nanscope-cli --help"
-for s in $subs "" "scenario run" "scenario list" "config keys"; do
+for s in $subs "" "scenario run" "scenario list" "config keys" "cache list" "cache verify" "cache clear"; do
   # shellcheck disable=SC2086
   for w in $(words_of $s); do
     grep -q -- "\\(^\\|[ \"]\\)$w\\([ \")]\\|$\\)" "$completion" || fail "the bash completion lacks '$w' ($s)"
