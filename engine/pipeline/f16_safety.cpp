@@ -140,11 +140,7 @@ F16SafetyReport check_f16_safety(Session& session, const RunConfig& run, const C
   report.width = config.width > 0 ? config.width : size;
   report.height = config.height > 0 ? config.height : size;
   const std::int64_t f = m.vae->config().downscale();
-  const std::int64_t multiple = f * (std::int64_t{1} << (m.unet->config().block_out_channels.size() - 1));
-  if (report.width % multiple != 0 || report.height % multiple != 0) {
-    throw ConfigError("f16 safety: size " + std::to_string(report.width) + "x" + std::to_string(report.height) +
-                      " does not fit this model: width and height must be multiples of " + std::to_string(multiple));
-  }
+  m.check_size(report.width, report.height, "f16 safety: size");
   const bool cfg = config.cfg_scale > 1.0;
   const bool sdxl = m.family() == ModelFamily::sdxl;
   const Shape latent_shape{1, m.unet->config().in_channels, report.height / f, report.width / f};

@@ -41,6 +41,25 @@ void require_dir(const fs::path& folder, const std::string& what) {
 
 int SdModel::default_size() const { return static_cast<int>(unet->config().sample_size * vae->config().downscale()); }
 
+std::int64_t SdModel::size_multiple() const {
+  return vae->config().downscale() * (std::int64_t{1} << (unet->config().block_out_channels.size() - 1));
+}
+
+void SdModel::check_size(int width, int height, const std::string& what) const {
+  const std::int64_t multiple = size_multiple();
+  const std::int64_t f = vae->config().downscale();
+  if (width % multiple != 0 || height % multiple != 0) {
+    auto near = [multiple](int v) {
+      const std::int64_t down = v / multiple * multiple;
+      return std::to_string(down > 0 ? down : multiple) + " or " + std::to_string(down + multiple);
+    };
+    throw ConfigError(what + " " + std::to_string(width) + "x" + std::to_string(height) +
+                      " does not fit this model: " + "width and height must be multiples of " +
+                      std::to_string(multiple) + " (the VAE divides by " + std::to_string(f) + ", the UNet by " +
+                      std::to_string(multiple / f) + "); nearest widths " + near(width) + ", heights " + near(height));
+  }
+}
+
 namespace {
 
 // A text encoder or UNet from its diffusers folder, with the LoRAs' patch.

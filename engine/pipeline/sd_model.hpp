@@ -44,6 +44,10 @@ class SdModel {
   const ComponentDTypes& dtypes() const { return dtypes_; }
   // The image size the UNet was trained at (sample_size x VAE downscale).
   int default_size() const;
+  // Width and height must be multiples of this: the VAE's downscale times the UNet's halvings.
+  std::int64_t size_multiple() const;
+  // Throws ConfigError "WHAT WxH does not fit this model: ..." naming the multiple and the nearest sizes.
+  void check_size(int width, int height, const std::string& what) const;
   const nlohmann::json& scheduler_config() const { return scheduler_config_; }
   bool force_zeros_for_empty_prompt() const { return force_zeros_for_empty_prompt_; }
   // The LoRAs the weights carry (merged or as branches), in the order given.

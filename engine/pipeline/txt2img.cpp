@@ -239,9 +239,7 @@ void require_memory(const SdModel& m, const ComponentContexts& cc, int width, in
   log::debug("memory plan {}x{} on \"{}\": largest buffer {}, peak {} ({}), resident {}", width, height, plan.device,
              plan.largest.describe(), mib_text(plan.peak_bytes), plan.peak_component, mib_text(plan.resident_bytes));
   if (plan.fits()) return;
-  const std::int64_t multiple =
-      m.vae->config().downscale() * (std::int64_t{1} << (m.unet->config().block_out_channels.size() - 1));
-  const int largest = largest_square_size(r, static_cast<int>(multiple), std::min(width, height));
+  const int largest = largest_square_size(r, static_cast<int>(m.size_multiple()), std::min(width, height));
   throw MemoryPlanError(plan.refusal + (largest > 0 ? " The largest square size that fits is " +
                                                           std::to_string(largest) + "x" + std::to_string(largest) + "."
                                                     : ""),
@@ -349,9 +347,7 @@ class Txt2ImgRun {
     const int size = m.default_size();
     width_ = config_.width > 0 ? config_.width : size;
     height_ = config_.height > 0 ? config_.height : size;
-    const std::int64_t f = m.vae->config().downscale();
-    // The VAE divides the size by f and the UNet halves the latent once per level after the first.
-    const std::int64_t multiple = f * (std::int64_t{1} << (m.unet->config().block_out_channels.size() - 1));
+    const std::int64_t multiple = m.size_multiple();
     if (!config_.init_image.empty()) {
       // img2img: the init image, at the run's size; without one, at its own size (rounded down to what the model
       // takes).
@@ -362,7 +358,7 @@ class Txt2ImgRun {
       if (config_.width <= 0) width_ = fit(probe.width);
       if (config_.height <= 0) height_ = fit(probe.height);
     }
-    check_size(width_, height_, multiple, f, "size");
+    m.check_size(width_, height_, "size");
     hires_w_ = hires_h_ = 0;
     if (config_.hires() && config_.hires_scale < 1) {
       throw ConfigError("key \"hires.scale\": " + fmt::format("{}", config_.hires_scale) +
@@ -377,8 +373,7 @@ class Txt2ImgRun {
       // A1111: hr_upscale_to_x = int(width * hr_scale).
       hires_w_ = static_cast<int>(width_ * config_.hires_scale);
       hires_h_ = static_cast<int>(height_ * config_.hires_scale);
-      check_size(hires_w_, hires_h_, multiple, f,
-                 "hires fix size (hires.scale " + fmt::format("{}", config_.hires_scale) + ")");
+      m.check_size(hires_w_, hires_h_, "hires fix size (hires.scale " + fmt::format("{}", config_.hires_scale) + ")");
     }
     base_w_ = width_;
     base_h_ = height_;
@@ -404,21 +399,6 @@ class Txt2ImgRun {
     // Report R4: what must be compiled before the run can go, and about how long it takes.
     if (const KernelPlan kp = plan_run_kernels(*be_, config_); kp.to_build > 0) {
       obs_.on_status(kp.describe(be_->device().name));
-    }
-  }
-
-  // Refuses a size the model cannot take, naming the nearest that it can.
-  static void check_size(int width, int height, std::int64_t multiple, std::int64_t f, const std::string& what) {
-    if (width % multiple != 0 || height % multiple != 0) {
-      auto near = [multiple](int v) {
-        const std::int64_t down = v / multiple * multiple;
-        return std::to_string(down > 0 ? down : multiple) + " or " + std::to_string(down + multiple);
-      };
-      throw ConfigError(what + " " + std::to_string(width) + "x" + std::to_string(height) +
-                        " does not fit this model: " + "width and height must be multiples of " +
-                        std::to_string(multiple) + " (the VAE divides by " + std::to_string(f) + ", the UNet by " +
-                        std::to_string(multiple / f) + "); nearest widths " + near(width) + ", heights " +
-                        near(height));
     }
   }
 

@@ -507,11 +507,7 @@ ProbeReport probe_device(pipeline::Session& session, const ProbeOptions& options
   report.width = config.width > 0 ? config.width : size;
   report.height = config.height > 0 ? config.height : size;
   const std::int64_t f = m.vae->config().downscale();
-  const std::int64_t multiple = f * (std::int64_t{1} << (m.unet->config().block_out_channels.size() - 1));
-  if (report.width % multiple != 0 || report.height % multiple != 0) {
-    throw ConfigError("probe: size " + std::to_string(report.width) + "x" + std::to_string(report.height) +
-                      " does not fit this model: width and height must be multiples of " + std::to_string(multiple));
-  }
+  m.check_size(report.width, report.height, "probe: size");
   if (options.faults) {
     options.faults->begin_run(report.height / f, report.width / f);
     report.emulation = options.faults->describe();
