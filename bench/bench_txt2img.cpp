@@ -6,8 +6,9 @@
 //   build/bench/bench_txt2img [--device D] [--model DIR] [--steps N] [--runs N] [--no-torch]
 //
 // The PyTorch baseline runs as a well-set-up user would run it: OpenBLAS with
-// OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE unset, GLIBC_TUNABLES=glibc.malloc.hugetlb=1,
-// one thread per core, diffusers' classic AttnProcessor (torch 1.13 has no SDPA).
+// the fastest OPENBLAS_CORETYPE for this CPU (measured, bench_util.hpp),
+// GLIBC_TUNABLES=glibc.malloc.hugetlb=1, one thread per core, diffusers'
+// classic AttnProcessor (torch 1.13 has no SDPA).
 
 #include <algorithm>
 #include <chrono>
@@ -124,6 +125,7 @@ int main(int argc, char** argv) {
                   t.load, t.per_step * 1e3, t.end_to_end, t.end_to_end / median(totals), t.per_step / median(per_step));
     }
     std::printf("\nTarget: end to end under 2 s at the embedded model's 64x64.\n");
+    if (torch) std::printf("%s.\n", bench::best_openblas_coretype().report.c_str());
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_txt2img: %s\n", e.what());

@@ -220,6 +220,7 @@ int main(int argc, char** argv) {
     std::printf(
         "\nf16 on a device without cl_khr_fp16 stores f16 and computes in f32 (conversions on every load/store);\n"
         "PyTorch 1.13 has no f16 convolution on the CPU, so its baseline is f32.\n");
+    if (torch && torch_device == "cpu") std::printf("%s.\n", bench::best_openblas_coretype().report.c_str());
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_unet: %s\n", e.what());

@@ -7,6 +7,7 @@
 // sliced == bmm bit for bit.
 
 #include <cmath>
+#include <limits>
 #include <memory>
 
 #include "support/backends.hpp"
@@ -185,6 +186,51 @@ TEST(AttentionImpls, SlicedEqualsBmmBitForBit) {
       EXPECT_TRUE(bitwise_equal(sliced, bmm));
     }
   });
+}
+
+// Non-finite inputs through the flash kernels (and every other fused kernel)
+// land where the reference puts them: a query row of +Inf scores NaN against
+// keys of both signs (Inf - Inf in the softmax), a row whose scores are all
+// -Inf takes no key (0/0), an Inf in V reaches every row that weighs its key,
+// and a NaN in one key's channel poisons every row. 37 keys: a partial last
+// block of 16; d = 24 and dv = 20: padded head sizes.
+TEST(AttentionNonFinite, FlashKernelsPutNanAndInfWhereTheReferenceDoes) {
+  Rng rng(seed_from("attention non-finite"));
+  const std::int64_t sq = 11, sk = 37, heads = 2, d = 24, dv = 20;
+  HostTensor q = random_normal(rng, {1, sq, heads * d}, DType::f32);
+  HostTensor k = random_normal(rng, {1, sk, heads * d}, DType::f32);
+  HostTensor v = random_normal(rng, {1, sk, heads * dv}, DType::f32);
+  std::vector<float> qv = q.to_f32(), kv = k.to_f32(), vv = v.to_f32();
+  const float inf = std::numeric_limits<float>::infinity();
+  for (std::int64_t c = 0; c < d; ++c) qv[static_cast<std::size_t>(2 * heads * d + c)] = inf;  // row 2, head 0
+  for (std::int64_t j = 0; j < sk; ++j) {  // head 1: keys all negative in channel 0, so row 5 scores -Inf
+    kv[static_cast<std::size_t>(j * heads * d + d)] = -1.0f - std::abs(kv[static_cast<std::size_t>(j * heads * d + d)]);
+  }
+  qv[static_cast<std::size_t>(5 * heads * d + d)] = inf;
+  vv[static_cast<std::size_t>(20 * heads * dv + 3)] = inf;               // key 20, head 0
+  kv[static_cast<std::size_t>(33 * heads * d + d + 7)] = std::nanf("");  // key 33, head 1
+  q = HostTensor::from_f32(q.shape, qv);
+  k = HostTensor::from_f32(k.shape, kv);
+  v = HostTensor::from_f32(v.shape, vv);
+  const float scale = 0.2f;
+  const HostTensor want =
+      run_attention(reference_backend(), {q, k, v}, {DType::f32}, {AttentionImpl::fused, 1}, int(heads), scale);
+  ASSERT_GT(count_nonfinite(want), 0);
+  for (Backend* be : all_backends()) {
+    for (const KernelStyleChoice style : {KernelStyleChoice::cpu, KernelStyleChoice::gpu}) {
+      if (be->device().kind == DeviceKind::reference) continue;
+      BackendOptions options = test_backend_options();
+      options.kernel_style = style;
+      const std::unique_ptr<Backend> own = make_backend(be->device(), options);
+      SCOPED_TRACE("device \"" + be->device().name +
+                   (style == KernelStyleChoice::cpu ? "\" cpu style" : "\" gpu style"));
+      const HostTensor got = run_attention(*own, {q, k, v}, {DType::f32}, {AttentionImpl::fused, 1}, int(heads), scale);
+      EXPECT_TRUE(tensors_close(got, want, tolerance("attention_fused", Precision{DType::f32}, Check::backend), true));
+      const CompareStats st = compare_stats(got, want);
+      EXPECT_EQ(st.nonfinite_mismatches, 0) << "first at " << multi_index(want.shape, st.first_mismatch);
+      expect_no_guard_violations(*own);
+    }
+  }
 }
 
 TEST(AttentionBadInput, ShapesDtypesAndEmptyTensors) {

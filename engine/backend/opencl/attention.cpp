@@ -1,12 +1,13 @@
 // ATTENTION host side. fused: kernels/attention.cl (online softmax, no score
-// matrix): on GPU-style backends the flash kernel (attention_flash: local-
-// memory tiles) where the precision is f32 accumulation and f32 softmax and
-// there is no causal mask, else the per-work-item kernel (attention_fused,
-// which also carries the exact native-precision emulation). bmm and sliced: per group of (batch, head) pairs, scores =
-// scale * Q.K^T on the GEMM panels, softmax rows (kernels/softmax.cl) into the probabilities P in the storage dtype,
-// then out = P.V on the GEMM. sliced takes slice_size pairs at a time; both split further (whole pairs, else query
-// rows) to keep the scratch within budget, which cannot change a result: every
-// query row is computed the same way in any split.
+// matrix): where the precision is f32 accumulation and f32 softmax and there
+// is no causal mask, a flash kernel: attention_flash (local-memory tiles) on
+// GPU-style backends, attention_flash_cpu (keys along the vector lanes, K and V
+// packed per call) on CPU-style ones; else the per-work-item kernel
+// (attention_fused, which also carries the exact native-precision emulation). bmm and sliced: per group of (batch,
+// head) pairs, scores = scale * Q.K^T on the GEMM panels, softmax rows (kernels/softmax.cl) into the probabilities P in
+// the storage dtype, then out = P.V on the GEMM. sliced takes slice_size pairs at a time; both split further (whole
+// pairs, else query rows) to keep the scratch within budget, which cannot change a result: every query row is computed
+// the same way in any split.
 #include <algorithm>
 
 #include "backend/opencl/gemm.hpp"
@@ -22,6 +23,7 @@ namespace {
 
 constexpr std::int64_t kFusedQueryRows = 4;  // ATTN_QB in attention.cl
 constexpr std::int64_t kFusedMaxHead = 512;  // ATTN_MAX_D in attention.cl
+constexpr std::int64_t kFlashCpuRows = 8;    // FQB in attention.cl
 
 std::string attention_options(OpenClBackend& be, const Precision& p) {
   return be.precision_options(p) + detail::exact_math_options(be.device());
@@ -53,6 +55,51 @@ void fused(OpenClBackend& be, const AttentionArgs& a) {
   const size_t global[3] = {ceil_div(static_cast<std::int64_t>(ceil_div(a.sq, kFusedQueryRows)), group) * group,
                             static_cast<size_t>(a.heads), static_cast<size_t>(a.batch)};
   const size_t local[3] = {group, 1, 1};
+  be.launch(k, op, 3, global, local);
+}
+
+// Why the CPU flash kernel cannot take these arguments (empty: it can).
+std::string flash_cpu_refusal(const OpenClBackend& be, const AttentionArgs& a) {
+  if (a.precision.native_accumulation() || a.precision.native_softmax()) {
+    return "native accumulation or softmax (the exact emulation runs in attention_fused)";
+  }
+  if (a.causal) return "causal mask";
+  // The packed V (the larger of the two packs) must fit one allocation.
+  const auto packed =
+      static_cast<std::uint64_t>(a.batch * a.heads * static_cast<std::int64_t>(ceil_div(a.sk, 16)) * 16 *
+                                 static_cast<std::int64_t>(ceil_div(std::max(a.d, a.dv), 16)) * 16) *
+      sizeof(float);
+  if (be.device().max_alloc_bytes && packed > be.device().max_alloc_bytes) {
+    return "packed keys and values (" + std::to_string(packed >> 20) + " MiB) above the device's allocation limit";
+  }
+  return {};
+}
+
+// attention_flash_cpu: K and V packed once per call (f32, keys in blocks of 16), then
+// one work-item per 8 query rows of a (batch, head).
+void flash_cpu(OpenClBackend& be, const AttentionArgs& a) {
+  const char* op = "ATTENTION";
+  const std::string opts = attention_options(be, a.precision);
+  const std::int64_t nkb = static_cast<std::int64_t>(ceil_div(a.sk, 16));
+  const std::int64_t dvp = static_cast<std::int64_t>(ceil_div(a.dv, 16)) * 16;
+  const std::int64_t pairs = a.batch * a.heads;
+  detail::ScratchBuffer kt(be, static_cast<std::size_t>(pairs * nkb * 16 * a.d) * sizeof(float), "ATTENTION packed K");
+  detail::ScratchBuffer vp(be, static_cast<std::size_t>(pairs * nkb * 16 * dvp) * sizeof(float), "ATTENTION packed V");
+  const size_t pack_global[3] = {static_cast<size_t>(nkb), static_cast<size_t>(a.heads), static_cast<size_t>(a.batch)};
+  cl_kernel pk = be.kernel("attention", "attn_pack_kt", opts);
+  OpenClBackend::set_args(pk, be.buffer(a.k), kt.mem(), to_uint(a.sk, op, "sk"), to_uint(a.heads, op, "heads"),
+                          to_uint(a.d, op, "d"));
+  be.launch(pk, op, 3, pack_global, nullptr);
+  cl_kernel pv = be.kernel("attention", "attn_pack_v", opts);
+  OpenClBackend::set_args(pv, be.buffer(a.v), vp.mem(), to_uint(a.sk, op, "sk"), to_uint(a.heads, op, "heads"),
+                          to_uint(a.dv, op, "dv"), to_uint(dvp, op, "dvp"));
+  be.launch(pv, op, 3, pack_global, nullptr);
+  cl_kernel k = be.kernel("attention", "attention_flash_cpu", opts);
+  OpenClBackend::set_args(k, be.buffer(a.q), kt.mem(), vp.mem(), be.buffer(a.out), to_uint(a.sq, op, "sq"),
+                          to_uint(a.sk, op, "sk"), to_uint(a.heads, op, "heads"), to_uint(a.d, op, "d"),
+                          to_uint(a.dv, op, "dv"), to_uint(dvp, op, "dvp"), a.scale);
+  const size_t global[3] = {ceil_div(a.sq, kFlashCpuRows), static_cast<size_t>(a.heads), static_cast<size_t>(a.batch)};
+  const size_t local[3] = {1, 1, 1};
   be.launch(k, op, 3, global, local);
 }
 
@@ -209,6 +256,16 @@ void OpenClBackend::attention(const AttentionArgs& args) {
       }
     }
     if (args.d <= kFusedMaxHead && args.dv <= kFusedMaxHead) {
+      if (kernel_style() == KernelStyle::cpu) {
+        const std::string why = flash_cpu_refusal(*this, args);
+        if (why.empty()) {
+          flash_cpu(*this, args);
+          return;
+        }
+        if (!args.precision.native_accumulation() && !args.precision.native_softmax() && !args.causal) {
+          note_fallback("flash attention not used (per-work-item fused kernel instead): " + why);
+        }
+      }
       fused(*this, args);
       return;
     }

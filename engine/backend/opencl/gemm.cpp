@@ -36,7 +36,7 @@ struct Entry {
 };
 
 const Entry kTable[] = {
-    {"", DeviceKind::cpu, 16, {8, 2, 128, 64, 64, 16, 4, 4, "cpu, 16-wide float vectors"}},
+    {"", DeviceKind::cpu, 16, {8, 2, 512, 64, 64, 16, 4, 4, "cpu, 16-wide float vectors"}},
     {"", DeviceKind::cpu, 0, {6, 1, 256, 64, 64, 16, 4, 4, "cpu, default"}},
     {"NVIDIA", DeviceKind::gpu, 0, {6, 1, 256, 128, 128, 16, 8, 8, "gpu, NVIDIA"}},
     {"Advanced Micro Devices", DeviceKind::gpu, 0, {6, 1, 256, 64, 64, 16, 4, 4, "gpu, AMD"}},
