@@ -2,16 +2,21 @@
 // (random weights, latent 64x64 = a 512x512 image, batch 2 as with CFG,
 // context 2 x 77 x 768) in f32 and f16 storage on the selected device,
 // beside diffusers on PyTorch (CPU, f32) on the same folder in the same
-// bench, with each one's peak resident memory. Prints a table.
+// bench, with each one's peak resident memory and how many cores the call
+// kept busy (CPU time / wall time). Prints a table.
+// --component vae times one decode of Stable Diffusion's VAE instead
+// (AutoencoderKL, the configuration SD 1.x, 2.x and SDXL share; latent
+// [1, 4, LATENT, LATENT], an image 8x that size).
 //
-//   build/bench/bench_unet [--device D] [--model UNET_DIR] [--size LATENT] [--runs N] [--dtypes f32,f16]
-//                          [--no-torch | --torch-device cuda]
+//   build/bench/bench_unet [--component unet|vae] [--device D] [--model DIR] [--size LATENT] [--runs N]
+//                          [--dtypes f32,f16] [--no-torch | --torch-device cuda]
 //
 // --torch-device cuda times diffusers on the GPU instead, in f32 (TF32 off)
 // and f16, each NaNscope dtype against PyTorch's of the same dtype.
 //
 // The folder is made once by bench/make_sd15_unet.py (seeded, 3.4 GB, under
-// $XDG_CACHE_HOME/nanscope/bench/sd15-unet) unless --model names one. Every
+// $XDG_CACHE_HOME/nanscope/bench/sd15-unet) or bench/make_sd_vae.py (335 MB,
+// .../sd-vae) unless --model names one. Every
 // configuration runs in its own process (this program re-run with --child)
 // so that each peak RSS is that configuration's alone.
 
@@ -36,6 +41,7 @@
 #include "bench_util.hpp"
 #include "core/error.hpp"
 #include "models/unet.hpp"
+#include "models/vae.hpp"
 #include "ops/op_context.hpp"
 
 using namespace nanscope;
@@ -64,6 +70,14 @@ double rss_mb() {
   return kb / 1024.0;
 }
 
+// User + system CPU seconds of this process so far (all its threads).
+double cpu_seconds() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+         static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e-6;
+}
+
 std::vector<float> normal(std::mt19937& rng, std::size_t n) {
   std::normal_distribution<float> d;
   std::vector<float> v(n);
@@ -72,38 +86,54 @@ std::vector<float> normal(std::mt19937& rng, std::size_t n) {
 }
 
 // The measured side, in this process: load, one warm-up call (kernel builds), then median of `runs`.
-int child(const std::string& pin, const fs::path& folder, DType dtype, int size, int runs) {
+int child(const std::string& component, const std::string& pin, const fs::path& folder, DType dtype, int size,
+          int runs) {
   auto be = make_backend(select_device(enumerate_devices(), pin), backend_options_from_environment());
+  const bool vae = component == "vae";
   auto t0 = Clock::now();
-  const auto unet = models::UNet::load(folder, *be, dtype);
+  std::optional<models::UNet> unet;
+  std::optional<models::Vae> decoder;
+  if (vae) {
+    decoder.emplace(models::Vae::load(folder, *be, dtype));
+  } else {
+    unet.emplace(models::UNet::load(folder, *be, dtype));
+  }
   be->synchronize();
   const double load = seconds_since(t0);
   const double loaded_rss = rss_mb();
   const double load_peak = peak_rss_mb();
   std::mt19937 rng(0);
-  const std::int64_t cross = unet.config().cross_attention_dim.front();
-  const Shape sample_shape{2, 4, size, size}, context_shape{2, 77, cross};
-  const Tensor sample = be->upload(
-      HostTensor::from_f32(sample_shape, normal(rng, static_cast<std::size_t>(shape_numel(sample_shape))), dtype));
-  const Tensor context = be->upload(
-      HostTensor::from_f32(context_shape, normal(rng, static_cast<std::size_t>(shape_numel(context_shape))), dtype));
+  const auto upload = [&](const Shape& shape) {
+    return be->upload(HostTensor::from_f32(shape, normal(rng, static_cast<std::size_t>(shape_numel(shape))), dtype));
+  };
+  const Tensor sample = upload(vae ? Shape{1, 4, size, size} : Shape{2, 4, size, size});
+  const Tensor context = vae ? Tensor{} : upload(Shape{2, 77, unet->config().cross_attention_dim.front()});
   const std::vector<float> t{500.0f, 500.0f};
   OpContext ctx;
   ctx.backend = be.get();
   ctx.precision.dtype = dtype;
+  double cpu = 0;
   auto call = [&] {
     const auto s = Clock::now();
-    const Tensor out = unet.forward(ctx, sample, t, context);
+    const double c0 = cpu_seconds();
+    const Tensor out = vae ? decoder->decode(ctx, sample) : unet->forward(ctx, sample, t, context);
     be->download(out);
+    cpu = cpu_seconds() - c0;
     return seconds_since(s);
   };
   const double first = call();
   std::vector<double> times;
-  for (int r = 0; r < runs; ++r) times.push_back(call());
+  double cpu_sum = 0, wall_sum = 0;
+  for (int r = 0; r < runs; ++r) {
+    times.push_back(call());
+    cpu_sum += cpu;
+    wall_sum += times.back();
+  }
   nlohmann::json j{{"device", be->device().name},
                    {"load", load},
                    {"first", first},
                    {"call", bench::median(times)},
+                   {"cores", wall_sum > 0 ? cpu_sum / wall_sum : 0.0},
                    {"peak_rss_mb", peak_rss_mb()},
                    {"loaded_rss_mb", loaded_rss},
                    {"load_peak_rss_mb", load_peak}};
@@ -111,11 +141,11 @@ int child(const std::string& pin, const fs::path& folder, DType dtype, int size,
   return 0;
 }
 
-std::optional<nlohmann::json> run_child(const std::string& pin, const fs::path& folder, const std::string& dtype,
-                                        int size, int runs) {
+std::optional<nlohmann::json> run_child(const std::string& component, const std::string& pin, const fs::path& folder,
+                                        const std::string& dtype, int size, int runs) {
   std::ostringstream cmd;
-  cmd << "'" << fs::read_symlink("/proc/self/exe").string() << "' --child " << dtype << " --model '" << folder.string()
-      << "' --size " << size << " --runs " << runs;
+  cmd << "'" << fs::read_symlink("/proc/self/exe").string() << "' --component " << component << " --child " << dtype
+      << " --model '" << folder.string() << "' --size " << size << " --runs " << runs;
   if (!pin.empty()) cmd << " --device '" << pin << "'";
   return bench::run_json_command(cmd.str(), "bench_unet: the " + dtype + " run");
 }
@@ -124,13 +154,15 @@ std::optional<nlohmann::json> run_child(const std::string& pin, const fs::path& 
 
 int main(int argc, char** argv) {
   std::string pin, model, child_dtype, dtypes = "f32,f16";
-  std::string torch_device = "cpu";
+  std::string torch_device = "cpu", component = "unet";
   int size = 64, runs = 2;
   bool torch = true;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--device" && i + 1 < argc)
       pin = argv[++i];
+    else if (a == "--component" && i + 1 < argc)
+      component = argv[++i];
     else if (a == "--model" && i + 1 < argc)
       model = argv[++i];
     else if (a == "--size" && i + 1 < argc)
@@ -148,27 +180,30 @@ int main(int argc, char** argv) {
     else {
       std::fprintf(
           stderr,
-          "usage: %s [--device D] [--model UNET_DIR] [--size LATENT] [--runs N] [--dtypes f32,f16] [--no-torch | "
-          "--torch-device cuda]\n",
+          "usage: %s [--component unet|vae] [--device D] [--model DIR] [--size LATENT] [--runs N] [--dtypes f32,f16] "
+          "[--no-torch | --torch-device cuda]\n",
           argv[0]);
       return 2;
     }
   }
   try {
+    if (component != "unet" && component != "vae") throw ConfigError("--component takes unet or vae");
+    const bool vae = component == "vae";
+    if (vae && torch_device != "cpu") throw ConfigError("--component vae has a CPU baseline only");
     if (!child_dtype.empty()) {
       const auto dt = parse_dtype(child_dtype);
       if (!dt) throw ConfigError("unknown dtype \"" + child_dtype + "\" (f32, f16, bf16)");
-      return child(pin, model, *dt, size, runs);
+      return child(component, pin, model, *dt, size, runs);
     }
     if (model.empty()) {
       const char* xdg = std::getenv("XDG_CACHE_HOME");
       const char* home = std::getenv("HOME");
       const fs::path cache = xdg && *xdg ? fs::path(xdg) : fs::path(home ? home : "/tmp") / ".cache";
-      model = (cache / "nanscope" / "bench" / "sd15-unet").string();
+      model = (cache / "nanscope" / "bench" / (vae ? "sd-vae" : "sd15-unet")).string();
       fs::create_directories(fs::path(model).parent_path());
-      std::fprintf(stderr, "bench_unet: making the SD 1.5 UNet with random weights in %s (once; 3.4 GB)\n",
-                   model.c_str());
-      if (!bench::run_python_baseline("make_sd15_unet.py", "'" + model + "' 0")) return 1;
+      std::fprintf(stderr, "bench_unet: making the SD %s with random weights in %s (once; %s)\n",
+                   vae ? "VAE" : "1.5 UNet", model.c_str(), vae ? "335 MB" : "3.4 GB");
+      if (!bench::run_python_baseline(vae ? "make_sd_vae.py" : "make_sd15_unet.py", "'" + model + "' 0")) return 1;
     }
     struct Row {
       std::string name;
@@ -178,16 +213,16 @@ int main(int argc, char** argv) {
     std::vector<Row> rows;
     std::stringstream ss(dtypes);
     for (std::string dt; std::getline(ss, dt, ',');)
-      if (auto r = run_child(pin, model, dt, size, runs)) rows.push_back({"NaNscope " + dt, *r, dt});
+      if (auto r = run_child(component, pin, model, dt, size, runs)) rows.push_back({"NaNscope " + dt, *r, dt});
     // Baselines by dtype: on the CPU one f32 run; on CUDA f32 (TF32 off) and f16.
     std::map<std::string, nlohmann::json> base;
     if (torch) {
       const unsigned threads = std::max(1u, std::thread::hardware_concurrency());
       const bool cuda = torch_device != "cpu";
       for (const std::string& dt : cuda ? std::vector<std::string>{"f32", "f16"} : std::vector<std::string>{"f32"}) {
-        auto r = bench::run_python_baseline("torch_unet.py", "'" + model + "' " + std::to_string(size) + " " +
-                                                                 std::to_string(runs) + " " + std::to_string(threads) +
-                                                                 " '" + torch_device + "' " + dt);
+        auto r = bench::run_python_baseline(vae ? "torch_vae.py" : "torch_unet.py",
+                                            "'" + model + "' " + std::to_string(size) + " " + std::to_string(runs) +
+                                                " " + std::to_string(threads) + " '" + torch_device + "' " + dt);
         if (!r) continue;
         base[dt] = *r;
         rows.push_back({"diffusers " + dt +
@@ -202,21 +237,29 @@ int main(int argc, char** argv) {
       if (auto it = base.find("f32"); it != base.end()) return &it->second;
       return nullptr;
     };
+    const std::string what = vae ? "SD VAE decode (random weights), latent 1x4x" + std::to_string(size) + "x" +
+                                       std::to_string(size) + " (" + std::to_string(8 * size) + "x" +
+                                       std::to_string(8 * size) + " image)"
+                                 : "SD 1.5 UNet (random weights), latent " + std::to_string(size) + "x" +
+                                       std::to_string(size) + ", batch 2, context 2x77";
     std::printf(
-        "\nbench_unet: SD 1.5 UNet (random weights), latent %dx%d, batch 2, context 2x77; %s; median of %d calls\n\n",
-        size, size,
+        "\nbench_unet: %s; %s; median of %d calls\n\n", what.c_str(),
         rows.empty() || !rows.front().r.contains("device") ? "" : rows.front().r["device"].get<std::string>().c_str(),
         runs);
     std::printf(
-        "| | load s | first call s | call s | RSS after load MB | peak RSS MB | PyTorch call / this |\n"
-        "|---|---:|---:|---:|---:|---:|---:|\n");
+        "| | load s | first call s | call s | cores busy | RSS after load MB | peak RSS MB | PyTorch call / this |\n"
+        "|---|---:|---:|---:|---:|---:|---:|---:|\n");
     for (const auto& [name, r, dt] : rows) {
       const double call = r.at("call").get<double>();
       const nlohmann::json* b = base_for(dt);
-      std::printf("| %s | %.2f | %.2f | %.4f | %.0f | %.0f | %s |\n", name.c_str(), r.at("load").get<double>(),
-                  r.at("first").get<double>(), call, r.value("loaded_rss_mb", 0.0), r.at("peak_rss_mb").get<double>(),
+      std::printf("| %s | %.2f | %.2f | %.4f | %.2f | %.0f | %.0f | %s |\n", name.c_str(), r.at("load").get<double>(),
+                  r.at("first").get<double>(), call, r.value("cores", 0.0), r.value("loaded_rss_mb", 0.0),
+                  r.at("peak_rss_mb").get<double>(),
                   b ? (std::to_string(b->at("call").get<double>() / call).substr(0, 5) + "x").c_str() : "");
     }
+    std::printf(
+        "\n(cores busy: CPU time / wall time over the timed calls; PyTorch / this > 1 means NaNscope is "
+        "faster.)\n");
     std::printf(
         "\nf16 on a device without cl_khr_fp16 stores f16 and computes in f32 (conversions on every load/store);\n"
         "PyTorch 1.13 has no f16 convolution on the CPU, so its baseline is f32.\n");

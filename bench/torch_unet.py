@@ -63,9 +63,12 @@ def call():
 
 
 first = call()
+cpu0, wall0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
 times = sorted(call() for _ in range(runs))
+cpu1, wall = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter() - wall0
+cores = (cpu1.ru_utime + cpu1.ru_stime - cpu0.ru_utime - cpu0.ru_stime) / wall
 rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-result = {"load": load, "first": first, "call": times[len(times) // 2], "peak_rss_mb": rss, "loaded_rss_mb": loaded_rss}
+result = {"load": load, "first": first, "call": times[len(times) // 2], "cores": cores, "peak_rss_mb": rss, "loaded_rss_mb": loaded_rss}
 if cuda:
     result["device"] = torch.cuda.get_device_name(0)
     result["peak_device_mb"] = torch.cuda.max_memory_allocated() / 2**20
