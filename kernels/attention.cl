@@ -235,12 +235,13 @@ __kernel void attention_fused(__global const store_t* q, __global const store_t*
 // ---------------------------------------------------------------------------
 // CPU style, flash-blocked (attention_flash_cpu): f32 accumulation and f32
 // softmax, no causal mask. Keys run along the vector lanes, so both products
-// are GEMM-shaped micro-kernels that broadcast one scalar against a 16-wide
-// row, as gemm_cpu does (no horizontal sums in the inner loops):
-//   S (FQB rows x 16 keys) = Q . K^T, from K packed per (batch, head) as
-//       [key block][d][16] (attn_pack_kt), Q transposed in private memory;
-//   online softmax per row, the running max moved once per 16 keys (as
-//       attention_fused's f32 path);
+// are GEMM-shaped micro-kernels that broadcast one scalar against 16-wide
+// rows, as gemm_cpu does (no horizontal sums in the inner loops):
+//   S (FQB rows x 32 keys) = Q . K^T, from K packed per (batch, head) as
+//       [key block][d][32] (attn_pack_kt), Q transposed in private memory;
+//   online softmax per row, the running max moved once per 32 keys (the
+//       same result up to f32 rounding); the running sums l are kept per
+//       lane and added up once at the end;
 //   O (FQB rows x dvp) = O * corr + P . V, from V packed as [key][dvp]
 //       (attn_pack_v, dvp = dv rounded up to 16, zero-padded).
 // Padded keys score -Inf and carry zero V rows, so they weigh exactly 0.
@@ -248,58 +249,94 @@ __kernel void attention_fused(__global const store_t* q, __global const store_t*
 
 #define FQB 8
 #define FQB_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
+#define FKB 32  // keys per block
 
-// K of one (batch, head) as [ceil(sk/16)][d][16] f32, keys past sk zero.
-// Grid: (ceil(sk/16), heads, batch).
+// K of one (batch, head) as [ceil(sk/FKB)][d][FKB] f32, keys past sk zero.
+// Grid: (ceil(sk/FKB), heads, batch).
 __kernel void attn_pack_kt(__global const store_t* k, __global float* kt, uint sk, uint heads, uint d) {
   const uint jb = (uint)get_global_id(0);
   const uint h = (uint)get_global_id(1);
   const ulong b = get_global_id(2);
-  const uint nkb = (sk + 15u) / 16u;
+  const uint nkb = (sk + FKB - 1u) / FKB;
   const ulong qstride = (ulong)heads * d;
-  __global float* dst = kt + ((b * heads + h) * nkb + jb) * (ulong)d * 16u;
-  for (uint jj = 0; jj < 16u; ++jj) {
-    const uint j = jb * 16u + jj;
+  __global float* dst = kt + ((b * heads + h) * nkb + jb) * (ulong)d * FKB;
+  for (uint jj = 0; jj < FKB; ++jj) {
+    const uint j = jb * FKB + jj;
     const __global store_t* kr = k + (b * sk + j) * qstride + (ulong)h * d;
-    for (uint c = 0; c < d; ++c) dst[c * 16u + jj] = j < sk ? ld(kr, c) : 0.0f;
+    for (uint c = 0; c < d; ++c) dst[c * FKB + jj] = j < sk ? ld(kr, c) : 0.0f;
   }
 }
 
-// V of one (batch, head) as [ceil(sk/16)*16][dvp] f32, zero-padded.
-// Grid: (ceil(sk/16), heads, batch).
+// V of one (batch, head) as [ceil(sk/FKB)*FKB][dvp] f32, zero-padded.
+// Grid: (ceil(sk/FKB), heads, batch).
 __kernel void attn_pack_v(__global const store_t* v, __global float* vp, uint sk, uint heads, uint dv, uint dvp) {
   const uint jb = (uint)get_global_id(0);
   const uint h = (uint)get_global_id(1);
   const ulong b = get_global_id(2);
-  const uint nkb = (sk + 15u) / 16u;
+  const uint nkb = (sk + FKB - 1u) / FKB;
   const ulong vstride = (ulong)heads * dv;
-  __global float* dst = vp + ((b * heads + h) * nkb * 16u + jb * 16u) * (ulong)dvp;
-  for (uint jj = 0; jj < 16u; ++jj) {
-    const uint j = jb * 16u + jj;
+  __global float* dst = vp + ((b * heads + h) * nkb * FKB + jb * FKB) * (ulong)dvp;
+  for (uint jj = 0; jj < FKB; ++jj) {
+    const uint j = jb * FKB + jj;
     const __global store_t* vr = v + (b * sk + j) * vstride + (ulong)h * dv;
     for (uint c = 0; c < dvp; ++c) dst[jj * dvp + c] = j < sk && c < dv ? ld(vr, c) : 0.0f;
   }
 }
 
-#define FL_DECL_S(r) float16 s##r = 0.0f;
-#define FL_QK(r) s##r = fma((float16)(qt[c * FQB + r]), kk, s##r);
-// The softmax step of the 8 rows at once: row maxima, the new running maxima
-// and their corrections as float8 (one exp for all rows), then each row's
-// probabilities. A row with only -Inf scores so far takes no key of the block.
-#define FL_MASK(r)                                                \
-  s##r *= scale;                                                  \
-  if (partial) s##r = select((float16)(-INFINITY), s##r, live);
-#define FL_PROBS(r)                                                                 \
-  {                                                                                 \
-    const float16 p16 = select(exp(s##r - mn.s##r), (float16)(0.0f), (int16)(none.s##r)); \
-    sums.s##r = sum16(p16);                                                         \
-    vstore16(p16, 0, pb + r * 16);                                                  \
+// Row r's scores are s_r (keys 0-15 of the block) and t_r (keys 16-31).
+#define FL_DECL_S(r) float16 s##r = 0.0f, t##r = 0.0f;
+#define FL_QK(r)                                     \
+  {                                                  \
+    const float16 qc = (float16)(qt[c * FQB + r]);   \
+    s##r = fma(qc, k0, s##r);                        \
+    t##r = fma(qc, k1, t##r);                        \
+  }
+#define FL_SCALE(r)                                           \
+  s##r *= scale;                                              \
+  t##r *= scale;                                              \
+  if (partial) {                                              \
+    s##r = select((float16)(-INFINITY), s##r, live0);         \
+    t##r = select((float16)(-INFINITY), t##r, live1);         \
+  }                                                           \
+  nan_seen |= isnan(s##r) | isnan(t##r);
+// Row maxima with fmax (a NaN score is found by nan_seen and handled apart).
+#define FL_ROWMAX(r) max16(fmax(s##r, t##r))
+#define FL_ROWMAX_NAN(r) nan_max(max16_nan(s##r), max16_nan(t##r))
+// Probabilities, and the per-lane running sums l_r = l_r * corr + p.
+#define FL_PROBS(r)                                                                     \
+  {                                                                                     \
+    const int16 skip = (int16)(none.s##r);                                              \
+    const float16 ps = select(exp(s##r - mn.s##r), (float16)(0.0f), skip);              \
+    const float16 pt = select(exp(t##r - mn.s##r), (float16)(0.0f), skip);              \
+    vstore16(ps, 0, pb + r * FKB);                                                      \
+    vstore16(pt, 0, pb + r * FKB + 16);                                                 \
+    vstore16(fma(vload16(r, lv), (float16)(corr.s##r), ps + pt), r, lv);                \
   }
 #define FL_DECL_O(r) float16 a##r = vload16(0, o + r * ATTN_MAX_D + c) * corr.s##r;
-#define FL_PV(r) a##r = fma((float16)(pb[r * 16 + jj]), vv, a##r);
+#define FL_PV(r) a##r = fma((float16)(pb[r * FKB + jj]), vv, a##r);
 #define FL_PV_TAKE(r) \
-  if (!none.s##r) a##r = fma((float16)(pb[r * 16 + jj]), vv, a##r);
+  if (!none.s##r) a##r = fma((float16)(pb[r * FKB + jj]), vv, a##r);
 #define FL_SAVE_O(r) vstore16(a##r, 0, o + r * ATTN_MAX_D + c);
+// Two 16-wide column chunks of O at once: one broadcast of p feeds two FMAs.
+#define FL_DECL_O2(r)                                            \
+  float16 a##r = vload16(0, o + r * ATTN_MAX_D + c) * corr.s##r; \
+  float16 b##r = vload16(0, o + r * ATTN_MAX_D + c + 16) * corr.s##r;
+#define FL_PV2(r)                                   \
+  {                                                 \
+    const float16 pr = (float16)(pb[r * FKB + jj]); \
+    a##r = fma(pr, vv, a##r);                       \
+    b##r = fma(pr, vw, b##r);                       \
+  }
+#define FL_SAVE_O2(r)                        \
+  vstore16(a##r, 0, o + r * ATTN_MAX_D + c); \
+  vstore16(b##r, 0, o + r * ATTN_MAX_D + c + 16);
+
+inline float max16(float16 x) {
+  const float8 a = fmax(x.lo, x.hi);
+  const float4 b = fmax(a.lo, a.hi);
+  const float2 c = fmax(b.lo, b.hi);
+  return fmax(c.x, c.y);
+}
 
 // Grid: (ceil(sq / FQB), heads, batch); one work-item per group.
 __kernel void attention_flash_cpu(__global const store_t* q, __global const float* kt, __global const float* vp,
@@ -311,52 +348,73 @@ __kernel void attention_flash_cpu(__global const store_t* q, __global const floa
   if (i0 >= sq) return;
   const uint rows = min((uint)FQB, sq - i0);
   const ulong qstride = (ulong)heads * d, vstride = (ulong)heads * dv;
-  const uint nkb = (sk + 15u) / 16u;
+  const uint nkb = (sk + FKB - 1u) / FKB;
   const ulong bh = b * heads + h;
 
   float qt[ATTN_MAX_D * FQB];  // Q^T: the FQB values of channel c are adjacent
   float o[FQB * ATTN_MAX_D];
-  float pb[FQB * 16];
-  float8 m = (float8)(-INFINITY), l = 0.0f;
+  float pb[FQB * FKB];
+  float lv[FQB * 16];  // per-lane running sums
+  float8 m = (float8)(-INFINITY);
   for (uint r = 0; r < FQB; ++r) {
     const __global store_t* qr = q + (b * sq + i0 + r) * qstride + (ulong)h * d;
     for (uint c = 0; c < d; ++c) qt[c * FQB + r] = r < rows ? ld(qr, c) : 0.0f;  // rows past sq: never stored
     for (uint c = 0; c < dvp; ++c) o[r * ATTN_MAX_D + c] = 0.0f;
+    vstore16((float16)(0.0f), r, lv);
   }
   const float16 lane = (float16)(0.0f, 1.0f, 2.0f, 3.0f, 4.0f, 5.0f, 6.0f, 7.0f, 8.0f, 9.0f, 10.0f, 11.0f, 12.0f,
                                  13.0f, 14.0f, 15.0f);
 
-  const __global float* kp = kt + bh * nkb * (ulong)d * 16u;
-  const __global float* vb = vp + bh * nkb * 16u * (ulong)dvp;
-  for (uint jb = 0; jb < nkb; ++jb, kp += d * 16u) {
+  const __global float* kp = kt + bh * nkb * (ulong)d * FKB;
+  const __global float* vb = vp + bh * nkb * FKB * (ulong)dvp;
+  for (uint jb = 0; jb < nkb; ++jb, kp += d * FKB) {
     FQB_ROWS(FL_DECL_S)
     for (uint c = 0; c < d; ++c) {
-      const float16 kk = vload16(c, kp);
+      const float16 k0 = vload16(0, kp + c * FKB);
+      const float16 k1 = vload16(0, kp + c * FKB + 16u);
       FQB_ROWS(FL_QK)
     }
-    const bool partial = jb * 16u + 16u > sk;
-    const int16 live = isless(lane, (float16)((float)(sk - jb * 16u)));
-    FQB_ROWS(FL_MASK)
-    const float8 mx = (float8)(max16_nan(s0), max16_nan(s1), max16_nan(s2), max16_nan(s3), max16_nan(s4),
-                               max16_nan(s5), max16_nan(s6), max16_nan(s7));
+    const bool partial = jb * FKB + FKB > sk;
+    const float valid = (float)(sk - jb * FKB);
+    const int16 live0 = isless(lane, (float16)(valid)), live1 = isless(lane + 16.0f, (float16)(valid));
+    int16 nan_seen = 0;
+    FQB_ROWS(FL_SCALE)
+    float8 mx;
+    if (!any(nan_seen)) {
+      mx = (float8)(FL_ROWMAX(0), FL_ROWMAX(1), FL_ROWMAX(2), FL_ROWMAX(3), FL_ROWMAX(4), FL_ROWMAX(5),
+                    FL_ROWMAX(6), FL_ROWMAX(7));
+    } else {
+      mx = (float8)(FL_ROWMAX_NAN(0), FL_ROWMAX_NAN(1), FL_ROWMAX_NAN(2), FL_ROWMAX_NAN(3), FL_ROWMAX_NAN(4),
+                    FL_ROWMAX_NAN(5), FL_ROWMAX_NAN(6), FL_ROWMAX_NAN(7));
+    }
     const float8 mn = select(select(mx, m, isgreaterequal(m, mx)), m, isnan(m));  // nan_max(m, mx)
     const int8 none = mn == (float8)(-INFINITY);  // -1 where the row takes no key yet
     const float8 corr = select(exp(m - mn), (float8)(1.0f), none);
-    float8 sums;
     FQB_ROWS(FL_PROBS)
-    l = select(fma(l, corr, sums), l, none);
     m = mn;
     const bool skipped = any(none);
-    const __global float* vj = vb + (ulong)jb * 16u * dvp;
-    for (uint c = 0; c < dvp; c += 16u) {
+    const __global float* vj = vb + (ulong)jb * FKB * dvp;
+    uint c = 0;
+    if (!skipped) {
+      for (; c + 32u <= dvp; c += 32u) {
+        FQB_ROWS(FL_DECL_O2)
+        for (uint jj = 0; jj < FKB; ++jj) {
+          const float16 vv = vload16(0, vj + jj * dvp + c);
+          const float16 vw = vload16(0, vj + jj * dvp + c + 16u);
+          FQB_ROWS(FL_PV2)
+        }
+        FQB_ROWS(FL_SAVE_O2)
+      }
+    }
+    for (; c < dvp; c += 16u) {
       FQB_ROWS(FL_DECL_O)
       if (!skipped) {
-        for (uint jj = 0; jj < 16u; ++jj) {
+        for (uint jj = 0; jj < FKB; ++jj) {
           const float16 vv = vload16(0, vj + jj * dvp + c);
           FQB_ROWS(FL_PV)
         }
       } else {
-        for (uint jj = 0; jj < 16u; ++jj) {
+        for (uint jj = 0; jj < FKB; ++jj) {
           const float16 vv = vload16(0, vj + jj * dvp + c);
           FQB_ROWS(FL_PV_TAKE)
         }
@@ -365,11 +423,10 @@ __kernel void attention_flash_cpu(__global const store_t* q, __global const floa
     }
   }
 
-  float lr[FQB];
-  vstore8(l, 0, lr);
   for (uint r = 0; r < rows; ++r) {
+    const float l = sum16(vload16(r, lv));
     __global store_t* orow = out + (b * sq + i0 + r) * vstride + (ulong)h * dv;
-    for (uint c = 0; c < dv; ++c) st(orow, c, o[r * ATTN_MAX_D + c] / lr[r]);
+    for (uint c = 0; c < dv; ++c) st(orow, c, o[r * ATTN_MAX_D + c] / l);
   }
 }
 

@@ -24,6 +24,7 @@ namespace {
 constexpr std::int64_t kFusedQueryRows = 4;  // ATTN_QB in attention.cl
 constexpr std::int64_t kFusedMaxHead = 512;  // ATTN_MAX_D in attention.cl
 constexpr std::int64_t kFlashCpuRows = 8;    // FQB in attention.cl
+constexpr std::int64_t kFlashCpuKeys = 32;   // FKB in attention.cl
 
 std::string attention_options(OpenClBackend& be, const Precision& p) {
   return be.precision_options(p) + detail::exact_math_options(be.device());
@@ -66,8 +67,8 @@ std::string flash_cpu_refusal(const OpenClBackend& be, const AttentionArgs& a) {
   if (a.causal) return "causal mask";
   // The packed V (the larger of the two packs) must fit one allocation.
   const auto packed =
-      static_cast<std::uint64_t>(a.batch * a.heads * static_cast<std::int64_t>(ceil_div(a.sk, 16)) * 16 *
-                                 static_cast<std::int64_t>(ceil_div(std::max(a.d, a.dv), 16)) * 16) *
+      static_cast<std::uint64_t>(a.batch * a.heads * static_cast<std::int64_t>(ceil_div(a.sk, kFlashCpuKeys)) *
+                                 kFlashCpuKeys * static_cast<std::int64_t>(ceil_div(std::max(a.d, a.dv), 16)) * 16) *
       sizeof(float);
   if (be.device().max_alloc_bytes && packed > be.device().max_alloc_bytes) {
     return "packed keys and values (" + std::to_string(packed >> 20) + " MiB) above the device's allocation limit";
@@ -75,16 +76,18 @@ std::string flash_cpu_refusal(const OpenClBackend& be, const AttentionArgs& a) {
   return {};
 }
 
-// attention_flash_cpu: K and V packed once per call (f32, keys in blocks of 16), then
+// attention_flash_cpu: K and V packed once per call (f32, keys in blocks of 32), then
 // one work-item per 8 query rows of a (batch, head).
 void flash_cpu(OpenClBackend& be, const AttentionArgs& a) {
   const char* op = "ATTENTION";
   const std::string opts = attention_options(be, a.precision);
-  const std::int64_t nkb = static_cast<std::int64_t>(ceil_div(a.sk, 16));
+  const std::int64_t nkb = static_cast<std::int64_t>(ceil_div(a.sk, kFlashCpuKeys));
   const std::int64_t dvp = static_cast<std::int64_t>(ceil_div(a.dv, 16)) * 16;
   const std::int64_t pairs = a.batch * a.heads;
-  detail::ScratchBuffer kt(be, static_cast<std::size_t>(pairs * nkb * 16 * a.d) * sizeof(float), "ATTENTION packed K");
-  detail::ScratchBuffer vp(be, static_cast<std::size_t>(pairs * nkb * 16 * dvp) * sizeof(float), "ATTENTION packed V");
+  detail::ScratchBuffer kt(be, static_cast<std::size_t>(pairs * nkb * kFlashCpuKeys * a.d) * sizeof(float),
+                           "ATTENTION packed K");
+  detail::ScratchBuffer vp(be, static_cast<std::size_t>(pairs * nkb * kFlashCpuKeys * dvp) * sizeof(float),
+                           "ATTENTION packed V");
   const size_t pack_global[3] = {static_cast<size_t>(nkb), static_cast<size_t>(a.heads), static_cast<size_t>(a.batch)};
   cl_kernel pk = be.kernel("attention", "attn_pack_kt", opts);
   OpenClBackend::set_args(pk, be.buffer(a.k), kt.mem(), to_uint(a.sk, op, "sk"), to_uint(a.heads, op, "heads"),
