@@ -236,6 +236,69 @@ __kernel void gemm_cpu(__global const float* ap, ulong a_poff, ulong a_bs, uint 
   }
 }
 
+#if defined(STORE_F32)
+// gemm_cpu with A read where it lies (f32 storage, unit column stride: conv
+// weights [O][C*KH*KW], activations [tokens][features]) instead of from
+// packed panels: each row of a block is its own sequential stream, which the
+// prefetchers follow as well as one panel, and the per-call packing pass over
+// every weight disappears. Rows past M read row M-1 (never stored). Same sums
+// in the same order as gemm_cpu: the results are identical bit for bit.
+// A element (m, k) of batch b is a[a_off + b*a_bs + m*lda + k].
+#define GEMM_ROWPTR(r) const __global float* ar##r = a + (ulong)min(m0 + r, M - 1u) * lda;
+#if GEMM_NV == 1
+#define GEMM_FMA_D(r)                                    \
+  {                                                      \
+    const float16 av = (float16)(ar##r[k]);              \
+    acc##r##_0 = fma(av, b0, acc##r##_0);                \
+  }
+#else
+#define GEMM_FMA_D(r)                                    \
+  {                                                      \
+    const float16 av = (float16)(ar##r[k]);              \
+    acc##r##_0 = fma(av, b0, acc##r##_0);                \
+    acc##r##_1 = fma(av, b1, acc##r##_1);                \
+  }
+#endif
+
+__kernel void gemm_cpu_direct_a(__global const float* ap, ulong a_off, ulong a_bs, ulong lda, __global const float* bp,
+                                ulong b_poff, ulong b_bs, uint b_blocks, uint nb0, __global float* part,
+                                ulong part_bs, uint k0, uint kc, int flags, uint mgroup,
+                                __global const store_t* bias, ulong bias_off, int bias_mode, __global store_t* c,
+                                ulong c_off, ulong c_bs, ulong ldc, uint M, uint N, float alpha) {
+  const uint nb = (uint)get_global_id(0);
+  const ulong bt = get_global_id(2);
+  const uint n0 = nb * GEMM_NR;
+  const uint mblocks = (M + GEMM_MR - 1) / GEMM_MR;
+  const __global float* bq = bp + b_poff + bt * b_bs + ((ulong)k0 * b_blocks + (ulong)(nb0 + nb) * kc) * GEMM_NR;
+  const __global float* a = ap + a_off + bt * a_bs + k0;
+  __global float* pb = part + bt * part_bs + (ulong)nb * mblocks * (GEMM_MR * GEMM_NR);
+  const ulong cbase = c_off + bt * c_bs;
+  bias += bias_off;
+  const uint mb_end = min(mblocks, ((uint)get_global_id(1) + 1u) * mgroup);
+  for (uint mb = (uint)get_global_id(1) * mgroup; mb < mb_end; ++mb) {
+    __global float* pp = pb + (ulong)mb * (GEMM_MR * GEMM_NR);
+    const uint m0 = mb * GEMM_MR;
+    GEMM_ROWS(GEMM_ROWPTR)
+    GEMM_ROWS(GEMM_DECL)
+    if (!(flags & GEMM_FIRST)) {
+      GEMM_ROWS(GEMM_LOAD)
+    }
+    for (uint k = 0; k < kc; ++k) {
+      const float16 b0 = vload16(0, bq + k * GEMM_NR);
+#if GEMM_NV == 2
+      const float16 b1 = vload16(0, bq + k * GEMM_NR + 16);
+#endif
+      GEMM_ROWS(GEMM_FMA_D)
+    }
+    if (!(flags & GEMM_LAST)) {
+      GEMM_ROWS(GEMM_SAVE)
+    } else {
+      GEMM_ROWS(GEMM_STORE)
+    }
+  }
+}
+#endif
+
 // ---------------------------------------------------------------------------
 // Native accumulation: acc = round(acc + a*b) for k ascending (the product of
 // two stored values is exact in f32), then round(alpha * acc + bias) once.

@@ -7,6 +7,7 @@
 // of output positions so the scratch stays bounded (a 512x512 VAE layer would
 // need >1 GiB at once).
 #include <algorithm>
+#include <optional>
 
 #include "backend/opencl/gemm.hpp"
 #include "backend/opencl/opencl_backend.hpp"
@@ -66,9 +67,14 @@ void OpenClBackend::conv2d(const Conv2dArgs& a) {
   const std::int64_t chunk_elems = gemm::b_panel_floats(t, pc, k);
   detail::ScratchBuffer cols(*this, static_cast<std::size_t>(chunk_elems * images) * sizeof(float),
                              "CONV2D im2col columns");
-  detail::ScratchBuffer a_panels(*this, static_cast<std::size_t>(gemm::a_panel_floats(t, a.o, k)) * sizeof(float),
-                                 "CONV2D weight panels");
-  gemm::pack_a(*this, opts, pr.a, 1, a.o, k, a_panels.mem(), 0, op);
+  // f32 weights are read where they lie (gemm::reads_a_directly); other dtypes are packed to f32 once per call.
+  const bool direct = gemm::reads_a_directly(*this, a.precision, pr.a);
+  std::optional<detail::ScratchBuffer> a_panels;
+  if (!direct) {
+    a_panels.emplace(*this, static_cast<std::size_t>(gemm::a_panel_floats(t, a.o, k)) * sizeof(float),
+                     "CONV2D weight panels");
+    gemm::pack_a(*this, opts, pr.a, 1, a.o, k, a_panels->mem(), 0, op);
+  }
 
   cl_kernel im2col = kernel("conv2d", "conv_im2col_panels", opts);
   for (std::int64_t b0 = 0; b0 < a.n; b0 += images) {
@@ -89,7 +95,11 @@ void OpenClBackend::conv2d(const Conv2dArgs& a) {
       chunk.c_off = b0 * pr.c_bs + p0;
       chunk.b_panels = cols.mem();
       chunk.b_panels_bs = chunk_elems;
-      gemm::compute_panels(*this, a.precision, a_panels.mem(), 0, 0, chunk, op);
+      if (direct) {
+        gemm::compute_direct_a(*this, a.precision, pr.a, chunk, op);
+      } else {
+        gemm::compute_panels(*this, a.precision, a_panels->mem(), 0, 0, chunk, op);
+      }
     }
   }
 }

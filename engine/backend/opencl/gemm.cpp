@@ -171,25 +171,35 @@ void pack_b(OpenClBackend& be, const std::string& options, const Operand& b, std
   be.launch(kern, op, 3, global, nullptr);
 }
 
-void compute_panels(OpenClBackend& be, const Precision& p, cl_mem a_panels, std::int64_t a_panels_off,
-                    std::int64_t a_panels_bs, const Problem& pr, const char* op) {
+namespace {
+
+// Where gemm_cpu reads A: packed panels (a_blocks panels per batch), or the
+// operand itself (gemm_cpu_direct_a: f32 storage, unit column stride).
+struct ASource {
+  cl_mem mem = nullptr;
+  std::int64_t off = 0, bs = 0;
+  bool direct = false;
+  std::int64_t lda = 0;  // direct only
+};
+
+void compute_blocks(OpenClBackend& be, const Precision& p, const ASource& src, const Problem& pr, const char* op) {
   const Tuning& t = tuning(be.device());
   const std::int64_t a_blocks = static_cast<std::int64_t>(ceil_div(pr.m, t.mr));
   const std::int64_t b_blocks = static_cast<std::int64_t>(ceil_div(pr.n, t.nr()));
   const std::int64_t kc = k_block(t, pr.k);
   if (p.native_accumulation()) {
     cl_kernel kern = be.kernel("matmul", "gemm_native", options(be, p));
-    OpenClBackend::set_args(kern, a_panels, cl_ulong(a_panels_off), cl_ulong(a_panels_bs), cl_uint(a_blocks),
-                            pr.b_panels, cl_ulong(pr.b_panels_off), cl_ulong(pr.b_panels_bs), cl_uint(b_blocks),
-                            cl_uint(0), to_uint(kc, op, "kc"), pr.bias, cl_ulong(pr.bias_off), cl_int(pr.bias_mode),
-                            pr.c, cl_ulong(pr.c_off), cl_ulong(pr.c_bs), cl_ulong(pr.ldc), to_uint(pr.m, op, "m"),
+    OpenClBackend::set_args(kern, src.mem, cl_ulong(src.off), cl_ulong(src.bs), cl_uint(a_blocks), pr.b_panels,
+                            cl_ulong(pr.b_panels_off), cl_ulong(pr.b_panels_bs), cl_uint(b_blocks), cl_uint(0),
+                            to_uint(kc, op, "kc"), pr.bias, cl_ulong(pr.bias_off), cl_int(pr.bias_mode), pr.c,
+                            cl_ulong(pr.c_off), cl_ulong(pr.c_bs), cl_ulong(pr.ldc), to_uint(pr.m, op, "m"),
                             to_uint(pr.n, op, "n"), to_uint(pr.k, op, "k"), pr.alpha);
     const size_t global[3] = {static_cast<size_t>(b_blocks), static_cast<size_t>(a_blocks),
                               static_cast<size_t>(pr.batch)};
     be.launch(kern, op, 3, global, nullptr);
     return;
   }
-  cl_kernel kern = be.kernel("matmul", "gemm_cpu", options(be, p));
+  cl_kernel kern = be.kernel("matmul", src.direct ? "gemm_cpu_direct_a" : "gemm_cpu", options(be, p));
   // One launch per k-block; between them the running sums of a column range of C wait in `part`,
   // so wide problems go in column ranges that keep it within budget.
   const std::int64_t passes = static_cast<std::int64_t>(ceil_div(pr.k, kc));
@@ -217,17 +227,36 @@ void compute_panels(OpenClBackend& be, const Precision& p, cl_mem a_panels, std:
     for (std::int64_t pass = 0; pass < passes; ++pass) {
       const std::int64_t k0 = pass * kc;
       const int flags = (pass == 0 ? 1 : 0) | (pass == passes - 1 ? 2 : 0);
-      OpenClBackend::set_args(kern, a_panels, cl_ulong(a_panels_off), cl_ulong(a_panels_bs), cl_uint(a_blocks),
-                              pr.b_panels, cl_ulong(pr.b_panels_off), cl_ulong(pr.b_panels_bs), cl_uint(b_blocks),
-                              cl_uint(n0 / t.nr()), part ? part->mem() : cl_mem{nullptr},
-                              cl_ulong(mpad * nblk * t.nr()), to_uint(k0, op, "k0"),
-                              to_uint(std::min(kc, pr.k - k0), op, "kc"), cl_int(flags), cl_uint(mgroup), pr.bias,
-                              cl_ulong(pr.bias_off + (pr.bias_mode == kBiasCol ? n0 : 0)), cl_int(pr.bias_mode), pr.c,
-                              cl_ulong(pr.c_off + n0), cl_ulong(pr.c_bs), cl_ulong(pr.ldc), to_uint(pr.m, op, "m"),
-                              to_uint(nn, op, "n"), pr.alpha);
+      if (src.direct) {
+        OpenClBackend::set_args(kern, src.mem, cl_ulong(src.off), cl_ulong(src.bs), cl_ulong(src.lda));
+      } else {
+        OpenClBackend::set_args(kern, src.mem, cl_ulong(src.off), cl_ulong(src.bs), cl_uint(a_blocks));
+      }
+      OpenClBackend::set_args_from(kern, 4, pr.b_panels, cl_ulong(pr.b_panels_off), cl_ulong(pr.b_panels_bs),
+                                   cl_uint(b_blocks), cl_uint(n0 / t.nr()), part ? part->mem() : cl_mem{nullptr},
+                                   cl_ulong(mpad * nblk * t.nr()), to_uint(k0, op, "k0"),
+                                   to_uint(std::min(kc, pr.k - k0), op, "kc"), cl_int(flags), cl_uint(mgroup), pr.bias,
+                                   cl_ulong(pr.bias_off + (pr.bias_mode == kBiasCol ? n0 : 0)), cl_int(pr.bias_mode),
+                                   pr.c, cl_ulong(pr.c_off + n0), cl_ulong(pr.c_bs), cl_ulong(pr.ldc),
+                                   to_uint(pr.m, op, "m"), to_uint(nn, op, "n"), pr.alpha);
       be.launch(kern, op, 3, global, nullptr);
     }
   }
+}
+
+}  // namespace
+
+void compute_panels(OpenClBackend& be, const Precision& p, cl_mem a_panels, std::int64_t a_panels_off,
+                    std::int64_t a_panels_bs, const Problem& pr, const char* op) {
+  compute_blocks(be, p, ASource{a_panels, a_panels_off, a_panels_bs}, pr, op);
+}
+
+bool reads_a_directly(const OpenClBackend& be, const Precision& p, const Operand& a) {
+  return p.dtype == DType::f32 && !p.native_accumulation() && be.kernel_style() == KernelStyle::cpu && a.cs == 1;
+}
+
+void compute_direct_a(OpenClBackend& be, const Precision& p, const Operand& a, const Problem& pr, const char* op) {
+  compute_blocks(be, p, ASource{a.mem, a.off, a.bs, true, a.rs}, pr, op);
 }
 
 namespace {
@@ -320,6 +349,44 @@ void run(OpenClBackend& be, const Precision& p, const Problem& pr, const char* o
   const Tuning& t = tuning(be.device());
   const std::string opts = options(be, p);
   const std::int64_t budget = static_cast<std::int64_t>(scratch_budget(be.device()) / sizeof(float));
+  if (reads_a_directly(be, p, pr.a) && !pr.b_panels) {
+    // Only B is packed: whole batches while its panels fit the budget, else column chunks per batch.
+    const std::int64_t b_f = b_panel_floats(t, pr.n, pr.k);
+    const bool b_shared = pr.b.bs == 0;
+    std::int64_t bg =
+        b_shared ? pr.batch : std::clamp<std::int64_t>(budget / std::max<std::int64_t>(1, b_f), 1, pr.batch);
+    std::int64_t nc = pr.n;
+    if (b_f > budget) {
+      bg = 1;
+      nc = std::max<std::int64_t>(1, budget / (pr.k * t.nr())) * t.nr();
+    }
+    const std::int64_t b_cbs = b_shared ? 0 : b_panel_floats(t, nc, pr.k);
+    detail::ScratchBuffer b_buf(
+        be, static_cast<std::size_t>(b_panel_floats(t, nc, pr.k) * (b_shared ? 1 : bg)) * sizeof(float),
+        std::string(op) + " B panels");
+    for (std::int64_t b0 = 0; b0 < pr.batch; b0 += bg) {
+      const std::int64_t nb = std::min(bg, pr.batch - b0);
+      for (std::int64_t n0 = 0; n0 < pr.n; n0 += nc) {
+        const std::int64_t nn = std::min(nc, pr.n - n0);
+        if (!(b_shared && nc == pr.n && b0 > 0)) {
+          Operand b = pr.b;
+          b.off += b0 * pr.b.bs + n0 * pr.b.cs;
+          pack_b(be, opts, b, b_shared ? 1 : nb, pr.k, nn, b_buf.mem(), b_cbs, op);
+        }
+        Problem chunk = pr;
+        chunk.batch = nb;
+        chunk.n = nn;
+        chunk.b_panels = b_buf.mem();
+        chunk.b_panels_bs = b_cbs;
+        chunk.c_off = pr.c_off + b0 * pr.c_bs + n0;
+        chunk.bias_off = pr.bias_off + (pr.bias_mode == kBiasCol ? n0 : 0);
+        Operand a = pr.a;
+        a.off += b0 * pr.a.bs;
+        compute_direct_a(be, p, a, chunk, op);
+      }
+    }
+    return;
+  }
   const bool a_shared = pr.a.bs == 0;
   const bool b_given = pr.b_panels != nullptr;
   const bool b_shared = b_given ? pr.b_panels_bs == 0 : pr.b.bs == 0;

@@ -118,7 +118,12 @@ class OpenClBackend final : public Backend {
 
   template <typename... Args>
   static void set_args(cl_kernel k, const Args&... args) {
-    cl_uint i = 0;
+    set_args_from(k, 0, args...);
+  }
+  // The arguments from index `first` on (kernels that share a tail of arguments).
+  template <typename... Args>
+  static void set_args_from(cl_kernel k, cl_uint first, const Args&... args) {
+    cl_uint i = first;
     (set_arg(k, i++, args), ...);
   }
 
