@@ -8,8 +8,7 @@
 // transparent huge pages through GLIBC_TUNABLES=glibc.malloc.hugetlb=1 (3.6x
 // faster here), 2 threads.
 
-#include <immintrin.h>
-
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -28,6 +27,7 @@
 #include "bench_util.hpp"
 #include "core/error.hpp"
 #include "ops/ops.hpp"
+#include "peak_flops.hpp"
 
 using namespace nanscope;
 
@@ -35,61 +35,6 @@ namespace {
 
 using bench::Clock;
 using bench::seconds_since;
-
-// Peak FP32 FLOP/s: independent FMA chains on every hardware thread.
-// Twelve named accumulators (not an array, which the compiler may keep in
-// memory and so chain every FMA through a store and a load), each starting
-// from its own value: chains that start equal are one chain to the compiler,
-// which then runs one latency-bound chain and copies it (measured here: a
-// "peak" of 530-620 GFLOP/s on a CPU whose real peak is 215).
-#define NANSCOPE_FMA12(V, FMA, SET1)                                                                              \
-  V a0 = SET1(1.00f), a1 = SET1(1.01f), a2 = SET1(1.02f), a3 = SET1(1.03f), a4 = SET1(1.04f), a5 = SET1(1.05f),   \
-    a6 = SET1(1.06f), a7 = SET1(1.07f), a8 = SET1(1.08f), a9 = SET1(1.09f), a10 = SET1(1.10f), a11 = SET1(1.11f); \
-  for (long i = 0; i < iters; ++i) {                                                                              \
-    a0 = FMA(a0, m, c), a1 = FMA(a1, m, c), a2 = FMA(a2, m, c), a3 = FMA(a3, m, c);                               \
-    a4 = FMA(a4, m, c), a5 = FMA(a5, m, c), a6 = FMA(a6, m, c), a7 = FMA(a7, m, c);                               \
-    a8 = FMA(a8, m, c), a9 = FMA(a9, m, c), a10 = FMA(a10, m, c), a11 = FMA(a11, m, c);                           \
-  }                                                                                                               \
-  const V acc[12] = {a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11};
-
-__attribute__((target("avx512f"))) double fma_chains_avx512(long iters) {
-  const __m512 m = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-7f);
-  NANSCOPE_FMA12(__m512, _mm512_fmadd_ps, _mm512_set1_ps)
-  // Stored and summed by hand: GCC 12's _mm512_reduce_add_ps header trips -Wuninitialized.
-  alignas(64) float out[16];
-  float sink = 0;
-  for (auto& a : acc) {
-    _mm512_store_ps(out, a);
-    for (float f : out) sink += f;
-  }
-  return sink;
-}
-__attribute__((target("avx2,fma"))) double fma_chains_avx2(long iters) {
-  const __m256 m = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(1e-7f);
-  NANSCOPE_FMA12(__m256, _mm256_fmadd_ps, _mm256_set1_ps)
-  alignas(32) float out[8];
-  float sink = 0;
-  for (auto& a : acc) {
-    _mm256_store_ps(out, a);
-    for (float f : out) sink += f;
-  }
-  return sink;
-}
-
-double measure_peak_flops() {
-  const bool avx512 = __builtin_cpu_supports("avx512f");
-  const int lanes = avx512 ? 16 : 8;
-  const long iters = 50'000'000;  // about 0.17 s on 2 Zen 4 cores
-  const unsigned threads = std::max(1u, std::thread::hardware_concurrency());
-  std::vector<std::thread> pool;
-  std::vector<double> sinks(threads);
-  const auto t0 = Clock::now();
-  for (unsigned t = 0; t < threads; ++t)
-    pool.emplace_back([&, t] { sinks[t] = avx512 ? fma_chains_avx512(iters) : fma_chains_avx2(iters); });
-  for (auto& th : pool) th.join();
-  const double s = seconds_since(t0);
-  return 2.0 * lanes * 12.0 * static_cast<double>(iters) * threads / s;
-}
 
 HostTensor random_host(const Shape& shape, DType t, std::uint64_t seed) {
   std::mt19937_64 rng(seed);
@@ -144,6 +89,8 @@ int main(int argc, char** argv) {
     }
   }
   try {
+    // Measured before and after the ops (the larger counts): a busy moment lowers one, never raises it.
+    const double peak_before = bench::measure_peak_flops();
     const DeviceList devices = enumerate_devices();
     const DeviceInfo& dev = select_device(devices, pin);
     auto be = make_backend(dev, backend_options_from_environment());
@@ -185,7 +132,7 @@ int main(int argc, char** argv) {
       }
     }
 
-    const double peak = measure_peak_flops();
+    const double peak = std::max(peak_before, bench::measure_peak_flops());
     std::map<std::string, double> ref;
     if (torch) ref = run_torch();
 

@@ -38,11 +38,13 @@
 
 #include "backend/backend.hpp"
 #include "backend/device.hpp"
+#include "backend/dry_run_backend.hpp"
 #include "bench_util.hpp"
 #include "core/error.hpp"
 #include "models/unet.hpp"
 #include "models/vae.hpp"
 #include "ops/op_context.hpp"
+#include "peak_flops.hpp"
 
 using namespace nanscope;
 namespace fs = std::filesystem;
@@ -69,6 +71,23 @@ double rss_mb() {
   std::fclose(f);
   return kb / 1024.0;
 }
+
+// Counts the multiply-adds of one model call (2 FLOP each) by running it on a
+// stand-in backend that computes nothing: GEMMs, convolutions (as their GEMM)
+// and attention's two products. Norms, activations and the softmax are left
+// out: a few percent, and not what the peak measures.
+class FlopCounter final : public DryRunBackend {
+ public:
+  using DryRunBackend::DryRunBackend;
+  double flops = 0;
+  void matmul(const MatmulArgs& a) override { flops += 2.0 * double(a.batch) * double(a.m * a.n) * double(a.k); }
+  void conv2d(const Conv2dArgs& a) override {
+    flops += 2.0 * double(a.n * a.o) * double(a.oh * a.ow) * double(a.c * a.kh * a.kw);
+  }
+  void attention(const AttentionArgs& a) override {
+    flops += 2.0 * double(a.batch * a.heads) * double(a.sq * a.sk) * double(a.d + a.dv);
+  }
+};
 
 // User + system CPU seconds of this process so far (all its threads).
 double cpu_seconds() {
@@ -121,6 +140,14 @@ int child(const std::string& component, const std::string& pin, const fs::path& 
     cpu = cpu_seconds() - c0;
     return seconds_since(s);
   };
+  FlopCounter counter(*be);
+  OpContext dry = ctx;
+  dry.backend = &counter;
+  if (vae) {
+    (void)decoder->decode(dry, sample);
+  } else {
+    (void)unet->forward(dry, sample, t, context);
+  }
   const double first = call();
   std::vector<double> times;
   double cpu_sum = 0, wall_sum = 0;
@@ -134,6 +161,7 @@ int child(const std::string& component, const std::string& pin, const fs::path& 
                    {"first", first},
                    {"call", bench::median(times)},
                    {"cores", wall_sum > 0 ? cpu_sum / wall_sum : 0.0},
+                   {"gflop", counter.flops / 1e9},
                    {"peak_rss_mb", peak_rss_mb()},
                    {"loaded_rss_mb", loaded_rss},
                    {"load_peak_rss_mb", load_peak}};
@@ -210,6 +238,8 @@ int main(int argc, char** argv) {
       nlohmann::json r;
       std::string dtype;
     };
+    // The CPU's peak, measured before the runs and again after them (the larger counts).
+    const double peak_before = torch_device == "cpu" ? bench::measure_peak_flops() : 0.0;
     std::vector<Row> rows;
     std::stringstream ss(dtypes);
     for (std::string dt; std::getline(ss, dt, ',');)
@@ -242,18 +272,26 @@ int main(int argc, char** argv) {
                                        std::to_string(8 * size) + " image)"
                                  : "SD 1.5 UNet (random weights), latent " + std::to_string(size) + "x" +
                                        std::to_string(size) + ", batch 2, context 2x77";
+    // The call's FLOPs from the first NaNscope row (the same count for every engine); peak measured now.
+    const double gflop = rows.empty() ? 0.0 : rows.front().r.value("gflop", 0.0);
+    const double peak = torch_device == "cpu" ? std::max(peak_before, bench::measure_peak_flops()) : 0.0;
     std::printf(
-        "\nbench_unet: %s; %s; median of %d calls\n\n", what.c_str(),
+        "\nbench_unet: %s; %.0f GFLOP per call (multiply-adds x 2 of its GEMMs, convolutions and attention);\n"
+        "%s; FP32 peak of this CPU %.0f GFLOP/s; median of %d calls\n\n",
+        what.c_str(), gflop,
         rows.empty() || !rows.front().r.contains("device") ? "" : rows.front().r["device"].get<std::string>().c_str(),
-        runs);
+        peak / 1e9, runs);
     std::printf(
-        "| | load s | first call s | call s | cores busy | RSS after load MB | peak RSS MB | PyTorch call / this |\n"
-        "|---|---:|---:|---:|---:|---:|---:|---:|\n");
+        "| | load s | first call s | call s | GFLOP/s | %% of peak | cores busy | RSS after load MB | peak RSS MB | "
+        "PyTorch call / this |\n"
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (const auto& [name, r, dt] : rows) {
       const double call = r.at("call").get<double>();
       const nlohmann::json* b = base_for(dt);
-      std::printf("| %s | %.2f | %.2f | %.4f | %.2f | %.0f | %.0f | %s |\n", name.c_str(), r.at("load").get<double>(),
-                  r.at("first").get<double>(), call, r.value("cores", 0.0), r.value("loaded_rss_mb", 0.0),
+      const double gfs = gflop / call;
+      std::printf("| %s | %.2f | %.2f | %.4f | %.1f | %.0f%% | %.2f | %.0f | %.0f | %s |\n", name.c_str(),
+                  r.at("load").get<double>(), r.at("first").get<double>(), call, gfs,
+                  peak > 0 ? 100.0 * gfs * 1e9 / peak : 0.0, r.value("cores", 0.0), r.value("loaded_rss_mb", 0.0),
                   r.at("peak_rss_mb").get<double>(),
                   b ? (std::to_string(b->at("call").get<double>() / call).substr(0, 5) + "x").c_str() : "");
     }

@@ -24,11 +24,14 @@ for lib in ("libblas.so.3", "libopenblas.so.0"):
         continue
 a, b = torch.randn(2048, 2048), torch.randn(2048, 2048)
 torch.mm(a, b)  # warm-up
-n, start = 0, time.perf_counter()
-while True:
-    torch.mm(a, b)
-    n += 1
-    elapsed = time.perf_counter() - start
-    if elapsed >= 0.6 and n >= 3:
-        break
-print(json.dumps({"core": core, "gflops": 2.0 * 2048**3 * n / elapsed / 1e9}))
+best = 0.0
+for _ in range(3):  # the best of three windows: another process that takes a core lowers one, never raises it
+    n, start = 0, time.perf_counter()
+    while True:
+        torch.mm(a, b)
+        n += 1
+        elapsed = time.perf_counter() - start
+        if elapsed >= 0.25 and n >= 2:
+            break
+    best = max(best, 2.0 * 2048**3 * n / elapsed / 1e9)
+print(json.dumps({"core": core, "gflops": best}))
