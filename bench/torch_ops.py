@@ -32,15 +32,16 @@ with torch.no_grad():
     x = torch.randn(1, 320, 64, 64)
     conv = torch.nn.Conv2d(320, 320, 3, padding=1)
     results["conv3x3_320_64"] = timed(lambda: conv(x))
-    q = torch.randn(8, 4096, 40)
-    k = torch.randn(8, 4096, 40)
-    v = torch.randn(8, 4096, 40)
     scale = 40 ** -0.5
+    for tokens in (1024, 4096):  # 16384: the 8 score matrices alone would be 8.6 GB
+        q = torch.randn(8, tokens, 40)
+        k = torch.randn(8, tokens, 40)
+        v = torch.randn(8, tokens, 40)
 
-    def attn():
-        # diffusers' classic AttnProcessor: baddbmm -> softmax -> bmm
-        s = torch.baddbmm(torch.empty(8, 4096, 4096), q, k.transpose(1, 2), beta=0, alpha=scale)
-        return torch.bmm(s.softmax(dim=-1), v)
+        def attn():
+            # diffusers' classic AttnProcessor: baddbmm -> softmax -> bmm
+            s = torch.baddbmm(torch.empty(8, tokens, tokens), q, k.transpose(1, 2), beta=0, alpha=scale)
+            return torch.bmm(s.softmax(dim=-1), v)
 
-    results["attention_4096x8x40"] = timed(attn)
+        results[f"attention_{tokens}x8x40"] = timed(attn)
 print(json.dumps(results))
