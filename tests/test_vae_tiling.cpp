@@ -10,6 +10,7 @@
 #include <filesystem>
 
 #include "backend/device.hpp"
+#include "io/png.hpp"
 #include "models/vae_tiling.hpp"
 #include "pipeline/memory_plan.hpp"
 #include "pipeline/session.hpp"
@@ -242,6 +243,77 @@ TEST(VaeTiling, MemoryPlanProposesTheLargestTileThatFitsACappedDevice) {
   const pipeline::MemoryPlan hopeless = plan_on(3 << 20, base);
   ASSERT_FALSE(hopeless.fits());
   EXPECT_TRUE(hopeless.fix.empty()) << hopeless.refusal;
+}
+
+// img2img encodes its init image whole (VAE tiling tiles the decode only): the
+// memory plan includes the VAE encoder, so a size whose encode does not fit
+// the device is refused before any work, naming the encoder's buffer, and no
+// decode tiling is offered for it. The same size without an init image fits
+// with the decode tiled (the plan without the encoder, as before, would have
+// let the run start and fail in the encode).
+TEST(VaeTiling, MemoryPlanRefusesAnInitImageEncodeThatDoesNotFit) {
+  fs::path dir;
+  try {
+    dir = pipeline::embedded_model_dir();
+  } catch (const std::exception& e) {
+    GTEST_SKIP() << e.what();
+  }
+  const int size = 256;
+  RunConfig tiled;
+  tiled.device = "reference";
+  tiled.set("vae.tiling", "on");
+  tiled.set("vae.tile_size", "64");
+  auto plan_on = [&](std::uint64_t max_alloc, bool encode) {
+    BackendOptions o;
+    o.max_alloc_limit_bytes = max_alloc;
+    pipeline::Session session(o);
+    pipeline::SdModel& m = session.model(tiled);
+    Backend& be = session.backend(tiled.device);
+    pipeline::PlanRequest r;
+    r.model = &m;
+    r.unet.backend = r.vae.backend = &be;
+    r.width = r.height = size;
+    r.cfg = true;
+    if (encode) {
+      r.encoder = &session.encoder_vae(tiled);
+      r.encode_width = r.encode_height = size;
+    }
+    r.resident_bytes = be.allocated_bytes();
+    r.vae_tiles = models::vae_tiles(tiled.vae_tile_size, tiled.vae_tile_overlap, 4);
+    r.tile_overlap_px = tiled.vae_tile_overlap;
+    return pipeline::plan_memory(r);
+  };
+  const pipeline::MemoryPlan whole = plan_on(0, true);
+  ASSERT_TRUE(whole.fits()) << whole.refusal;
+  ASSERT_EQ(whole.largest.component, "vae encoder")
+      << "with the decode in 64-pixel tiles the encoder holds the largest buffer: " << whole.largest.describe();
+  // A device whose largest buffer is just below the encoder's.
+  const std::uint64_t cap = whole.largest.bytes - 1;
+  const pipeline::MemoryPlan txt2img = plan_on(cap, false);
+  EXPECT_TRUE(txt2img.fits()) << txt2img.refusal;
+  const pipeline::MemoryPlan refused = plan_on(cap, true);
+  ASSERT_FALSE(refused.fits());
+  for (const char* want : {"vae encoder", "CL_DEVICE_MAX_MEM_ALLOC_SIZE", "VAE tiling tiles the decode only"})
+    EXPECT_NE(refused.refusal.find(want), std::string::npos) << want << " not in: " << refused.refusal;
+  EXPECT_TRUE(refused.fix.empty()) << "decode tiling cannot help the encode: " << refused.refusal;
+
+  // End to end: img2img at that size on that device is refused before any work, naming the encoder.
+  test::TempDir tmp;
+  const io::RgbImage init{size, size, std::vector<std::uint8_t>(static_cast<std::size_t>(size * size * 3), 90)};
+  io::write_png(tmp / "init.png", init);
+  RunConfig c = tiled;
+  c.steps = 1;
+  c.width = c.height = size;
+  c.set("init_image", (tmp / "init.png").string());
+  BackendOptions o;
+  o.max_alloc_limit_bytes = cap;
+  pipeline::Session session(o);
+  try {
+    session.generate(c);
+    FAIL() << "the init image's encode cannot fit";
+  } catch (const pipeline::MemoryPlanError& e) {
+    EXPECT_NE(std::string(e.what()).find("vae encoder"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

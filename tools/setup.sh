@@ -35,8 +35,9 @@ apt_packages=(
   clang libclang-rt-dev
 )
 if [ "$want_python" = 1 ]; then
-  # python3-scipy: k-diffusion's sampling.py (the k-diffusion oracle) imports scipy.integrate
-  apt_packages+=(python3-venv python3-torch python3-numpy python3-scipy libopenblas0-pthread)
+  # python3-scipy: k-diffusion's sampling.py (the k-diffusion oracle) imports scipy.integrate;
+  # python3-psutil, python3-yaml: peft and accelerate import them (the LoRA oracle)
+  apt_packages+=(python3-venv python3-torch python3-numpy python3-scipy libopenblas0-pthread python3-psutil python3-yaml)
 fi
 
 missing=()
@@ -74,7 +75,10 @@ PY
   # k-diffusion (tests/oracles/kdiffusion_oracle.py) and the pure-Python modules its
   # sampling.py imports, without their dependencies (torch, scipy: Debian's; the
   # oracle loads sampling.py without k-diffusion's training-code package __init__).
-  nodeps=(k-diffusion==0.1.1.post1 torchsde==0.2.6 trampoline==0.1.2 torchdiffeq==0.2.5)
+  # peft and accelerate: diffusers' own load_lora_weights / fuse_lora in
+  # tests/oracles/lora_oracle.py (peft 0.13.2 and accelerate 1.1.1 take torch
+  # >= 1.13 and what the pins above bring; without their deps, so torch stays Debian's).
+  nodeps=(k-diffusion==0.1.1.post1 torchsde==0.2.6 trampoline==0.1.2 torchdiffeq==0.2.5 peft==0.13.2 accelerate==1.1.1)
   if ! .venv/bin/python - "${nodeps[@]}" <<'PY' 2>/dev/null
 import sys
 from importlib.metadata import version
@@ -84,7 +88,7 @@ for pin in sys.argv[1:]:
         sys.exit(1)
 PY
   then
-    echo "setup: installing k-diffusion and its pure-Python imports into .venv (--no-deps)"
+    echo "setup: installing k-diffusion, peft, accelerate and their pure-Python imports into .venv (--no-deps)"
     .venv/bin/pip install -q --disable-pip-version-check --no-deps "${nodeps[@]}"
   fi
   torch_path=$(.venv/bin/python -c 'import torch; print(torch.__file__)')

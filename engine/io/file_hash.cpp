@@ -72,7 +72,7 @@ std::int64_t mtime_ns(const fs::path& p) {
 
 }  // namespace
 
-FileHashes hash_file(const fs::path& path) {
+FileHashes hash_file(const fs::path& path, const std::atomic<bool>* cancel) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw FileError(path.string() + ": cannot open it to hash it (" + std::strerror(errno) + ")");
   Sha256 whole, after_header, v1;
@@ -87,6 +87,7 @@ FileHashes hash_file(const fs::path& path) {
     if (ec) throw FileError(path.string() + ": cannot read its size (" + ec.message() + ")");
   }
   while (in) {
+    if (cancel && cancel->load()) throw Cancelled("hashing " + path.string() + " was cancelled");
     in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
     const auto n = static_cast<std::size_t>(in.gcount());
     if (n == 0) break;
@@ -188,7 +189,7 @@ fs::path FileHashCache::default_path() {
   return {};
 }
 
-FileHashes FileHashCache::get(const fs::path& path) {
+FileHashes FileHashCache::get(const fs::path& path, const std::atomic<bool>* cancel) {
   std::error_code ec;
   const fs::path abs = fs::absolute(path, ec).lexically_normal();
   const std::string key = (ec ? path : abs).string();
@@ -197,7 +198,7 @@ FileHashes FileHashCache::get(const fs::path& path) {
   const std::int64_t mtime = mtime_ns(path);
   if (auto it = entries_.find(key); it != entries_.end() && it->second.size == size && it->second.mtime_ns == mtime)
     return it->second.hashes;
-  Entry e{size, mtime, hash_file(path)};
+  Entry e{size, mtime, hash_file(path, cancel)};
   ++hashed_;
   dirty_ = true;
   entries_[key] = e;

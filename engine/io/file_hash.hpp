@@ -16,6 +16,7 @@
 // whose size or mtime changed is hashed again; a cache file that cannot be
 // read as one is ignored with a warning (and rewritten on save).
 
+#include <atomic>
 #include <cstdint>
 #include <filesystem>
 #include <map>
@@ -31,8 +32,9 @@ struct FileHashes {
   friend bool operator==(const FileHashes&, const FileHashes&) = default;
 };
 
-// Throws FileError naming the file when it cannot be read.
-FileHashes hash_file(const std::filesystem::path& path);
+// Throws FileError naming the file when it cannot be read. `cancel`, when
+// given and set, stops the hashing within 1 MiB (throws Cancelled).
+FileHashes hash_file(const std::filesystem::path& path, const std::atomic<bool>* cancel = nullptr);
 
 // The hash A1111 prints in "Lora hashes" for a .safetensors LoRA: the first 12
 // hex digits of addnet_sha256 (so that editing the metadata keeps it).
@@ -52,7 +54,8 @@ class FileHashCache {
 
   // The file's hashes, from the cache when its path, size and mtime match,
   // else hashed now (and remembered). Throws FileError for an unreadable file.
-  FileHashes get(const std::filesystem::path& path);
+  // `cancel` as for hash_file.
+  FileHashes get(const std::filesystem::path& path, const std::atomic<bool>* cancel = nullptr);
   // Writes the cache atomically when something was added; a failure is a warning only.
   void save();
 

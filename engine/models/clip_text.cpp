@@ -19,7 +19,7 @@ ClipTextModel ClipTextModel::load(const std::filesystem::path& folder, Backend& 
 void ClipTextModel::load_weights(WeightLoader& w) {
   const ClipTextConfig& c = config_;
   const std::string e = "text_model.embeddings";
-  token_embedding_ = w.load_host(e + ".token_embedding.weight", {c.vocab_size, c.hidden_size}, w.dtype());
+  w.load_host_into(e + ".token_embedding.weight", {c.vocab_size, c.hidden_size}, w.dtype(), token_embedding_);
   position_embedding_ = w.load(e + ".position_embedding.weight", {c.max_positions, c.hidden_size});
   layers_.resize(static_cast<std::size_t>(c.layers));
   for (int i = 0; i < c.layers; ++i) {

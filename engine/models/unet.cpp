@@ -35,6 +35,11 @@ void UNet::load_weights(WeightLoader& w) {
   const int g = c.norm_num_groups;
   const float eps = c.norm_eps;
 
+  // Loading again (SdModel::apply_loras) builds the blocks anew.
+  down_.clear();
+  up_.clear();
+  mid_.reset();
+  add_embedding_.reset();
   time_embedding_.name = "time_embedding";
   time_embedding_.linear_1.load(w, "time_embedding", "linear_1", c0, temb);
   time_embedding_.linear_2.load(w, "time_embedding", "linear_2", temb, temb);

@@ -1,6 +1,7 @@
 #include "models/weights.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 
@@ -83,7 +84,14 @@ std::vector<std::string> WeightSource::names() const {
   return out;
 }
 
+namespace {
+std::atomic<std::int64_t> g_tensors_read{0};
+}
+
+std::int64_t WeightSource::tensors_read() { return g_tensors_read.load(); }
+
 HostTensor WeightSource::read(const std::string& name, const Shape& expected, DType dtype) const {
+  ++g_tensors_read;
   if (mapped_) return read_mapped(name, expected, dtype);
   const io::SafetensorsFile* file = nullptr;
   const io::TensorEntry* e = find(name, &file);
@@ -175,16 +183,25 @@ WeightLoader::WeightLoader(const WeightSource& source, Backend& backend, DType d
 
 Tensor WeightLoader::load(const std::string& name, const Shape& expected) {
   used_.insert(name);
-  return backend_.upload(source_.read(name, expected, dtype_));
+  if (kept_ && reuse_) {
+    const auto it = kept_->tensors.find(name);
+    if (it != kept_->tensors.end()) return it->second;
+  }
+  Tensor t = backend_.upload(source_.read(name, expected, dtype_));
+  if (kept_) kept_->tensors[name] = t;
+  return t;
 }
 
 Tensor WeightLoader::load_module_weight(const std::string& module, const Shape& expected,
                                         std::vector<LoraBranch>& branches) {
   const std::string name = module + ".weight";
-  if (!patch_ || !patch_->patches(module)) return load(name, expected);
+  const bool patched = patch_ && patch_->patches(module);
+  // A weight with a merged delta from the last load is no base weight: read it again.
+  if (kept_ && kept_->merged.erase(module)) kept_->tensors.erase(name);
+  if (!patched) return load(name, expected);
   used_.insert(name);
   if (patch_->unmerged()) {
-    Tensor w = backend_.upload(source_.read(name, expected, dtype_));
+    Tensor w = load(name, expected);
     for (const HostLoraBranch& b : patch_->branches(module, expected)) {
       branches.push_back(
           {b.name, backend_.upload(b.down.converted(dtype_)), backend_.upload(b.up.converted(dtype_)), b.scale});
@@ -200,12 +217,25 @@ Tensor WeightLoader::load_module_weight(const std::string& module, const Shape& 
   for (std::int64_t i = 0; i < stored.numel(); ++i)
     if (!std::isfinite(stored.get(i)) && std::isfinite(w.get(i))) ++overflow;
   if (overflow > 0) patch_->note_overflow(module, overflow, dtype_);
-  return backend_.upload(stored);
+  Tensor t = backend_.upload(stored);
+  if (kept_) {
+    kept_->tensors[name] = t;
+    kept_->merged.insert(module);
+  }
+  return t;
 }
 
 HostTensor WeightLoader::load_host(const std::string& name, const Shape& expected, DType dtype) {
   used_.insert(name);
   return source_.read(name, expected, dtype);
+}
+
+void WeightLoader::load_host_into(const std::string& name, const Shape& expected, DType dtype, HostTensor& into) {
+  if (reuse_ && !into.data.empty() && into.shape == expected && into.dtype == dtype) {
+    used_.insert(name);
+    return;
+  }
+  into = load_host(name, expected, dtype);
 }
 
 void WeightLoader::report_unused() const {

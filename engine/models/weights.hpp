@@ -57,6 +57,9 @@ class WeightSource {
 
   // Reads a tensor in host memory, converted to `dtype`, after checking its shape.
   HostTensor read(const std::string& name, const Shape& expected, DType dtype) const;
+  // Tensors read by every WeightSource of the process so far: what a LoRA
+  // change costs in file reads (SdModel::apply_loras; tests/test_lora.cpp).
+  static std::int64_t tensors_read();
 
  private:
   HostTensor read_mapped(const std::string& name, const Shape& expected, DType dtype) const;
@@ -98,6 +101,14 @@ class WeightPatch {
   virtual void note_overflow(const std::string& module, std::int64_t count, DType dtype) = 0;
 };
 
+// What a component's load uploaded, kept with the model so that another LoRA
+// list re-applies only the modules a LoRA patches (before or now) instead of
+// reading every file again (pipeline/sd_model.hpp SdModel::apply_loras).
+struct LoadedWeights {
+  std::map<std::string, Tensor> tensors;  // name -> the uploaded tensor (shared with the model)
+  std::set<std::string> merged;           // modules whose uploaded weight carries a merged LoRA delta
+};
+
 // Uploads tensors of one component with a name prefix ("" or e.g. "first_stage_model.")
 // and records which were used.
 class WeightLoader {
@@ -109,8 +120,18 @@ class WeightLoader {
   // merged into the weight, or as branches the module computes (unmerged).
   Tensor load_module_weight(const std::string& module, const Shape& expected, std::vector<LoraBranch>& branches);
   void set_patch(WeightPatch* patch) { patch_ = patch; }
+  // Records every uploaded tensor in `kept`. With `reuse`, a tensor `kept`
+  // already holds is returned without reading it, except the weights of
+  // modules a patch changes now or changed before (those are read from the
+  // file again and patched as in a fresh load, so the result is the same bits).
+  void keep(LoadedWeights* kept, bool reuse) {
+    kept_ = kept;
+    reuse_ = reuse;
+  }
   bool has(const std::string& name) const { return source_.contains(name); }
   HostTensor load_host(const std::string& name, const Shape& expected, DType dtype);
+  // load_host into `into`; when reusing, a tensor `into` already holds is kept as it is.
+  void load_host_into(const std::string& name, const Shape& expected, DType dtype, HostTensor& into);
   DType dtype() const { return dtype_; }
   Backend& backend() const { return backend_; }
   const std::string& component() const { return component_; }
@@ -124,6 +145,8 @@ class WeightLoader {
   std::string component_;
   std::set<std::string> used_;
   WeightPatch* patch_ = nullptr;
+  LoadedWeights* kept_ = nullptr;
+  bool reuse_ = false;
 };
 
 }  // namespace nanscope::models

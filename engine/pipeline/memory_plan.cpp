@@ -220,6 +220,16 @@ MemoryPlan plan_memory_impl(const PlanRequest& r) {
       plan.peak_component = "vae";
     }
   }
+  // The encode (img2img, the Lanczos hires upscale): the image in the VAE's dtype through the encoder, whole.
+  if (r.encoder && r.encode_width > 0 && r.encode_height > 0) {
+    be.set_component("vae encoder");
+    const Tensor image = be.empty({1, r.encoder->config().in_channels, r.encode_height, r.encode_width}, vae_dtype);
+    const Tensor moments = r.encoder->encode_moments(on_plan(r.vae, be, tracer), image);
+    if (be.peak() > peak) {
+      peak = be.peak();
+      plan.peak_component = "vae encoder";
+    }
+  }
   plan.largest = be.largest();
   const std::optional<PlannedBuffer> too_long = be.too_long();
   plan.peak_bytes = peak;
@@ -228,6 +238,8 @@ MemoryPlan plan_memory_impl(const PlanRequest& r) {
   const std::string helps = "Use a smaller width and height" +
                             std::string(dev.kind == DeviceKind::reference ? "" : ", or a device with more memory") +
                             ".";
+  const std::string encode_note = " The VAE encoder encodes the image (" + std::to_string(r.encode_width) + "x" +
+                                  std::to_string(r.encode_height) + ") whole: VAE tiling tiles the decode only.";
   if (too_long) {
     plan.refusal = size + " does not fit \"" + dev.name + "\": " + too_long->describe() + " has " +
                    std::to_string(shape_numel(too_long->shape)) +
@@ -243,6 +255,11 @@ MemoryPlan plan_memory_impl(const PlanRequest& r) {
                    " of memory (its largest buffer: " + plan.largest.describe() + "). " +
                    (r.cfg ? "Guidance off (cfg_scale 1) halves the UNet's part. " : "") + helps;
   }
+  const bool encoder_decides = too_long ? too_long->component == "vae encoder"
+                               : (dev.max_alloc_bytes && plan.largest.bytes > dev.max_alloc_bytes)
+                                   ? plan.largest.component == "vae encoder"
+                                   : plan.peak_component == "vae encoder";
+  if (!plan.fits() && encoder_decides) plan.refusal += encode_note;
   if (!plan.fits() && r.advise) advise_tiling(r, plan, too_long);
   return plan;
 }

@@ -25,6 +25,7 @@
 #include "core/error.hpp"
 #include "core/tensor.hpp"
 #include "core/units.hpp"
+#include "models/vae.hpp"
 #include "models/vae_tiling.hpp"
 #include "ops/op_context.hpp"
 
@@ -36,7 +37,7 @@ inline constexpr std::int64_t kMaxKernelElements = 4294967295;  // UINT32_MAX
 
 // One buffer the run allocates.
 struct PlannedBuffer {
-  std::string component;  // "unet" or "vae"
+  std::string component;  // "unet", "vae" or "vae encoder"
   std::string op;         // "CONV2D" ("" when not an op's output)
   std::string module;     // diffusers module path, e.g. "decoder.up_blocks.1.upsamplers.0.conv"
   Shape shape;
@@ -93,6 +94,14 @@ struct PlanRequest {
   models::VaeTiles vae_tiles = {};  // the decode in tiles (vae.tiling); untiled when not enabled
   int tile_overlap_px = 64;         // vae.tile_overlap, for the advice
   bool advise = true;               // when it does not fit: look for the VAE tiling that fits (MemoryPlan::fix)
+  // img2img's init image and the hires fix's Lanczos upscale are encoded by
+  // the VAE encoder first, whole (VAE tiling tiles the decode only): `encoder`
+  // (Session::encoder_vae) on an image of encode_width x encode_height in the
+  // VAE's context; null when the run encodes nothing. Planned as its own
+  // component, "vae encoder": a size whose encode does not fit is refused
+  // naming the encoder's buffer, and no decode tiling is offered for it.
+  const models::Vae* encoder = nullptr;
+  int encode_width = 0, encode_height = 0;
 };
 
 // Plans a run (see above). Allocates nothing on the device. Throws only for a

@@ -62,21 +62,31 @@ void SdModel::check_size(int width, int height, const std::string& what) const {
 
 namespace {
 
-// A text encoder or UNet from its diffusers folder, with the LoRAs' patch.
-template <typename Model, typename Config>
-Model load_folder_component(const fs::path& dir, Backend& backend, DType dtype, const std::string& component,
-                            models::LoraSet* loras, ModelFamily family) {
-  Model model(Config::from_json(models::ConfigJson::load(dir / "config.json")));
-  const models::WeightSource source = models::WeightSource::from_folder(dir, dtype != DType::f32);
-  models::WeightLoader loader(source, backend, dtype, component);
+// A text encoder's or the UNet's weights through `kept`'s source, with the
+// LoRAs' patch; `reuse`: what `kept` holds is not read again (apply_loras).
+template <typename Model>
+void load_kept(Model& model, SdModel::KeptComponent& kept, Backend& backend, DType dtype, const std::string& component,
+               models::LoraSet* loras, ModelFamily family, bool reuse, bool report_unused) {
+  models::WeightLoader loader(*kept.source, backend, dtype, component);
+  loader.keep(&kept.weights, reuse);
   if (loras) {
     const models::UNetConfig* unet = nullptr;
     if constexpr (std::is_same_v<Model, models::UNet>) unet = &model.config();
     loader.set_patch(loras->component(component, unet, std::string(models::model_family_name(family))));
   }
   model.load_weights(loader);
-  if constexpr (std::is_same_v<Model, models::UNet>) loader.report_unused();
-  return model;
+  if (report_unused && !reuse) loader.report_unused();
+}
+
+// A text encoder or UNet from its diffusers folder, with the LoRAs' patch.
+template <typename Model, typename Config>
+void load_folder_component(std::optional<Model>& slot, const fs::path& dir, Backend& backend, DType dtype,
+                           const std::string& component, models::LoraSet* loras, ModelFamily family,
+                           SdModel::KeptComponent& kept) {
+  slot.emplace(Config::from_json(models::ConfigJson::load(dir / "config.json")));
+  kept.source = std::make_unique<models::WeightSource>(models::WeightSource::from_folder(dir, dtype != DType::f32));
+  // A folder's text encoder may carry tensors it does not use (position_ids): only the UNet's are reported.
+  load_kept(*slot, kept, backend, dtype, component, loras, family, false, std::is_same_v<Model, models::UNet>);
 }
 
 std::vector<std::string> lora_components(bool xl) {
@@ -121,17 +131,19 @@ std::unique_ptr<SdModel> SdModel::load(const fs::path& folder, const fs::path& v
   }
   const std::string desc = folder.filename().string() + " (" + std::string(models::model_family_name(m->family_)) + ")";
   if (loras) loras->require_components(lora_components(xl), desc);
-  m->text_encoder = load_folder_component<models::ClipTextModel, models::ClipTextConfig>(
-      folder / "text_encoder", backend, dtypes.text_encoder, "text_encoder", loras, m->family_);
+  load_folder_component<models::ClipTextModel, models::ClipTextConfig>(m->text_encoder, folder / "text_encoder",
+                                                                       backend, dtypes.text_encoder, "text_encoder",
+                                                                       loras, m->family_, m->kept_["text_encoder"]);
   if (xl) {
     require_dir(folder / "tokenizer_2", "tokenizer_2/");
     require_dir(folder / "text_encoder_2", "text_encoder_2/");
     m->tokenizer_2 = ClipTokenizer::load(folder / "tokenizer_2");
-    m->text_encoder_2 = load_folder_component<models::ClipTextModel, models::ClipTextConfig>(
-        folder / "text_encoder_2", backend, dtypes.text_encoder, "text_encoder_2", loras, m->family_);
+    load_folder_component<models::ClipTextModel, models::ClipTextConfig>(m->text_encoder_2, folder / "text_encoder_2",
+                                                                         backend, dtypes.text_encoder, "text_encoder_2",
+                                                                         loras, m->family_, m->kept_["text_encoder_2"]);
   }
-  m->unet = load_folder_component<models::UNet, models::UNetConfig>(folder / "unet", backend, dtypes.unet, "unet",
-                                                                    loras, m->family_);
+  load_folder_component<models::UNet, models::UNetConfig>(m->unet, folder / "unet", backend, dtypes.unet, "unet", loras,
+                                                          m->family_, m->kept_["unet"]);
   if (loras) {
     loras->finish(desc);
     m->loras_ = loras->summaries();
@@ -175,16 +187,9 @@ ClipTokenizer single_file_tokenizer(const fs::path& checkpoint, const std::strin
 
 template <typename Model>
 void load_component(Model& model, const models::LdmCheckpoint& ckpt, const std::string& component, Backend& backend,
-                    DType dtype, models::LoraSet* loras) {
-  const models::WeightSource source = ckpt.source(component);
-  models::WeightLoader loader(source, backend, dtype, component);
-  if (loras) {
-    const models::UNetConfig* unet = nullptr;
-    if constexpr (std::is_same_v<Model, models::UNet>) unet = &model.config();
-    loader.set_patch(loras->component(component, unet, std::string(models::model_family_name(ckpt.family()))));
-  }
-  model.load_weights(loader);
-  loader.report_unused();
+                    DType dtype, models::LoraSet* loras, SdModel::KeptComponent& kept) {
+  kept.source = std::make_unique<models::WeightSource>(ckpt.source(component));
+  load_kept(model, kept, backend, dtype, component, loras, ckpt.family(), false, true);
 }
 
 }  // namespace
@@ -208,15 +213,16 @@ std::unique_ptr<SdModel> SdModel::load_single_file(const fs::path& file, const f
   m->tokenizer = single_file_tokenizer(file, "tokenizer", m->family_);
   m->text_encoder.emplace(
       models::ClipTextConfig::from_json(models::ConfigJson(ckpt.text_encoder_config(), origin + " (text_encoder)")));
-  load_component(*m->text_encoder, ckpt, "text_encoder", backend, dtypes.text_encoder, loras);
+  load_component(*m->text_encoder, ckpt, "text_encoder", backend, dtypes.text_encoder, loras, m->kept_["text_encoder"]);
   if (xl) {
     m->tokenizer_2 = single_file_tokenizer(file, "tokenizer_2", m->family_);
     m->text_encoder_2.emplace(models::ClipTextConfig::from_json(
         models::ConfigJson(ckpt.text_encoder_2_config(), origin + " (text_encoder_2)")));
-    load_component(*m->text_encoder_2, ckpt, "text_encoder_2", backend, dtypes.text_encoder, loras);
+    load_component(*m->text_encoder_2, ckpt, "text_encoder_2", backend, dtypes.text_encoder, loras,
+                   m->kept_["text_encoder_2"]);
   }
   m->unet.emplace(models::UNetConfig::from_json(models::ConfigJson(ckpt.unet_config(), origin + " (unet)")));
-  load_component(*m->unet, ckpt, "unet", backend, dtypes.unet, loras);
+  load_component(*m->unet, ckpt, "unet", backend, dtypes.unet, loras, m->kept_["unet"]);
   if (loras) {
     loras->finish(desc);
     m->loras_ = loras->summaries();
@@ -258,6 +264,32 @@ std::unique_ptr<SdModel> SdModel::load_single_file(const fs::path& file, const f
 fs::path embedded_model_dir() {
   return find_resource("the embedded default model", "models/nanscope-tiny", "NANSCOPE_MODEL_DIR",
                        "Set NANSCOPE_MODEL_DIR or pass --model PATH to a diffusers folder.");
+}
+
+void SdModel::apply_loras(Backend& backend, models::LoraSet* loras) {
+  if (loras && loras->empty()) loras = nullptr;
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::int64_t reads = models::WeightSource::tensors_read();
+  const bool xl = text_encoder_2.has_value();
+  const std::string desc = folder_.filename().string() + " (" + std::string(models::model_family_name(family_)) + ")";
+  if (loras) loras->require_components(lora_components(xl), desc);
+  load_kept(*text_encoder, kept_.at("text_encoder"), backend, dtypes_.text_encoder, "text_encoder", loras, family_,
+            true, false);
+  if (xl) {
+    load_kept(*text_encoder_2, kept_.at("text_encoder_2"), backend, dtypes_.text_encoder, "text_encoder_2", loras,
+              family_, true, false);
+  }
+  load_kept(*unet, kept_.at("unet"), backend, dtypes_.unet, "unet", loras, family_, true, false);
+  loras_.clear();
+  if (loras) {
+    loras->finish(desc);
+    loras_ = loras->summaries();
+  }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  log::info(
+      "LoRAs of {} changed to {}: {} module weights read again and patched in {:.2f} s, the rest kept (no reload)",
+      folder_.filename().string(), loras_.empty() ? std::string("none") : std::to_string(loras_.size()) + " file(s)",
+      models::WeightSource::tensors_read() - reads, secs);
 }
 
 }  // namespace nanscope::pipeline

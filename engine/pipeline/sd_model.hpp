@@ -4,6 +4,7 @@
 // on one backend. The family (SD 1.x, SD 2.x, SDXL) is read from the folder.
 
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -53,6 +54,20 @@ class SdModel {
   // The LoRAs the weights carry (merged or as branches), in the order given.
   const std::vector<models::LoraSummary>& loras() const { return loras_; }
 
+  // Another LoRA list (files, weights or mode) on this loaded model, without
+  // loading it again: the weights of the modules a LoRA patches now or patched
+  // before are read from the model files again and patched as a fresh load
+  // patches them; every other tensor stays on the device as it is. The result
+  // is bit for bit that of SdModel::load with `loras`. Throws what a load
+  // throws for a bad LoRA, leaving the model half-patched: the caller drops it.
+  void apply_loras(Backend& backend, models::LoraSet* loras);
+
+  // A text encoder's or the UNet's weight source and what its load uploaded.
+  struct KeptComponent {
+    std::unique_ptr<models::WeightSource> source;
+    models::LoadedWeights weights;
+  };
+
   ClipTokenizer tokenizer;
   std::optional<ClipTokenizer> tokenizer_2;
   std::optional<models::ClipTextModel> text_encoder;
@@ -71,6 +86,7 @@ class SdModel {
   nlohmann::json scheduler_config_;
   bool force_zeros_for_empty_prompt_ = false;
   std::vector<models::LoraSummary> loras_;
+  std::map<std::string, KeptComponent> kept_;  // "text_encoder", "text_encoder_2", "unet"
 };
 
 // Where the embedded default model lives: $NANSCOPE_MODEL_DIR, else next to

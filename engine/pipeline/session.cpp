@@ -43,11 +43,28 @@ SdModel& Session::model(const RunConfig& config) {
                config.lora_unmerged};
   if (key.loras.empty()) key.lora_unmerged = false;
   if (model_ && model_key_ && *model_key_ == key) return *model_;
-  model_.reset();  // free the old weights before loading new ones
-  model_key_.reset();
   std::vector<models::LoraSpec> specs;
   for (const auto& l : key.loras) specs.push_back({l.path, l.weight, l.origin});
-  models::LoraSet loras(std::move(specs), key.lora_unmerged);
+  models::LoraSet loras(std::move(specs), key.lora_unmerged);  // reads and checks the files before the model changes
+  ModelKey same_model = key;
+  if (model_key_) {
+    same_model.loras = model_key_->loras;
+    same_model.lora_unmerged = model_key_->lora_unmerged;
+  }
+  if (model_ && model_key_ && *model_key_ == same_model) {
+    // Only the LoRAs changed: re-patch the modules they touch instead of reading the model again.
+    model_key_.reset();  // a failure below leaves a half-patched model: it is dropped
+    try {
+      model_->apply_loras(be, &loras);
+    } catch (...) {
+      model_.reset();
+      throw;
+    }
+    model_key_ = key;
+    return *model_;
+  }
+  model_.reset();  // free the old weights before loading new ones
+  model_key_.reset();
   model_ = SdModel::load(folder, config.vae, be, key.dtypes, &loras);
   model_key_ = key;
   return *model_;

@@ -227,9 +227,15 @@ namespace {
 
 // Refuses a size the device cannot hold before any work: the memory plan
 // (memory_plan.hpp) names the buffer, and the message the largest size that fits.
+// `encoder`: the VAE with its encoder when the pass first encodes an image of its size (img2img, Lanczos hires).
 void require_memory(const SdModel& m, const ComponentContexts& cc, int width, int height, bool cfg,
-                    const RunConfig& config) {
+                    const RunConfig& config, const models::Vae* encoder = nullptr) {
   PlanRequest r{&m, cc.unet, cc.vae, width, height, cfg, cc.unet.be().allocated_bytes()};
+  if (encoder) {
+    r.encoder = encoder;
+    r.encode_width = width;
+    r.encode_height = height;
+  }
   // vae.tiling=on tiles every decode; auto tiles when the whole decode would not fit: plan the tiled one.
   if (config.vae_tiling != "off") {
     r.vae_tiles = models::vae_tiles(config.vae_tile_size, config.vae_tile_overlap, m.vae->config().downscale());
@@ -386,10 +392,12 @@ class Txt2ImgRun {
     if (faults_) faults_->begin_run(latent_shape_[2], latent_shape_[3]);
     cfg_ = config_.cfg_scale > 1.0;
     sdxl_ = m.family() == ModelFamily::sdxl;
-    require_memory(m, cc_, width_, height_, cfg_, config_);
+    const bool lanczos = config_.hires() && config_.hires_upscaler == HiresUpscaler::lanczos;
+    const models::Vae* encoder = init_image_ || lanczos ? &session_.encoder_vae(config_) : nullptr;
+    require_memory(m, cc_, width_, height_, cfg_, config_, init_image_ ? encoder : nullptr);
     if (config_.hires()) {
       try {
-        require_memory(m, cc_, hires_w_, hires_h_, cfg_, config_);
+        require_memory(m, cc_, hires_w_, hires_h_, cfg_, config_, lanczos ? encoder : nullptr);
       } catch (const MemoryPlanError& e) {
         throw MemoryPlanError("hires fix, pass 2 at " + std::to_string(hires_w_) + "x" + std::to_string(hires_h_) +
                                   ": " + e.what() + " Lower hires.scale.",

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <fstream>
 #include <regex>
+#include <set>
 
 #include "config/sampler_names.hpp"
 #include "config/settings.hpp"
@@ -120,8 +121,8 @@ std::string hash_match(const std::string& h, const io::FileHashes& f, Role role)
 }
 
 FoundFile find(Role role, const std::string& role_name, const std::string& name, const std::string& hash,
-               const std::vector<Candidate>& all, io::FileHashCache& cache, const fs::path& dir,
-               std::vector<std::string>& notes) {
+               const std::vector<Candidate>& all, const std::function<io::FileHashes(const fs::path&)>& hash_of,
+               const fs::path& dir, std::vector<std::string>& notes) {
   FoundFile f;
   f.role = role_name;
   f.wanted = name + (hash.empty() ? "" : " [" + hash + "]");
@@ -136,7 +137,7 @@ FoundFile find(Role role, const std::string& role_name, const std::string& name,
         if (c->folder) continue;  // A1111 hashes files; a diffusers folder has no such hash
         io::FileHashes h;
         try {
-          h = cache.get(c->path);
+          h = hash_of(c->path);
         } catch (const FileError& e) {
           notes.push_back(std::string("could not hash a candidate: ") + e.what());
           continue;
@@ -391,25 +392,44 @@ void map_onto_run_config(ReproducePlan& plan) {
 }
 
 ReproducePlan plan_reproduction(const ForeignGeneration& generation, const fs::path& models_dir,
-                                io::FileHashCache& cache) {
+                                io::FileHashCache& cache, const PlanProgress* progress) {
   ReproducePlan plan;
   plan.generation = generation;
   plan.models_dir = models_dir;
   const int hashed_before = cache.hashed();
   const std::vector<Candidate> all = scan(models_dir);
+  const int total =
+      static_cast<int>(std::count_if(all.begin(), all.end(), [](const Candidate& c) { return !c.folder; }));
+  std::set<fs::path> looked_up;
+  const std::atomic<bool>* cancel = progress ? progress->cancel : nullptr;
+  const std::function<io::FileHashes(const fs::path&)> hash_of = [&](const fs::path& p) {
+    if (!looked_up.count(p)) {
+      if (cancel && cancel->load()) throw Cancelled("searching " + models_dir.string() + " was cancelled");
+      if (progress && progress->on_file) progress->on_file(static_cast<int>(looked_up.size()), total, p);
+      looked_up.insert(p);
+    }
+    return cache.get(p, cancel);
+  };
   const ForeignGeneration& g = generation;
-  if (g.model.empty() && g.model_hash.empty()) {
-    plan.checkpoint = {"checkpoint", "(not named)", {}, "the image names no checkpoint"};
-  } else {
-    plan.checkpoint = find(Role::checkpoint, "checkpoint", g.model, g.model_hash, all, cache, models_dir, plan.notes);
+  try {
+    if (g.model.empty() && g.model_hash.empty()) {
+      plan.checkpoint = {"checkpoint", "(not named)", {}, "the image names no checkpoint"};
+    } else {
+      plan.checkpoint =
+          find(Role::checkpoint, "checkpoint", g.model, g.model_hash, all, hash_of, models_dir, plan.notes);
+    }
+    if (!g.vae.empty() || !g.vae_hash.empty()) {
+      const std::string name = g.vae.empty() ? std::string("(by hash)") : g.vae;
+      plan.vae = find(Role::vae, "VAE", g.vae.empty() ? "" : g.vae, g.vae_hash, all, hash_of, models_dir, plan.notes);
+      plan.vae.wanted = name + (g.vae_hash.empty() ? "" : " [" + g.vae_hash + "]");
+    }
+    for (const ForeignLora& l : g.loras)
+      plan.loras.push_back(find(Role::lora, "LoRA", l.name, l.hash, all, hash_of, models_dir, plan.notes));
+  } catch (const Cancelled&) {
+    cache.save();  // the files hashed before the cancel are not hashed again
+    throw;
   }
-  if (!g.vae.empty() || !g.vae_hash.empty()) {
-    const std::string name = g.vae.empty() ? std::string("(by hash)") : g.vae;
-    plan.vae = find(Role::vae, "VAE", g.vae.empty() ? "" : g.vae, g.vae_hash, all, cache, models_dir, plan.notes);
-    plan.vae.wanted = name + (g.vae_hash.empty() ? "" : " [" + g.vae_hash + "]");
-  }
-  for (const ForeignLora& l : g.loras)
-    plan.loras.push_back(find(Role::lora, "LoRA", l.name, l.hash, all, cache, models_dir, plan.notes));
+  if (progress && progress->on_file) progress->on_file(static_cast<int>(looked_up.size()), total, {});
   cache.save();
   for (const std::string& w : cache.warnings()) plan.notes.push_back(w);
   plan.hashed_files = cache.hashed() - hashed_before;

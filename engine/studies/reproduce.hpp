@@ -14,7 +14,9 @@
 // the folder (ComfyUI names files by their path relative to its models
 // folder), the file name, or the name without extension, ignoring case.
 
+#include <atomic>
 #include <filesystem>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -55,10 +57,22 @@ struct ReproducePlan {
   std::vector<std::string> sets() const;
 };
 
+// The planning's file hashing as it goes, and its cancel (the workbench plans
+// on a worker thread; gui/src/reproduce_dialog.cpp).
+struct PlanProgress {
+  // Before each file whose hashes are looked up (hashed, or found in the
+  // cache): `done` such files so far, `total` the files of the folder that may
+  // be (every file in it; the search stops at the first match), `file` the next.
+  std::function<void(int done, int total, const std::filesystem::path& file)> on_file;
+  // When set: planning throws Cancelled before the next file or within 1 MiB
+  // of hashing; the hashes finished by then are saved to the cache.
+  const std::atomic<bool>* cancel = nullptr;
+};
+
 // Scans `models_dir`, finds the files and maps the settings. Throws FileError
 // when models_dir is not a readable folder.
 ReproducePlan plan_reproduction(const ForeignGeneration& generation, const std::filesystem::path& models_dir,
-                                io::FileHashCache& cache);
+                                io::FileHashCache& cache, const PlanProgress* progress = nullptr);
 
 // THE place that decides what of an image this version of NaNscope runs:
 // fills plan.config from plan.generation and the files found (checkpoint,

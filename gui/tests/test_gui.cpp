@@ -17,6 +17,7 @@
 #include <QMimeData>
 #include <QPlainTextEdit>
 #include <QPushButton>
+#include <QRegularExpression>
 #include <QSettings>
 #include <QSignalSpy>
 #include <QSlider>
@@ -35,6 +36,7 @@
 
 #include "ab_panel.hpp"
 #include "backend/opencl/opencl_backend.hpp"
+#include "config/foreign_generation.hpp"
 #include "config/preset.hpp"
 #include "config/settings.hpp"
 #include "config_diff.hpp"
@@ -43,6 +45,7 @@
 #include "engine_types.hpp"
 #include "img2img_panel.hpp"
 #include "inspector_panel.hpp"
+#include "io/file_hash.hpp"
 #include "io/png.hpp"
 #include "io/safetensors.hpp"
 #include "kernel_cache_dialog.hpp"
@@ -1078,7 +1081,9 @@ class GuiTest : public QObject {
     QVERIFY(dialog);
     QVERIFY(dialog->isVisible());
     QVERIFY(!dialog->can_apply());  // no folder yet
-    dialog->set_models_dir(models);
+    QSignalSpy planned(dialog, &ReproduceDialog::planned);
+    dialog->set_models_dir(models);  // searched on the dialog's worker thread
+    QVERIFY(planned.wait(60000));
     QVERIFY2(dialog->can_apply(), qPrintable(dialog->plan_text()));
     const QString text = dialog->plan_text();
     for (const char* want : {"--set sampler=euler_a", "nanscope-tiny (by file name)", "LoRA 'glow' not found in",
@@ -1121,6 +1126,7 @@ class GuiTest : public QObject {
     QVERIFY(w->open_file(png));
     auto dialogs = w->findChildren<ReproduceDialog*>("reproduceDialog");
     QVERIFY(!dialogs.isEmpty());
+    QTRY_VERIFY_WITH_TIMEOUT(!dialogs.back()->searching(), 60000);
     QVERIFY(dialogs.back()->can_apply());
     dialogs.back()->reject();
 
@@ -1130,6 +1136,85 @@ class GuiTest : public QObject {
                   {{"prompt", R"({"1": {"class_type": "LoraLoader", "inputs": {"model": ["2", 0]}},
                                   "2": {"class_type": "LoraLoader", "inputs": {"model": ["1", 0]}}})"}});
     QVERIFY(!w->open_file(cyclic));
+  }
+
+  // The reproduce dialog hashes the models folder on a worker thread: the
+  // window keeps handling events, the status counts the files ("Hashing 3 of
+  // 40 files"), Stop cancels within a file, and the hashes finished before
+  // the stop are cached. 40 sparse 48 MiB files (no disk, nothing written) whose
+  // hashes match nothing: hashing them all takes seconds, a stopped search
+  // hashes a few.
+  void reproduce_dialog_hashes_on_a_worker_with_progress_and_stop() {
+    QTemporaryDir dir;
+    const QByteArray old_cache = qgetenv("XDG_CACHE_HOME");
+    const bool had_cache = qEnvironmentVariableIsSet("XDG_CACHE_HOME");
+    qputenv("XDG_CACHE_HOME", dir.filePath("cache").toUtf8());
+    const std::shared_ptr<void> restore(nullptr, [&](void*) {
+      if (had_cache) {
+        qputenv("XDG_CACHE_HOME", old_cache);
+      } else {
+        qunsetenv("XDG_CACHE_HOME");
+      }
+    });
+    const QString models = dir.filePath("models");
+    QVERIFY(QDir().mkpath(models + "/Stable-diffusion"));
+    constexpr int kFiles = 40;
+    for (int i = 0; i < kFiles; ++i) {
+      QFile f(models + QString("/Stable-diffusion/model-%1.safetensors").arg(i, 2, 10, QChar('0')));
+      QVERIFY(f.open(QIODevice::WriteOnly));
+      QVERIFY(f.resize(48ll << 20));
+    }
+    const auto generation = foreign_from_a1111(
+        "a lighthouse\nSteps: 2, Sampler: Euler a, CFG scale: 5, Seed: 1, Size: 32x32, Model hash: 0123456789, "
+        "Model: not-in-the-folder");
+    ReproduceDialog dialog(generation, "lighthouse.png", {});
+    dialog.show();
+    QSignalSpy progress(&dialog, &ReproduceDialog::searchProgress);
+    QSignalSpy planned(&dialog, &ReproduceDialog::planned);
+    QElapsedTimer t;
+    t.start();
+    dialog.set_models_dir(models);
+    const qint64 returned_ms = t.elapsed();
+    QVERIFY(dialog.searching());  // set_models_dir returned while the worker hashes
+    QVERIFY(!dialog.can_apply());
+    // The GUI thread keeps running its event loop: a timer fires while the worker hashes.
+    bool timer_fired = false;
+    QTimer::singleShot(0, &dialog, [&] { timer_fired = true; });
+    QTRY_VERIFY_WITH_TIMEOUT(progress.count() >= 3, 60000);
+    QVERIFY(timer_fired);
+    QCOMPARE(progress.at(2).at(1).toInt(), kFiles);
+    QVERIFY(dialog.searching());
+    const QString status = dialog.findChild<QLabel*>("reproduceStatus")->text();
+    QVERIFY2(QRegularExpression(QString("^Hashing \\d+ of %1 files: model-\\d\\d\\.safetensors$").arg(kFiles))
+                 .match(status)
+                 .hasMatch(),
+             qPrintable(status));
+    QCoreApplication::processEvents();
+    const QString shot = screenshot_path("reproduce-hashing.png");
+    QVERIFY(dialog.grab().save(shot));
+    qInfo("screenshot: %s (set_models_dir returned after %lld ms)", qPrintable(shot), returned_ms);
+
+    QTest::mouseClick(dialog.stop_button(), Qt::LeftButton);
+    QVERIFY(planned.wait(10000));
+    QVERIFY(!dialog.searching());
+    QVERIFY(!dialog.plan());
+    QVERIFY(!dialog.can_apply());
+    const QString stopped = dialog.findChild<QLabel*>("reproduceStatus")->text();
+    QVERIFY2(stopped.startsWith("Search stopped after"), qPrintable(stopped));
+    const int looked_up = progress.back().at(0).toInt();
+    QVERIFY2(looked_up < kFiles, qPrintable(QString::number(looked_up)));
+    // The hashes finished before the stop are in the cache.
+    io::FileHashCache cache(io::FileHashCache::default_path());
+    const auto first = std::filesystem::path(models.toStdString()) / "Stable-diffusion" / "model-00.safetensors";
+    (void)cache.get(first);
+    QCOMPARE(cache.hashed(), 0);
+
+    // Closing the dialog while it hashes stops the worker at once.
+    auto* again = new ReproduceDialog(generation, "lighthouse.png", models);
+    QVERIFY(again->searching());
+    t.restart();
+    delete again;
+    QVERIFY2(t.elapsed() < 5000, qPrintable(QString::number(t.elapsed())));
   }
 
   void screenshots_have_the_right_size() {

@@ -1,26 +1,20 @@
 """Oracle for tests/test_lora.cpp: LoRA files for the tiny random-weight SD 1.x
-pipeline of pipeline_oracle.py, and that pipeline run with a LoRA fused the way
-diffusers does it.
+pipeline of pipeline_oracle.py, and that pipeline run with a LoRA loaded by diffusers' own
+load_lora_weights.
 
-diffusers' load_lora_weights needs the `peft` package (and peft needs
-`accelerate`); neither is in the test venv. So the oracle takes diffusers' own
-key handling and does PEFT's arithmetic by hand:
-  - StableDiffusionPipeline.lora_state_dict (diffusers 0.31) reads the file and converts kohya
-    keys to diffusers names with their network alphas (loaders/lora_conversion_utils.py);
-  - convert_unet_state_dict_to_peft / convert_state_dict_to_peft give PEFT names, and
-    get_peft_kwargs the rank and alpha of every module, as load_lora_into_unet /
-    load_lora_into_text_encoder do;
-  - the fuse is PEFT's LoraLayer.merge: W += lora_scale * (alpha / r) * get_delta_weight, with
-    get_delta_weight = B @ A for Linear, (B[:, :, 0, 0] @ A[:, :, 0, 0])[..., None, None] for a 1x1
-    conv and conv2d(A.permute(1, 0, 2, 3), B).permute(1, 0, 2, 3) for a kxk one (peft/tuners/lora/layer.py).
+The run is diffusers' own LoRA loading (diffusers 0.31 with peft 0.13.2, accelerate 1.1.1; tools/setup.sh
+pins them): StableDiffusionPipeline.load_lora_weights reads each file (kohya keys converted by
+loaders/lora_conversion_utils.py, network alphas kept as PEFT's alpha_pattern), then either
+fuse_lora(lora_scale=W) (NaNscope's lora.mode=merge) or the adapter left unfused with
+set_adapters(weights=W) (lora.mode=unmerged).
 
 usage:
   lora_oracle.py make MODEL_DIR OUT_DIR
     writes kohya.safetensors, kohya_ldm.safetensors (the same LoRA under LDM UNet names, written
     by hand here), peft.safetensors (written by diffusers' save_lora_weights), and prints a JSON map
     file -> A1111 short hash (kohya-ss addnet_hash_safetensors, first 12 hex digits).
-  lora_oracle.py run MODEL_DIR IN.safetensors OUT.safetensors PROMPT NEGATIVE STEPS CFG SEED FILE:WEIGHT...
-    IN holds "noise"; OUT gets "latent_I" and "image_I" for the I-th FILE:WEIGHT.
+  lora_oracle.py run MODEL_DIR IN.safetensors OUT.safetensors PROMPT NEGATIVE STEPS CFG SEED FILE:WEIGHT:MODE...
+    MODE merged or unmerged. IN holds "noise"; OUT gets "latent_I" and "image_I" for the I-th job.
 """
 import hashlib
 import json
@@ -133,55 +127,43 @@ def make(model_dir, out):
                       for f in ("kohya.safetensors", "kohya_ldm.safetensors", "peft.safetensors")}))
 
 
-def fuse(pipe, path, lora_scale):
-    from diffusers import StableDiffusionPipeline
-    from diffusers.utils.peft_utils import get_peft_kwargs
-    from diffusers.utils.state_dict_utils import (convert_state_dict_to_diffusers, convert_state_dict_to_peft,
-                                                  convert_unet_state_dict_to_peft)
-    state_dict, alphas = StableDiffusionPipeline.lora_state_dict(os.path.dirname(path),
-                                                                 weight_name=os.path.basename(path))
-    for prefix, root in (("unet", pipe.unet), ("text_encoder", pipe.text_encoder)):
-        sd = {k[len(prefix) + 1:]: v for k, v in state_dict.items() if k.split(".")[0] == prefix}
-        if not sd:
-            continue
-        if prefix == "unet":
-            sd = convert_unet_state_dict_to_peft(sd)
-        else:
-            sd = convert_state_dict_to_peft(convert_state_dict_to_diffusers(sd))
-        rank = {k: v.shape[1] for k, v in sd.items() if "lora_B" in k}
-        net_alphas = None
-        if alphas:
-            net_alphas = {k[len(prefix) + 1:]: v for k, v in alphas.items() if k.split(".")[0] == prefix}
-        kw = get_peft_kwargs(rank, net_alphas, sd, is_unet=prefix == "unet")
-        # diffusers' conversion found every module this oracle's files patch (none silently dropped).
-        assert len(kw["target_modules"]) == len(UNET if prefix == "unet" else TEXT), kw["target_modules"]
-        for name in kw["target_modules"]:
-            a, b = sd[name + ".lora_A.weight"].double(), sd[name + ".lora_B.weight"].double()
-            r = kw["rank_pattern"].get(name, kw["r"])
-            alpha = kw["alpha_pattern"].get(name, kw["lora_alpha"])
-            m = module_of(root, name)
-            if m.weight.dim() == 2:
-                delta = b @ a
-            elif a.shape[2:] == (1, 1):
-                delta = (b[:, :, 0, 0] @ a[:, :, 0, 0])[:, :, None, None]
-            else:
-                delta = torch.nn.functional.conv2d(a.permute(1, 0, 2, 3), b).permute(1, 0, 2, 3)
-            with torch.no_grad():
-                m.weight += (lora_scale * alpha / r * delta).to(m.weight.dtype)
+def apply(pipe, path, lora_scale, mode):
+    """diffusers' own LoRA loading: load_lora_weights (PEFT layers on the UNet and the text encoder),
+    then fuse_lora(lora_scale) for NaNscope's merged mode, or the adapter kept apart with its weight
+    (set_adapters, PEFT's unfused forward: base(x) + lora_B(lora_A(x)) * scaling) for unmerged."""
+    # low_cpu_mem_usage=False: diffusers 0.31 turns it on for peft >= 0.13.1, and peft then calls
+    # load_state_dict(assign=True), which Debian's torch 1.13 does not have.
+    pipe.load_lora_weights(os.path.dirname(path), weight_name=os.path.basename(path), adapter_name="test",
+                           low_cpu_mem_usage=False)
+    # diffusers found every module this oracle's files patch (none silently dropped).
+    from peft.tuners.lora import LoraLayer
+    for root, modules in ((pipe.unet, UNET), (pipe.text_encoder, TEXT)):
+        patched = {n for n, m in root.named_modules() if isinstance(m, LoraLayer)}
+        assert patched == {n for n, _ in modules}, sorted(patched)
+    if mode == "merged":
+        pipe.fuse_lora(lora_scale=lora_scale, adapter_names=["test"])
+        pipe.unload_lora_weights()  # the fused weights stay; the PEFT layers go
+    else:
+        pipe.set_adapters(["test"], adapter_weights=[lora_scale])
 
 
 def run(model_dir, inp, out, prompt, negative, steps, cfg, seed, jobs):
     noise = load_file(inp)["noise"]
     result = {}
     for i, job in enumerate(jobs):
-        path, weight = job.rsplit(":", 1)
+        rest, mode = job.rsplit(":", 1)
+        path, weight = rest.rsplit(":", 1)
         pipe = load_pipe(model_dir)
-        fuse(pipe, path, float(weight))
+        apply(pipe, path, float(weight), mode)
         with torch.no_grad():
-            common = dict(prompt=prompt, negative_prompt=negative or None, num_inference_steps=steps,
-                          guidance_scale=cfg, latents=noise.clone(), generator=torch.Generator().manual_seed(seed))
-            result[f"latent_{i}"] = pipe(output_type="latent", **common).images.float().contiguous()
-            result[f"image_{i}"] = pipe(output_type="pt", **common).images.float().contiguous()
+            latent = pipe(prompt=prompt, negative_prompt=negative or None, num_inference_steps=steps,
+                          guidance_scale=cfg, latents=noise.clone(), generator=torch.Generator().manual_seed(seed),
+                          output_type="latent").images
+            # The pipeline's own decode and postprocess (what output_type="pt" runs after the loop).
+            image = pipe.vae.decode(latent / pipe.vae.config.scaling_factor, return_dict=False)[0]
+            image = pipe.image_processor.postprocess(image, output_type="pt", do_denormalize=[True])
+        result[f"latent_{i}"] = latent.float().contiguous()
+        result[f"image_{i}"] = image.float().contiguous()
     save_file(result, out)
 
 

@@ -8,6 +8,10 @@
 
 #include "core/error.hpp"
 #include "io/safetensors.hpp"
+#include "models/clip_text.hpp"
+#include "models/config_json.hpp"
+#include "models/unet.hpp"
+#include "models/vae.hpp"
 
 namespace nanscope::test {
 
@@ -87,6 +91,39 @@ void write_ldm_checkpoint(const fs::path& path, const models::LdmNameMap& names,
   }
   std::vector<std::pair<std::string, HostTensor>> ordered(out.begin(), out.end());
   io::write_safetensors(path, ordered);
+}
+
+models::LdmStructure folder_structure(const fs::path& folder, models::ModelFamily f) {
+  models::LdmStructure s;
+  s.family = f;
+  s.unet = models::UNetConfig::from_json(models::ConfigJson::load(folder / "unet" / "config.json"));
+  s.vae = models::VaeConfig::from_json(models::ConfigJson::load(folder / "vae" / "config.json"));
+  s.text_layers =
+      models::ClipTextConfig::from_json(models::ConfigJson::load(folder / "text_encoder" / "config.json")).layers;
+  if (f == models::ModelFamily::sdxl) {
+    s.text_2_layers =
+        models::ClipTextConfig::from_json(models::ConfigJson::load(folder / "text_encoder_2" / "config.json")).layers;
+  }
+  return s;
+}
+
+void write_ldm_copy(const fs::path& folder, models::ModelFamily f, const fs::path& file) {
+  std::vector<std::string> components = {"unet", "vae", "text_encoder"};
+  if (f == models::ModelFamily::sdxl) components.emplace_back("text_encoder_2");
+  std::vector<std::pair<std::string, HostTensor>> tensors;
+  for (const auto& comp : components) {
+    const fs::path dir = folder / comp;
+    const fs::path st_path =
+        fs::exists(dir / "model.safetensors") ? dir / "model.safetensors" : dir / "diffusion_pytorch_model.safetensors";
+    const auto st = io::SafetensorsFile::open(st_path);
+    for (const auto& e : st.entries()) tensors.emplace_back(comp + "." + e.name, st.read(e, DType::f32));
+  }
+  fs::create_directories(file.parent_path());
+  write_ldm_checkpoint(file, models::LdmNameMap(folder_structure(folder, f)), tensors);
+  fs::copy(folder / "tokenizer", file.parent_path() / "tokenizer", fs::copy_options::recursive);
+  if (f == models::ModelFamily::sdxl) {
+    fs::copy(folder / "tokenizer_2", file.parent_path() / "tokenizer_2", fs::copy_options::recursive);
+  }
 }
 
 }  // namespace nanscope::test

@@ -20,4 +20,11 @@ namespace nanscope::test {
 void write_ldm_checkpoint(const std::filesystem::path& path, const models::LdmNameMap& names,
                           const std::vector<std::pair<std::string, HostTensor>>& diffusers_tensors);
 
+// The structure (UNet, VAE and text configs) of a diffusers pipeline folder of family `f`.
+models::LdmStructure folder_structure(const std::filesystem::path& folder, models::ModelFamily f);
+
+// The diffusers pipeline `folder` of family `f` as one LDM file `file`, with its
+// tokenizer/ (and SDXL's tokenizer_2/) copied beside it, as users keep them.
+void write_ldm_copy(const std::filesystem::path& folder, models::ModelFamily f, const std::filesystem::path& file);
+
 }  // namespace nanscope::test
