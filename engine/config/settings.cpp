@@ -593,7 +593,8 @@ std::vector<Setting> build_table() {
                       .min = 0,
                       .max = 3,
                       .help = "UniPC's order, 1 to 3; 0 (auto): the scheduler config's solver_order for diffusers "
-                              "(2 by default), 3 for a1111 (A1111's UniPC order) and comfyui (min(3, steps - 1))",
+                              "(2 by default), 3 for a1111 (A1111's UniPC order) and comfyui (which runs "
+                              "min(order, steps - 1))",
                       .omit_default = true}));
   t.push_back(member(&RunConfig::unipc_lower_order_final,
                      {.key = "unipc.lower_order_final",

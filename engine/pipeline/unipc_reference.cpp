@@ -143,7 +143,8 @@ class UniPcReferenceSampler final : public Sampler {
     }
     const int steps = num_steps() - start_;  // the reference's `steps`
     const int k = i - start_;                // this call evaluates the model at the run's time k
-    const int order = comfy() ? std::min(3, steps - 1) : config_.solver_order;
+    // ComfyUI: min(3, steps - 1) (unipc.order, 3 when auto, in place of its 3).
+    const int order = comfy() ? std::min(config_.solver_order, steps - 1) : config_.solver_order;
     // data_prediction_fn: x0 = (x - sigma_t * eps) / alpha_t.
     const Level& lt = levels_[static_cast<std::size_t>(i)];
     Tensor x0 = be.empty({x.numel()}, DType::f32);
@@ -158,7 +159,7 @@ class UniPcReferenceSampler final : public Sampler {
     if (target < order) {
       this_order_ = target;
     } else {
-      this_order_ = config_.lower_order_final || comfy() ? std::min(order, steps + 1 - target) : order;
+      this_order_ = config_.lower_order_final ? std::min(order, steps + 1 - target) : order;
     }
     Tensor keep = be.empty({x.numel()}, DType::f32);
     apply(be, LatentOp::mul, x, nullptr, keep, {1.0f});

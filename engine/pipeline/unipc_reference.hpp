@@ -29,7 +29,8 @@
 //    final 0 replaced by 0.001, through SigmaConvert (alpha = 1/sqrt(s^2+1));
 //  - x = noise / sqrt(1 + sigma_0^2) (noise already scaled by sqrt(1 +
 //    sigma_0^2) at full denoise: the initial noise itself);
-//  - order min(3, steps - 1), lower order final, variant bh1 or bh2;
+//  - order min(3, steps - 1), lower order final, variant bh1 or bh2 (the
+//    unipc.* settings may change them: 3 becomes unipc.order);
 //  - the model sees the timestep nearest its sigma (ModelSamplingDiscrete.
 //    timestep: argmin |log sigma - log sigmas|, an integer);
 //  - the result is divided by alpha(0.001).
