@@ -191,6 +191,14 @@ ForeignGeneration foreign_from_a1111(std::string_view parameters) {
     } else if (k == "RNG") {
       if (v != "GPU" && v != "CPU" && v != "NV") a1111_fail(k, v, "expected GPU, CPU or NV");
       g.rng = v;
+    } else if (k == "UniPC variant") {
+      g.unipc_variant = v;
+    } else if (k == "UniPC skip type") {
+      g.unipc_skip_type = v;
+    } else if (k == "UniPC order") {
+      g.unipc_order = v;
+    } else if (k == "UniPC lower order final") {
+      g.unipc_lower_order_final = v;
     } else if (k == "Version") {
       g.version = v;
     } else {
@@ -678,6 +686,10 @@ json to_json(const ForeignGeneration& g) {
   opt("ensd", g.ensd);
   opt("eta", g.eta);
   str("rng", g.rng);
+  str("unipc_variant", g.unipc_variant);
+  str("unipc_skip_type", g.unipc_skip_type);
+  str("unipc_order", g.unipc_order);
+  str("unipc_lower_order_final", g.unipc_lower_order_final);
   opt("start_step", g.start_step);
   opt("end_step", g.end_step);
   opt("add_noise", g.add_noise);

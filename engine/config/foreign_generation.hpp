@@ -87,6 +87,12 @@ struct ForeignGeneration {
   std::optional<std::int64_t> ensd;  // "ENSD": A1111's eta noise seed delta
   std::optional<double> eta;
   std::string rng;  // A1111 "RNG": GPU (the default when absent), CPU, NV; ComfyUI: "CPU" (it seeds on the CPU)
+  // A1111's UniPC options, written when not its defaults ("" when absent): "UniPC variant",
+  // "UniPC skip type", "UniPC order", "UniPC lower order final" (config/sampler_names.hpp).
+  std::string unipc_variant;
+  std::string unipc_skip_type;
+  std::string unipc_order;
+  std::string unipc_lower_order_final;
   // KSamplerAdvanced
   std::optional<int> start_step;
   std::optional<int> end_step;

@@ -190,6 +190,18 @@ struct RunConfig {
   double hires_denoise = 0.7;
   HiresUpscaler hires_upscaler = HiresUpscaler::latent;
   bool hires() const { return hires_scale > 0; }
+  // UniPC (settings unipc.*, pipeline/unipc_reference.hpp): diffusers'
+  // UniPCMultistepScheduler, or the UniPC reference code as A1111 ("UniPC")
+  // or ComfyUI (uni_pc, uni_pc_bh2) run it; "auto"/0 take the implementation's own default.
+  std::string unipc_implementation = "diffusers";  // diffusers | a1111 | comfyui
+  std::string unipc_variant = "auto";              // auto | bh1 | bh2
+  int unipc_order = 0;                             // 0 (auto) or 1-3
+  std::string unipc_lower_order_final = "auto";    // auto | on | off
+  std::string unipc_skip_type = "time_uniform";    // a1111: time_uniform | time_quadratic | logSNR
+  // A1111's "Eta noise seed delta" (ENSD): when not 0, the noise a sampler adds
+  // at each step comes from a new generator of the run's noise kind seeded
+  // seed + eta_seed_delta (pipeline/step_noise.hpp); 0: the initial noise's own stream.
+  std::int64_t eta_seed_delta = 0;
 
   ComponentPrecision& component(Component c) { return precision[static_cast<std::size_t>(c)]; }
   const ComponentPrecision& component(Component c) const { return precision[static_cast<std::size_t>(c)]; }

@@ -89,7 +89,7 @@ std::optional<SamplerChoice> sampler_from_a1111(std::string_view sampler, std::s
 
 std::optional<SamplerChoice> sampler_from_comfy(std::string_view sampler_name, std::string_view scheduler) {
   // comfy/samplers.py KSAMPLER_NAMES (and SAMPLER_NAMES' "ddim", "uni_pc").
-  static constexpr std::array<std::pair<std::string_view, SamplerId>, 12> kNames{{
+  static constexpr std::array<std::pair<std::string_view, SamplerId>, 13> kNames{{
       {"euler", SamplerId::euler},
       {"euler_ancestral", SamplerId::euler_a},
       {"heun", SamplerId::heun},
@@ -102,6 +102,7 @@ std::optional<SamplerChoice> sampler_from_comfy(std::string_view sampler_name, s
       {"ddpm", SamplerId::ddpm},
       {"lcm", SamplerId::lcm},
       {"uni_pc", SamplerId::unipc},
+      {"uni_pc_bh2", SamplerId::unipc},  // the variant: unipc_settings_from_comfy
   }};
   std::optional<SamplerId> id;
   for (const auto& [n, s] : kNames) {
@@ -123,6 +124,53 @@ std::optional<SamplerChoice> sampler_from_comfy(std::string_view sampler_name, s
     if (n == scheduler) return SamplerChoice{*id, s};
   }
   return std::nullopt;
+}
+
+UniPcMapping unipc_settings_from_a1111(std::string_view variant, std::string_view skip_type, std::string_view order,
+                                       std::string_view lower_order_final) {
+  UniPcMapping m;
+  m.sets.emplace_back("unipc.implementation", "a1111");
+  if (variant == "bh1" || variant == "bh2") {
+    m.sets.emplace_back("unipc.variant", std::string(variant));
+  } else if (variant == "vary_coeff") {
+    m.not_reproducible.push_back(
+        "UniPC variant vary_coeff (the reference's varying-coefficient update) is not implemented by this version; the "
+        "run uses bh1");
+  } else if (!variant.empty()) {
+    m.not_reproducible.push_back("UniPC variant '" + std::string(variant) + "' is unknown; the run uses bh1");
+  }
+  if (skip_type == "time_uniform" || skip_type == "time_quadratic" || skip_type == "logSNR") {
+    m.sets.emplace_back("unipc.skip_type", std::string(skip_type));
+  } else if (!skip_type.empty()) {
+    m.not_reproducible.push_back("UniPC skip type '" + std::string(skip_type) +
+                                 "' is unknown; the run uses time_uniform");
+  }
+  if (!order.empty()) {
+    int n = 0;
+    for (char ch : order) n = (ch >= '0' && ch <= '9' && n < 1000) ? n * 10 + (ch - '0') : -1000000;
+    if (n >= 1 && n <= 3) {
+      m.sets.emplace_back("unipc.order", std::to_string(n));
+    } else if (n > 3) {
+      m.not_reproducible.push_back("UniPC order " + std::string(order) +
+                                   " is above 3, the most this version runs; the run uses order 3");
+    } else {
+      m.not_reproducible.push_back("UniPC order '" + std::string(order) + "' is not an order; the run uses 3");
+    }
+  }
+  if (lower_order_final == "True" || lower_order_final == "False") {
+    m.sets.emplace_back("unipc.lower_order_final", lower_order_final == "True" ? "on" : "off");
+  } else if (!lower_order_final.empty()) {
+    m.not_reproducible.push_back("UniPC lower order final '" + std::string(lower_order_final) +
+                                 "' is not True or False; the run uses True");
+  }
+  return m;
+}
+
+UniPcMapping unipc_settings_from_comfy(std::string_view sampler_name) {
+  UniPcMapping m;
+  m.sets.emplace_back("unipc.implementation", "comfyui");
+  m.sets.emplace_back("unipc.variant", sampler_name == "uni_pc_bh2" ? "bh2" : "bh1");
+  return m;
 }
 
 }  // namespace nanscope

@@ -24,7 +24,10 @@
 // Unknown names give nullopt: the caller says which field held what.
 
 #include <optional>
+#include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "config/run_config.hpp"
 
@@ -38,6 +41,24 @@ struct SamplerChoice {
 
 std::optional<SamplerChoice> sampler_from_a1111(std::string_view sampler, std::string_view schedule_type);
 std::optional<SamplerChoice> sampler_from_comfy(std::string_view sampler_name, std::string_view scheduler);
+
+// The unipc.* settings (pipeline/unipc_reference.hpp) that reproduce a
+// tool's UniPC, as `--set` pairs, and what of it cannot be run.
+//  - A1111's "UniPC" runs the UniPC reference code with its options
+//    uni_pc_variant (bh1, bh2, vary_coeff), uni_pc_skip_type (time_uniform,
+//    time_quadratic, logSNR), uni_pc_order (1-50) and uni_pc_lower_order_final,
+//    written into the infotext as "UniPC variant", "UniPC skip type", "UniPC
+//    order" and "UniPC lower order final" when they are not the defaults (bh1,
+//    time_uniform, 3, True; modules/shared_options.py). Pass each field's
+//    value, "" when absent.
+//  - ComfyUI's uni_pc and uni_pc_bh2 (comfy/extra_samplers/uni_pc.py): bh1, bh2.
+struct UniPcMapping {
+  std::vector<std::pair<std::string, std::string>> sets;  // {"unipc.implementation", "a1111"}, ...
+  std::vector<std::string> not_reproducible;              // plain sentences
+};
+UniPcMapping unipc_settings_from_a1111(std::string_view variant, std::string_view skip_type, std::string_view order,
+                                       std::string_view lower_order_final);
+UniPcMapping unipc_settings_from_comfy(std::string_view sampler_name);
 
 // A1111's "Schedule type" label of a schedule ("Karras"); nullopt for
 // `default`, which A1111 has no name for (the field is then left out).

@@ -550,6 +550,68 @@ std::vector<Setting> build_table() {
                                    "without AVX2, or torch run with ATEN_CPU_CAPABILITY=default)",
                            .json_path = "torch_cpu_kernel",  // "noise" itself is a string in presets
                            .omit_default = true}));
+  t.push_back(member(&RunConfig::eta_seed_delta,
+                     {.key = "noise.eta_seed_delta",
+                      .type = SettingType::integer,
+                      .default_value = "0",
+                      .min = -2147483648.0,
+                      .max = 2147483647.0,
+                      .help = "A1111's Eta noise seed delta (ENSD, e.g. 31337): when not 0, the noise samplers add at "
+                              "each step (euler_a, ddpm, lcm, the SDE samplers) comes from a new generator of the "
+                              "noise kind seeded seed + this; 0: the initial noise's own stream continues",
+                      .a1111 = "ENSD",
+                      .json_path = "eta_seed_delta",  // "noise" itself is a string in presets
+                      .omit_default = true,
+                      .to_a1111 = [](const RunConfig& c) -> std::optional<std::string> {
+                        if (c.eta_seed_delta == 0) return std::nullopt;
+                        return std::to_string(c.eta_seed_delta);
+                      }}));
+  // UniPC's implementation and options (pipeline/unipc_reference.hpp).
+  t.push_back(member(&RunConfig::unipc_implementation,
+                     {.key = "unipc.implementation",
+                      .type = SettingType::choice,
+                      .default_value = "diffusers",
+                      .choices = {"diffusers", "a1111", "comfyui"},
+                      .help = "Which UniPC the unipc sampler runs: diffusers (UniPCMultistepScheduler, the model's "
+                              "scheduler_config.json), a1111 (A1111's \"UniPC\": the UniPC reference code on "
+                              "continuous time steps, unipc.skip_type) or comfyui (uni_pc / uni_pc_bh2: the reference "
+                              "code on the run's schedule of sigmas)",
+                      .omit_default = true}));
+  t.push_back(member(&RunConfig::unipc_variant,
+                     {.key = "unipc.variant",
+                      .type = SettingType::choice,
+                      .default_value = "auto",
+                      .choices = {"auto", "bh1", "bh2"},
+                      .help = "UniPC's B(h): bh1 or bh2; auto: the scheduler config's solver_type for diffusers "
+                              "(bh2 by default), bh1 for a1111 and comfyui (A1111's UniPC variant, ComfyUI's uni_pc; "
+                              "uni_pc_bh2 is bh2)",
+                      .omit_default = true}));
+  t.push_back(member(&RunConfig::unipc_order,
+                     {.key = "unipc.order",
+                      .type = SettingType::integer,
+                      .default_value = "0",
+                      .min = 0,
+                      .max = 3,
+                      .help = "UniPC's order, 1 to 3; 0 (auto): the scheduler config's solver_order for diffusers "
+                              "(2 by default), 3 for a1111 (A1111's UniPC order) and comfyui (which runs "
+                              "min(order, steps - 1))",
+                      .omit_default = true}));
+  t.push_back(member(&RunConfig::unipc_lower_order_final,
+                     {.key = "unipc.lower_order_final",
+                      .type = SettingType::choice,
+                      .default_value = "auto",
+                      .choices = {"auto", "on", "off"},
+                      .help = "UniPC's lower-order final steps (A1111's UniPC lower order final); auto: the scheduler "
+                              "config's for diffusers, on for a1111 and comfyui",
+                      .omit_default = true}));
+  t.push_back(member(&RunConfig::unipc_skip_type,
+                     {.key = "unipc.skip_type",
+                      .type = SettingType::choice,
+                      .default_value = "time_uniform",
+                      .choices = {"time_uniform", "time_quadratic", "logSNR"},
+                      .help = "unipc.implementation=a1111: how the steps divide the time from 1 to 1/1000 (A1111's "
+                              "UniPC skip type)",
+                      .omit_default = true}));
   // LoRAs (config/lora_list.hpp, models/lora.hpp).
   Setting lora{.key = "lora",
                .help =

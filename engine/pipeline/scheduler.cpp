@@ -10,6 +10,7 @@
 #include "core/log.hpp"
 #include "pipeline/samplers.hpp"
 #include "pipeline/schedule.hpp"
+#include "pipeline/unipc_reference.hpp"
 
 namespace nanscope::pipeline {
 
@@ -34,6 +35,8 @@ void Sampler::set_timesteps(int steps) {
   if (made != steps && config_.schedule == ScheduleId::ddim_uniform) {
     log::warn("{}: the ddim_uniform schedule (every {}th training sigma, ComfyUI's rule) gives {} steps for {}",
               sampler_name(kind()), std::max(config_.num_train_timesteps / steps, 1), made, steps);
+  } else if (made != steps && config_.kind == SamplerId::unipc && config_.unipc_impl == UniPcImpl::a1111) {
+    // unipc_reference.cpp says why (A1111's timestep list).
   } else if (made != steps) {
     log::warn(
         "{}: {} spacing with {} steps gives {} timesteps in diffusers (last t = {}); running them all, as "
@@ -172,7 +175,10 @@ std::unique_ptr<Sampler> make_sampler(const SchedulerConfig& config) {
     case SamplerId::lms: return make_lms_sampler(config);
     case SamplerId::ddpm: return make_ddpm_sampler(config);
     case SamplerId::lcm: return make_lcm_sampler(config);
-    case SamplerId::unipc: return make_unipc_sampler(config);
+    case SamplerId::unipc:
+      // A1111's and ComfyUI's UniPC run the UniPC reference code, not diffusers' class.
+      if (config.unipc_impl != UniPcImpl::diffusers) return make_unipc_reference_sampler(config);
+      return make_unipc_sampler(config);
   }
   throw ConfigError("unknown sampler kind");
 }

@@ -131,6 +131,53 @@ SchedulerConfig SchedulerConfig::with_schedule(ScheduleId s) const {
   return c;
 }
 
+SchedulerConfig SchedulerConfig::with_unipc(const RunConfig& run) const {
+  SchedulerConfig c = *this;
+  if (kind != SamplerId::unipc) return c;
+  const std::string& impl = run.unipc_implementation;
+  if (impl == "diffusers") {
+    c.unipc_impl = UniPcImpl::diffusers;
+  } else if (impl == "a1111") {
+    c.unipc_impl = UniPcImpl::a1111;
+  } else if (impl == "comfyui") {
+    c.unipc_impl = UniPcImpl::comfyui;
+  } else {
+    throw ConfigError("unipc.implementation: '" + impl + "' is not one of diffusers, a1111, comfyui");
+  }
+  const bool reference = c.unipc_impl != UniPcImpl::diffusers;
+  // A1111's defaults (modules/shared_options.py uni_pc_*: bh1, order 3, lower order
+  // final) are also ComfyUI's (comfy/extra_samplers/uni_pc.py sample_unipc).
+  if (run.unipc_variant == "bh1" || (run.unipc_variant == "auto" && reference)) {
+    c.solver_type = DpmSolverType::bh1;
+  } else if (run.unipc_variant == "bh2") {
+    c.solver_type = DpmSolverType::bh2;
+  } else if (run.unipc_variant != "auto") {
+    throw ConfigError("unipc.variant: '" + run.unipc_variant + "' is not one of auto, bh1, bh2");
+  }
+  if (run.unipc_order < 0 || run.unipc_order > 3)
+    throw ConfigError("unipc.order: " + std::to_string(run.unipc_order) + " is not 0 (auto) or 1 to 3");
+  if (run.unipc_order > 0) c.solver_order = run.unipc_order;
+  if (run.unipc_order == 0 && reference) c.solver_order = 3;
+  if (run.unipc_lower_order_final == "on" || (run.unipc_lower_order_final == "auto" && reference)) {
+    c.lower_order_final = true;
+  } else if (run.unipc_lower_order_final == "off") {
+    c.lower_order_final = false;
+  } else if (run.unipc_lower_order_final != "auto") {
+    throw ConfigError("unipc.lower_order_final: '" + run.unipc_lower_order_final + "' is not one of auto, on, off");
+  }
+  if (run.unipc_skip_type == "time_uniform") {
+    c.unipc_skip = UniPcSkip::time_uniform;
+  } else if (run.unipc_skip_type == "time_quadratic") {
+    c.unipc_skip = UniPcSkip::time_quadratic;
+  } else if (run.unipc_skip_type == "logSNR") {
+    c.unipc_skip = UniPcSkip::log_snr;
+  } else {
+    throw ConfigError("unipc.skip_type: '" + run.unipc_skip_type +
+                      "' is not one of time_uniform, time_quadratic, logSNR");
+  }
+  return c;
+}
+
 SchedulerConfig SchedulerConfig::from_json(const nlohmann::json& j, SamplerId kind, const std::string& origin) {
   if (!j.is_object()) throw ConfigError(origin + ": a scheduler config must be a JSON object, found " + j.dump());
   const models::ConfigJson c(j, origin);

@@ -48,6 +48,12 @@ enum class PredictionType { epsilon, v_prediction, sample };
 enum class TimestepSpacing { linspace, leading, trailing };
 enum class FinalSigmas { zero, sigma_min };
 enum class DpmSolverType { midpoint, heun, bh1, bh2 };  // bh1, bh2: UniPC
+// Which UniPC code a unipc sampler follows (pipeline/unipc_reference.hpp):
+// diffusers' UniPCMultistepScheduler, or the UniPC reference implementation
+// (wl-zhao/UniPC uni_pc.py) as A1111's "UniPC" or ComfyUI's uni_pc run it.
+enum class UniPcImpl { diffusers, a1111, comfyui };
+// The reference's get_time_steps skip_type (A1111's uni_pc_skip_type).
+enum class UniPcSkip { time_uniform, time_quadratic, log_snr };
 
 struct SchedulerConfig {
   SamplerId kind = SamplerId::euler;
@@ -93,6 +99,13 @@ struct SchedulerConfig {
   bool euler_at_final = false;
   double lambda_min_clipped = -std::numeric_limits<double>::infinity();  // no clipping
 
+  // UniPC: solver_order, solver_type (bh1/bh2) and lower_order_final above, and these.
+  UniPcImpl unipc_impl = UniPcImpl::diffusers;
+  UniPcSkip unipc_skip = UniPcSkip::time_uniform;
+  // A1111's UniPC starting mid-schedule: true in the hires fix's second pass
+  // (t_enc = steps - 1 model calls), false in img2img (t_enc = the steps left).
+  bool unipc_hires_pass = false;
+
   // The defaults of the diffusers class behind `kind`.
   static SchedulerConfig defaults(SamplerId kind);
 
@@ -105,6 +118,13 @@ struct SchedulerConfig {
   // Throws ConfigError when the sampler steps between timesteps and the
   // schedule is not default.
   SchedulerConfig with_schedule(ScheduleId s) const;
+
+  // This config with the run's unipc.* settings (kind unipc; other kinds are
+  // returned unchanged): the implementation, and variant / order /
+  // lower_order_final where the run sets them ("auto": diffusers keeps this
+  // config's values, A1111 and ComfyUI take their own defaults: bh1, order 3,
+  // lower order final). Throws ConfigError for a value it does not know.
+  SchedulerConfig with_unipc(const RunConfig& run) const;
 };
 
 std::string_view to_string(PredictionType p);

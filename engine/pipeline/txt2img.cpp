@@ -29,6 +29,7 @@
 #include "pipeline/noise.hpp"
 #include "pipeline/scheduler.hpp"
 #include "pipeline/session.hpp"
+#include "pipeline/step_noise.hpp"
 
 namespace nanscope::pipeline {
 
@@ -528,17 +529,26 @@ class Txt2ImgRun {
       latent_op(be, LatentOp::mul, latent_n_, latent, nullptr, 0, latent, sampler->init_noise_sigma());
     }
     const int passes = config_.hires() ? 2 : 1;
-    run_steps(*sampler, latent, noise.get(), pass, passes, img, out, report, state);
+    auto ensd = step_noise(seed);
+    run_steps(*sampler, latent, ensd ? ensd.get() : noise.get(), pass, passes, img, out, report, state);
     if (passes == 2 && !report.stopped && !report.cancelled) hires_pass(seed, img, latent, out, report, state);
     report.sampling_seconds = since(t_sample);
     out.latent = download_f32(be, latent);
     out.latent_shape = latent_shape_;
   }
 
+  // noise.eta_seed_delta (A1111's ENSD, pipeline/step_noise.hpp): the per-step noise's own
+  // generator, seeded seed + delta; null when the delta is 0 (the steps continue `noise`).
+  std::unique_ptr<NoiseSource> step_noise(std::uint64_t seed) const {
+    if (config_.eta_seed_delta == 0) return nullptr;
+    return make_noise(config_.noise, step_noise_seed(seed, config_.eta_seed_delta), config_.torch_cpu_kernel);
+  }
+
   SchedulerConfig scheduler_config() const {
     SchedulerConfig sc = SchedulerConfig::from_json(m_->scheduler_config(), config_.sampler,
                                                     (m_->folder() / "scheduler" / "scheduler_config.json").string())
-                             .with_schedule(config_.schedule);
+                             .with_schedule(config_.schedule)
+                             .with_unipc(config_);
     if (sc.clip_sample && !sdxl_) {
       // diffusers' StableDiffusionPipeline and StableDiffusionImg2ImgPipeline (SD 1.x/2.x, not SDXL) set
       // clip_sample=False on their scheduler ("clip_sample not set" deprecation in their __init__), so DDIM
@@ -596,7 +606,9 @@ class Txt2ImgRun {
     if (faults_) faults_->begin_run(latent_shape_[2], latent_shape_[3]);
     const int steps = config_.hires_steps > 0 ? config_.hires_steps : config_.steps;
     const PartialSchedule ps = hires_schedule(steps, config_.hires_denoise);
-    auto sampler = make_sampler(scheduler_config());
+    SchedulerConfig hires_config = scheduler_config();
+    hires_config.unipc_hires_pass = true;  // A1111's UniPC counts this pass's steps its own way
+    auto sampler = make_sampler(hires_config);
     sampler->set_timesteps(ps.schedule_steps);
     pass.width = width_;
     pass.height = height_;
@@ -612,7 +624,8 @@ class Txt2ImgRun {
     // order:]).
     sampler->start_at(be, latent, be.upload(HostTensor::from_f32(latent_shape_, z)),
                       ps.start * sampler->calls_per_step());
-    run_steps(*sampler, latent, noise.get(), pass, 2, img, out, report, state);
+    auto ensd = step_noise(seed);
+    run_steps(*sampler, latent, ensd ? ensd.get() : noise.get(), pass, 2, img, out, report, state);
   }
 
   // The steps of one pass, from the sampler's first step to its last, on `latent` (at latent_shape_).

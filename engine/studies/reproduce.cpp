@@ -274,6 +274,22 @@ void map_onto_run_config(ReproducePlan& plan) {
                                  std::string(sampler_name(c.sampler))});
   }
 
+  // UniPC: A1111's and ComfyUI's run the UniPC reference code with their own
+  // options and time steps (config/sampler_names.hpp, pipeline/unipc_reference.hpp).
+  if (c.sampler == SamplerId::unipc) {
+    const bool a1111 = g.tool == ForeignTool::a1111;
+    const UniPcMapping m =
+        a1111 ? unipc_settings_from_a1111(g.unipc_variant, g.unipc_skip_type, g.unipc_order, g.unipc_lower_order_final)
+              : unipc_settings_from_comfy(g.sampler);
+    for (const auto& [k, v] : m.sets) set(k, v, "UniPC");
+    for (const std::string& why : m.not_reproducible) nr.push_back({"UniPC", why});
+    plan.notes.push_back(a1111 ? "UniPC: A1111's own (the UniPC reference code, modules/models/diffusion/uni_pc), "
+                                 "not diffusers' scheduler: unipc.implementation=a1111"
+                               : "UniPC: ComfyUI's " + g.sampler +
+                                     " (the UniPC reference code on the scheduler's sigmas): "
+                                     "unipc.implementation=comfyui");
+  }
+
   // Noise. A1111's GPU source is torch's CUDA generator; NaNscope's torch-cuda
   // is A1111's own "NV" computation of it (modules/rng_philox.py), which
   // agrees with a real GPU to about 3e-7 but not bit for bit (docs/reproduce.md).
@@ -286,10 +302,8 @@ void map_onto_run_config(ReproducePlan& plan) {
                            "'s default): the initial noise is torch-cuda, A1111's NV computation of CUDA's "
                            "generator; a real GPU's values differ from it by up to about 3e-7");
   }
-  if (g.ensd && *g.ensd != 0 && ancestral(g))
-    nr.push_back({"ENSD", "ENSD " + std::to_string(*g.ensd) +
-                              " (A1111 offsets the seed of the sampler's per-step noise) is not supported by this "
-                              "version; the step noise differs"});
+  // ENSD: A1111 seeds the per-step noise with seed + ENSD (pipeline/step_noise.hpp).
+  if (g.ensd && *g.ensd != 0) set("noise.eta_seed_delta", std::to_string(*g.ensd), "ENSD");
   if (g.eta && ((ancestral(g) && *g.eta != 1.0) || (!ancestral(g) && *g.eta != 0.0)))
     nr.push_back({"eta", "eta " + number_text(*g.eta) +
                              " is not supported by this version (it uses the sampler's "

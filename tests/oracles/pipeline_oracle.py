@@ -7,6 +7,11 @@ usage:
   pipeline_oracle.py run MODEL_DIR IN.safetensors OUT.safetensors PROMPT NEGATIVE STEPS CFG SAMPLER SEED
     IN holds "noise" (the initial latent before init_noise_sigma); OUT gets "image" (float, [0,1], NCHW),
     "latent" (the final latent) and "noise_check" (torch.randn from the seed, for the RNG check).
+  pipeline_oracle.py run ... SEED ENSD SOURCE
+    The same with A1111's ENSD rule for the sampler's step noise (modules/rng.py: a new generator seeded
+    SEED + ENSD after the initial noise; 0: the seed's own stream continues); SOURCE cpu (torch's CPU
+    generator) or cuda (A1111's NV source, noise_oracle.py's numpy Philox: "noise_check" is its first draw
+    and euler_a's step noise comes from it). Euler a only for cuda.
   pipeline_oracle.py cases MODEL_DIR CASES.json OUT.safetensors
     Many img2img / hires-fix cases in one process (tests/test_img2img.cpp). CASES.json is a list of
     {"name", "kind": "img2img" | "hires" | "lanczos", ...}; OUT gets "<name>.latent" (the final latent) or,
@@ -23,6 +28,7 @@ import sys
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
 
@@ -59,7 +65,7 @@ def make(out):
     pipe.save_pretrained(out, safe_serialization=True)
 
 
-def run(model_dir, inp, out, prompt, negative, steps, cfg, sampler, seed):
+def run(model_dir, inp, out, prompt, negative, steps, cfg, sampler, seed, ensd=0, source="cpu"):
     from diffusers import (DPMSolverMultistepScheduler, EulerAncestralDiscreteScheduler, EulerDiscreteScheduler,
                            HeunDiscreteScheduler, StableDiffusionPipeline)
     from diffusers.models.attention_processor import AttnProcessor
@@ -75,12 +81,36 @@ def run(model_dir, inp, out, prompt, negative, steps, cfg, sampler, seed):
     noise = load_file(inp)["noise"]
     g = torch.Generator().manual_seed(seed)
     noise_check = torch.randn(noise.shape, generator=g)  # what the engine's torch-cpu source drew first
+    # A1111's ENSD (modules/rng.py ImageRNG.first): after the initial noise the step noise comes from
+    # create_generator(seed + ENSD), a new generator of the same source. CPU: a torch CPU generator so seeded
+    # (the pipeline's generator draws nothing but the step noise here: the latents are given).
+    if ensd:
+        g = torch.Generator().manual_seed(seed + ensd)
+    if source == "cuda":
+        # RNG NV / GPU: rng_philox.Generator(seed + ENSD) from offset 0, or with ENSD 0 the seed's own
+        # generator after the initial noise (offset 1 on); computed by noise_oracle.py's numpy Philox.
+        import noise_oracle
+        from diffusers.schedulers import scheduling_euler_ancestral_discrete as ea
+
+        noise_check = torch.from_numpy(noise_oracle.cuda_noise(seed, 0, noise.numel())).reshape(noise.shape)
+        offsets = {"next": 0}
+
+        def nv_randn(shape, generator=None, device=None, dtype=None, layout=None):
+            k = offsets["next"]
+            offsets["next"] += 1
+            n = int(np.prod(shape))
+            v = noise_oracle.cuda_noise(seed + ensd, k, n) if ensd else noise_oracle.cuda_noise(seed, k + 1, n)
+            return torch.from_numpy(v).reshape(shape)
+
+        ea.randn_tensor = nv_randn
     with torch.no_grad():
         common = dict(prompt=prompt, negative_prompt=negative or None, num_inference_steps=steps,
                       guidance_scale=cfg, latents=noise.clone(), generator=g)
         state = g.get_state()
         latent = pipe(output_type="latent", **common).images
         g.set_state(state)
+        if source == "cuda":
+            offsets["next"] = 0
         image = pipe(output_type="pt", **common).images
     save_file({"image": image.float().contiguous(), "latent": latent.float().contiguous(),
                "noise_check": noise_check}, out)
@@ -149,6 +179,7 @@ if __name__ == "__main__":
         cases(sys.argv[2], sys.argv[3], sys.argv[4])
     elif sys.argv[1] == "run":
         a = sys.argv
-        run(a[2], a[3], a[4], a[5], a[6], int(a[7]), float(a[8]), a[9], int(a[10]))
+        run(a[2], a[3], a[4], a[5], a[6], int(a[7]), float(a[8]), a[9], int(a[10]),
+            int(a[11]) if len(a) > 11 else 0, a[12] if len(a) > 12 else "cpu")
     else:
         raise SystemExit(__doc__)
