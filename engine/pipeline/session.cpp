@@ -46,7 +46,7 @@ SdModel& Session::model(const RunConfig& config) {
   model_.reset();  // free the old weights before loading new ones
   model_key_.reset();
   std::vector<models::LoraSpec> specs;
-  for (const auto& l : key.loras) specs.push_back({l.path, l.weight, l.origin});
+  for (const auto& l : key.loras) specs.push_back({l.path, l.weight, l.unet_weight, l.origin});
   models::LoraSet loras(std::move(specs), key.lora_unmerged);
   model_ = SdModel::load(folder, config.vae, be, key.dtypes, &loras);
   model_key_ = key;

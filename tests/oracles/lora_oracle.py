@@ -20,7 +20,9 @@ usage:
     by hand here), peft.safetensors (written by diffusers' save_lora_weights), and prints a JSON map
     file -> A1111 short hash (kohya-ss addnet_hash_safetensors, first 12 hex digits).
   lora_oracle.py run MODEL_DIR IN.safetensors OUT.safetensors PROMPT NEGATIVE STEPS CFG SEED FILE:WEIGHT...
-    IN holds "noise"; OUT gets "latent_I" and "image_I" for the I-th FILE:WEIGHT.
+    IN holds "noise"; OUT gets "latent_I" and "image_I" for the I-th FILE:WEIGHT. FILE:TE:UNET scales the
+    text encoder's deltas by TE and the UNet's by UNET (A1111's <lora:NAME:TE:UNET>; diffusers'
+    set_adapters with per-component weights {"text_encoder": TE, "unet": UNET}).
 """
 import hashlib
 import json
@@ -133,7 +135,7 @@ def make(model_dir, out):
                       for f in ("kohya.safetensors", "kohya_ldm.safetensors", "peft.safetensors")}))
 
 
-def fuse(pipe, path, lora_scale):
+def fuse(pipe, path, te_scale, unet_scale=None):
     from diffusers import StableDiffusionPipeline
     from diffusers.utils.peft_utils import get_peft_kwargs
     from diffusers.utils.state_dict_utils import (convert_state_dict_to_diffusers, convert_state_dict_to_peft,
@@ -141,6 +143,7 @@ def fuse(pipe, path, lora_scale):
     state_dict, alphas = StableDiffusionPipeline.lora_state_dict(os.path.dirname(path),
                                                                  weight_name=os.path.basename(path))
     for prefix, root in (("unet", pipe.unet), ("text_encoder", pipe.text_encoder)):
+        lora_scale = te_scale if prefix != "unet" or unet_scale is None else unet_scale
         sd = {k[len(prefix) + 1:]: v for k, v in state_dict.items() if k.split(".")[0] == prefix}
         if not sd:
             continue
@@ -174,9 +177,9 @@ def run(model_dir, inp, out, prompt, negative, steps, cfg, seed, jobs):
     noise = load_file(inp)["noise"]
     result = {}
     for i, job in enumerate(jobs):
-        path, weight = job.rsplit(":", 1)
+        path, *weights = job.split(":")  # FILE:WEIGHT or FILE:TE:UNET (the test's paths have no ':')
         pipe = load_pipe(model_dir)
-        fuse(pipe, path, float(weight))
+        fuse(pipe, path, *[float(w) for w in weights])
         with torch.no_grad():
             common = dict(prompt=prompt, negative_prompt=negative or None, num_inference_steps=steps,
                           guidance_scale=cfg, latents=noise.clone(), generator=torch.Generator().manual_seed(seed))
