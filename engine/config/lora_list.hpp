@@ -33,7 +33,7 @@ void add_loras(RunConfig& config, std::string_view text, std::string_view key);
 // second argument or 1, unet the third or te; te= and unet= override them).
 struct PromptLora {
   std::string name;
-  double weight = 1.0;                // the text encoder's
+  double weight = 1.0;                  // the text encoder's
   std::optional<double> unet_weight{};  // nullopt: the same as weight
   double unet() const { return unet_weight.value_or(weight); }
   std::string tag;  // the whole "<lora:...>" text
@@ -48,9 +48,9 @@ std::string strip_lora_tags(std::string_view prompt);
 // each tag found in lora_dir (recursively) as NAME.safetensors.
 struct RunLora {
   std::string path;
-  double weight = 1.0;                // the text encoder's
+  double weight = 1.0;                  // the text encoder's
   std::optional<double> unet_weight{};  // nullopt: the same as weight
-  std::string origin;                 // "lora setting" or the prompt's tag
+  std::string origin;                   // "lora setting" or the prompt's tag
   friend bool operator==(const RunLora&, const RunLora&) = default;
 };
 // Throws ConfigError when a tag has no lora_dir to look in, or its file is

@@ -53,7 +53,7 @@ class LdmNameMap;
 
 struct LoraSpec {
   std::filesystem::path path;
-  double weight = 1.0;                // the text encoder(s)'
+  double weight = 1.0;                  // the text encoder(s)'
   std::optional<double> unet_weight{};  // nullopt: the same as weight
   double weight_for(std::string_view component) const {
     return component == "unet" ? unet_weight.value_or(weight) : weight;
