@@ -41,7 +41,7 @@ struct GenerateOptions {
   std::optional<int> batch;
   std::vector<std::string> sets;
   std::string nan_policy;
-  std::vector<std::string> loras;  // --lora FILE[:WEIGHT]
+  std::vector<std::string> loras;  // --lora FILE[:WEIGHT] or FILE:TE:UNET
 };
 
 struct Done {
@@ -244,8 +244,8 @@ void add_generate_command(CLI::App& app, const GlobalOptions& g, Action& action)
                   "that broke to f32 and redo that call)");
   cmd->add_option("--set", o->sets, "Any run setting as key=value, e.g. unet.dtype=f16 (repeatable)");
   cmd->add_option("--lora", o->loras,
-                  "A LoRA to apply as FILE[:WEIGHT] (repeatable; added to the lora setting; lora.mode=unmerged "
-                  "traces it apart as <module>.lora)");
+                  "A LoRA to apply as FILE[:WEIGHT] or FILE:TE:UNET (text encoder and UNet apart; repeatable; added "
+                  "to the lora setting; lora.mode=unmerged traces it apart as <module>.lora)");
   cmd->add_option("--save-preset", o->save_preset, "Also save the resulting run configuration as a preset");
   cmd->add_option("--dump", o->dump,
                   "Write text embeddings, initial noise, every step's latent and the image "

@@ -4,6 +4,7 @@
 // fixed twins.
 
 #include <spawn.h>
+#include <spdlog/fmt/fmt.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -42,12 +43,22 @@ void print_steps(const studies::InspectedRun& run) {
   if (run.steps.empty()) return;
   std::printf("%4s %7s %10s %11s %8s %8s %8s %6s %6s  %s\n", "step", "t", "sigma", "latent|x|", "lat.bad", "cond.bad",
               "unc.bad", "band", "sat%", "verdict");
-  int pass = 1;
+  int pass = 0;
   for (const auto& s : run.steps) {
     if (s.image != 0) continue;
     if (s.passes > 1 && s.pass != pass) {
+      // Each pass's header says what it ran with (the hires pass may have its own sampler, prompt and CFG).
       pass = s.pass;
-      std::printf("-- pass %d (hires fix) --\n", pass);
+      std::string with;
+      if (!run.reports.empty()) {
+        for (const auto& p : run.reports.front().passes) {
+          if (p.pass != pass) continue;
+          with = ": " + p.sampler + " (" + p.schedule + " schedule), CFG " + fmt::format("{}", p.cfg_scale) +
+                 ", prompt \"" + p.prompt + "\"";
+          if (!p.negative_prompt.empty()) with += ", negative \"" + p.negative_prompt + "\"";
+        }
+      }
+      std::printf("-- pass %d%s%s --\n", pass, pass > 1 ? " (hires fix)" : "", with.c_str());
     }
     const auto& st = s.stats;
     if (st.latent.channels.empty()) {  // inspect.stats_every skipped this step
@@ -162,8 +173,8 @@ void add_inspect_command(CLI::App& app, const GlobalOptions& g, Action& action) 
   cmd->add_option("--nan-policy", o->nan_policy,
                   "report, stop, retry-vae-f32, retry-vae:PATH or retry-layer-f32 (instead of the preset's)");
   cmd->add_option("--lora", o->loras,
-                  "A LoRA to apply as FILE[:WEIGHT] (repeatable); with --set lora.mode=unmerged its ops are traced "
-                  "apart as <module>.lora");
+                  "A LoRA to apply as FILE[:WEIGHT] or FILE:TE:UNET (repeatable); with --set lora.mode=unmerged its "
+                  "ops are traced apart as <module>.lora");
   cmd->add_flag(
       "--trace", o->trace,
       "Trace every op of the last step's UNet call and of the decode (inspect.trace=always) and print the trace");

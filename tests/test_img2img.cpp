@@ -179,6 +179,59 @@ TEST(Img2Img, MatchesDiffusersImg2ImgAndTheHiresFixComposition) {
     cases.push_back(j);
     engine.emplace_back("hires_" + mode, cap.images[0]);
   }
+  // Hires resize to another aspect with the second pass's own sampler, prompts and CFG (A1111's Hires resize,
+  // Hires sampler, Hires prompt, Hires negative prompt, Hires CFG Scale): 24x16 -> 32x32 enlarges to 48x32 and
+  // keeps the middle 32 columns (A1111: truncate_x = (48 - 32) // opt_f latent columns); the oracle computes the
+  // target and the crop with its own transcription of A1111's code.
+  {
+    RunConfig c = base_config("euler");
+    c.width = 24;
+    c.height = 16;
+    c.set("hires.width", "32");
+    c.set("hires.height", "32");
+    c.set("hires.steps", "2");
+    c.set("hires.denoise", "0.5");
+    c.set("hires.sampler", "dpmpp_2m");
+    c.set("hires.prompt", "a blue square on a red background");
+    c.set("hires.negative_prompt", "yellow");
+    c.set("hires.cfg_scale", "4");
+    const Capture cap = run(session, c);
+    ASSERT_EQ(cap.images.size(), 1u);
+    const auto& pr = cap.reports[0].passes;
+    ASSERT_EQ(pr.size(), 2u);
+    EXPECT_EQ(pr[0].width, 24);
+    EXPECT_EQ(pr[0].sampler, "euler");
+    EXPECT_EQ(pr[0].prompt, c.prompt);
+    EXPECT_EQ(pr[0].cfg_scale, 7.0);
+    EXPECT_EQ(pr[1].width, 32);
+    EXPECT_EQ(pr[1].height, 32);
+    EXPECT_EQ(pr[1].sampler, "dpmpp_2m");
+    EXPECT_EQ(pr[1].prompt, "a blue square on a red background");
+    EXPECT_EQ(pr[1].negative_prompt, "yellow");
+    EXPECT_EQ(pr[1].cfg_scale, 4.0);
+    EXPECT_NE(pr[1].note.find("enlarged to 48x32"), std::string::npos) << pr[1].note;
+    EXPECT_NE(pr[1].note.find("sampler dpmpp_2m"), std::string::npos) << pr[1].note;
+    EXPECT_EQ(cap.images[0].image.width, 32);
+    EXPECT_EQ(cap.images[0].image.height, 32);
+    const json rj = studies::report_json(c, cap.steps, cap.reports[0]);
+    EXPECT_EQ(rj["passes"][1]["sampler"], "dpmpp_2m");
+    EXPECT_EQ(rj["passes"][1]["prompt"], "a blue square on a red background");
+    json j = oracle_case(c, "hires_aspect", "hires");
+    j["width"] = 24;
+    j["height"] = 16;
+    j["scale"] = 0;
+    j["resize_x"] = 32;
+    j["resize_y"] = 32;
+    j["hires_steps"] = 2;
+    j["denoise"] = 0.5;
+    j["mode"] = "bilinear";
+    j["hires_sampler"] = "dpmpp_2m";
+    j["hires_prompt"] = c.hires_prompt;
+    j["hires_negative"] = c.hires_negative_prompt;
+    j["hires_cfg"] = 4.0;
+    cases.push_back(j);
+    engine.emplace_back("hires_aspect", cap.images[0]);
+  }
   // Lanczos resizes (enlarging and shrinking on each axis) vs PIL.
   const io::RgbImage odd_img = io::read_png(odd).image;
   const std::vector<std::pair<int, int>> sizes = {{16, 16}, {40, 9}, {7, 29}};

@@ -199,6 +199,57 @@ TEST(Lora, MergedAndUnmergedMatchDiffusersInEachFormat) {
   }
 }
 
+// Separate text-encoder and UNet weights (A1111's <lora:NAME:TE:UNET>, --lora FILE:TE:UNET) against the
+// oracle fusing the text encoder's deltas at TE and the UNet's at UNET (diffusers' per-component adapter
+// weights do the same); the prompt tag, its named form and the setting give the same latent.
+TEST(Lora, TextEncoderAndUNetWeightsApartMatchDiffusers) {
+  NANSCOPE_REQUIRE_PYTHON();
+  const LoraFiles& files = lora_files();
+  pipeline::Session session;
+  RunConfig cfg = base_config();
+  cfg.steps = 2;
+  const Capture plain = run(session, cfg);
+  test::TempDir io_dir;
+  io::write_safetensors(io_dir / "in.safetensors", {{"noise", HostTensor::from_f32(plain.noise_shape, plain.noise)}});
+  const std::string kohya = (files.dir / "kohya.safetensors").string();
+  test::run_oracle("lora_oracle.py", {"run", model_dir().string(), (io_dir / "in.safetensors").string(),
+                                      (io_dir / "out.safetensors").string(), cfg.prompt, cfg.negative_prompt, "2",
+                                      "7.0", "42", kohya + ":0.8:-0.5"});
+  const auto out = io::SafetensorsFile::open(io_dir / "out.safetensors");
+  const HostTensor want = out.read("latent_0", DType::f32);
+  for (const bool unmerged : {false, true}) {
+    SCOPED_TRACE(unmerged ? "unmerged" : "merged");
+    RunConfig lc = cfg;
+    lc.set("lora", kohya + ":0.8:-0.5");
+    lc.lora_unmerged = unmerged;
+    const Capture got = run(session, lc);
+    ASSERT_EQ(got.images.size(), 1u);
+    // The same tolerance as the one-weight comparison above (the same arithmetic).
+    EXPECT_TRUE(test::tensors_close(latent_of(got), want, {1e-8, 1e-4}, false, "lora te/unet"));
+    const auto& r = got.reports.at(0);
+    ASSERT_EQ(r.loras.size(), 1u);
+    EXPECT_EQ(r.loras[0].weight, 0.8);
+    EXPECT_EQ(r.loras[0].unet_weight, -0.5);
+  }
+  // One weight for both differs from the two apart (the test can tell them apart).
+  RunConfig both = cfg;
+  both.set("lora", kohya + ":0.8");
+  EXPECT_GT(nmse(latent_of(run(session, both)), want), 1e-6);
+  // The prompt's tag, positional and named, is the same LoRA with the same weights.
+  test::TempDir dir;
+  fs::copy_file(files.dir / "kohya.safetensors", dir / "k.safetensors");
+  RunConfig merged = cfg;
+  merged.set("lora", kohya + ":0.8:-0.5");
+  const Capture ref = run(session, merged);
+  for (const char* tag : {"<lora:k:0.8:-0.5>", "<lora:k:te=0.8:unet=-0.5>", "<lora:k:unet=-0.5:0.8>"}) {
+    SCOPED_TRACE(tag);
+    RunConfig tagged = cfg;
+    tagged.prompt = cfg.prompt + tag;
+    tagged.lora_dir = dir.path().string();
+    EXPECT_EQ(run(session, tagged).images.at(0).latent, ref.images.at(0).latent);
+  }
+}
+
 // A one-module LoRA on attn1.to_q whose delta (4 x 3e4) is past f16's 65504.
 fs::path overflowing_lora(const fs::path& dir) {
   const fs::path p = dir / "overflow.safetensors";
@@ -287,7 +338,7 @@ TEST(Lora, BadFilesAreRefusedNamingTheFileAndKey) {
        "another model family"});
   // Keys of no LoRA form, a missing partner, LyCORIS: refused when read.
   const auto read_error = [&](const fs::path& p) {
-    return test::error_of<FileError>([&] { models::read_lora_file({p, 1.0, "test"}); });
+    return test::error_of<FileError>([&] { models::read_lora_file({p, 1.0, std::nullopt, "test"}); });
   };
   expect_contains(read_error(write_lora(dir.path(), "keys.safetensors",
                                         {{q + ".lora_down.weight", {4, 32}},
@@ -504,7 +555,7 @@ TEST_P(LoraSingleFile, SameLoraOnTheSingleFileAsOnItsFolder) {
     return out;
   };
   const auto load = [&](const fs::path& model, const fs::path& lora, bool unmerged) {
-    models::LoraSet set({{lora, 0.7, "test"}}, unmerged);
+    models::LoraSet set({{lora, 0.7, std::nullopt, "test"}}, unmerged);
     auto m = pipeline::SdModel::load(model, "", *be, dt, &set);
     EXPECT_EQ(m->loras().at(0).modules, static_cast<int>(modules.size()));
     return outputs(*m);
@@ -553,7 +604,7 @@ TEST(LoraList, SettingAndPromptSyntax) {
   EXPECT_EQ(tags[0].weight, 1.0);
   EXPECT_EQ(tags[1].weight, 0.25);
   EXPECT_EQ(strip_lora_tags("x <lora:one> y <lora:two:0.25>"), "x  y ");
-  expect_contains(test::error_of<ConfigError>([&] { prompt_loras("<lora:a:1:0.5>"); }), {"<lora:a:1:0.5>", "TE"});
+  EXPECT_EQ(prompt_loras("<lora:a:1:0.5>").at(0).unet(), 0.5);  // <lora:NAME:TE:UNET> (test_hires_pass.cpp)
   expect_contains(test::error_of<ConfigError>([&] { prompt_loras("<lora:a:x>"); }), {"\"x\"", "not a number"});
 }
 

@@ -67,25 +67,62 @@ std::pair<int, int> a1111_size(const std::string& k, const std::string& v) {
   return {std::stoi(m[1].str()), std::stoi(m[2].str())};
 }
 
-// <lora:name:weight> and <lora:name> (weight 1); LyCORIS's <lyco:...> alike.
-// A1111's extra-network syntax (modules/extra_networks.py re_extra_net):
-// <type:arg1:arg2...>, the first argument the name, the second the weight.
+// A1111's extra-network tags for LoRAs (<lora:...>; LyCORIS's <lyco:...> alike):
+// modules/extra_networks.py parse_prompt (re_extra_net "<(\w+):([^>]+)>",
+// arguments split on ':') and ExtraNetworkParams (an argument "k=v" is named,
+// any other positional), then extensions-builtin/Lora/extra_networks_lora.py
+// activate: te = positional[1] or 1, then named te; unet = positional[2] or
+// te, then named unet; dyn = positional[3] or named dyn (dynamic rank, which
+// NaNscope does not do: kept in `unsupported`).
 std::vector<ForeignLora> prompt_loras(const std::string& prompt) {
-  static const std::regex re(R"(<(lora|lyco):([^:>]+)(?::([^:>]*))?(?::[^>]*)?>)");
+  static const std::regex re(R"(<(lora|lyco):([^>]+)>)");
   std::vector<ForeignLora> out;
   for (auto it = std::sregex_iterator(prompt.begin(), prompt.end(), re); it != std::sregex_iterator(); ++it) {
-    ForeignLora l;
-    l.name = std::string(trim((*it)[2].str()));
-    l.source = "prompt tag";
-    if ((*it)[3].matched && !trim((*it)[3].str()).empty()) {
-      const auto w = to_number((*it)[3].str());
-      if (!w) {
-        throw ConfigError("A1111 parameters: the prompt's LoRA tag \"" + (*it)[0].str() +
-                          "\": the weight is not a number");
+    const std::string tag = (*it)[0].str();
+    std::vector<std::string> positional;
+    std::vector<std::pair<std::string, std::string>> named;
+    const std::string args = (*it)[2].str();
+    for (std::size_t start = 0;;) {
+      const std::size_t colon = args.find(':', start);
+      const std::string item = args.substr(start, colon == std::string::npos ? std::string::npos : colon - start);
+      // item.split('=', 2): exactly one '=' makes a named argument.
+      const std::size_t eq = item.find('=');
+      if (eq != std::string::npos && item.find('=', eq + 1) == std::string::npos) {
+        named.emplace_back(item.substr(0, eq), item.substr(eq + 1));
+      } else {
+        positional.push_back(item);
       }
-      l.weight = *w;
+      if (colon == std::string::npos) break;
+      start = colon + 1;
     }
-    l.clip_weight = l.weight;
+    auto number = [&](const std::string& v, const std::string& what) {
+      const auto w = to_number(v);
+      if (!w) {
+        throw ConfigError("A1111 parameters: the prompt's LoRA tag \"" + tag + "\": the " + what + " \"" + v +
+                          "\" is not a number");
+      }
+      return *w;
+    };
+    ForeignLora l;
+    if (positional.empty() || trim(positional[0]).empty())
+      throw ConfigError("A1111 parameters: the prompt's LoRA tag \"" + tag + "\" names no LoRA");
+    l.name = std::string(trim(positional[0]));
+    l.source = "prompt tag";
+    double te = positional.size() > 1 ? number(positional[1], "text-encoder weight") : 1.0;
+    std::optional<double> unet;
+    if (positional.size() > 2) unet = number(positional[2], "UNet weight");
+    if (positional.size() > 3) l.unsupported = "dynamic rank " + std::string(trim(positional[3]));
+    for (const auto& [k, v] : named) {
+      if (k == "te") {
+        te = number(v, "te= weight");
+      } else if (k == "unet") {
+        unet = number(v, "unet= weight");
+      } else if (k == "dyn") {
+        l.unsupported = "dyn=" + v + " (dynamic rank)";
+      }
+    }
+    l.clip_weight = te;
+    l.weight = unet.value_or(te);
     out.push_back(std::move(l));
   }
   return out;
@@ -178,6 +215,24 @@ ForeignGeneration foreign_from_a1111(std::string_view parameters) {
       hires = true;
     } else if (k == "Hires upscaler") {
       g.hires_upscaler = v;
+      hires = true;
+    } else if (k == "Hires sampler") {
+      if (v != "Use same sampler") g.hires_sampler = v;
+      hires = true;
+    } else if (k == "Hires schedule type") {
+      if (v != "Use same scheduler") g.hires_schedule = v;
+      hires = true;
+    } else if (k == "Hires prompt") {
+      g.hires_prompt = v;
+      hires = true;
+    } else if (k == "Hires negative prompt") {
+      g.hires_negative_prompt = v;
+      hires = true;
+    } else if (k == "Hires CFG Scale" || k == "Hires CFG scale") {  // Forge's spelling, and SD.Next's
+      g.hires_cfg_scale = a1111_number(k, v);
+      hires = true;
+    } else if (k == "Hires checkpoint") {
+      if (v != "Use same checkpoint") g.hires_checkpoint = v;
       hires = true;
     } else if (k == "Hires denoising") {
       hires_denoising = a1111_number(k, v);
@@ -644,6 +699,8 @@ std::optional<ForeignGeneration> foreign_generation_from_png(const io::PngConten
   return std::nullopt;
 }
 
+std::vector<ForeignLora> a1111_prompt_loras(const std::string& prompt) { return prompt_loras(prompt); }
+
 json to_json(const ForeignGeneration& g) {
   json j;
   j["tool"] = foreign_tool_name(g.tool);
@@ -676,6 +733,8 @@ json to_json(const ForeignGeneration& g) {
                           {"clip_weight", l.clip_weight},
                           {"hash", l.hash},
                           {"source", l.source}});
+  for (std::size_t i = 0; i < g.loras.size(); ++i)
+    if (!g.loras[i].unsupported.empty()) j["loras"][i]["unsupported"] = g.loras[i].unsupported;
   opt("denoise", g.denoise);
   opt("hires_upscale", g.hires_upscale);
   opt("hires_width", g.hires_width);
@@ -683,6 +742,12 @@ json to_json(const ForeignGeneration& g) {
   opt("hires_steps", g.hires_steps);
   str("hires_upscaler", g.hires_upscaler);
   opt("hires_denoise", g.hires_denoise);
+  str("hires_sampler", g.hires_sampler);
+  str("hires_schedule", g.hires_schedule);
+  opt("hires_prompt", g.hires_prompt);
+  opt("hires_negative_prompt", g.hires_negative_prompt);
+  opt("hires_cfg_scale", g.hires_cfg_scale);
+  str("hires_checkpoint", g.hires_checkpoint);
   opt("ensd", g.ensd);
   opt("eta", g.eta);
   str("rng", g.rng);

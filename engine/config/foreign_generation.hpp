@@ -41,11 +41,14 @@ enum class ForeignTool : std::uint8_t { a1111, comfyui };
 std::string_view foreign_tool_name(ForeignTool t);  // "A1111", "ComfyUI"
 
 struct ForeignLora {
-  std::string name;          // as the image names it: "add_detail" (A1111 tag) or "style/x.safetensors" (ComfyUI)
-  double weight = 1.0;       // UNet strength (A1111's tag weight, ComfyUI's strength_model)
-  double clip_weight = 1.0;  // text encoder strength (ComfyUI's strength_clip; A1111 uses one weight for both)
-  std::string hash;          // from "Lora hashes" (A1111's 12-digit short hash); "" when none
-  std::string source;        // where it was read: "prompt tag", "Lora hashes", "node 10 'LoraLoader'"
+  std::string name;     // as the image names it: "add_detail" (A1111 tag) or "style/x.safetensors" (ComfyUI)
+  double weight = 1.0;  // UNet strength (A1111's <lora:NAME:TE:UNET> or unet=, ComfyUI's strength_model)
+  // Text encoder strength (A1111's <lora:NAME:TE> or te=, ComfyUI's strength_clip); A1111's UNet weight
+  // defaults to it when the tag gives one number.
+  double clip_weight = 1.0;
+  std::string unsupported{};  // what of the tag NaNscope cannot honour ("dyn=8"); "" when none
+  std::string hash;           // from "Lora hashes" (A1111's 12-digit short hash); "" when none
+  std::string source;         // where it was read: "prompt tag", "Lora hashes", "node 10 'LoraLoader'"
   friend bool operator==(const ForeignLora&, const ForeignLora&) = default;
 };
 
@@ -84,6 +87,15 @@ struct ForeignGeneration {
   std::optional<int> hires_steps;
   std::string hires_upscaler;
   std::optional<double> hires_denoise;
+  // The second pass's own settings, as A1111 writes them only where they
+  // differ from the first pass's: "Hires sampler", "Hires schedule type",
+  // "Hires prompt", "Hires negative prompt", "Hires CFG Scale", "Hires checkpoint".
+  std::string hires_sampler;
+  std::string hires_schedule;
+  std::optional<std::string> hires_prompt;
+  std::optional<std::string> hires_negative_prompt;
+  std::optional<double> hires_cfg_scale;
+  std::string hires_checkpoint;      // A1111's short title: "name [hash]"
   std::optional<std::int64_t> ensd;  // "ENSD": A1111's eta noise seed delta
   std::optional<double> eta;
   std::string rng;  // A1111 "RNG": GPU (the default when absent), CPU, NV; ComfyUI: "CPU" (it seeds on the CPU)
@@ -115,5 +127,10 @@ ForeignGeneration foreign_from_comfyui(std::string_view prompt_json, std::string
 std::optional<ForeignGeneration> foreign_generation_from_png(const io::PngContents& png, std::string_view source);
 
 nlohmann::json to_json(const ForeignGeneration& g);
+
+// The <lora:...> / <lyco:...> tags of an A1111 prompt with their text-encoder
+// and UNet weights, as A1111's Lora extension reads them (ConfigError for a
+// tag whose weight is not a number).
+std::vector<ForeignLora> a1111_prompt_loras(const std::string& prompt);
 
 }  // namespace nanscope

@@ -48,17 +48,34 @@ std::vector<LoraRef> parse_lora_list(std::string_view text, std::string_view key
     const std::string_view item = trim(rest.substr(0, comma));
     rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
     LoraRef r;
-    const std::size_t colon = item.rfind(':');
-    const std::optional<double> w =
-        colon == std::string_view::npos ? std::nullopt : parse_number(item.substr(colon + 1));
-    r.path = std::string(trim(w ? item.substr(0, colon) : item));
-    if (w) r.weight = *w;
+    // The last one or two ':'-separated numbers: FILE:WEIGHT or FILE:TE:UNET.
+    auto split = [](std::string_view s) -> std::pair<std::string_view, std::optional<double>> {
+      const std::size_t colon = s.rfind(':');
+      if (colon == std::string_view::npos) return {s, std::nullopt};
+      const std::optional<double> w = parse_number(s.substr(colon + 1));
+      if (!w) return {s, std::nullopt};
+      return {s.substr(0, colon), w};
+    };
+    auto [head, last] = split(item);
+    if (last) {
+      auto [head2, before] = split(head);
+      if (before && !trim(head2).empty()) {
+        r.weight = *before;
+        r.unet_weight = *last;
+        head = head2;
+      } else {
+        r.weight = *last;
+      }
+    }
+    r.path = std::string(trim(head));
     if (r.path.empty()) {
       config_detail::fail(key,
                           "expected FILE:WEIGHT entries separated by commas (e.g. style.safetensors:0.8), found \"" +
                               std::string(item) + "\"");
     }
     check_weight(r.weight, key, item);
+    if (r.unet_weight) check_weight(*r.unet_weight, key, item);
+    if (r.unet_weight == r.weight) r.unet_weight.reset();  // one form for one meaning (FILE:W)
     out.push_back(std::move(r));
   }
   return out;
@@ -68,7 +85,11 @@ std::string format_lora_list(const std::vector<LoraRef>& loras) {
   std::string s;
   for (const auto& l : loras) {
     s += (s.empty() ? "" : ",") + l.path;
-    if (l.weight != 1.0) s += ":" + fmt::format("{}", l.weight);
+    if (l.unet_weight && *l.unet_weight != l.weight) {
+      s += ":" + fmt::format("{}", l.weight) + ":" + fmt::format("{}", *l.unet_weight);
+    } else if (l.weight != 1.0) {
+      s += ":" + fmt::format("{}", l.weight);
+    }
   }
   return s;
 }
@@ -90,27 +111,53 @@ std::vector<PromptLora> prompt_loras(std::string_view prompt) {
   for (auto it = std::sregex_iterator(p.begin(), p.end(), lora_tag()); it != std::sregex_iterator(); ++it) {
     PromptLora l;
     l.tag = (*it)[0].str();
-    std::vector<std::string> args;
+    std::vector<std::string> positional;
+    std::vector<std::pair<std::string, std::string>> named;
     const std::string inner = (*it)[1].str();
     std::size_t start = 0;
     for (std::size_t c = inner.find(':');; c = inner.find(':', start)) {
-      args.emplace_back(
+      const std::string item(
           trim(std::string_view(inner).substr(start, c == std::string::npos ? std::string::npos : c - start)));
+      // ExtraNetworkParams: item.split('=', 2) with exactly two parts is a named argument.
+      const std::size_t eq = item.find('=');
+      if (eq != std::string::npos && item.find('=', eq + 1) == std::string::npos) {
+        named.emplace_back(std::string(trim(std::string_view(item).substr(0, eq))),
+                           std::string(trim(std::string_view(item).substr(eq + 1))));
+      } else {
+        positional.push_back(item);
+      }
       if (c == std::string::npos) break;
       start = c + 1;
     }
-    l.name = args.front();
-    if (l.name.empty()) config_detail::fail("prompt", l.tag + " names no LoRA; the syntax is <lora:NAME:WEIGHT>");
-    if (args.size() > 2) {
+    if (positional.empty() || positional.front().empty())
+      config_detail::fail("prompt", l.tag + " names no LoRA; the syntax is <lora:NAME:WEIGHT>");
+    l.name = positional.front();
+    auto number = [&](const std::string& v, const std::string& what) {
+      const auto w = parse_number(v);
+      if (!w) config_detail::fail("prompt", l.tag + ": the " + what + " \"" + v + "\" is not a number");
+      check_weight(*w, "prompt", l.tag);
+      return *w;
+    };
+    if (positional.size() > 3) {
       config_detail::fail("prompt", l.tag +
-                                        ": separate text-encoder and UNet weights (<lora:NAME:TE:UNET>) are not "
-                                        "supported; use <lora:NAME:WEIGHT>");
+                                        ": a fourth argument is A1111's dynamic rank (dyn), which NaNscope does not "
+                                        "do; use <lora:NAME:TE:UNET>");
     }
-    if (args.size() == 2) {
-      const auto w = parse_number(args[1]);
-      if (!w) config_detail::fail("prompt", l.tag + ": the weight \"" + args[1] + "\" is not a number");
-      l.weight = *w;
-      check_weight(l.weight, "prompt", l.tag);
+    if (positional.size() > 1) l.weight = number(positional[1], "weight");
+    if (positional.size() > 2) l.unet_weight = number(positional[2], "UNet weight");
+    for (const auto& [k, v] : named) {
+      if (k == "te") {
+        l.weight = number(v, "te= weight");
+      } else if (k == "unet") {
+        l.unet_weight = number(v, "unet= weight");
+      } else if (k == "dyn") {
+        config_detail::fail("prompt", l.tag + ": dyn=" + v +
+                                          " (A1111's dynamic rank, the first N ranks of the LoRA) is not supported; "
+                                          "leave it out to apply the full rank");
+      } else {
+        config_detail::fail("prompt",
+                            l.tag + ": unknown argument \"" + k + "=" + v + "\"; A1111 reads te=, unet= and dyn=");
+      }
     }
     out.push_back(std::move(l));
   }
@@ -121,7 +168,7 @@ std::string strip_lora_tags(std::string_view prompt) { return std::regex_replace
 
 std::vector<RunLora> run_loras(const RunConfig& config) {
   std::vector<RunLora> out;
-  for (const auto& l : config.loras) out.push_back({l.path, l.weight, "lora setting"});
+  for (const auto& l : config.loras) out.push_back({l.path, l.weight, l.unet_weight, "lora setting"});
   const std::vector<PromptLora> tags = prompt_loras(config.prompt);
   if (tags.empty()) return out;
   if (config.lora_dir.empty()) {
@@ -154,7 +201,7 @@ std::vector<RunLora> run_loras(const RunConfig& config) {
       config_detail::fail("prompt", t.tag + ": several files in lora_dir are named " + t.name + ".safetensors (" +
                                         list + "); rename one or give the file with --lora");
     }
-    out.push_back({found->second.front().string(), t.weight, "prompt " + t.tag});
+    out.push_back({found->second.front().string(), t.weight, t.unet_weight, "prompt " + t.tag});
   }
   return out;
 }

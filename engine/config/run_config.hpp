@@ -135,10 +135,14 @@ struct PrecisionOverride {
   friend bool operator==(const PrecisionOverride&, const PrecisionOverride&) = default;
 };
 
-// A LoRA file and its weight (setting `lora`; config/lora_list.hpp).
+// A LoRA file and its weight (setting `lora`; config/lora_list.hpp). As in
+// A1111's <lora:NAME:TE:UNET>, `weight` scales the text-encoder deltas and,
+// unless unet_weight is set, the UNet's too.
 struct LoraRef {
   std::string path;
   double weight = 1.0;
+  std::optional<double> unet_weight{};  // nullopt: the same as weight
+  double unet() const { return unet_weight.value_or(weight); }
   friend bool operator==(const LoraRef&, const LoraRef&) = default;
 };
 
@@ -189,7 +193,29 @@ struct RunConfig {
   int hires_steps = 0;     // steps of the second pass; 0: the first pass's
   double hires_denoise = 0.7;
   HiresUpscaler hires_upscaler = HiresUpscaler::latent;
-  bool hires() const { return hires_scale > 0; }
+  // A1111's "Hires resize" (hr_resize_x / hr_resize_y): the second pass's size
+  // instead of hires_scale; one side 0 keeps the first pass's aspect, both set
+  // with another aspect enlarge to cover it and crop the latent's middle
+  // (pipeline/img2img.hpp hires_target).
+  int hires_width = 0;
+  int hires_height = 0;
+  // The second pass's own sampler, schedule, prompts and guidance (A1111's
+  // "Hires sampler", "Hires schedule type", "Hires prompt", "Hires negative
+  // prompt", "Hires CFG Scale"); unset / empty / 0: the first pass's.
+  std::optional<SamplerId> hires_sampler;
+  std::optional<ScheduleId> hires_schedule;
+  std::string hires_prompt;
+  std::string hires_negative_prompt;
+  double hires_cfg_scale = 0;
+  bool hires() const { return hires_scale > 0 || hires_width > 0 || hires_height > 0; }
+  // The second pass's settings with the "same as the first pass" defaults resolved.
+  SamplerId hires_sampler_or_first() const { return hires_sampler.value_or(sampler); }
+  ScheduleId hires_schedule_or_first() const { return hires_schedule.value_or(schedule); }
+  const std::string& hires_prompt_or_first() const { return hires_prompt.empty() ? prompt : hires_prompt; }
+  const std::string& hires_negative_or_first() const {
+    return hires_negative_prompt.empty() ? negative_prompt : hires_negative_prompt;
+  }
+  double hires_cfg_or_first() const { return hires_cfg_scale > 0 ? hires_cfg_scale : cfg_scale; }
   // UniPC (settings unipc.*, pipeline/unipc_reference.hpp): diffusers'
   // UniPCMultistepScheduler, or the UniPC reference code as A1111 ("UniPC")
   // or ComfyUI (uni_pc, uni_pc_bh2) run it; "auto"/0 take the implementation's own default.

@@ -225,6 +225,7 @@ LoraFileData read_lora_file(const LoraSpec& spec) {
   data.summary.path = path.string();
   data.summary.name = path.stem().string();
   data.summary.weight = spec.weight;
+  data.summary.unet_weight = spec.weight_for("unet");
   data.summary.origin = spec.origin;
   data.summary.format = data.format;
   data.summary.short_hash = io::a1111_lora_short_hash(path);
@@ -257,7 +258,8 @@ class LoraSet::Component final : public WeightPatch {
     const std::int64_t k = w.numel() / out;  // in * kh * kw
     for (const auto& [fi, e] : lookup(module)) {
       check(fi, *e, module, w.shape);
-      const float scale = static_cast<float>(set_.files_[fi].spec.weight) * e->alpha / static_cast<float>(e->rank());
+      const float scale =
+          static_cast<float>(set_.files_[fi].spec.weight_for(component_)) * e->alpha / static_cast<float>(e->rank());
       const std::int64_t r = e->rank();
       const std::vector<float> up = e->up.to_f32(), down = e->down.to_f32();
       // (up @ down)[o, :] in f32 (as torch's fuse computes it for an f32 model), row by row.
@@ -283,7 +285,8 @@ class LoraSet::Component final : public WeightPatch {
       check(fi, *e, module, shape);
       HostLoraBranch b;
       b.name = set_.files_.size() == 1 ? "lora" : "lora." + std::to_string(fi);
-      b.scale = static_cast<float>(set_.files_[fi].spec.weight) * e->alpha / static_cast<float>(e->rank());
+      b.scale =
+          static_cast<float>(set_.files_[fi].spec.weight_for(component_)) * e->alpha / static_cast<float>(e->rank());
       b.down = e->down;
       b.up = e->up;
       const std::int64_t r = e->rank();
@@ -416,8 +419,11 @@ void LoraSet::finish(std::string_view model_desc) {
                       std::string(model_desc) + " (e.g. " + examples(left) +
                       "); is it a LoRA for another model family or a differently built model?");
     }
-    log::info("LoRA {} ({}, rank {}, weight {}, {}): {} modules {}", f.summary.name, f.format, f.summary.rank,
-              f.spec.weight, f.summary.short_hash, f.summary.modules, unmerged_ ? "as branches (unmerged)" : "merged");
+    const std::string weights = f.spec.weight_for("unet") == f.spec.weight
+                                    ? fmt::format("weight {}", f.spec.weight)
+                                    : fmt::format("text encoder {}, UNet {}", f.spec.weight, f.spec.weight_for("unet"));
+    log::info("LoRA {} ({}, rank {}, {}, {}): {} modules {}", f.summary.name, f.format, f.summary.rank, weights,
+              f.summary.short_hash, f.summary.modules, unmerged_ ? "as branches (unmerged)" : "merged");
     f.entries.clear();
     f.entries.shrink_to_fit();
   }

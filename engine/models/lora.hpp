@@ -1,6 +1,9 @@
 #pragma once
 // LoRA files: low-rank weight deltas for the text encoder(s) and the UNet,
-// W' = W + weight * (alpha / rank) * up @ down, applied while a model loads.
+// W' = W + weight * (alpha / rank) * up @ down, applied while a model loads;
+// `weight` is the text encoders' and, unless unet_weight is set, the UNet's
+// (A1111's <lora:NAME:TE:UNET>: networks.py scales a module by te_multiplier
+// when it belongs to a text encoder, else by unet_multiplier).
 //
 // Formats read (key forms checked against the sources named):
 //   kohya / A1111   lora_unet_<module>.lora_down.weight, .lora_up.weight, .alpha;
@@ -50,14 +53,19 @@ class LdmNameMap;
 
 struct LoraSpec {
   std::filesystem::path path;
-  double weight = 1.0;
+  double weight = 1.0;                  // the text encoder(s)'
+  std::optional<double> unet_weight{};  // nullopt: the same as weight
+  double weight_for(std::string_view component) const {
+    return component == "unet" ? unet_weight.value_or(weight) : weight;
+  }
   std::string origin;  // "lora setting", "prompt <lora:name:0.8>": for messages and the report
 };
 
 // What a loaded LoRA did, for the run report and the PNG.
 struct LoraSummary {
-  std::string path, name;  // name: the file's stem (A1111's "Lora hashes" names it so)
-  double weight = 1.0;
+  std::string path, name;    // name: the file's stem (A1111's "Lora hashes" names it so)
+  double weight = 1.0;       // the text encoder(s)'
+  double unet_weight = 1.0;  // the UNet's (the same as weight unless the LoRA gave it apart)
   std::string origin;
   std::string format;      // "kohya", "kohya (LDM names)", "diffusers/PEFT", "diffusers (old)"
   std::string short_hash;  // A1111's (io/file_hash.hpp)

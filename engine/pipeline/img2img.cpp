@@ -32,6 +32,53 @@ PartialSchedule hires_schedule(int steps, double denoise) {
   return {total, total - steps};
 }
 
+HiresTarget hires_target(int width, int height, double scale, int resize_x, int resize_y, int f) {
+  // modules/processing.py, calculate_target_resolution (Python's // on non-negative ints is integer division).
+  HiresTarget t;
+  if (resize_x == 0 && resize_y == 0) {
+    t.upscale_w = static_cast<int>(width * scale);
+    t.upscale_h = static_cast<int>(height * scale);
+  } else if (resize_y == 0) {
+    t.upscale_w = resize_x;
+    t.upscale_h = static_cast<int>(static_cast<std::int64_t>(resize_x) * height / width);
+  } else if (resize_x == 0) {
+    t.upscale_w = static_cast<int>(static_cast<std::int64_t>(resize_y) * width / height);
+    t.upscale_h = resize_y;
+  } else {
+    const double src_ratio = static_cast<double>(width) / height;
+    const double dst_ratio = static_cast<double>(resize_x) / resize_y;
+    if (src_ratio < dst_ratio) {
+      t.upscale_w = resize_x;
+      t.upscale_h = static_cast<int>(static_cast<std::int64_t>(resize_x) * height / width);
+    } else {
+      t.upscale_w = static_cast<int>(static_cast<std::int64_t>(resize_y) * width / height);
+      t.upscale_h = resize_y;
+    }
+    // Both differences are >= 0: the upscaled size covers the target.
+    t.truncate_x = (t.upscale_w - resize_x) / f;
+    t.truncate_y = (t.upscale_h - resize_y) / f;
+  }
+  t.width = (t.upscale_w / f - t.truncate_x) * f;
+  t.height = (t.upscale_h / f - t.truncate_y) * f;
+  return t;
+}
+
+std::vector<float> truncate_latent(std::span<const float> latent, const Shape& shape, int truncate_x, int truncate_y) {
+  const std::int64_t c = shape[1], h = shape[2], w = shape[3];
+  const std::int64_t y0 = truncate_y / 2, x0 = truncate_x / 2;
+  const std::int64_t oh = h - truncate_y, ow = w - truncate_x;
+  if (oh <= 0 || ow <= 0 || truncate_x < 0 || truncate_y < 0) {
+    throw ConfigError("hires fix: cutting " + std::to_string(truncate_x) + " columns and " +
+                      std::to_string(truncate_y) + " rows from a " + std::to_string(w) + "x" + std::to_string(h) +
+                      " latent leaves nothing; set hires.width and hires.height closer to the first pass's aspect");
+  }
+  std::vector<float> out(static_cast<std::size_t>(c * oh * ow));
+  for (std::int64_t ch = 0; ch < c; ++ch)
+    for (std::int64_t y = 0; y < oh; ++y)
+      std::copy_n(latent.data() + (ch * h + y0 + y) * w + x0, ow, out.data() + (ch * oh + y) * ow);
+  return out;
+}
+
 // ---------------------------------------------------------------- Lanczos (Pillow's Resample.c)
 
 namespace {

@@ -46,6 +46,31 @@ PartialSchedule img2img_schedule(int steps, double strength, const std::string& 
 // int(steps / min(denoise, 0.999)) steps of which the last `steps` run.
 PartialSchedule hires_schedule(int steps, double denoise);
 
+// The hires fix's sizes, as A1111 computes them
+// (StableDiffusionProcessingTxt2Img.calculate_target_resolution and
+// sample_hr_pass in modules/processing.py of AUTOMATIC1111/stable-diffusion-webui):
+//  - no resize (resize_x = resize_y = 0): hr_upscale_to = int(size * scale);
+//  - one side 0: that side follows the first pass's aspect, rounded down
+//    (hr_upscale_to_y = hr_resize_x * height // width);
+//  - both sides with another aspect: enlarge to cover the target (the side
+//    whose ratio is tighter matches it, the other comes out longer), then
+//    truncate_x = (hr_upscale_to_x - hr_resize_x) // opt_f latent columns are
+//    cut from the upscaled latent, truncate_x // 2 on the left and
+//    (truncate_x + 1) // 2 on the right (rows alike).
+// The first pass is enlarged to [upscale_h // f, upscale_w // f] in the latent
+// (`f` the VAE's downscale, A1111's opt_f = 8), then cropped; the second pass
+// samples at [height / f, width / f].
+struct HiresTarget {
+  int upscale_w = 0, upscale_h = 0;    // hr_upscale_to_x / _y
+  int truncate_x = 0, truncate_y = 0;  // latent columns / rows cut
+  int width = 0, height = 0;           // the second pass's size: (upscale // f - truncate) * f
+};
+HiresTarget hires_target(int width, int height, double scale, int resize_x, int resize_y, int f);
+
+// A1111's crop of the upscaled latent [1, C, h, w]:
+// samples[:, :, ty // 2 : h - (ty + 1) // 2, tx // 2 : w - (tx + 1) // 2].
+std::vector<float> truncate_latent(std::span<const float> latent, const Shape& shape, int truncate_x, int truncate_y);
+
 // PIL's Image.resize(..., Image.LANCZOS) on 8-bit RGB, bit for bit: separable
 // Lanczos-3 (support scaled when shrinking), horizontal pass then vertical,
 // with Pillow's 22-bit fixed-point coefficients and rounding (the vertical

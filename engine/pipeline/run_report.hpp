@@ -91,6 +91,11 @@ struct PassReport {
   int steps = 0;           // steps run
   std::string note;        // plain English: "hires: latent (bilinear) 8x8 -> 16x16, 2 of 4 steps (denoise 0.5)"
   double seconds = 0;
+  // What the pass ran with: the hires pass may have its own (A1111's Hires sampler, prompt, CFG Scale).
+  std::string sampler;   // "euler"
+  std::string schedule;  // "default"
+  std::string prompt, negative_prompt;
+  double cfg_scale = 0;
 };
 
 struct RunReport {

@@ -44,7 +44,7 @@ SdModel& Session::model(const RunConfig& config) {
   if (key.loras.empty()) key.lora_unmerged = false;
   if (model_ && model_key_ && *model_key_ == key) return *model_;
   std::vector<models::LoraSpec> specs;
-  for (const auto& l : key.loras) specs.push_back({l.path, l.weight, l.origin});
+  for (const auto& l : key.loras) specs.push_back({l.path, l.weight, l.unet_weight, l.origin});
   models::LoraSet loras(std::move(specs), key.lora_unmerged);  // reads and checks the files before the model changes
   ModelKey same_model = key;
   if (model_key_) {

@@ -279,7 +279,7 @@ class Txt2ImgRun {
     std::vector<GeneratedImage> images;
     try {
       prepare();
-      encode_prompt();
+      encode_conditionings();
     } catch (const Cancelled&) {
       log::info("cancelled before sampling");
       return images;
@@ -367,7 +367,8 @@ class Txt2ImgRun {
     }
     m.check_size(width_, height_, "size");
     hires_w_ = hires_h_ = 0;
-    if (config_.hires() && config_.hires_scale < 1) {
+    const bool resize = config_.hires_width > 0 || config_.hires_height > 0;
+    if (config_.hires() && !resize && config_.hires_scale < 1) {
       throw ConfigError("key \"hires.scale\": " + fmt::format("{}", config_.hires_scale) +
                         ": the hires fix enlarges; use 1 to 8, or 0 for off");
     }
@@ -376,12 +377,7 @@ class Txt2ImgRun {
           "key \"hires.scale\": the hires fix is a second pass of txt2img (as in A1111); with init_image set, run "
           "img2img at the larger size instead (set width and height), or clear init_image");
     }
-    if (config_.hires()) {
-      // A1111: hr_upscale_to_x = int(width * hr_scale).
-      hires_w_ = static_cast<int>(width_ * config_.hires_scale);
-      hires_h_ = static_cast<int>(height_ * config_.hires_scale);
-      m.check_size(hires_w_, hires_h_, "hires fix size (hires.scale " + fmt::format("{}", config_.hires_scale) + ")");
-    }
+    if (config_.hires()) prepare_hires(m, resize);
     base_w_ = width_;
     base_h_ = height_;
     if (!config_.init_image.empty()) {
@@ -392,16 +388,19 @@ class Txt2ImgRun {
     set_size(width_, height_);
     if (faults_) faults_->begin_run(latent_shape_[2], latent_shape_[3]);
     cfg_ = config_.cfg_scale > 1.0;
+    cfg_scale_ = config_.cfg_scale;
     sdxl_ = m.family() == ModelFamily::sdxl;
     const bool lanczos = config_.hires() && config_.hires_upscaler == HiresUpscaler::lanczos;
     const models::Vae* encoder = init_image_ || lanczos ? &session_.encoder_vae(config_) : nullptr;
     require_memory(m, cc_, width_, height_, cfg_, config_, init_image_ ? encoder : nullptr);
     if (config_.hires()) {
       try {
-        require_memory(m, cc_, hires_w_, hires_h_, cfg_, config_, lanczos ? encoder : nullptr);
+        require_memory(m, cc_, hires_w_, hires_h_, config_.hires_cfg_or_first() > 1.0, config_,
+                       lanczos ? encoder : nullptr);
       } catch (const MemoryPlanError& e) {
         throw MemoryPlanError("hires fix, pass 2 at " + std::to_string(hires_w_) + "x" + std::to_string(hires_h_) +
-                                  ": " + e.what() + " Lower hires.scale.",
+                                  ": " + e.what() +
+                                  (resize ? " Lower hires.width and hires.height." : " Lower hires.scale."),
                               e.fix());
       }
     }
@@ -409,6 +408,75 @@ class Txt2ImgRun {
     if (const KernelPlan kp = plan_run_kernels(*be_, config_); kp.to_build > 0) {
       obs_.on_status(kp.describe(be_->device().name));
     }
+  }
+
+  // The hires fix's second pass, checked before any work: its size (A1111's
+  // calculate_target_resolution, pipeline/img2img.hpp hires_target), its
+  // sampler and schedule, and its prompt's LoRA tags.
+  void prepare_hires(SdModel& m, bool resize) {
+    const int f = static_cast<int>(m.vae->config().downscale());
+    hires_ = hires_target(width_, height_, config_.hires_scale, config_.hires_width, config_.hires_height, f);
+    hires_w_ = hires_.width;
+    hires_h_ = hires_.height;
+    const std::string what =
+        resize ? fmt::format(
+                     "hires fix size (hires.width {}, hires.height {} from {}x{}: enlarged to {}x{}{})",
+                     config_.hires_width, config_.hires_height, width_, height_, hires_.upscale_w, hires_.upscale_h,
+                     hires_.truncate_x || hires_.truncate_y
+                         ? fmt::format(", {}x{} latent columns x rows cut", hires_.truncate_x, hires_.truncate_y)
+                         : std::string())
+               : "hires fix size (hires.scale " + fmt::format("{}", config_.hires_scale) + ")";
+    if (hires_w_ <= 0 || hires_h_ <= 0) throw ConfigError(what + ": the second pass would be empty");
+    m.check_size(hires_w_, hires_h_, what);
+    if (config_.hires_upscaler == HiresUpscaler::lanczos &&
+        (hires_.upscale_w != hires_w_ || hires_.upscale_h != hires_h_)) {
+      // Lanczos decodes, resizes to the enlarged size and encodes it before the crop.
+      m.check_size(hires_.upscale_w, hires_.upscale_h, what + ", encoded before the crop with hires.upscaler=lanczos");
+    }
+    // The second pass's sampler with its schedule (an impossible pair fails here, naming the keys).
+    try {
+      scheduler_config(config_.hires_sampler_or_first(), config_.hires_schedule_or_first());
+    } catch (const ConfigError& e) {
+      throw ConfigError(fmt::format("hires.sampler {} with hires.schedule {}: {}",
+                                    sampler_name(config_.hires_sampler_or_first()),
+                                    schedule_name(config_.hires_schedule_or_first()), e.what()));
+    }
+    // One set of LoRAs is merged into the model for both passes: a hires prompt
+    // must name the same <lora:...> tags as the prompt (A1111 would switch them).
+    if (!config_.hires_prompt.empty()) {
+      auto tags = [](const std::string& p) {
+        std::vector<std::string> out;
+        for (const auto& l : prompt_loras(p)) out.push_back(fmt::format("{}:{}:{}", l.name, l.weight, l.unet()));
+        std::sort(out.begin(), out.end());
+        return out;
+      };
+      if (tags(config_.hires_prompt) != tags(config_.prompt)) {
+        throw ConfigError(
+            "key \"hires.prompt\": its <lora:...> tags differ from the prompt's; NaNscope merges one set of LoRAs "
+            "into the model for both passes, so give the hires prompt the same tags (or none of them in either)");
+      }
+    }
+  }
+
+  // The conditioning of each pass: the first pass's in context_/added_/cfg_,
+  // the hires pass's kept apart when its prompts or guidance differ.
+  void encode_conditionings() {
+    hires_cond_.reset();
+    if (config_.hires()) {
+      const double g2 = config_.hires_cfg_or_first();
+      const bool same_text = config_.hires_prompt_or_first() == config_.prompt &&
+                             config_.hires_negative_or_first() == config_.negative_prompt;
+      if (!same_text || (g2 > 1.0) != cfg_) {
+        cfg_ = g2 > 1.0;
+        encode_prompt(config_.hires_prompt_or_first(), config_.hires_negative_or_first(), false);
+        hires_cond_.emplace();
+        hires_cond_->context = context_;
+        hires_cond_->added = added_;
+        hires_cond_->cfg = cfg_;
+        cfg_ = config_.cfg_scale > 1.0;
+      }
+    }
+    encode_prompt(config_.prompt, config_.negative_prompt, true);
   }
 
   // The size the current pass samples at (the first pass's, or the hires fix's).
@@ -433,27 +501,27 @@ class Txt2ImgRun {
   }
 
   // Text: [uncond, cond] in one batch when guidance is on (diffusers' order).
-  void encode_prompt() {
+  void encode_prompt(const std::string& prompt_text, const std::string& negative_prompt, bool first_pass) {
     SdModel& m = *m_;
     Backend& be = *be_;
-    obs_.on_status("encoding the prompt");
+    obs_.on_status(first_pass ? "encoding the prompt" : "encoding the hires pass's prompt");
     const auto t_text = Clock::now();
     std::vector<std::vector<int>> ids, ids2;
-    const std::string prompt = strip_lora_tags(config_.prompt);  // <lora:...> is no text (A1111)
-    if (cfg_) ids.push_back(m.tokenizer.encode(config_.negative_prompt).ids);
+    const std::string prompt = strip_lora_tags(prompt_text);  // <lora:...> is no text (A1111)
+    if (cfg_) ids.push_back(m.tokenizer.encode(negative_prompt).ids);
     ids.push_back(m.tokenizer.encode(prompt).ids);
     if (!sdxl_) {
       context_ = m.text_encoder->forward(cc_.te, ids, config_.clip_skip).prompt_embeds;
     } else {
       if (config_.clip_skip != 0) throw ConfigError("clip_skip: SDXL already conditions on the penultimate layer");
-      if (cfg_) ids2.push_back(m.tokenizer_2->encode(config_.negative_prompt).ids);
+      if (cfg_) ids2.push_back(m.tokenizer_2->encode(negative_prompt).ids);
       ids2.push_back(m.tokenizer_2->encode(prompt).ids);
       const auto o1 = m.text_encoder->forward(cc_.te, ids);
       const auto o2 = m.text_encoder_2->forward(cc_.te, ids2);
       const Tensor parts[] = {o1.penultimate, o2.penultimate};
       context_ = ops::concat(cc_.te, parts, 2);
       added_.text_embeds = o2.pooled;
-      if (cfg_ && config_.negative_prompt.empty() && m.force_zeros_for_empty_prompt()) {
+      if (cfg_ && negative_prompt.empty() && m.force_zeros_for_empty_prompt()) {
         // SDXL: an empty negative prompt means zero embeddings, not the encoded "".
         HostTensor ctx_h = be.download(context_), pooled_h = be.download(added_.text_embeds);
         std::memset(ctx_h.data.data(), 0, ctx_h.data.size() / 2);
@@ -466,8 +534,8 @@ class Txt2ImgRun {
     if (context_.dtype() != unet_dtype_) context_ = ops::cast(cc_.te.child("to_unet"), context_, unet_dtype_);
     if (sdxl_ && added_.text_embeds.dtype() != unet_dtype_)
       added_.text_embeds = ops::cast(cc_.te.child("to_unet"), added_.text_embeds, unet_dtype_);
-    obs_.on_text_embeddings(be.download(context_));
-    text_seconds_ = since(t_text);
+    if (first_pass) obs_.on_text_embeddings(be.download(context_));
+    text_seconds_ += since(t_text);
   }
 
   RunReport new_report(int img) const {
@@ -503,6 +571,7 @@ class Txt2ImgRun {
     pass.width = width_;
     pass.height = height_;
     pass.schedule_steps = config_.steps;
+    describe_pass(pass, config_.sampler, config_.schedule, config_.prompt, config_.negative_prompt, config_.cfg_scale);
     Tensor latent;
     if (init_image_) {
       // diffusers' img2img: the posterior sample takes the generator's first draw, add_noise the next.
@@ -544,10 +613,21 @@ class Txt2ImgRun {
     return make_noise(config_.noise, step_noise_seed(seed, config_.eta_seed_delta), config_.torch_cpu_kernel);
   }
 
-  SchedulerConfig scheduler_config() const {
-    SchedulerConfig sc = SchedulerConfig::from_json(m_->scheduler_config(), config_.sampler,
+  // What a pass ran with, for its report.
+  static void describe_pass(PassReport& pass, SamplerId sampler, ScheduleId schedule, const std::string& prompt,
+                            const std::string& negative, double cfg_scale) {
+    pass.sampler = std::string(sampler_name(sampler));
+    pass.schedule = std::string(schedule_name(schedule));
+    pass.prompt = prompt;
+    pass.negative_prompt = negative;
+    pass.cfg_scale = cfg_scale;
+  }
+
+  SchedulerConfig scheduler_config() const { return scheduler_config(config_.sampler, config_.schedule); }
+  SchedulerConfig scheduler_config(SamplerId sampler, ScheduleId schedule) const {
+    SchedulerConfig sc = SchedulerConfig::from_json(m_->scheduler_config(), sampler,
                                                     (m_->folder() / "scheduler" / "scheduler_config.json").string())
-                             .with_schedule(config_.schedule)
+                             .with_schedule(schedule)
                              .with_unipc(config_);
     if (sc.clip_sample && !sdxl_) {
       // diffusers' StableDiffusionPipeline and StableDiffusionImg2ImgPipeline (SD 1.x/2.x, not SDXL) set
@@ -584,6 +664,7 @@ class Txt2ImgRun {
     const std::vector<float> low = download_f32(be, latent);
     auto noise = make_noise(config_.noise, seed, config_.torch_cpu_kernel);
     const HiresUpscaler up = config_.hires_upscaler;
+    const std::int64_t f = m_->vae->config().downscale();
     std::vector<float> x0;
     PassReport pass;
     pass.pass = 2;
@@ -597,16 +678,24 @@ class Txt2ImgRun {
       first.latent = low;
       const GeneratedImage decoded =
           session_.redecode(config_, first, m_->vae_folder(), vae_dtype_, nullptr, nullptr, faults_, &cancel_);
+      // Resized to the enlarged size (the target's, unless the aspect changes) and encoded there.
       set_size(hires_w_, hires_h_);
-      x0 = encode_image(rgb_to_tensor(resize_lanczos(decoded.image, width_, height_)), *noise);
+      x0 = encode_image(rgb_to_tensor(resize_lanczos(decoded.image, hires_.upscale_w, hires_.upscale_h)), *noise);
     } else {
       set_size(hires_w_, hires_h_);
-      x0 = interpolate_latent(low, low_shape, latent_shape_[2], latent_shape_[3], up);
+      x0 = interpolate_latent(low, low_shape, hires_.upscale_h / f, hires_.upscale_w / f, up);
+    }
+    if (hires_.truncate_x > 0 || hires_.truncate_y > 0) {
+      // A1111 crops the enlarged latent's middle to the target's aspect (processing.py sample_hr_pass).
+      x0 = truncate_latent(x0, Shape{1, latent_shape_[1], hires_.upscale_h / f, hires_.upscale_w / f},
+                           hires_.truncate_x, hires_.truncate_y);
     }
     if (faults_) faults_->begin_run(latent_shape_[2], latent_shape_[3]);
     const int steps = config_.hires_steps > 0 ? config_.hires_steps : config_.steps;
     const PartialSchedule ps = hires_schedule(steps, config_.hires_denoise);
-    SchedulerConfig hires_config = scheduler_config();
+    const SamplerId sampler_id = config_.hires_sampler_or_first();
+    const ScheduleId schedule_id = config_.hires_schedule_or_first();
+    SchedulerConfig hires_config = scheduler_config(sampler_id, schedule_id);
     hires_config.unipc_hires_pass = true;  // A1111's UniPC counts this pass's steps its own way
     auto sampler = make_sampler(hires_config);
     sampler->set_timesteps(ps.schedule_steps);
@@ -614,8 +703,22 @@ class Txt2ImgRun {
     pass.height = height_;
     pass.schedule_steps = ps.schedule_steps;
     pass.start_step = ps.start;
-    pass.note = fmt::format("hires: {} {}x{} -> {}x{}, {} of {} steps (denoise {})", hires_upscaler_a1111_name(up),
-                            low_w, low_h, width_, height_, ps.run_steps(), ps.schedule_steps, config_.hires_denoise);
+    describe_pass(pass, sampler_id, schedule_id, config_.hires_prompt_or_first(), config_.hires_negative_or_first(),
+                  config_.hires_cfg_or_first());
+    const std::string enlarged =
+        hires_.truncate_x || hires_.truncate_y
+            ? fmt::format(" (enlarged to {}x{}, the middle kept)", hires_.upscale_w, hires_.upscale_h)
+            : std::string();
+    pass.note =
+        fmt::format("hires: {} {}x{} -> {}x{}{}, {} of {} steps (denoise {})", hires_upscaler_a1111_name(up), low_w,
+                    low_h, width_, height_, enlarged, ps.run_steps(), ps.schedule_steps, config_.hires_denoise);
+    // Say what the second pass runs with where it is not the first's (A1111's "Use same ..." otherwise).
+    if (sampler_id != config_.sampler || schedule_id != config_.schedule)
+      pass.note += fmt::format(", sampler {} ({} schedule)", sampler_name(sampler_id), schedule_name(schedule_id));
+    if (config_.hires_cfg_or_first() != config_.cfg_scale)
+      pass.note += fmt::format(", CFG {}", config_.hires_cfg_or_first());
+    if (config_.hires_prompt_or_first() != config_.prompt) pass.note += ", its own prompt";
+    if (config_.hires_negative_or_first() != config_.negative_prompt) pass.note += ", its own negative prompt";
     log::info("{}", pass.note);
     std::vector<float> z(static_cast<std::size_t>(latent_n_));
     noise->randn(z);
@@ -625,7 +728,26 @@ class Txt2ImgRun {
     sampler->start_at(be, latent, be.upload(HostTensor::from_f32(latent_shape_, z)),
                       ps.start * sampler->calls_per_step());
     auto ensd = step_noise(seed);
-    run_steps(*sampler, latent, ensd ? ensd.get() : noise.get(), pass, 2, img, out, report, state);
+    // The second pass's conditioning and guidance, swapped in for its steps.
+    const double first_scale = cfg_scale_;
+    cfg_scale_ = config_.hires_cfg_or_first();
+    if (hires_cond_) swap_conditioning();
+    try {
+      run_steps(*sampler, latent, ensd ? ensd.get() : noise.get(), pass, 2, img, out, report, state);
+    } catch (...) {
+      if (hires_cond_) swap_conditioning();
+      cfg_scale_ = first_scale;
+      throw;
+    }
+    if (hires_cond_) swap_conditioning();
+    cfg_scale_ = first_scale;
+  }
+
+  void swap_conditioning() {
+    std::swap(context_, hires_cond_->context);
+    std::swap(added_, hires_cond_->added);
+    std::swap(cfg_, hires_cond_->cfg);
+    if (sdxl_) fill_time_ids();  // rows follow cfg_
   }
 
   // The steps of one pass, from the sampler's first step to its last, on `latent` (at latent_shape_).
@@ -634,8 +756,8 @@ class Txt2ImgRun {
     SdModel& m = *m_;
     Backend& be = *be_;
     Sampler* const sampler = &sampler_ref;
-    if (sampler->brownian_noise_elsewhere() && pass.pass == 1) {
-      report.reproducibility = std::string(sampler_name(config_.sampler)) +
+    if (sampler->brownian_noise_elsewhere() && report.reproducibility.empty()) {
+      report.reproducibility = (pass.pass > 1 ? "the hires pass's " : "") + pass.sampler +
                                ": A1111 and ComfyUI (k-diffusion) draw this sampler's per-step noise from a "
                                "Brownian tree (torchsde), which no seed reproduces elsewhere; NaNscope draws it from "
                                "the run's noise source (" +
@@ -701,8 +823,7 @@ class Txt2ImgRun {
       if (cfg_) {
         // uncond + g * (cond - uncond)
         guided = be.empty(latent_shape_, DType::f32);
-        latent_op(be, LatentOp::cfg, latent_n_, pred32, &pred32, latent_n_, guided,
-                  static_cast<float>(config_.cfg_scale));
+        latent_op(be, LatentOp::cfg, latent_n_, pred32, &pred32, latent_n_, guided, static_cast<float>(cfg_scale_));
       }
       const bool decode_preview = insp_.decode_every > 0 && (k + 1) % insp_.decode_every == 0 && i + 1 < steps;
       Tensor denoised;
@@ -1032,6 +1153,15 @@ class Txt2ImgRun {
   Shape latent_shape_;
   std::int64_t latent_n_ = 0;
   bool cfg_ = false, sdxl_ = false;
+  double cfg_scale_ = 0;  // the current pass's guidance scale
+  HiresTarget hires_;     // the hires fix's sizes (A1111's hr_upscale_to, truncate)
+  // The hires pass's conditioning, when its prompts or guidance differ from the first pass's.
+  struct Conditioning {
+    Tensor context;
+    models::AddedConditions added;
+    bool cfg = false;
+  };
+  std::optional<Conditioning> hires_cond_;
   DType unet_dtype_ = DType::f32, vae_dtype_ = DType::f32;
   Tensor context_;
   models::AddedConditions added_;

@@ -46,6 +46,7 @@ nlohmann::json loras_json(const pipeline::RunReport& r) {
     out.push_back({{"name", l.name},
                    {"path", l.path},
                    {"weight", l.weight},
+                   {"unet_weight", l.unet_weight},
                    {"origin", l.origin},
                    {"format", l.format},
                    {"hash", l.short_hash},
@@ -121,6 +122,11 @@ nlohmann::json report_json(const RunConfig& config, const std::vector<pipeline::
                       {"start_step", p.start_step},
                       {"steps", p.steps},
                       {"note", p.note},
+                      {"sampler", p.sampler},
+                      {"schedule", p.schedule},
+                      {"cfg_scale", p.cfg_scale},
+                      {"prompt", p.prompt},
+                      {"negative_prompt", p.negative_prompt},
                       {"seconds", p.seconds}});
   }
   j["passes"] = std::move(passes);

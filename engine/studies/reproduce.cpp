@@ -10,6 +10,7 @@
 #include "config/settings.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "pipeline/scheduler_config.hpp"
 
 namespace nanscope::studies {
 
@@ -211,6 +212,76 @@ std::vector<std::string> ReproducePlan::sets() const {
   return out;
 }
 
+namespace {
+
+// The hires pass's own sampler, schedule, prompts, guidance and checkpoint
+// (A1111 writes each only where it differs from the first pass's).
+void map_hires_pass(ReproducePlan& plan) {
+  const ForeignGeneration& g = plan.generation;
+  RunConfig& c = plan.config;
+  auto& nr = plan.not_reproducible;
+  auto set = [&](const std::string& key, const std::string& value, const std::string& field) {
+    try {
+      c.set(key, value);
+    } catch (const ConfigError& e) {
+      nr.push_back({field, std::string("cannot be used: ") + e.what()});
+    }
+  };
+  if (!g.hires_sampler.empty() || !g.hires_schedule.empty()) {
+    // A1111's get_hr_sampler_and_scheduler: "Use same ..." stands for the first pass's.
+    const std::string name = g.hires_sampler.empty() ? g.sampler : g.hires_sampler;
+    const std::string type = g.hires_schedule.empty() ? g.schedule : g.hires_schedule;
+    const std::string field = g.hires_sampler.empty() ? "Hires schedule type" : "Hires sampler";
+    if (const auto choice = g.tool == ForeignTool::a1111 ? sampler_from_a1111(name, type) : std::nullopt) {
+      RunConfig trial = c;
+      trial.hires_sampler = choice->sampler;
+      trial.hires_schedule = choice->schedule;
+      try {
+        pipeline::SchedulerConfig::defaults(choice->sampler).with_schedule(choice->schedule);
+        trial.validate();
+        c = trial;
+      } catch (const ConfigError& e) {
+        nr.push_back({field, "hires sampler '" + name + "' with schedule '" + type + "' cannot run here: " + e.what() +
+                                 "; the hires pass uses the first pass's"});
+      }
+    } else {
+      nr.push_back({field, "hires sampler '" + name + "'" + (type.empty() ? "" : " with schedule '" + type + "'") +
+                               " is unknown to this version; the hires pass uses the first pass's sampler"});
+    }
+  }
+  if (g.hires_prompt) {
+    // The LoRAs are one set for both passes (the prompt's); a hires prompt naming others cannot be honoured.
+    auto tags = [](const std::string& p) {
+      std::vector<std::string> out;
+      for (const ForeignLora& l : a1111_prompt_loras(p))
+        out.push_back(l.name + ":" + number_text(l.clip_weight) + ":" + number_text(l.weight));
+      std::sort(out.begin(), out.end());
+      return out;
+    };
+    if (tags(*g.hires_prompt) != tags(g.prompt))
+      nr.push_back({"Hires prompt",
+                    "the hires prompt's LoRA tags differ from the prompt's; NaNscope applies the "
+                    "prompt's LoRAs to both passes"});
+    set("hires.prompt", without_extra_networks(*g.hires_prompt), "Hires prompt");
+  }
+  if (g.hires_negative_prompt) set("hires.negative_prompt", *g.hires_negative_prompt, "Hires negative prompt");
+  if (g.hires_cfg_scale) set("hires.cfg_scale", number_text(*g.hires_cfg_scale), "Hires CFG Scale");
+  if (!g.hires_checkpoint.empty()) {
+    const FoundFile& f = plan.hires_checkpoint;
+    if (f.path.empty()) {
+      nr.push_back({"Hires checkpoint", "Hires checkpoint '" + g.hires_checkpoint + "' " + f.how +
+                                            "; the hires pass cannot be reproduced (this version runs both passes "
+                                            "with the first checkpoint)"});
+    } else {
+      nr.push_back({"Hires checkpoint", "Hires checkpoint '" + g.hires_checkpoint + "' is " + f.path.string() +
+                                            ", but a second checkpoint for the hires pass is not supported by this "
+                                            "version: both passes run with the first checkpoint"});
+    }
+  }
+}
+
+}  // namespace
+
 void map_onto_run_config(ReproducePlan& plan) {
   const ForeignGeneration& g = plan.generation;
   RunConfig& c = plan.config;
@@ -319,30 +390,31 @@ void map_onto_run_config(ReproducePlan& plan) {
       nr.push_back({what, "LoRA '" + l.name + "' not found in " + plan.models_dir.string() +
                               (l.hash.empty() ? "" : " (hash " + l.hash + ")") + "; the run leaves it out"});
     } else {
-      c.loras.push_back({f->path.string(), l.weight});
-      if (l.clip_weight != l.weight)
-        nr.push_back({what, "LoRA '" + l.name + "': a text-encoder weight (" + number_text(l.clip_weight) +
-                                ") apart from the UNet's (" + number_text(l.weight) + ") is not supported; both use " +
-                                number_text(l.weight)});
+      // Separate text-encoder and UNet weights (A1111's <lora:NAME:TE:UNET>, ComfyUI's strength_clip and
+      // strength_model) are applied as such.
+      LoraRef r{.path = f->path.string(), .weight = l.clip_weight, .unet_weight = std::nullopt};
+      if (l.weight != l.clip_weight) r.unet_weight = l.weight;
+      c.loras.push_back(std::move(r));
+      if (!l.unsupported.empty())
+        nr.push_back({what, "LoRA '" + l.name + "': " + l.unsupported +
+                                " is not supported by this version; the LoRA is applied at its full rank"});
     }
   }
 
   // Hires fix (A1111's sample_hr_pass: hires.* settings), img2img.
-  if (g.hires_upscale || g.hires_width || g.hires_steps || !g.hires_upscaler.empty()) {
-    double scale = g.hires_upscale.value_or(0.0);
-    if (scale == 0.0 && g.hires_width && g.width && *g.width > 0) {
-      scale = static_cast<double>(*g.hires_width) / *g.width;
-      const bool same_ratio = !g.hires_height || !g.height || std::abs(scale * *g.height - *g.hires_height) < 0.5;
-      if (!same_ratio) {
-        nr.push_back({"Hires resize", "Hires resize to " + std::to_string(*g.hires_width) + "x" +
-                                          std::to_string(g.hires_height.value_or(0)) +
-                                          " changes the aspect ratio, which this version does not do; the run scales "
-                                          "both sides by " +
-                                          number_text(scale)});
-      }
+  const bool hires_pass_fields = !g.hires_sampler.empty() || !g.hires_schedule.empty() || g.hires_prompt ||
+                                 g.hires_negative_prompt || g.hires_cfg_scale || !g.hires_checkpoint.empty();
+  if (g.hires_upscale || g.hires_width || g.hires_height || g.hires_steps || !g.hires_upscaler.empty() ||
+      hires_pass_fields) {
+    if ((g.hires_width && *g.hires_width > 0) || (g.hires_height && *g.hires_height > 0)) {
+      // "Hires resize: WxH": the target size, one side 0 from the first pass's aspect, another aspect cropped as
+      // A1111 does (pipeline/img2img.hpp hires_target).
+      set("hires.width", std::to_string(g.hires_width.value_or(0)), "Hires resize");
+      set("hires.height", std::to_string(g.hires_height.value_or(0)), "Hires resize");
+    } else {
+      const double scale = g.hires_upscale.value_or(0.0) > 0.0 ? *g.hires_upscale : 2.0;  // A1111's default
+      set("hires.scale", number_text(scale), "Hires upscale");
     }
-    if (scale <= 0.0) scale = 2.0;  // A1111's default "Upscale by"
-    set("hires.scale", number_text(scale), "Hires upscale");
     if (g.hires_steps) set("hires.steps", std::to_string(*g.hires_steps), "Hires steps");
     if (const std::optional<double> d = g.hires_denoise ? g.hires_denoise : g.denoise)
       set("hires.denoise", number_text(*d), "Denoising strength");
@@ -360,6 +432,7 @@ void map_onto_run_config(ReproducePlan& plan) {
                                             "upscales the decoded image with Lanczos instead"});
       }
     }
+    map_hires_pass(plan);
   } else if (g.denoise && *g.denoise < 1.0) {
     set("strength", number_text(*g.denoise), "Denoising strength");
     nr.push_back({"img2img", "denoising strength " + number_text(*g.denoise) +
@@ -439,6 +512,14 @@ ReproducePlan plan_reproduction(const ForeignGeneration& generation, const fs::p
     }
     for (const ForeignLora& l : g.loras)
       plan.loras.push_back(find(Role::lora, "LoRA", l.name, l.hash, all, hash_of, models_dir, plan.notes));
+    if (!g.hires_checkpoint.empty()) {
+      // A1111's short title "name [hash]".
+      static const std::regex title(R"(^(.*?)\s*\[([0-9a-fA-F]{8,64})\]\s*$)");
+      std::smatch m;
+      const bool titled = std::regex_match(g.hires_checkpoint, m, title);
+      plan.hires_checkpoint = find(Role::checkpoint, "hires checkpoint", titled ? m[1].str() : g.hires_checkpoint,
+                                   titled ? lower(m[2].str()) : "", all, hash_of, models_dir, plan.notes);
+    }
   } catch (const Cancelled&) {
     cache.save();  // the files hashed before the cancel are not hashed again
     throw;
@@ -487,6 +568,7 @@ std::string describe_run(const ReproducePlan& plan) {
     file(plan.vae);
   }
   for (const FoundFile& f : plan.loras) file(f);
+  file(plan.hires_checkpoint);  // not run: the not-reproducible list says so
   s += "  (" + std::to_string(plan.hashed_files) + " file(s) hashed now; the others' hashes came from the cache)\n";
   for (const std::string& n : plan.notes) s += "  note: " + n + "\n";
   return s;
@@ -504,6 +586,7 @@ json to_json(const ReproducePlan& plan) {
   j["files"].push_back(file(plan.checkpoint));
   if (!plan.vae.role.empty()) j["files"].push_back(file(plan.vae));
   for (const auto& f : plan.loras) j["files"].push_back(file(f));
+  if (!plan.hires_checkpoint.role.empty()) j["files"].push_back(file(plan.hires_checkpoint));
   j["not_reproducible"] = json::array();
   for (const auto& n : plan.not_reproducible) j["not_reproducible"].push_back({{"what", n.what}, {"reason", n.reason}});
   j["notes"] = plan.notes;

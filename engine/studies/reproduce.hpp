@@ -48,6 +48,7 @@ struct ReproducePlan {
   FoundFile checkpoint;
   FoundFile vae;                 // role "" when the image uses the model's own VAE
   std::vector<FoundFile> loras;  // one per generation.loras, same order
+  FoundFile hires_checkpoint;    // role "" when the image names none (A1111's "Hires checkpoint")
   std::vector<NotReproducible> not_reproducible;
   std::vector<std::string> notes;  // how things were mapped, hash cache warnings
   int hashed_files = 0;            // files hashed (not from the cache) while planning

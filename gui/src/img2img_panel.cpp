@@ -17,6 +17,7 @@
 #include <QSpinBox>
 #include <QToolButton>
 #include <QVBoxLayout>
+#include <tuple>
 
 #include "config/settings.hpp"
 #include "pipeline/img2img.hpp"
@@ -55,6 +56,13 @@ Img2ImgPanel::Img2ImgPanel(QWidget* parent)
       hires_steps_(new QSpinBox),
       denoise_(new QDoubleSpinBox),
       upscaler_(new QComboBox),
+      hires_width_(new QSpinBox),
+      hires_height_(new QSpinBox),
+      hires_sampler_(new QComboBox),
+      hires_schedule_(new QComboBox),
+      hires_cfg_(new QDoubleSpinBox),
+      hires_prompt_(new QLineEdit),
+      hires_negative_(new QLineEdit),
       hires_note_(new QLabel) {
   setObjectName("img2imgPanel");
   setAcceptDrops(true);
@@ -91,6 +99,33 @@ Img2ImgPanel::Img2ImgPanel(QWidget* parent)
   }
   describe(upscaler_, "hires.upscaler");
   describe(hires_, "hires.scale");
+  // A1111's "Resize width to" / "Resize height to": 0 on both uses "Upscale by".
+  for (auto [box, key, name] : {std::tuple{hires_width_, "hires.width", "hiresWidth"},
+                                std::tuple{hires_height_, "hires.height", "hiresHeight"}}) {
+    box->setObjectName(name);
+    box->setRange(0, static_cast<int>(setting(key).max));
+    box->setSingleStep(8);
+    box->setSpecialValueText(tr("0 (from the other side or the scale)"));
+    describe(box, key);
+  }
+  // The second pass's own sampler, schedule, CFG scale and prompts; the first item is A1111's "Use same ...".
+  hires_sampler_->setObjectName("hiresSampler");
+  hires_sampler_->addItem(tr("Use same sampler"), QString());
+  for (SamplerId id : kSamplers) hires_sampler_->addItem(qs(sampler_name(id)), qs(sampler_name(id)));
+  describe(hires_sampler_, "hires.sampler");
+  hires_schedule_->setObjectName("hiresSchedule");
+  hires_schedule_->addItem(tr("Use same schedule"), QString());
+  for (ScheduleId id : kSchedules) hires_schedule_->addItem(qs(schedule_name(id)), qs(schedule_name(id)));
+  describe(hires_schedule_, "hires.schedule");
+  hires_cfg_->setObjectName("hiresCfg");
+  from_table(hires_cfg_, "hires.cfg_scale", 0.5, 1);
+  hires_cfg_->setSpecialValueText(tr("same as the first pass"));
+  hires_prompt_->setObjectName("hiresPrompt");
+  hires_prompt_->setPlaceholderText(tr("same as the prompt"));
+  describe(hires_prompt_, "hires.prompt");
+  hires_negative_->setObjectName("hiresNegativePrompt");
+  hires_negative_->setPlaceholderText(tr("same as the negative prompt"));
+  describe(hires_negative_, "hires.negative_prompt");
   hires_note_->setObjectName("hiresNote");
   hires_note_->setWordWrap(true);
 
@@ -111,7 +146,17 @@ Img2ImgPanel::Img2ImgPanel(QWidget* parent)
   hires_form->addRow(tr("Upscale by:"), scale_);
   hires_form->addRow(tr("Hires steps:"), hires_steps_);
   hires_form->addRow(tr("Denoising strength:"), denoise_);
+  auto* resize_row = new QHBoxLayout;
+  resize_row->addWidget(hires_width_, 1);
+  resize_row->addWidget(new QLabel(QStringLiteral("x")));
+  resize_row->addWidget(hires_height_, 1);
+  hires_form->addRow(tr("Resize to:"), resize_row);
   hires_form->addRow(tr("Upscaler:"), upscaler_);
+  hires_form->addRow(tr("Hires sampler:"), hires_sampler_);
+  hires_form->addRow(tr("Hires schedule:"), hires_schedule_);
+  hires_form->addRow(tr("Hires CFG scale:"), hires_cfg_);
+  hires_form->addRow(tr("Hires prompt:"), hires_prompt_);
+  hires_form->addRow(tr("Hires negative:"), hires_negative_);
   hires_form->addRow(hires_note_);
 
   auto* layout = new QVBoxLayout(this);
@@ -140,6 +185,13 @@ Img2ImgPanel::Img2ImgPanel(QWidget* parent)
   connect(denoise_, qOverload<double>(&QDoubleSpinBox::valueChanged), this, notify);
   connect(hires_steps_, qOverload<int>(&QSpinBox::valueChanged), this, notify);
   connect(upscaler_, qOverload<int>(&QComboBox::activated), this, notify);
+  connect(hires_width_, qOverload<int>(&QSpinBox::valueChanged), this, notify);
+  connect(hires_height_, qOverload<int>(&QSpinBox::valueChanged), this, notify);
+  connect(hires_sampler_, qOverload<int>(&QComboBox::activated), this, notify);
+  connect(hires_schedule_, qOverload<int>(&QComboBox::activated), this, notify);
+  connect(hires_cfg_, qOverload<double>(&QDoubleSpinBox::valueChanged), this, notify);
+  connect(hires_prompt_, &QLineEdit::editingFinished, this, notify);
+  connect(hires_negative_, &QLineEdit::editingFinished, this, notify);
   connect(hires_, &QGroupBox::toggled, this, notify);
   load(RunConfig{});
 }
@@ -181,32 +233,52 @@ void Img2ImgPanel::update_enabled() {
     hires_note_->setText(tr("Off while an init image is set: run img2img at the larger size instead."));
     return;
   }
+  // A target size replaces "Upscale by" (A1111 ignores hr_scale then).
+  const bool resize = hires_width_->value() > 0 || hires_height_->value() > 0;
+  scale_->setEnabled(!resize);
+  QString size;
+  if (resize) {
+    size = tr("The second pass runs at %1 x %2 (0: that side follows the first pass's aspect; another aspect is "
+              "cropped from the middle, as A1111 does). ")
+               .arg(hires_width_->value())
+               .arg(hires_height_->value());
+  }
   const int steps = hires_steps_->value();
   if (steps > 0) {
     try {
       const auto ps = pipeline::hires_schedule(steps, denoise_->value());
-      hires_note_->setText(tr("The second pass runs the last %1 steps of a %2-step schedule.")
-                               .arg(ps.run_steps())
-                               .arg(ps.schedule_steps));
+      hires_note_->setText(size + tr("The second pass runs the last %1 steps of a %2-step schedule.")
+                                      .arg(ps.run_steps())
+                                      .arg(ps.schedule_steps));
     } catch (const std::exception& e) {
       hires_note_->setText(QString::fromUtf8(e.what()));
     }
   } else {
-    hires_note_->setText(
-        tr("The second pass runs as many steps as the first, the last of a longer schedule "
-           "(steps / denoising strength)."));
+    hires_note_->setText(size + tr("The second pass runs as many steps as the first, the last of a longer schedule "
+                                   "(steps / denoising strength)."));
   }
 }
 
 void Img2ImgPanel::load(const RunConfig& c) {
-  const QSignalBlocker b1(init_), b2(strength_), b3(hires_), b4(scale_), b5(hires_steps_), b6(denoise_), b7(upscaler_);
+  const QSignalBlocker b1(init_), b2(strength_), b3(hires_), b4(scale_), b5(hires_steps_), b6(denoise_), b7(upscaler_),
+      b8(hires_width_), b9(hires_height_), b10(hires_sampler_), b11(hires_schedule_), b12(hires_cfg_),
+      b13(hires_prompt_), b14(hires_negative_);
   init_->setText(qs(c.init_image));
   strength_->setValue(c.strength);
   hires_->setChecked(c.hires());
-  scale_->setValue(c.hires() ? c.hires_scale : 2.0);  // A1111's default "Upscale by"
+  scale_->setValue(c.hires_scale > 0 ? c.hires_scale : 2.0);  // A1111's default "Upscale by"
   hires_steps_->setValue(c.hires_steps);
   denoise_->setValue(c.hires_denoise);
   upscaler_->setCurrentIndex(std::max(0, upscaler_->findData(qs(hires_upscaler_name(c.hires_upscaler)))));
+  hires_width_->setValue(c.hires_width);
+  hires_height_->setValue(c.hires_height);
+  hires_sampler_->setCurrentIndex(
+      c.hires_sampler ? std::max(0, hires_sampler_->findData(qs(sampler_name(*c.hires_sampler)))) : 0);
+  hires_schedule_->setCurrentIndex(
+      c.hires_schedule ? std::max(0, hires_schedule_->findData(qs(schedule_name(*c.hires_schedule)))) : 0);
+  hires_cfg_->setValue(c.hires_cfg_scale);
+  hires_prompt_->setText(QString::fromStdString(c.hires_prompt));
+  hires_negative_->setText(QString::fromStdString(c.hires_negative_prompt));
   show_thumbnail();
   update_enabled();
 }
@@ -214,10 +286,21 @@ void Img2ImgPanel::load(const RunConfig& c) {
 void Img2ImgPanel::store(RunConfig& c) const {
   c.init_image = init_->text().trimmed().toStdString();
   c.strength = strength_->value();
-  c.hires_scale = hires_->isChecked() && c.init_image.empty() ? scale_->value() : 0.0;
+  const bool on = hires_->isChecked() && c.init_image.empty();
+  const bool resize = hires_width_->value() > 0 || hires_height_->value() > 0;
+  c.hires_scale = on && !resize ? scale_->value() : 0.0;  // a target size replaces the scale
   c.hires_steps = hires_steps_->value();
   c.hires_denoise = denoise_->value();
   c.hires_upscaler = *parse_hires_upscaler(upscaler_->currentData().toString().toStdString());
+  c.hires_width = on ? hires_width_->value() : 0;
+  c.hires_height = on ? hires_height_->value() : 0;
+  const std::string sampler = hires_sampler_->currentData().toString().toStdString();
+  c.hires_sampler = sampler.empty() ? std::nullopt : parse_sampler(sampler);
+  const std::string schedule = hires_schedule_->currentData().toString().toStdString();
+  c.hires_schedule = schedule.empty() ? std::nullopt : parse_schedule(schedule);
+  c.hires_cfg_scale = hires_cfg_->value();
+  c.hires_prompt = hires_prompt_->text().toStdString();
+  c.hires_negative_prompt = hires_negative_->text().toStdString();
 }
 
 void Img2ImgPanel::dragEnterEvent(QDragEnterEvent* event) {

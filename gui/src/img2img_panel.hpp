@@ -1,8 +1,10 @@
 #pragma once
 // img2img and the hires fix (pipeline/img2img.hpp): an init image picker with
 // its strength, and A1111's hires-fix controls (scale, second-pass steps,
-// denoising strength, upscaler). Each control takes its range and tooltip
-// from its settings-table row (init_image, strength, hires.*).
+// denoising strength, upscaler, the target size of "Resize width/height to",
+// and the second pass's own sampler, schedule, CFG scale and prompts). Each
+// control takes its range and tooltip from its settings-table row
+// (init_image, strength, hires.*).
 
 #include "config_panels.hpp"
 
@@ -41,6 +43,13 @@ class Img2ImgPanel : public ConfigPanel {
   QSpinBox* hires_steps_;
   QDoubleSpinBox* denoise_;
   QComboBox* upscaler_;
+  QSpinBox* hires_width_;
+  QSpinBox* hires_height_;
+  QComboBox* hires_sampler_;
+  QComboBox* hires_schedule_;
+  QDoubleSpinBox* hires_cfg_;
+  QLineEdit* hires_prompt_;
+  QLineEdit* hires_negative_;
   QLabel* hires_note_;
 };
 

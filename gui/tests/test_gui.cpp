@@ -13,6 +13,7 @@
 #include <QGroupBox>
 #include <QImage>
 #include <QLabel>
+#include <QLineEdit>
 #include <QMenu>
 #include <QMimeData>
 #include <QPlainTextEdit>
@@ -613,6 +614,43 @@ class GuiTest : public QObject {
     QVERIFY(img);
     QCOMPARE(img->report.passes.size(), std::size_t{2});
     QCOMPARE(img->image.image.width, 2 * img->report.passes.at(0).width);
+
+    // Hires resize to another aspect with the second pass's own sampler, CFG and prompt (A1111's Hires resize,
+    // Hires sampler, Hires CFG Scale, Hires prompt): 64x64 -> 128x64, the enlarged 128x128 cropped.
+    w->findChild<QSpinBox*>("hiresWidth")->setValue(128);
+    w->findChild<QSpinBox*>("hiresHeight")->setValue(64);
+    QVERIFY(!w->findChild<QDoubleSpinBox*>("hiresScale")->isEnabled());
+    auto* hsampler = w->findChild<QComboBox*>("hiresSampler");
+    hsampler->setCurrentIndex(hsampler->findData("dpmpp_2m"));
+    w->findChild<QDoubleSpinBox*>("hiresCfg")->setValue(4.0);
+    w->findChild<QLineEdit*>("hiresPrompt")->setText("a blue square");
+    c = w->current_config();
+    QCOMPARE(c.hires_width, 128);
+    QCOMPARE(c.hires_height, 64);
+    QCOMPARE(c.hires_scale, 0.0);
+    QVERIFY(c.hires_sampler == SamplerId::dpmpp_2m);
+    QVERIFY(!c.hires_schedule);
+    QCOMPARE(c.hires_cfg_scale, 4.0);
+    QCOMPARE(c.hires_prompt, std::string("a blue square"));
+    press_run(*w, 2, "a red circle");
+    QVERIFY(done.wait(300000));
+    f = done.takeFirst().front().value<RunFinished>();
+    QVERIFY2(f.ok, qPrintable(f.error));
+    img = w->result_panel()->current();
+    QVERIFY(img);
+    QCOMPARE(img->image.image.width, 128);
+    QCOMPARE(img->image.image.height, 64);
+    QCOMPARE(img->report.passes.at(1).sampler, std::string("dpmpp_2m"));
+    QCOMPARE(img->report.passes.at(1).prompt, std::string("a blue square"));
+    QCOMPARE(img->report.passes.at(1).cfg_scale, 4.0);
+    // The panel shows what it loads.
+    RunConfig back;
+    back.hires_width = 96;
+    back.hires_schedule = ScheduleId::karras;
+    panel->load(back);
+    QCOMPARE(w->findChild<QSpinBox*>("hiresWidth")->value(), 96);
+    QCOMPARE(w->findChild<QComboBox*>("hiresSchedule")->currentData().toString(), QString("karras"));
+    QCOMPARE(hsampler->currentIndex(), 0);  // "Use same sampler"
     for (QDockWidget* d : w->findChildren<QDockWidget*>())
       if (d->objectName() == "img2imgDock") d->raise();
     QCoreApplication::processEvents();
@@ -741,6 +779,16 @@ class GuiTest : public QObject {
     QVERIFY(weight);
     weight->setValue(0.75);
     QCOMPARE(w->current_config().loras.front().weight, 0.75);
+    QVERIFY(!w->current_config().loras.front().unet_weight);  // the UNet's follows the weight
+    auto* unet_box = list->findChild<QDoubleSpinBox*>("loraUnetWeight");
+    QVERIFY(unet_box);
+    QCOMPARE(unet_box->value(), 0.75);
+    unet_box->setValue(0.25);
+    QCOMPARE(w->current_config().loras.front().unet(), 0.25);
+    weight->setValue(0.8);  // set apart: the UNet's stays
+    QCOMPARE(w->current_config().loras.front().unet(), 0.25);
+    unet_box->setValue(0.8);
+    weight->setValue(0.75);
     auto* mode = w->findChild<QComboBox*>("loraMode");
     QVERIFY(mode);
     mode->setCurrentIndex(mode->findData("unmerged"));

@@ -13,8 +13,11 @@ usage:
     writes kohya.safetensors, kohya_ldm.safetensors (the same LoRA under LDM UNet names, written
     by hand here), peft.safetensors (written by diffusers' save_lora_weights), and prints a JSON map
     file -> A1111 short hash (kohya-ss addnet_hash_safetensors, first 12 hex digits).
-  lora_oracle.py run MODEL_DIR IN.safetensors OUT.safetensors PROMPT NEGATIVE STEPS CFG SEED FILE:WEIGHT:MODE...
-    MODE merged or unmerged. IN holds "noise"; OUT gets "latent_I" and "image_I" for the I-th job.
+  lora_oracle.py run MODEL_DIR IN.safetensors OUT.safetensors PROMPT NEGATIVE STEPS CFG SEED JOB...
+    JOB is FILE:WEIGHT[:MODE] or FILE:TE:UNET[:MODE], MODE merged (default) or unmerged. IN holds
+    "noise"; OUT gets "latent_I" and "image_I" for the I-th job. FILE:TE:UNET scales the text
+    encoder's deltas by TE and the UNet's by UNET (A1111's <lora:NAME:TE:UNET>; diffusers'
+    set_adapters with per-component weights {"text_encoder": TE, "unet": UNET}, unfused).
 """
 import hashlib
 import json
@@ -127,7 +130,7 @@ def make(model_dir, out):
                       for f in ("kohya.safetensors", "kohya_ldm.safetensors", "peft.safetensors")}))
 
 
-def apply(pipe, path, lora_scale, mode):
+def apply(pipe, path, lora_scale, mode, unet_scale=None):
     """diffusers' own LoRA loading: load_lora_weights (PEFT layers on the UNet and the text encoder),
     then fuse_lora(lora_scale) for NaNscope's merged mode, or the adapter kept apart with its weight
     (set_adapters, PEFT's unfused forward: base(x) + lora_B(lora_A(x)) * scaling) for unmerged."""
@@ -140,7 +143,10 @@ def apply(pipe, path, lora_scale, mode):
     for root, modules in ((pipe.unet, UNET), (pipe.text_encoder, TEXT)):
         patched = {n for n, m in root.named_modules() if isinstance(m, LoraLayer)}
         assert patched == {n for n, _ in modules}, sorted(patched)
-    if mode == "merged":
+    if unet_scale is not None:
+        # Per-component weights: PEFT's unfused forward with each component's own scale.
+        pipe.set_adapters(["test"], adapter_weights=[{"text_encoder": lora_scale, "unet": unet_scale}])
+    elif mode == "merged":
         pipe.fuse_lora(lora_scale=lora_scale, adapter_names=["test"])
         pipe.unload_lora_weights()  # the fused weights stay; the PEFT layers go
     else:
@@ -151,10 +157,11 @@ def run(model_dir, inp, out, prompt, negative, steps, cfg, seed, jobs):
     noise = load_file(inp)["noise"]
     result = {}
     for i, job in enumerate(jobs):
-        rest, mode = job.rsplit(":", 1)
-        path, weight = rest.rsplit(":", 1)
+        parts = job.split(":")  # the test's paths have no ':'
+        mode = parts.pop() if parts[-1] in ("merged", "unmerged") else "merged"
+        path, weights = parts[0], [float(w) for w in parts[1:]]
         pipe = load_pipe(model_dir)
-        apply(pipe, path, float(weight), mode)
+        apply(pipe, path, weights[0], mode, weights[1] if len(weights) > 1 else None)
         with torch.no_grad():
             latent = pipe(prompt=prompt, negative_prompt=negative or None, num_inference_steps=steps,
                           guidance_scale=cfg, latents=noise.clone(), generator=torch.Generator().manual_seed(seed),

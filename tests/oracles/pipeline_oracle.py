@@ -21,6 +21,9 @@ usage:
       torch.nn.functional.interpolate(latent, scale "scale", mode "mode") (or, mode "lanczos", decode ->
       PIL LANCZOS -> the img2img pipeline's own encode), then the img2img pipeline on it with a generator
       seeded again, strength "denoise" and num_inference_steps int(hires_steps / min(denoise, 0.999)).
+      Optional: "width"/"height" (the first pass's size), "resize_x"/"resize_y" (A1111's Hires resize: the
+      target computed and the upscaled latent cropped by hires_target() below, a transcription of A1111's
+      processing.py), "hires_sampler", "hires_prompt", "hires_negative", "hires_cfg" (the second pass's own).
 """
 import os
 import sys
@@ -122,6 +125,28 @@ SCHEDULERS = {"euler": "EulerDiscreteScheduler", "euler_a": "EulerAncestralDiscr
               "unipc": "UniPCMultistepScheduler", "ddpm": "DDPMScheduler"}
 
 
+def hires_target(width, height, scale, resize_x, resize_y, opt_f):
+    """A1111's StableDiffusionProcessingTxt2Img.calculate_target_resolution (modules/processing.py):
+    (hr_upscale_to_x, hr_upscale_to_y, truncate_x, truncate_y)."""
+    truncate_x = truncate_y = 0
+    if resize_x == 0 and resize_y == 0:
+        return int(width * scale), int(height * scale), 0, 0
+    if resize_y == 0:
+        to_x, to_y = resize_x, resize_x * height // width
+    elif resize_x == 0:
+        to_x, to_y = resize_y * width // height, resize_y
+    else:
+        src_ratio = width / height
+        dst_ratio = resize_x / resize_y
+        if src_ratio < dst_ratio:
+            to_x, to_y = resize_x, resize_x * height // width
+        else:
+            to_x, to_y = resize_y * width // height, resize_y
+        truncate_x = (to_x - resize_x) // opt_f
+        truncate_y = (to_y - resize_y) // opt_f
+    return to_x, to_y, truncate_x, truncate_y
+
+
 def cases(model_dir, cases_json, out):
     import json
 
@@ -155,8 +180,24 @@ def cases(model_dir, cases_json, out):
                              **common).images
             else:
                 g = torch.Generator().manual_seed(c["seed"])
-                low = pipe(num_inference_steps=c["steps"], generator=g, output_type="latent", **common).images
+                size = dict(width=c["width"], height=c["height"]) if "width" in c else {}
+                low = pipe(num_inference_steps=c["steps"], generator=g, output_type="latent", **common,
+                           **size).images
                 h, w = low.shape[2] * c["scale"], low.shape[3] * c["scale"]
+                f = pipe.vae_scale_factor
+                crop = (0, 0)
+                if "resize_x" in c:
+                    to_x, to_y, tx, ty = hires_target(low.shape[3] * f, low.shape[2] * f, 0, c["resize_x"],
+                                                      c["resize_y"], f)
+                    h, w, crop = to_y // f, to_x // f, (tx, ty)
+                if "hires_sampler" in c:
+                    pipe.scheduler = getattr(diffusers, SCHEDULERS[c["hires_sampler"]]).from_config(
+                        base_scheduler.config)
+                    i2i = StableDiffusionImg2ImgPipeline(**pipe.components)
+                    i2i.set_progress_bar_config(disable=True)
+                common = dict(prompt=c.get("hires_prompt", c["prompt"]),
+                              negative_prompt=c.get("hires_negative", c["negative"]) or None,
+                              guidance_scale=c.get("hires_cfg", c["cfg"]))
                 if c["mode"] == "lanczos":
                     pil = pipe.image_processor.postprocess(pipe.vae.decode(low / pipe.vae.config.scaling_factor)[0],
                                                            output_type="pil")[0]
@@ -164,6 +205,8 @@ def cases(model_dir, cases_json, out):
                     up = pil.resize((w * f, h * f), resample=Image.LANCZOS)
                 else:
                     up = torch.nn.functional.interpolate(low, size=(h, w), mode=c["mode"])
+                    tx, ty = crop
+                    up = up[:, :, ty // 2:up.shape[2] - (ty + 1) // 2, tx // 2:up.shape[3] - (tx + 1) // 2]
                 d = c["denoise"]
                 latent = i2i(image=up, strength=d, num_inference_steps=int(c["hires_steps"] / min(d, 0.999)),
                              generator=torch.Generator().manual_seed(c["seed"]), output_type="latent",
