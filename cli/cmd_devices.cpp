@@ -27,6 +27,7 @@ nlohmann::json device_json(const DeviceInfo& d) {
       {"platform_version", d.platform_version},
       {"fp16", d.fp16},
       {"fp64", d.fp64},
+      {"nv_compute_capability", d.nv_compute_capability},  // 0: not an NVIDIA device
       {"global_mem_bytes", d.global_mem_bytes},
       {"local_mem_bytes", d.local_mem_bytes},
       {"max_alloc_bytes", d.max_alloc_bytes},

@@ -236,6 +236,13 @@ void add_platform_devices(cl_platform_id platform, cl_uint pi, bool via_loader, 
     };
     info.fp16 = has_ext("cl_khr_fp16");
     info.fp64 = has_ext("cl_khr_fp64");
+    if (has_ext("cl_nv_device_attribute_query")) {
+      // CL_DEVICE_COMPUTE_CAPABILITY_MAJOR_NV / _MINOR_NV (cl_ext.h spells them
+      // only behind the extension's own header on some systems).
+      constexpr cl_device_info major_nv = 0x4000, minor_nv = 0x4001;
+      info.nv_compute_capability = static_cast<int>(device_value<cl_uint>(d, major_nv) * 10 +
+                                                    device_value<cl_uint>(d, minor_nv));
+    }
     info.global_mem_bytes = device_value<cl_ulong>(d, CL_DEVICE_GLOBAL_MEM_SIZE);
     info.local_mem_bytes = device_value<cl_ulong>(d, CL_DEVICE_LOCAL_MEM_SIZE);
     info.max_alloc_bytes = device_value<cl_ulong>(d, CL_DEVICE_MAX_MEM_ALLOC_SIZE);

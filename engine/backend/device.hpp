@@ -32,6 +32,11 @@ struct DeviceInfo {
   DeviceKind kind = DeviceKind::other;
   bool fp16 = false;  // cl_khr_fp16: native half arithmetic
   bool fp64 = false;  // cl_khr_fp64
+  // NVIDIA's compute capability (major * 10 + minor, e.g. 90 for Hopper) from
+  // cl_nv_device_attribute_query; 0 on other devices. Gates the kernels that
+  // use inline PTX (hardware half arithmetic, tensor cores), which NVIDIA's
+  // OpenCL compiler accepts; each such program is also probed before use.
+  int nv_compute_capability = 0;
   std::uint64_t global_mem_bytes = 0;
   std::uint64_t local_mem_bytes = 0;
   std::uint64_t max_alloc_bytes = 0;
