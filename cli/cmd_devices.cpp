@@ -85,9 +85,14 @@ int run_devices(const GlobalOptions& g, bool json) {
     } else {
       std::cout << "     vendor " << d.vendor << ", driver " << d.driver_version << ", " << d.opencl_c_version << "\n";
       std::cout << "     platform " << d.platform_name << " (" << d.platform_version << ")\n";
-      std::cout << "     fp16 " << (d.fp16 ? "yes" : "no (half storage only; native half emulated)") << ", fp64 "
-                << (d.fp64 ? "yes" : "no") << ", " << d.compute_units << " compute units, max work-group "
-                << d.max_work_group_size << "\n";
+      const std::string half_units = d.nv_compute_capability >= 53
+                                         ? "no, but half units reachable through PTX (compute capability " +
+                                               std::to_string(d.nv_compute_capability / 10) + "." +
+                                               std::to_string(d.nv_compute_capability % 10) +
+                                               "): native half runs on them once probed"
+                                         : "no (half storage only; native half emulated)";
+      std::cout << "     fp16 " << (d.fp16 ? "yes" : half_units) << ", fp64 " << (d.fp64 ? "yes" : "no") << ", "
+                << d.compute_units << " compute units, max work-group " << d.max_work_group_size << "\n";
       std::cout << "     global " << format_mib(d.global_mem_bytes) << ", local " << format_kib(d.local_mem_bytes)
                 << ", largest buffer " << format_mib(d.max_alloc_bytes) << "\n";
     }

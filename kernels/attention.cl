@@ -27,7 +27,7 @@
 inline float attn_dot(const float* qv, __global const store_t* kr, uint d) {
 #ifdef ACC_NATIVE
   float acc = 0.0f;
-  for (uint c = 0; c < d; ++c) acc = round_sum(acc, qv[c] * ld(kr, c));
+  for (uint c = 0; c < d; ++c) acc = nat_fma(qv[c], ld(kr, c), acc);
   return acc;
 #else
   float acc = 0.0f;
@@ -53,7 +53,7 @@ inline float4 attn_dot4(float qv[ATTN_QB][ATTN_MAX_D], __global const store_t* k
   float4 acc = 0.0f;  // the 4 rows' sums, each rounded after every term, c ascending
   for (uint c = 0; c < d; ++c) {
     const float4 q4 = (float4)(qv[0][c], qv[1][c], qv[2][c], qv[3][c]);
-    acc = round_sum4(acc, q4 * ld(kr, c));
+    acc = nat_fma4(q4, (float4)(ld(kr, c)), acc);
   }
   return acc;
 #else
@@ -139,14 +139,19 @@ __kernel void attention_fused(__global const store_t* q, __global const store_t*
       const float s = attn_score(dots[r], scale);
       const float m_new = nan_max(m[r], s);
       if (m_new == -INFINITY) continue;  // only -Inf scores so far: they weigh 0
-      const float corr = exp_round(round_sum(m[r], -m_new));
-      const float p = exp_round(round_sum(s, -m_new));
-      l[r] = round_sum(l[r] * corr, p);
+      const float corr = nat_exp(nat_add(m[r], -m_new));
+      const float p = nat_exp(nat_add(s, -m_new));
+      l[r] = nat_fma(l[r], corr, p);
       uint c = 0;
+#if NAT_HW
+      // Half units: o * corr rounded, then p * v added with one rounding (two half ops).
+      for (; c < dv; ++c) o[r][c] = hw_fma(p, ld(vr, c), hw_mul(o[r][c], corr));
+#else
       for (; c + 8u <= dv; c += 8u) {  // o*corr and p*v are exact products of stored values
         vstore8(round_sum8(vload8(0, o[r] + c) * corr, p * ld8(vr, c)), 0, o[r] + c);
       }
       for (; c < dv; ++c) o[r][c] = round_sum(o[r][c] * corr, p * ld(vr, c));
+#endif
       m[r] = m_new;
     }
   }

@@ -42,11 +42,11 @@ inline uint softmax_valid(ulong row, uint d, uint causal_sq) {
 
 #ifdef SOFTMAX_NATIVE
 #define NS_SOFTMAX_BODY(LD1, LD16)                                                           \
-  for (uint j = lid; j < n; j += nl) st(out, o + j, exp_round(round_sum(LD1(x, j), -m)));    \
+  for (uint j = lid; j < n; j += nl) st(out, o + j, nat_exp(nat_add(LD1(x, j), -m)));        \
   barrier(CLK_GLOBAL_MEM_FENCE);                                                             \
   if (lid == 0) {                                                                            \
     float sum = 0.0f;                                                                        \
-    for (uint j = 0; j < n; ++j) sum = round_sum(sum, ld(out, o + j));                       \
+    for (uint j = 0; j < n; ++j) sum = nat_add(sum, ld(out, o + j));                         \
     scratch[0] = sum;                                                                        \
   }                                                                                          \
   barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);                                       \

@@ -72,6 +72,10 @@ class Backend {
   // taken so far with its reason (e.g. "flash attention not used: causal
   // mask"). Each note once. Recorded in run reports.
   virtual std::vector<std::string> kernel_notes() const { return {}; }
+  // True when native half arithmetic in this precision (f16 storage with
+  // accumulate=native or softmax=native) runs on the device's own half units
+  // rather than the exact emulation: the layer trace says so per op.
+  virtual bool native_half_in_hardware(const Precision& /*p*/) const { return false; }
   // Out-of-bounds writes the guard buffers caught since the last call
   // (BackendOptions::guard_bytes), one message each naming the buffer; the
   // list is cleared. Buffers are checked when released.

@@ -240,8 +240,8 @@ void add_platform_devices(cl_platform_id platform, cl_uint pi, bool via_loader, 
       // CL_DEVICE_COMPUTE_CAPABILITY_MAJOR_NV / _MINOR_NV (cl_ext.h spells them
       // only behind the extension's own header on some systems).
       constexpr cl_device_info major_nv = 0x4000, minor_nv = 0x4001;
-      info.nv_compute_capability = static_cast<int>(device_value<cl_uint>(d, major_nv) * 10 +
-                                                    device_value<cl_uint>(d, minor_nv));
+      info.nv_compute_capability =
+          static_cast<int>(device_value<cl_uint>(d, major_nv) * 10 + device_value<cl_uint>(d, minor_nv));
     }
     info.global_mem_bytes = device_value<cl_ulong>(d, CL_DEVICE_GLOBAL_MEM_SIZE);
     info.local_mem_bytes = device_value<cl_ulong>(d, CL_DEVICE_LOCAL_MEM_SIZE);
@@ -471,6 +471,14 @@ BackendOptions backend_options_from_environment(BackendOptions o) {
       o.kernel_style = KernelStyleChoice::gpu;
     } else {
       log::warn("NANSCOPE_KERNEL_STYLE={} is neither cpu nor gpu; choosing by device kind", s);
+    }
+  }
+  if (const char* v = std::getenv("NANSCOPE_NATIVE_HALF"); v && *v) {
+    const std::string_view s(v);
+    if (s == "hardware" || s == "emulated") {
+      o.half_units = s == "hardware";
+    } else {
+      log::warn("NANSCOPE_NATIVE_HALF={} is neither hardware nor emulated; using the half units where they pass", s);
     }
   }
   return o;

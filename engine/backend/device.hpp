@@ -169,6 +169,10 @@ struct BackendOptions {
   // when the buffer is released; a changed byte is an out-of-bounds write,
   // listed by Backend::take_guard_violations(). 0: none (runs, benches).
   std::size_t guard_bytes = 0;
+  // Native half arithmetic (f16 with accumulate=native or softmax=native) on
+  // the device's own half units where it has them and they pass the probe
+  // (NVIDIA: compute capability 5.3+); false: the exact emulation everywhere.
+  bool half_units = true;
 };
 
 // The options the environment asks for, on top of `base`. The engine reads no
@@ -178,6 +182,7 @@ struct BackendOptions {
 //   NANSCOPE_PROFILE=1       profile
 //   NANSCOPE_KERNEL_STYLE=cpu|gpu   kernel_style
 //   NANSCOPE_MAX_ALLOC_MB=N  max_alloc_limit_bytes = N MiB
+//   NANSCOPE_NATIVE_HALF=hardware|emulated   half_units
 // A value that cannot be used is logged as a warning and ignored.
 BackendOptions backend_options_from_environment(BackendOptions base = {});
 // The device as a backend with options.memory_limit_bytes sees it: global

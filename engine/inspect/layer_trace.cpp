@@ -37,6 +37,7 @@ void LayerTracer::on_op(const OpContext& ctx, std::string_view op, std::span<con
   r.shape = output.shape();
   r.dtype = output.dtype();
   r.precision = ctx.precision.describe();
+  if (ctx.backend && ctx.backend->native_half_in_hardware(ctx.precision)) r.precision += " (half units)";
   if (op == "ATTENTION") {
     r.attention = std::string(attention_impl_name(ctx.attention.impl));
     if (ctx.attention.impl == AttentionImpl::sliced)

@@ -360,6 +360,15 @@ void check_backends(const OpCase& c) {
   for_each_opencl([&](Backend& b) {
     const HostTensor& want = c.on_reference ? reference_output(c) : torch_output(c);
     const HostTensor got = run_case(b, c);
+    // Native half on a device's half units (test_half_units.cpp) is the hardware's
+    // arithmetic, not the reference's exact emulation: its exp is not correctly
+    // rounded, and the online softmax compounds that over every key. It is held
+    // to the native cell's bound on drift from the exact result instead.
+    if (c.on_reference && b.native_half_in_hardware(c.precision)) {
+      EXPECT_TRUE(tensors_close(got, want, tolerance(c.family, c.precision, Check::torch), c.expect_nonfinite,
+                                key + " (half units)"));
+      return;
+    }
     EXPECT_TRUE(tensors_close(got, want, tol, c.expect_nonfinite, key));
     if (c.family == "exact") {
       EXPECT_TRUE(bitwise_equal(got, want));

@@ -210,6 +210,7 @@ OpenClBackend::OpenClBackend(const DeviceInfo& device, const BackendOptions& opt
   }
   log::debug("OpenCL backend ready on \"{}\" ({}), kernel cache {}{}", info_.name, info_.id, dir.empty() ? "off" : dir,
              profile_ ? ", profiling on" : "");
+  probe_half_units(options);
 }
 
 OpenClBackend::~OpenClBackend() {
@@ -313,11 +314,21 @@ std::vector<std::string> OpenClBackend::kernel_notes() const {
           ? "kernel family: gpu (local-memory GEMM tiles, implicit-GEMM convolution, flash attention, work-group "
             "reductions)"
           : "kernel family: cpu (register-blocked GEMM panels, per-work-item attention and reductions)"};
-  notes.push_back(info_.fp16 ? "half storage; native half accumulation emulated exactly (the device has cl_khr_fp16)"
-                             : "half storage; native half accumulation emulated exactly (no cl_khr_fp16)");
+  if (!half_units_.empty()) {
+    notes.push_back("half storage; native half arithmetic (accumulate=native, softmax=native) on the " + half_units_);
+  } else if (!half_units_note_.empty()) {
+    notes.push_back("half storage; " + half_units_note_);
+  } else {
+    notes.push_back(info_.fp16 ? "half storage; native half accumulation emulated exactly (the device has cl_khr_fp16)"
+                               : "half storage; native half accumulation emulated exactly (no half units reachable)");
+  }
   std::lock_guard lock(notes_mutex_);
   notes.insert(notes.end(), fallbacks_.begin(), fallbacks_.end());
   return notes;
+}
+
+bool OpenClBackend::native_half_in_hardware(const Precision& p) const {
+  return !half_units_.empty() && p.dtype == DType::f16 && (p.native_accumulation() || p.native_softmax());
 }
 
 void OpenClBackend::note_fallback(const std::string& note) {
@@ -341,6 +352,8 @@ std::string OpenClBackend::precision_options(const Precision& p) const {
   if (p.native_softmax()) o += " -DSOFTMAX_NATIVE";
   // Probed, never assumed from the name. No -cl-fast-relaxed-math / -cl-mad-enable: IEEE behaviour is the point.
   if (info_.fp16) o += " -DHAS_FP16";
+  // Native half arithmetic on the half units, once the probe passed (half_units.cpp).
+  if (native_half_in_hardware(p)) o += " " + half_unit_options_;
   // GPU style: scalar f16 loads and stores through the conversion instructions (common.cl).
   if (style_ == KernelStyle::gpu && p.dtype == DType::f16) o += " -DF16_CVT";
   return o;
@@ -436,6 +449,12 @@ void OpenClBackend::set_arg(cl_kernel k, cl_uint i, const LocalMem& m) {
   }
 }
 
+namespace {
+// The programs runs use: not common.cl (prepended to all) nor the half-unit
+// probe (half_units.cpp builds it once per device, outside any run's plan).
+bool runs_ops(const std::string& program) { return program != "common" && program != "half_probe"; }
+}  // namespace
+
 std::vector<std::string> OpenClBackend::precompile_variants(const std::string& program) {
   // Every storage dtype x accumulation x softmax precision, through the same
   // option function the op uses at run time; identical option strings collapse
@@ -481,7 +500,7 @@ KernelPlan OpenClBackend::plan_kernels(std::span<const Precision> precisions) {
   std::set<std::string> seen;
   std::map<std::string, double> pending;
   for (const auto& k : kernel_sources()) {
-    if (k.name == "common") continue;
+    if (!runs_ops(k.name)) continue;
     for (const Precision& p : ps) {
       std::string o = program_options(k.name, p);
       if (!seen.insert(k.name + "|" + o).second) continue;
@@ -515,7 +534,7 @@ KernelPlan OpenClBackend::plan_kernels(std::span<const Precision> precisions) {
 std::vector<BuildRecord> OpenClBackend::precompile() {
   std::vector<std::pair<std::string, std::string>> jobs;
   for (const auto& k : kernel_sources()) {
-    if (k.name == "common") continue;
+    if (!runs_ops(k.name)) continue;
     for (auto& o : precompile_variants(k.name)) jobs.emplace_back(k.name, std::move(o));
   }
   const std::size_t before = programs_->records().size();

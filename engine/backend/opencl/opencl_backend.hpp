@@ -99,6 +99,10 @@ class OpenClBackend final : public Backend {
   std::string kernel_cache_dir() const override;
   std::vector<std::string> kernel_notes() const override;
   std::vector<std::string> take_guard_violations() override;
+  bool native_half_in_hardware(const Precision& p) const override;
+  // The half units native half arithmetic runs on, in words ("" when it is
+  // emulated: no half units reachable, turned off, or the probe failed).
+  const std::string& half_units() const { return half_units_; }
   // Records a fallback (logged once, listed by kernel_notes()).
   void note_fallback(const std::string& note);
 
@@ -156,6 +160,18 @@ class OpenClBackend final : public Backend {
   std::vector<std::pair<std::string, cl_event>> pending_events_;  // (op, event) not yet read
   std::map<std::string, OpTiming> timings_;
   void collect_profile();
+  // Native half arithmetic on the device's half units (half_units.cpp).
+  std::string half_unit_options_;  // the -D set that selects them (kernels/common.cl)
+  std::string half_units_;         // half_units()
+  std::string half_units_note_;    // why they are not used, when the user turned them off
+  void probe_half_units(const BackendOptions& options);
 };
+
+// Runs the known-answer probe of native half arithmetic (kernels/half_probe.cl)
+// with these build options; "" when every answer is right, else the first
+// wrong one in words. expect_hardware: the program must report running the
+// half units (-DHW_HALF_PTX) rather than the emulation. For tests and
+// probe_half_units().
+std::string run_half_probe(OpenClBackend& be, const std::string& options, bool expect_hardware);
 
 }  // namespace nanscope::opencl
