@@ -328,7 +328,7 @@ __kernel void gemm_native(__global const float* ap, ulong a_poff, ulong a_bs, ui
         const __global float* ar = a + ((ulong)k0 * a_blocks + (ulong)mb * kcb) * GEMM_MR + r;
         const __global float* br = bq + ((ulong)k0 * b_blocks + (ulong)(nb0 + nb) * kcb) * GEMM_NR + 16u * v;
         for (uint k = 0; k < kcb; ++k) {
-          acc = round_sum16(acc, (float16)(ar[k * GEMM_MR]) * vload16(0, br + k * GEMM_NR));
+          acc = nat_fma16((float16)(ar[k * GEMM_MR]), vload16(0, br + k * GEMM_NR), acc);
         }
       }
       if (!plain) acc = round_affine16((float16)(alpha), acc, gemm_bias16(bias, bias_mode, m0 + r, n0 + 16u * v, N));
@@ -381,11 +381,28 @@ typedef struct {
   uint c, h, w, kh, kw, stride, pad, ow;
 } ConvGeom;
 
-inline float conv_b_elem(__global const store_t* x, uint k, uint n, ConvGeom g) {
-  const uint kx = k % g.kw, ky = (k / g.kw) % g.kh, ci = k / (g.kw * g.kh);
-  const uint oy = n / g.ow, ox = n % g.ow;
-  const int iy = (int)(oy * g.stride + ky) - (int)g.pad;
-  const int ix = (int)(ox * g.stride + kx) - (int)g.pad;
+// B element (k, n) of the implicit GEMM for a work-item whose column n was
+// decomposed once, before the k loop (iy0 = oy*stride - pad, ix0 likewise).
+// The k decomposition divides by constants for 3x3 and 1x1 kernels (multiply
+// and shift, not the tens of instructions of a division by a run-time value on
+// GPUs); other kernel sizes take the general path.
+inline float conv_b_elem(__global const store_t* x, uint k, int iy0, int ix0, ConvGeom g) {
+  uint ci, ky, kx;
+  if (g.kh == 3u && g.kw == 3u) {
+    ci = k / 9u;
+    const uint r = k - ci * 9u;
+    ky = r / 3u;
+    kx = r - ky * 3u;
+  } else if (g.kh == 1u && g.kw == 1u) {
+    ci = k;
+    ky = 0u;
+    kx = 0u;
+  } else {
+    kx = k % g.kw;
+    ky = (k / g.kw) % g.kh;
+    ci = k / (g.kw * g.kh);
+  }
+  const int iy = iy0 + (int)ky, ix = ix0 + (int)kx;
   if (iy < 0 || iy >= (int)g.h || ix < 0 || ix >= (int)g.w) return 0.0f;
   return ld(x, ((ulong)ci * g.h + (uint)iy) * g.w + (uint)ix);
 }
@@ -408,18 +425,31 @@ inline void gemm_tiled_body(__local float (*as)[TS_M + 1], __local float (*bs)[T
     for (uint j = 0; j < WPT_N; ++j) acc[i][j] = 0.0f;
 
   float ra[LOADS_A], rb[LOADS_B];
+  // Implicit GEMM: each B load's column (output position) is the same for every
+  // k-tile, so its input-image origin is computed once here.
+  int b_iy0[LOADS_B], b_ix0[LOADS_B];
+  if (implicit) {
+#pragma unroll
+    for (uint l = 0; l < LOADS_B; ++l) {
+      const uint n = n0 + (tid + l * TILE_THREADS) % TS_N;
+      const uint oy = n / g.ow, ox = n - oy * g.ow;
+      b_iy0[l] = (int)(oy * g.stride) - (int)g.pad;
+      b_ix0[l] = (int)(ox * g.stride) - (int)g.pad;
+    }
+  }
 #define GEMM_TILED_LOAD(K0)                                                                    \
   {                                                                                            \
-    for (uint l = 0; l < LOADS_A; ++l) {                                                       \
+    _Pragma("unroll") for (uint l = 0; l < LOADS_A; ++l) {                                     \
       const uint i = tid + l * TILE_THREADS, kk = i % TS_K, mm = i / TS_K;                     \
       const uint m = m0 + mm, k = (K0) + kk;                                                   \
       ra[l] = (m < M && k < K) ? ld(a, m * lda + k) : 0.0f;                                    \
     }                                                                                          \
-    for (uint l = 0; l < LOADS_B; ++l) {                                                       \
+    _Pragma("unroll") for (uint l = 0; l < LOADS_B; ++l) {                                     \
       const uint i = tid + l * TILE_THREADS;                                                   \
       const uint kk = b_rows ? i / TS_N : i % TS_K, nn = b_rows ? i % TS_N : i / TS_K;         \
       const uint n = n0 + nn, k = (K0) + kk;                                                   \
-      rb[l] = (n < N && k < K) ? (implicit ? conv_b_elem(bm, k, n, g) : ld(bm, k * ldbk + n * ldbn)) : 0.0f; \
+      rb[l] = (n < N && k < K) ? (implicit ? conv_b_elem(bm, k, b_iy0[l], b_ix0[l], g) : ld(bm, k * ldbk + n * ldbn)) \
+                               : 0.0f;                                                                                \
     }                                                                                          \
   }
   GEMM_TILED_LOAD(0u)
