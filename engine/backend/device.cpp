@@ -240,8 +240,8 @@ void add_platform_devices(cl_platform_id platform, cl_uint pi, bool via_loader, 
       // CL_DEVICE_COMPUTE_CAPABILITY_MAJOR_NV / _MINOR_NV (cl_ext.h spells them
       // only behind the extension's own header on some systems).
       constexpr cl_device_info major_nv = 0x4000, minor_nv = 0x4001;
-      info.nv_compute_capability = static_cast<int>(device_value<cl_uint>(d, major_nv) * 10 +
-                                                    device_value<cl_uint>(d, minor_nv));
+      info.nv_compute_capability =
+          static_cast<int>(device_value<cl_uint>(d, major_nv) * 10 + device_value<cl_uint>(d, minor_nv));
     }
     info.global_mem_bytes = device_value<cl_ulong>(d, CL_DEVICE_GLOBAL_MEM_SIZE);
     info.local_mem_bytes = device_value<cl_ulong>(d, CL_DEVICE_LOCAL_MEM_SIZE);
@@ -463,6 +463,14 @@ BackendOptions backend_options_from_environment(BackendOptions o) {
     }
   }
   if (const char* v = std::getenv("NANSCOPE_PROFILE"); v && *v) o.profile = std::string_view(v) == "1";
+  if (const char* v = std::getenv("NANSCOPE_TENSOR_CORES"); v && *v) {
+    const std::string_view s(v);
+    if (s == "0" || s == "1") {
+      o.tensor_cores = s == "1";
+    } else {
+      log::warn("NANSCOPE_TENSOR_CORES={} is neither 0 nor 1; ignored", s);
+    }
+  }
   if (const char* v = std::getenv("NANSCOPE_KERNEL_STYLE"); v && *v) {
     const std::string_view s(v);
     if (s == "cpu") {
