@@ -511,7 +511,7 @@ __kernel __attribute__((reqd_work_group_size(RTS_N, RTS_M, 1))) void conv_implic
 // Work-group: 1-D, MMA_WARPS_M x MMA_WARPS_N warps of 32 (warp w at rows
 // (w / MMA_WARPS_N) * 64, columns (w % MMA_WARPS_N) * 32 of the block); each
 // warp computes 64 x 32 of C as 4 x 4 m16n8 fragments. Block tile MMA_TM x
-// MMA_TN (128 x 128 with 2 x 4 warps; 64 x 64 with 1 x 2), k-tile 32. A is
+// MMA_TN (128 x 128 with 2 x 4 warps; 64 x 128 with 1 x 4), k-tile 32. A is
 // staged in local memory as [m][k] and B as [n][k], both as k-pairs (uint,
 // lower k in the low half-word), MMA_PITCH uints a row: 16 pairs + 4 padding,
 // so a fragment load (rows g = lane/4, pairs t = lane%4) hits 32 distinct
@@ -577,10 +577,30 @@ inline uint mma_pair_b(__global const ushort* bm, ulong ldbk, ulong ldbn, const 
   return (uint)bm[col + k * ldbk] | (k + 1u < K ? (uint)bm[col + (k + 1u) * ldbk] << 16 : 0u);
 }
 
-inline __attribute__((always_inline)) void gemm_mma_body(__local uint (*as)[MMA_PITCH], __local uint (*bs)[MMA_PITCH], __global const ushort* a,
-                          ulong lda, __global const ushort* bm, ulong ldbk, ulong ldbn, const int implicit, ConvGeom g,
-                          __global const store_t* bias, int bias_mode, __global store_t* c, ulong cbase, ulong ldc,
-                          uint M, uint N, uint K, float alpha) {
+// One k-tile (from k0) of A and B into registers: pairs of work-item tid, as
+// the local tiles take them (A: [m][pair], consecutive work-items along k;
+// B: consecutive work-items along n where b_rows, else along k).
+inline __attribute__((always_inline)) void mma_load_tiles(uint* ra, uint* rb, __global const ushort* a, ulong lda,
+                                                          __global const ushort* bm, ulong ldbk, ulong ldbn,
+                                                          const int implicit, const bool b_rows, ConvGeom g, uint tid,
+                                                          uint m0, uint n0, uint k0, uint M, uint N, uint K) {
+#pragma unroll
+  for (uint l = 0; l < MMA_LOADS_A; ++l) {
+    const uint i = tid + l * MMA_THREADS;
+    ra[l] = mma_pair_a(a, lda, m0 + i / MMA_KP, k0 + 2u * (i % MMA_KP), M, K);
+  }
+#pragma unroll
+  for (uint l = 0; l < MMA_LOADS_B; ++l) {
+    const uint i = tid + l * MMA_THREADS;
+    const uint kp = b_rows ? i / MMA_TN : i % MMA_KP, nn = b_rows ? i % MMA_TN : i / MMA_KP;
+    rb[l] = mma_pair_b(bm, ldbk, ldbn, implicit, g, k0 + 2u * kp, n0 + nn, N, K);
+  }
+}
+
+inline __attribute__((always_inline)) void gemm_mma_body(
+    __local uint (*as)[MMA_PITCH], __local uint (*bs)[MMA_PITCH], __global const ushort* a, ulong lda,
+    __global const ushort* bm, ulong ldbk, ulong ldbn, const int implicit, ConvGeom g, __global const store_t* bias,
+    int bias_mode, __global store_t* c, ulong cbase, ulong ldc, uint M, uint N, uint K, float alpha) {
   const uint tid = (uint)get_local_id(0);
   const uint lane = tid & 31u, warp = tid >> 5;
   const uint g8 = lane >> 2, t4 = lane & 3u;
@@ -599,19 +619,9 @@ inline __attribute__((always_inline)) void gemm_mma_body(__local uint (*as)[MMA_
       for (uint e = 0; e < 4u; ++e) acc[i][j][e] = 0.0f;
 
   uint ra[MMA_LOADS_A], rb[MMA_LOADS_B];
-#define GEMM_MMA_LOAD(K0)                                                                       \
-  {                                                                                             \
-    _Pragma("unroll") for (uint l = 0; l < MMA_LOADS_A; ++l) {                                  \
-      const uint i = tid + l * MMA_THREADS;                                                     \
-      ra[l] = mma_pair_a(a, lda, m0 + i / MMA_KP, (K0) + 2u * (i % MMA_KP), M, K);              \
-    }                                                                                           \
-    _Pragma("unroll") for (uint l = 0; l < MMA_LOADS_B; ++l) {                                  \
-      const uint i = tid + l * MMA_THREADS;                                                     \
-      const uint kp = b_rows ? i / MMA_TN : i % MMA_KP, nn = b_rows ? i % MMA_TN : i / MMA_KP;  \
-      rb[l] = mma_pair_b(bm, ldbk, ldbn, implicit, g, (K0) + 2u * kp, n0 + nn, N, K);           \
-    }                                                                                           \
-  }
-  GEMM_MMA_LOAD(0u)
+#define GEMM_MMA_LOAD(K0) \
+  mma_load_tiles(ra, rb, a, lda, bm, ldbk, ldbn, implicit, b_rows, g, tid, m0, n0, (K0), M, N, K)
+  GEMM_MMA_LOAD(0u);
 
   for (uint k0 = 0; k0 < K; k0 += MMA_TK) {
 #pragma unroll
@@ -628,7 +638,7 @@ inline __attribute__((always_inline)) void gemm_mma_body(__local uint (*as)[MMA_
         bs[i / MMA_KP][i % MMA_KP] = rb[l];
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    if (k0 + MMA_TK < K) GEMM_MMA_LOAD(k0 + MMA_TK)
+    if (k0 + MMA_TK < K) GEMM_MMA_LOAD(k0 + MMA_TK);
 #pragma unroll
     for (uint kp = 0; kp < MMA_KP; kp += 8u) {  // one k16 step = 8 pairs
       uint af[4][4], bf[4][2];

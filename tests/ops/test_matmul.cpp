@@ -69,7 +69,7 @@ std::vector<OpCasePtr> cases() {
   // m = 67, n = 77: past one 64-row GPU tile, ragged edges in both directions.
   add(matmul_case({2, 67, 70}, {2, 70, 77}, false, 0.7f, true));
   // f16 with f32 accumulation runs on NVIDIA's tensor cores from 64 x 64 x 32 (gemm.hpp
-  // tensor_core_tiles); the case above and linear 2x77x768 take the 64 x 64 blocks. Here B
+  // tensor_core_tiles); the case above and linear 2x77x768 take the 64 x 128 blocks. Here B
   // stored as [N, K] (k-contiguous loads), and a GEMM big enough for the 128 x 128 blocks on a
   // 132-unit GPU (8 x 6 blocks x 3 batches), every edge ragged (k = 40: a 32-deep tile and 8).
   for (auto& p : expand(matmul_case({2, 80, 72}, {2, 96, 72}, true, 1.0f, false), {Precision{DType::f16}})) {
@@ -97,7 +97,7 @@ TEST(MatmulTensorCores, SelectionRule) {
   h100.batch = 2, h100.m = 4096, h100.n = 320, h100.k = 320;  // SD attention projection, 64x64 latent
   h100.compute_units = 132;
   h100.max_work_group_size = 1024;
-  const MmaTiles big{2, 4}, small{1, 2};
+  const MmaTiles big{2, 4}, small{1, 4};
   EXPECT_EQ(tensor_core_tiles(h100), big);  // 32 x 3 blocks x 2 batches >= 132 units
   auto c = h100;
   c.batch = 1;
@@ -127,6 +127,7 @@ TEST(MatmulTensorCores, SelectionRule) {
   EXPECT_TRUE(refused([](Case& x) { x.m = 63; }));
   EXPECT_TRUE(refused([](Case& x) { x.n = 63; }));
   EXPECT_TRUE(refused([](Case& x) { x.k = 31; }));
+  EXPECT_TRUE(refused([](Case& x) { x.max_work_group_size = 64; }));  // not even the 4-warp blocks
 }
 
 // Row 0 of a is 16 everywhere; column 1 of b is +16 for the first 300 k and -16

@@ -394,10 +394,14 @@ std::optional<MmaTiles> tensor_core_tiles(const TensorCoreCase& c) {
     return std::nullopt;
   }
   if (c.m < 64 || c.n < 64 || c.k < 32) return std::nullopt;  // too small to pay for the tiles: gemm_tiled
-  const MmaTiles big{2, 4}, small{1, 2};
+  const MmaTiles big{2, 4}, small{1, 4};
+  const auto fits = [&](const MmaTiles& t) {
+    return !c.max_work_group_size || c.max_work_group_size >= static_cast<std::size_t>(t.threads());
+  };
   const auto blocks = static_cast<std::int64_t>(ceil_div(c.m, big.tm()) * ceil_div(c.n, big.tn())) * c.batch;
-  const bool fits = !c.max_work_group_size || c.max_work_group_size >= static_cast<std::size_t>(big.threads());
-  return fits && blocks >= static_cast<std::int64_t>(c.compute_units) ? big : small;
+  if (fits(big) && blocks >= static_cast<std::int64_t>(c.compute_units)) return big;
+  if (fits(small)) return small;
+  return std::nullopt;
 }
 
 void run_implicit_conv(OpenClBackend& be, const Precision& p, const ConvShape& s, cl_mem w, cl_mem x, cl_mem bias,

@@ -138,7 +138,8 @@ struct TensorCoreCase {
 // style on sm_80+, f16 storage, f32 accumulation (native accumulation is the
 // device-independent emulation), m and n at least 64 and k at least 32 (smaller
 // ones stay on gemm_tiled); 128 x 128 blocks (8 warps) where they give every
-// compute unit a block, else 64 x 64 (2 warps).
+// compute unit a block, else 64 x 128 (4 warps). ptxas for sm_90: at most 252 registers, no spills
+// (tools/gpu/check_mma_ptx.sh).
 std::optional<MmaTiles> tensor_core_tiles(const TensorCoreCase& c);
 
 // Only the compute step on panels already packed (a_panels and pr.b_panels both set).
