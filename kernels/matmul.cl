@@ -22,6 +22,10 @@
 // GPU style (gemm_tiled): local-memory tiles of TS_M x TS_K and TS_K x TS_N,
 // each work-item WPT_M x WPT_N outputs, reading the stored dtype directly.
 //
+// NVIDIA tensor cores (gemm_mma, conv_implicit_mma; only with -DGEMM_MMA, which
+// gemm.cpp passes on sm_80+ for f16 storage with f32 accumulation): the same
+// arguments as gemm_tiled / conv_implicit_gemm, mma.sync through inline PTX.
+//
 // Block sizes come from the host's tuning table as -D constants; the defaults
 // here are the table's CPU (AVX2) entry.
 
