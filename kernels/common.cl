@@ -27,6 +27,14 @@
 #pragma clang diagnostic ignored "-Wpsabi"
 #endif
 
+// Inline PTX (NVIDIA only: the half units, the tensor cores): NVIDIA's OpenCL
+// compiler takes `asm` (checked on an H200), which the backend passes as
+// -DNS_ASM=asm; clang, which checks these kernels for the NVIDIA target
+// offline (tools/gpu/check_mma_ptx.sh), spells it __asm__.
+#ifndef NS_ASM
+#define NS_ASM __asm__
+#endif
+
 // The emulation below relies on every f32 operation being rounded on its own.
 #pragma OPENCL FP_CONTRACT OFF
 
@@ -242,9 +250,6 @@ inline float16 round_affine16(float16 alpha, float16 acc, float16 bias) {
 // -DHW_HALF_CL: the same through OpenCL C's half type where the device has
 // cl_khr_fp16 (below).
 #if defined(STORE_F16) && defined(HW_HALF_PTX)
-#ifndef NS_ASM
-#define NS_ASM __asm__
-#endif
 inline float hw_add(float a, float b) {
   float r;
   NS_ASM("{ .reg .b16 ha, hb, hd;\n\t"

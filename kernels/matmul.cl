@@ -22,6 +22,10 @@
 // GPU style (gemm_tiled): local-memory tiles of TS_M x TS_K and TS_K x TS_N,
 // each work-item WPT_M x WPT_N outputs, reading the stored dtype directly.
 //
+// NVIDIA tensor cores (gemm_mma, conv_implicit_mma; only with -DGEMM_MMA, which
+// gemm.cpp passes on sm_80+ for f16 storage with f32 accumulation): the same
+// arguments as gemm_tiled / conv_implicit_gemm, mma.sync through inline PTX.
+//
 // Block sizes come from the host's tuning table as -D constants; the defaults
 // here are the table's CPU (AVX2) entry.
 
@@ -381,12 +385,13 @@ typedef struct {
   uint c, h, w, kh, kw, stride, pad, ow;
 } ConvGeom;
 
-// B element (k, n) of the implicit GEMM for a work-item whose column n was
-// decomposed once, before the k loop (iy0 = oy*stride - pad, ix0 likewise).
+// Where B element (k, n) of the implicit GEMM lies in the image (-1: in the
+// padding), for a work-item whose column n was decomposed once, before the k
+// loop (conv_origin: iy0 = oy*stride - pad, ix0 likewise).
 // The k decomposition divides by constants for 3x3 and 1x1 kernels (multiply
 // and shift, not the tens of instructions of a division by a run-time value on
 // GPUs); other kernel sizes take the general path.
-inline float conv_b_elem(__global const store_t* x, uint k, int iy0, int ix0, ConvGeom g) {
+inline long conv_x_index(uint k, int iy0, int ix0, ConvGeom g) {
   uint ci, ky, kx;
   if (g.kh == 3u && g.kw == 3u) {
     ci = k / 9u;
@@ -403,8 +408,17 @@ inline float conv_b_elem(__global const store_t* x, uint k, int iy0, int ix0, Co
     ci = k / (g.kw * g.kh);
   }
   const int iy = iy0 + (int)ky, ix = ix0 + (int)kx;
-  if (iy < 0 || iy >= (int)g.h || ix < 0 || ix >= (int)g.w) return 0.0f;
-  return ld(x, ((ulong)ci * g.h + (uint)iy) * g.w + (uint)ix);
+  if (iy < 0 || iy >= (int)g.h || ix < 0 || ix >= (int)g.w) return -1;
+  return (long)(((ulong)ci * g.h + (uint)iy) * g.w + (uint)ix);
+}
+inline float conv_b_elem(__global const store_t* x, uint k, int iy0, int ix0, ConvGeom g) {
+  const long i = conv_x_index(k, iy0, ix0, g);
+  return i < 0 ? 0.0f : ld(x, (ulong)i);
+}
+// The origin (iy0, ix0) of output position n in the input image.
+inline int2 conv_origin(uint n, ConvGeom g) {
+  const uint oy = n / g.ow, ox = n - oy * g.ow;
+  return (int2)((int)(oy * g.stride) - (int)g.pad, (int)(ox * g.stride) - (int)g.pad);
 }
 
 inline void gemm_tiled_body(__local float (*as)[TS_M + 1], __local float (*bs)[TS_N + 1], __global const store_t* a,
@@ -431,10 +445,9 @@ inline void gemm_tiled_body(__local float (*as)[TS_M + 1], __local float (*bs)[T
   if (implicit) {
 #pragma unroll
     for (uint l = 0; l < LOADS_B; ++l) {
-      const uint n = n0 + (tid + l * TILE_THREADS) % TS_N;
-      const uint oy = n / g.ow, ox = n - oy * g.ow;
-      b_iy0[l] = (int)(oy * g.stride) - (int)g.pad;
-      b_ix0[l] = (int)(ox * g.stride) - (int)g.pad;
+      const int2 o = conv_origin(n0 + (tid + l * TILE_THREADS) % TS_N, g);
+      b_iy0[l] = o.x;
+      b_ix0[l] = o.y;
     }
   }
 #define GEMM_TILED_LOAD(K0)                                                                    \
@@ -525,3 +538,226 @@ __kernel __attribute__((reqd_work_group_size(RTS_N, RTS_M, 1))) void conv_implic
   const uint K = C * KH * KW, N = OH * OW;
   gemm_tiled_body(as, bs, w, K, x + img * x_bs, 0, 1, 1, g, bias, bias_mode, out, img * out_bs, N, O, N, K, 1.0f);
 }
+
+#if defined(GEMM_MMA)
+// ---------------------------------------------------------------------------
+// NVIDIA tensor cores (sm_80+, -DGEMM_MMA; built only where gemm.cpp selects
+// it): gemm_mma and conv_implicit_mma take gemm_tiled's and
+// conv_implicit_gemm's arguments and compute the same C with f16 operands and
+// f32 accumulation on `mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32`
+// (inline PTX; NVIDIA's OpenCL has no cl_khr_fp16, so the halves travel as
+// raw ushort words and pairs of them as uint). Every product of two halves is
+// exact in f32; the sums run in f32 in the tensor core's order, not k
+// ascending. The epilogue is gemm_tiled's (fma(alpha, acc, bias), one
+// rounding to f16 by st()).
+//
+// Work-group: 1-D, MMA_WARPS_M x MMA_WARPS_N warps of 32 (warp w at rows
+// (w / MMA_WARPS_N) * 64, columns (w % MMA_WARPS_N) * 32 of the block); each
+// warp computes 64 x 32 of C as 4 x 4 m16n8 fragments. Block tile MMA_TM x
+// MMA_TN (128 x 128 with 2 x 4 warps; 64 x 128 with 1 x 4), k-tile 32. A is
+// staged in local memory as [m][k] and B as [n][k], both as k-pairs (uint,
+// lower k in the low half-word), MMA_PITCH uints a row: 16 pairs + 4 padding,
+// so a fragment load (rows g = lane/4, pairs t = lane%4) hits 32 distinct
+// banks. The next k-tile is read into registers while the current one is
+// multiplied. Elements outside M, N, K load as +0 (the padding products are 0
+// and padding rows/columns are never stored).
+// Fragment layouts (m16n8k16, g = lane >> 2, t = lane & 3):
+//   a0 = A[g][2t,2t+1]  a1 = A[g+8][2t,2t+1]  a2 = A[g][2t+8,2t+9]  a3 = A[g+8][2t+8,2t+9]
+//   b0 = B[2t,2t+1][g]  b1 = B[2t+8,2t+9][g]
+//   d0,d1 = D[g][2t,2t+1]  d2,d3 = D[g+8][2t,2t+1]
+
+#if !defined(STORE_F16)
+#error "GEMM_MMA: the tensor-core kernels take f16 storage"
+#endif
+#ifndef MMA_WARPS_M
+#define MMA_WARPS_M 2
+#endif
+#ifndef MMA_WARPS_N
+#define MMA_WARPS_N 4
+#endif
+#define MMA_THREADS (32 * MMA_WARPS_M * MMA_WARPS_N)
+#define MMA_TM (64 * MMA_WARPS_M)
+#define MMA_TN (32 * MMA_WARPS_N)
+#define MMA_TK 32
+#define MMA_KP (MMA_TK / 2)  // k-pairs per tile row
+#define MMA_PITCH (MMA_KP + 4)
+#define MMA_LOADS_A (MMA_TM * MMA_KP / MMA_THREADS)
+#define MMA_LOADS_B (MMA_TN * MMA_KP / MMA_THREADS)
+#if MMA_LOADS_A * MMA_THREADS != MMA_TM * MMA_KP || MMA_LOADS_B * MMA_THREADS != MMA_TN * MMA_KP
+#error "gemm_mma: the tiles must be a whole number of loads per work-item"
+#endif
+
+// D (4 f32) += A (16x16, 4 pairs) . B (16x8, 2 pairs).
+#define MMA_16816(D, A, B)                                                                                  \
+  NS_ASM volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "        \
+                   "{%8,%9}, {%0,%1,%2,%3};"                                                                \
+                   : "+f"((D)[0]), "+f"((D)[1]), "+f"((D)[2]), "+f"((D)[3])                                 \
+                   : "r"((A)[0]), "r"((A)[1]), "r"((A)[2]), "r"((A)[3]), "r"((B)[0]), "r"((B)[1]))
+
+// The raw half of im2col element (k, n) (conv_x_index), +0 outside the image;
+// o: conv_origin(n), computed once per work-item before the k loop.
+inline uint conv_b_bits(__global const ushort* x, uint k, int2 o, ConvGeom g) {
+  const long i = conv_x_index(k, o.x, o.y, g);
+  return i < 0 ? 0u : (uint)x[i];
+}
+
+// The pair (k, k+1) of row m of A, +0 past M or K.
+inline uint mma_pair_a(__global const ushort* a, ulong lda, uint m, uint k, uint M, uint K) {
+  if (m >= M || k >= K) return 0u;
+  __global const ushort* row = a + m * lda;
+  return (uint)row[k] | (k + 1u < K ? (uint)row[k + 1u] << 16 : 0u);
+}
+
+// The pair (k, k+1) of column n of B, +0 past N or K.
+inline uint mma_pair_b(__global const ushort* bm, ulong ldbk, ulong ldbn, const int implicit, ConvGeom g, int2 o,
+                       uint k, uint n, uint N, uint K) {
+  if (n >= N || k >= K) return 0u;
+  if (implicit) return conv_b_bits(bm, k, o, g) | (k + 1u < K ? conv_b_bits(bm, k + 1u, o, g) << 16 : 0u);
+  const ulong col = n * ldbn;
+  return (uint)bm[col + k * ldbk] | (k + 1u < K ? (uint)bm[col + (k + 1u) * ldbk] << 16 : 0u);
+}
+
+// One k-tile (from k0) of A and B into registers: pairs of work-item tid, as
+// the local tiles take them (A: [m][pair], consecutive work-items along k;
+// B: consecutive work-items along n where b_rows, else along k).
+inline __attribute__((always_inline)) void mma_load_tiles(uint* ra, uint* rb, __global const ushort* a, ulong lda,
+                                                          __global const ushort* bm, ulong ldbk, ulong ldbn,
+                                                          const int implicit, const bool b_rows, ConvGeom g,
+                                                          const int2* b_origin, uint tid, uint m0, uint n0, uint k0,
+                                                          uint M, uint N, uint K) {
+#pragma unroll
+  for (uint l = 0; l < MMA_LOADS_A; ++l) {
+    const uint i = tid + l * MMA_THREADS;
+    ra[l] = mma_pair_a(a, lda, m0 + i / MMA_KP, k0 + 2u * (i % MMA_KP), M, K);
+  }
+#pragma unroll
+  for (uint l = 0; l < MMA_LOADS_B; ++l) {
+    const uint i = tid + l * MMA_THREADS;
+    const uint kp = b_rows ? i / MMA_TN : i % MMA_KP, nn = b_rows ? i % MMA_TN : i / MMA_KP;
+    rb[l] = mma_pair_b(bm, ldbk, ldbn, implicit, g, implicit ? b_origin[l] : (int2)(0, 0), k0 + 2u * kp, n0 + nn, N, K);
+  }
+}
+
+inline __attribute__((always_inline)) void gemm_mma_body(
+    __local uint (*as)[MMA_PITCH], __local uint (*bs)[MMA_PITCH], __global const ushort* a, ulong lda,
+    __global const ushort* bm, ulong ldbk, ulong ldbn, const int implicit, ConvGeom g, __global const store_t* bias,
+    int bias_mode, __global store_t* c, ulong cbase, ulong ldc, uint M, uint N, uint K, float alpha) {
+  const uint tid = (uint)get_local_id(0);
+  const uint lane = tid & 31u, warp = tid >> 5;
+  const uint g8 = lane >> 2, t4 = lane & 3u;
+  const uint wm = (warp / MMA_WARPS_N) * 64u, wn = (warp % MMA_WARPS_N) * 32u;
+  const uint n0 = (uint)get_group_id(0) * MMA_TN, m0 = (uint)get_group_id(1) * MMA_TM;
+  // B's consecutive work-items walk n where B is row-major (ldbn == 1) or an
+  // image (consecutive output positions), else k (as gemm_tiled's loads).
+  const bool b_rows = implicit || ldbn == 1u;
+
+  float acc[4][4][4];
+#pragma unroll
+  for (uint i = 0; i < 4u; ++i)
+#pragma unroll
+    for (uint j = 0; j < 4u; ++j)
+#pragma unroll
+      for (uint e = 0; e < 4u; ++e) acc[i][j][e] = 0.0f;
+
+  uint ra[MMA_LOADS_A], rb[MMA_LOADS_B];
+  // Implicit GEMM: each B load's output position is the same for every k-tile
+  // (b_rows: n = n0 + i % MMA_TN), so its image origin is computed once.
+  int2 b_origin[MMA_LOADS_B];
+  if (implicit) {
+#pragma unroll
+    for (uint l = 0; l < MMA_LOADS_B; ++l) b_origin[l] = conv_origin(n0 + (tid + l * MMA_THREADS) % MMA_TN, g);
+  }
+#define GEMM_MMA_LOAD(K0) \
+  mma_load_tiles(ra, rb, a, lda, bm, ldbk, ldbn, implicit, b_rows, g, b_origin, tid, m0, n0, (K0), M, N, K)
+  GEMM_MMA_LOAD(0u);
+
+  for (uint k0 = 0; k0 < K; k0 += MMA_TK) {
+#pragma unroll
+    for (uint l = 0; l < MMA_LOADS_A; ++l) {
+      const uint i = tid + l * MMA_THREADS;
+      as[i / MMA_KP][i % MMA_KP] = ra[l];
+    }
+#pragma unroll
+    for (uint l = 0; l < MMA_LOADS_B; ++l) {
+      const uint i = tid + l * MMA_THREADS;
+      if (b_rows)
+        bs[i % MMA_TN][i / MMA_TN] = rb[l];
+      else
+        bs[i / MMA_KP][i % MMA_KP] = rb[l];
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (k0 + MMA_TK < K) GEMM_MMA_LOAD(k0 + MMA_TK);
+#pragma unroll
+    for (uint kp = 0; kp < MMA_KP; kp += 8u) {  // one k16 step = 8 pairs
+      uint af[4][4], bf[4][2];
+#pragma unroll
+      for (uint i = 0; i < 4u; ++i) {
+        const uint r = wm + i * 16u + g8;
+        af[i][0] = as[r][kp + t4];
+        af[i][1] = as[r + 8u][kp + t4];
+        af[i][2] = as[r][kp + 4u + t4];
+        af[i][3] = as[r + 8u][kp + 4u + t4];
+      }
+#pragma unroll
+      for (uint j = 0; j < 4u; ++j) {
+        const uint col = wn + j * 8u + g8;
+        bf[j][0] = bs[col][kp + t4];
+        bf[j][1] = bs[col][kp + 4u + t4];
+      }
+#pragma unroll
+      for (uint i = 0; i < 4u; ++i)
+#pragma unroll
+        for (uint j = 0; j < 4u; ++j) MMA_16816(acc[i][j], af[i], bf[j]);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }
+#undef GEMM_MMA_LOAD
+
+#pragma unroll
+  for (uint i = 0; i < 4u; ++i) {
+#pragma unroll
+    for (uint h = 0; h < 2u; ++h) {
+      const uint m = m0 + wm + i * 16u + g8 + h * 8u;
+      if (m >= M) continue;
+#pragma unroll
+      for (uint j = 0; j < 4u; ++j) {
+#pragma unroll
+        for (uint e = 0; e < 2u; ++e) {
+          const uint n = n0 + wn + j * 8u + 2u * t4 + e;
+          if (n >= N) continue;
+          const float bv = bias_mode == BIAS_COL ? ld(bias, n) : bias_mode == BIAS_ROW ? ld(bias, m) : -0.0f;
+          st(c, cbase + (ulong)m * ldc + n, fma(alpha, acc[i][j][2u * h + e], bv));
+        }
+      }
+    }
+  }
+}
+
+// gemm_tiled's arguments. Local size (MMA_THREADS), grid (ceil(N/MMA_TN) * MMA_THREADS, ceil(M/MMA_TM), batch).
+__kernel __attribute__((reqd_work_group_size(MMA_THREADS, 1, 1))) void gemm_mma(
+    __global const store_t* a, ulong a_off, ulong a_bs, ulong lda, __global const store_t* bm, ulong b_off,
+    ulong b_bs, ulong ldbk, ulong ldbn, __global const store_t* bias, ulong bias_off, int bias_mode,
+    __global store_t* c, ulong c_off, ulong c_bs, ulong ldc, uint M, uint N, uint K, float alpha) {
+  __local uint as[MMA_TM][MMA_PITCH];
+  __local uint bs[MMA_TN][MMA_PITCH];
+  const ulong bt = get_global_id(2);
+  const ConvGeom none = {0u, 0u, 0u, 0u, 0u, 0u, 0u, 1u};
+  gemm_mma_body(as, bs, (__global const ushort*)a + a_off + bt * a_bs, lda,
+                (__global const ushort*)bm + b_off + bt * b_bs, ldbk, ldbn, 0, none, bias + bias_off, bias_mode, c,
+                c_off + bt * c_bs, ldc, M, N, K, alpha);
+}
+
+// conv_implicit_gemm's arguments; grid as gemm_mma's with the images as the batch.
+__kernel __attribute__((reqd_work_group_size(MMA_THREADS, 1, 1))) void conv_implicit_mma(
+    __global const store_t* w, __global const store_t* x, ulong x_bs, __global const store_t* bias, int bias_mode,
+    __global store_t* out, ulong out_bs, uint O, uint C, uint H, uint W, uint KH, uint KW, uint stride, uint pad,
+    uint OH, uint OW) {
+  __local uint as[MMA_TM][MMA_PITCH];
+  __local uint bs[MMA_TN][MMA_PITCH];
+  const ulong img = get_global_id(2);
+  const ConvGeom g = {C, H, W, KH, KW, stride, pad, OW};
+  const uint K = C * KH * KW, N = OH * OW;
+  gemm_mma_body(as, bs, (__global const ushort*)w, K, (__global const ushort*)x + img * x_bs, 0, 1, 1, g, bias,
+                bias_mode, out, img * out_bs, N, O, N, K, 1.0f);
+}
+#endif

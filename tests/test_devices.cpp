@@ -201,6 +201,18 @@ TEST(Devices, BackendOptionsFromTheEnvironment) {
   EXPECT_FALSE(o.pool_keep_bytes.has_value());
   EXPECT_EQ(o.kernel_style, KernelStyleChoice::by_device);
   for (const char* v : {"NANSCOPE_POOL_MB", "NANSCOPE_PROFILE", "NANSCOPE_KERNEL_STYLE"}) unsetenv(v);
+  // NANSCOPE_TENSOR_CORES=0|1 (anything else is ignored): NVIDIA tensor cores for f16 GEMMs.
+  unsetenv("NANSCOPE_TENSOR_CORES");
+  EXPECT_TRUE(backend_options_from_environment().tensor_cores);
+  setenv("NANSCOPE_TENSOR_CORES", "0", 1);
+  EXPECT_FALSE(backend_options_from_environment().tensor_cores);
+  setenv("NANSCOPE_TENSOR_CORES", "off", 1);
+  EXPECT_TRUE(backend_options_from_environment().tensor_cores);
+  setenv("NANSCOPE_TENSOR_CORES", "1", 1);
+  BackendOptions no_tc;
+  no_tc.tensor_cores = false;
+  EXPECT_TRUE(backend_options_from_environment(no_tc).tensor_cores);
+  unsetenv("NANSCOPE_TENSOR_CORES");
   // A backend made without options does not look at the environment.
   setenv("NANSCOPE_KERNEL_STYLE", "gpu", 1);
   for (const DeviceInfo& d : enumerate_devices().devices) {

@@ -463,6 +463,14 @@ BackendOptions backend_options_from_environment(BackendOptions o) {
     }
   }
   if (const char* v = std::getenv("NANSCOPE_PROFILE"); v && *v) o.profile = std::string_view(v) == "1";
+  if (const char* v = std::getenv("NANSCOPE_TENSOR_CORES"); v && *v) {
+    const std::string_view s(v);
+    if (s == "0" || s == "1") {
+      o.tensor_cores = s == "1";
+    } else {
+      log::warn("NANSCOPE_TENSOR_CORES={} is neither 0 nor 1; ignored", s);
+    }
+  }
   if (const char* v = std::getenv("NANSCOPE_KERNEL_STYLE"); v && *v) {
     const std::string_view s(v);
     if (s == "cpu") {

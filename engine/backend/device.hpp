@@ -173,6 +173,10 @@ struct BackendOptions {
   // the device's own half units where it has them and they pass the probe
   // (NVIDIA: compute capability 5.3+); false: the exact emulation everywhere.
   bool half_units = true;
+  // NVIDIA tensor cores (sm_80+) for f16 GEMMs and convolutions with f32
+  // accumulation in the GPU kernel family (kernels/matmul.cl gemm_mma); false
+  // keeps them on the CUDA-core tiles (gemm_tiled), to compare the two.
+  bool tensor_cores = true;
 };
 
 // The options the environment asks for, on top of `base`. The engine reads no
@@ -183,6 +187,7 @@ struct BackendOptions {
 //   NANSCOPE_KERNEL_STYLE=cpu|gpu   kernel_style
 //   NANSCOPE_MAX_ALLOC_MB=N  max_alloc_limit_bytes = N MiB
 //   NANSCOPE_NATIVE_HALF=hardware|emulated   half_units
+//   NANSCOPE_TENSOR_CORES=0|1  tensor_cores
 // A value that cannot be used is logged as a warning and ignored.
 BackendOptions backend_options_from_environment(BackendOptions base = {});
 // The device as a backend with options.memory_limit_bytes sees it: global

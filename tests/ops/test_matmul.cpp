@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "backend/opencl/gemm.hpp"
 #include "support/backends.hpp"
 #include "support/op_case.hpp"
 
@@ -67,10 +68,67 @@ std::vector<OpCasePtr> cases() {
   add(matmul_case({2, 29, 700}, {2, 700, 41}, false, 1.0f, false));
   // m = 67, n = 77: past one 64-row GPU tile, ragged edges in both directions.
   add(matmul_case({2, 67, 70}, {2, 70, 77}, false, 0.7f, true));
+  // f16 with f32 accumulation runs on NVIDIA's tensor cores from 64 x 64 x 32 (gemm.hpp
+  // tensor_core_tiles); the case above and linear 2x77x768 take the 64 x 128 blocks. Here B
+  // stored as [N, K] (k-contiguous loads), and a GEMM big enough for the 128 x 128 blocks on a
+  // 132-unit GPU (8 x 6 blocks x 3 batches), every edge ragged (k = 40: a 32-deep tile and 8).
+  for (auto& p : expand(matmul_case({2, 80, 72}, {2, 96, 72}, true, 1.0f, false), {Precision{DType::f16}})) {
+    all.push_back(std::move(p));
+  }
+  for (auto& p : expand(matmul_case({3, 1000, 40}, {3, 40, 700}, false, 1.0f, true), {Precision{DType::f16}})) {
+    all.push_back(std::move(p));
+  }
   return all;
 }
 
 NANSCOPE_OP_TESTS(Matmul, cases());
+
+// The tensor-core rule (gemm.hpp tensor_core_tiles): only f16 storage with f32
+// accumulation in the GPU family on NVIDIA sm_80+, only shapes of at least
+// 64 x 64 x 32, and 128 x 128 blocks only where they give each compute unit one
+// (no GPU here runs the kernel: the op suite does on an NVIDIA device).
+TEST(MatmulTensorCores, SelectionRule) {
+  using opencl::gemm::MmaTiles;
+  using opencl::gemm::tensor_core_tiles;
+  opencl::gemm::TensorCoreCase h100;
+  h100.gpu_style = true;
+  h100.nv_compute_capability = 90;
+  h100.dtype = DType::f16;
+  h100.batch = 2, h100.m = 4096, h100.n = 320, h100.k = 320;  // SD attention projection, 64x64 latent
+  h100.compute_units = 132;
+  h100.max_work_group_size = 1024;
+  const MmaTiles big{2, 4}, small{1, 4};
+  EXPECT_EQ(tensor_core_tiles(h100), big);  // 32 x 3 blocks x 2 batches >= 132 units
+  auto c = h100;
+  c.batch = 1;
+  EXPECT_EQ(tensor_core_tiles(c), small);  // 96 blocks of 128 x 128 would leave units idle
+  c = h100;
+  c.max_work_group_size = 128;
+  EXPECT_EQ(tensor_core_tiles(c), small);
+  c = h100;
+  c.m = 64, c.n = 64, c.k = 32, c.batch = 1;  // the smallest shape taken
+  EXPECT_EQ(tensor_core_tiles(c), small);
+  c = h100;
+  c.nv_compute_capability = 80;  // A100
+  EXPECT_EQ(tensor_core_tiles(c), big);
+  const auto refused = [&](auto change) {
+    auto x = h100;
+    change(x);
+    return !tensor_core_tiles(x).has_value();
+  };
+  using Case = opencl::gemm::TensorCoreCase;
+  EXPECT_TRUE(refused([](Case& x) { x.gpu_style = false; }));
+  EXPECT_TRUE(refused([](Case& x) { x.allowed = false; }));  // NANSCOPE_TENSOR_CORES=0, or an earlier failure
+  EXPECT_TRUE(refused([](Case& x) { x.nv_compute_capability = 75; }));  // m16n8k16 needs sm_80
+  EXPECT_TRUE(refused([](Case& x) { x.nv_compute_capability = 0; }));   // not NVIDIA
+  EXPECT_TRUE(refused([](Case& x) { x.dtype = DType::f32; }));
+  EXPECT_TRUE(refused([](Case& x) { x.dtype = DType::bf16; }));
+  EXPECT_TRUE(refused([](Case& x) { x.native_accumulation = true; }));
+  EXPECT_TRUE(refused([](Case& x) { x.m = 63; }));
+  EXPECT_TRUE(refused([](Case& x) { x.n = 63; }));
+  EXPECT_TRUE(refused([](Case& x) { x.k = 31; }));
+  EXPECT_TRUE(refused([](Case& x) { x.max_work_group_size = 64; }));  // not even the 4-warp blocks
+}
 
 // Row 0 of a is 16 everywhere; column 1 of b is +16 for the first 300 k and -16
 // for the last 300. The exact result there is 0, but its partial sums reach

@@ -317,7 +317,92 @@ void run_tiled(OpenClBackend& be, const Precision& p, const Problem& pr, const T
   be.launch(kern, op, 3, global, local);
 }
 
+// Devices (id|name|driver) whose tensor-core program failed to build or launch:
+// gemm_tiled from then on (the failure is noted once on the backend).
+std::mutex mma_failed_mutex;
+std::vector<std::string> mma_failed;
+
+std::optional<MmaTiles> mma_tiles_for(OpenClBackend& be, const Precision& p, std::int64_t batch, std::int64_t m,
+                                      std::int64_t n, std::int64_t k) {
+  const DeviceInfo& d = be.device();
+  TensorCoreCase c;
+  c.gpu_style = be.kernel_style() == KernelStyle::gpu;
+  c.allowed = be.tensor_cores_allowed();
+  c.nv_compute_capability = d.nv_compute_capability;
+  c.dtype = p.dtype;
+  c.native_accumulation = p.native_accumulation();
+  c.batch = batch, c.m = m, c.n = n, c.k = k;
+  c.compute_units = d.compute_units;
+  c.max_work_group_size = d.max_work_group_size;
+  std::optional<MmaTiles> t = tensor_core_tiles(c);
+  if (t) {
+    std::lock_guard lock(mma_failed_mutex);
+    if (std::find(mma_failed.begin(), mma_failed.end(), device_key(d)) != mma_failed.end()) t.reset();
+  }
+  return t;
+}
+
+std::string mma_options(OpenClBackend& be, const Precision& p, const MmaTiles& t) {
+  return options(be, p) + " -DGEMM_MMA -DNS_ASM=asm -DMMA_WARPS_M=" + std::to_string(t.warps_m) +
+         " -DMMA_WARPS_N=" + std::to_string(t.warps_n);
+}
+
+// Runs `launch_mma` (build, arguments, enqueue); on an OpenCL error there, notes why
+// once, stops using the tensor cores on this device and returns false: the
+// caller then runs the CUDA-core kernel, whose numerics are the same contract
+// (f32 accumulation, one rounding).
+template <class F>
+bool try_mma(OpenClBackend& be, const char* op, F&& launch_mma) {
+  try {
+    launch_mma();
+    return true;
+  } catch (const ClError& e) {  // build or enqueue failure; bad arguments (OpError) are not the kernel's fault
+    std::string why = e.what();
+    if (const auto nl = why.find('\n'); nl != std::string::npos) why.resize(nl);
+    if (why.size() > 300) why = why.substr(0, 300) + "...";
+    {
+      std::lock_guard lock(mma_failed_mutex);
+      mma_failed.push_back(device_key(be.device()));
+    }
+    be.note_fallback(std::string("tensor-core GEMM not used (") + op + " and later GEMMs run gemm_tiled): " + why);
+    return false;
+  }
+}
+
+bool run_mma(OpenClBackend& be, const Precision& p, const Problem& pr, const char* op) {
+  const std::optional<MmaTiles> t = mma_tiles_for(be, p, pr.batch, pr.m, pr.n, pr.k);
+  if (!t || pr.a.cs != 1) return false;
+  return try_mma(be, op, [&] {
+    cl_kernel kern = be.kernel("matmul", "gemm_mma", mma_options(be, p, *t));
+    OpenClBackend::set_args(kern, pr.a.mem, cl_ulong(pr.a.off), cl_ulong(pr.a.bs), cl_ulong(pr.a.rs), pr.b.mem,
+                            cl_ulong(pr.b.off), cl_ulong(pr.b.bs), cl_ulong(pr.b.rs), cl_ulong(pr.b.cs), pr.bias,
+                            cl_ulong(pr.bias_off), cl_int(pr.bias_mode), pr.c, cl_ulong(pr.c_off), cl_ulong(pr.c_bs),
+                            cl_ulong(pr.ldc), to_uint(pr.m, op, "m"), to_uint(pr.n, op, "n"), to_uint(pr.k, op, "k"),
+                            pr.alpha);
+    const auto threads = static_cast<size_t>(t->threads());
+    const size_t global[3] = {ceil_div(pr.n, t->tn()) * threads, ceil_div(pr.m, t->tm()),
+                              static_cast<size_t>(pr.batch)};
+    const size_t local[3] = {threads, 1, 1};
+    be.launch(kern, op, 3, global, local);
+  });
+}
+
 }  // namespace
+
+std::optional<MmaTiles> tensor_core_tiles(const TensorCoreCase& c) {
+  if (!c.gpu_style || !c.allowed || c.nv_compute_capability < 80 || c.dtype != DType::f16 || c.native_accumulation) {
+    return std::nullopt;
+  }
+  if (c.m < 64 || c.n < 64 || c.k < 32) return std::nullopt;  // too small to pay for the tiles: gemm_tiled
+  const MmaTiles big{2, 4}, small{1, 4};
+  const auto fits = [&](const MmaTiles& t) {
+    return !c.max_work_group_size || c.max_work_group_size >= static_cast<std::size_t>(t.threads());
+  };
+  const auto blocks = static_cast<std::int64_t>(ceil_div(c.m, big.tm()) * ceil_div(c.n, big.tn())) * c.batch;
+  if (fits(big) && blocks >= static_cast<std::int64_t>(c.compute_units)) return big;
+  if (fits(small)) return small;
+  return std::nullopt;
+}
 
 void run_implicit_conv(OpenClBackend& be, const Precision& p, const ConvShape& s, cl_mem w, cl_mem x, cl_mem bias,
                        cl_mem out, const char* op) {
@@ -326,9 +411,25 @@ void run_implicit_conv(OpenClBackend& be, const Precision& p, const ConvShape& s
   shape.m = s.o;
   shape.n = s.oh * s.ow;
   shape.k = s.c * s.kh * s.kw;
+  to_uint(shape.k, op, "c*kh*kw");
+  if (const std::optional<MmaTiles> mt = mma_tiles_for(be, p, shape.batch, shape.m, shape.n, shape.k)) {
+    const bool ran = try_mma(be, op, [&] {
+      cl_kernel kern = be.kernel("matmul", "conv_implicit_mma", mma_options(be, p, *mt));
+      OpenClBackend::set_args(kern, w, x, cl_ulong(s.c * s.h * s.w), bias, cl_int(bias ? kBiasRow : kBiasNone), out,
+                              cl_ulong(s.o * s.oh * s.ow), to_uint(s.o, op, "o"), to_uint(s.c, op, "c"),
+                              to_uint(s.h, op, "h"), to_uint(s.w, op, "w"), to_uint(s.kh, op, "kh"),
+                              to_uint(s.kw, op, "kw"), to_uint(s.stride, op, "stride"),
+                              to_uint(s.padding, op, "padding"), to_uint(s.oh, op, "oh"), to_uint(s.ow, op, "ow"));
+      const auto threads = static_cast<size_t>(mt->threads());
+      const size_t global[3] = {ceil_div(shape.n, mt->tn()) * threads, ceil_div(shape.m, mt->tm()),
+                                static_cast<size_t>(s.n)};
+      const size_t local[3] = {threads, 1, 1};
+      be.launch(kern, op, 3, global, local);
+    });
+    if (ran) return;
+  }
   const Tuning t = tiles_for(be, shape);
   cl_kernel kern = be.kernel("matmul", "conv_implicit_gemm", options_with(be, p, t));
-  to_uint(shape.k, op, "c*kh*kw");
   OpenClBackend::set_args(kern, w, x, cl_ulong(s.c * s.h * s.w), bias, cl_int(bias ? kBiasRow : kBiasNone), out,
                           cl_ulong(s.o * s.oh * s.ow), to_uint(s.o, op, "o"), to_uint(s.c, op, "c"),
                           to_uint(s.h, op, "h"), to_uint(s.w, op, "w"), to_uint(s.kh, op, "kh"),
@@ -343,6 +444,7 @@ void run_implicit_conv(OpenClBackend& be, const Precision& p, const ConvShape& s
 void run(OpenClBackend& be, const Precision& p, const Problem& pr, const char* op) {
   if (pr.batch * pr.m * pr.n == 0) return;
   if (!uses_panels(be, p) && !pr.b_panels) {
+    if (run_mma(be, p, pr, op)) return;
     run_tiled(be, p, pr, tiles_for(be, pr), op);
     return;
   }

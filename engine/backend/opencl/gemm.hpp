@@ -7,6 +7,8 @@
 // - cpu: A and B packed into f32 panels, then one register-blocked kernel
 //   (gemm_cpu, or gemm_native for native accumulation);
 // - gpu: local-memory tiles (gemm_tiled) reading the stored dtype directly;
+//   on NVIDIA sm_80+ with f16 storage and f32 accumulation, the same tiles
+//   fed to the tensor cores (gemm_mma, tensor_core_tiles());
 //   native accumulation uses the panel kernel on every device (it is an
 //   emulation whose result must not depend on the device).
 // Block sizes come from a small tuning table per device (tuning()).
@@ -110,6 +112,35 @@ struct ConvShape {
 // columns read from x on the fly (kernels/matmul.cl conv_implicit_gemm).
 void run_implicit_conv(OpenClBackend& be, const Precision& p, const ConvShape& s, cl_mem w, cl_mem x, cl_mem bias,
                        cl_mem out, const char* op);
+
+// NVIDIA tensor cores (kernels/matmul.cl gemm_mma / conv_implicit_mma, built
+// with -DGEMM_MMA): warps_m x warps_n warps of 32, each computing 64 x 32 of C
+// with mma.sync m16n8k16 (f16 operands, f32 accumulation).
+struct MmaTiles {
+  int warps_m = 2, warps_n = 4;
+  int tm() const { return 64 * warps_m; }
+  int tn() const { return 32 * warps_n; }
+  int threads() const { return 32 * warps_m * warps_n; }
+  bool operator==(const MmaTiles&) const = default;
+};
+// What decides whether one GEMM (per batch m x n, depth k) runs on the tensor cores.
+struct TensorCoreCase {
+  bool gpu_style = false;         // KernelStyle::gpu
+  bool allowed = true;            // BackendOptions::tensor_cores, and no earlier build/launch failure
+  int nv_compute_capability = 0;  // DeviceInfo (major*10 + minor; 0: not NVIDIA)
+  DType dtype = DType::f32;
+  bool native_accumulation = false;
+  std::int64_t batch = 1, m = 0, n = 0, k = 0;
+  std::uint32_t compute_units = 0;
+  std::size_t max_work_group_size = 0;  // 0: unknown
+};
+// The tensor-core tiles for the case, or none where gemm_tiled runs it: GPU
+// style on sm_80+, f16 storage, f32 accumulation (native accumulation is the
+// device-independent emulation), m and n at least 64 and k at least 32 (smaller
+// ones stay on gemm_tiled); 128 x 128 blocks (8 warps) where they give every
+// compute unit a block, else 64 x 128 (4 warps). ptxas for sm_90: at most 252 registers, no spills
+// (tools/gpu/check_mma_ptx.sh).
+std::optional<MmaTiles> tensor_core_tiles(const TensorCoreCase& c);
 
 // Only the compute step on panels already packed (a_panels and pr.b_panels both set).
 void compute_panels(OpenClBackend& be, const Precision& p, cl_mem a_panels, std::int64_t a_panels_off,

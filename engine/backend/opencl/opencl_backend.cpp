@@ -196,6 +196,7 @@ OpenClBackend::OpenClBackend(const DeviceInfo& device, const BackendOptions& opt
   profile_ = options.profile;
   fail_allocation_ = options.fail_allocation;
   guard_bytes_ = options.guard_bytes;
+  tensor_cores_ = options.tensor_cores;
   guard_log_ = std::make_shared<GuardLog>();
   switch (options.kernel_style) {
     case KernelStyleChoice::cpu: style_ = KernelStyle::cpu; break;
@@ -321,6 +322,13 @@ std::vector<std::string> OpenClBackend::kernel_notes() const {
   } else {
     notes.push_back(info_.fp16 ? "half storage; native half accumulation emulated exactly (the device has cl_khr_fp16)"
                                : "half storage; native half accumulation emulated exactly (no half units reachable)");
+  }
+  if (style_ == KernelStyle::gpu && info_.nv_compute_capability >= 80) {
+    const std::string sm = "sm_" + std::to_string(info_.nv_compute_capability);
+    notes.push_back(tensor_cores_
+                        ? "f16 GEMMs and convolutions with f32 accumulation on the tensor cores (" + sm +
+                              ", mma.sync m16n8k16; NANSCOPE_TENSOR_CORES=0 keeps them on gemm_tiled)"
+                        : "tensor cores (" + sm + ") off by NANSCOPE_TENSOR_CORES=0: f16 GEMMs on gemm_tiled");
   }
   std::lock_guard lock(notes_mutex_);
   notes.insert(notes.end(), fallbacks_.begin(), fallbacks_.end());

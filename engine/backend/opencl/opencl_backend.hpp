@@ -95,6 +95,8 @@ class OpenClBackend final : public Backend {
   // (work-groups sharing local-memory tiles). Chosen by device kind unless
   // BackendOptions::kernel_style forces one (to test the GPU kernels on a CPU).
   KernelStyle kernel_style() const { return style_; }
+  // BackendOptions::tensor_cores: whether the GEMM may use NVIDIA's tensor cores (gemm.hpp).
+  bool tensor_cores_allowed() const { return tensor_cores_; }
   std::vector<KernelBuildRecord> kernel_builds() const override;
   std::string kernel_cache_dir() const override;
   std::vector<std::string> kernel_notes() const override;
@@ -150,6 +152,7 @@ class OpenClBackend final : public Backend {
       cl_std_;  // "-cl-std=CL1.2" (or CL1.1 on devices that only speak OpenCL C 1.1; simulators: -cl-opt-disable)
   bool profile_ = false;
   KernelStyle style_ = KernelStyle::cpu;
+  bool tensor_cores_ = true;  // BackendOptions::tensor_cores
   mutable std::mutex notes_mutex_;
   std::vector<std::string> fallbacks_;                            // note_fallback()
   std::function<bool(std::size_t)> fail_allocation_;              // BackendOptions::fail_allocation

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Checks the tensor-core kernels (kernels/matmul.cl gemm_mma, conv_implicit_mma)
+# without a GPU: PoCL cannot compile inline PTX, so the program text is
+# compiled as the backend assembles it (common.cl + matmul.cl, f16 storage,
+# GPU style, -DGEMM_MMA) with clang for the NVIDIA OpenCL target, for both
+# block shapes gemm.cpp uses; the PTX must hold the mma.sync instructions.
+# Where ptxas is installed (CUDA toolkit) it also reports registers and spills
+# for sm_90; the OpenCL builtins are then mapped to PTX special registers and
+# bar.sync (prelude below), since clang leaves them as calls that ptxas cannot
+# resolve and whose call ABI would distort the register count.
+# usage: tools/gpu/check_mma_ptx.sh [CLANG]   (default clang-15)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+clang=${1:-clang-15}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cat kernels/common.cl kernels/matmul.cl > "$tmp/prog.cl"
+cat > "$tmp/pre.cl" <<'CL'
+#define barrier(x) __asm__ volatile("bar.sync 0;" ::: "memory")
+#define NV_DIM(d, X, Y, Z) ((size_t)((d) == 0 ? X() : (d) == 1 ? Y() : Z()))
+#define get_local_id(d) NV_DIM(d, __nvvm_read_ptx_sreg_tid_x, __nvvm_read_ptx_sreg_tid_y, __nvvm_read_ptx_sreg_tid_z)
+#define get_group_id(d) NV_DIM(d, __nvvm_read_ptx_sreg_ctaid_x, __nvvm_read_ptx_sreg_ctaid_y, __nvvm_read_ptx_sreg_ctaid_z)
+#define get_local_size(d) NV_DIM(d, __nvvm_read_ptx_sreg_ntid_x, __nvvm_read_ptx_sreg_ntid_y, __nvvm_read_ptx_sreg_ntid_z)
+#define get_global_id(d) (get_group_id(d) * get_local_size(d) + get_local_id(d))
+CL
+cat "$tmp/pre.cl" "$tmp/prog.cl" > "$tmp/prog_ptxas.cl"
+cl=(-x cl -cl-std=CL1.2 -target nvptx64-nvidia-nvcl -Xclang -target-cpu -Xclang sm_80 -Xclang -finclude-default-header -O2)
+status=0
+for warps in "2 4" "1 4"; do
+  set -- $warps
+  d=(-DSTORE_F16 -DGEMM_MMA -DMMA_WARPS_M="$1" -DMMA_WARPS_N="$2")
+  # As the backend builds it (-DF16_CVT: GPU style), warnings are errors.
+  "$clang" "${cl[@]}" -Werror "${d[@]}" -DF16_CVT -S -o "$tmp/k.ptx" "$tmp/prog.cl"
+  for k in gemm_mma conv_implicit_mma; do
+    n=$(awk "/\\.entry $k\\(/,/^}/" "$tmp/k.ptx" | grep -c 'mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32' || true)
+    echo "warps ${1}x$2 $k: $n mma.sync (expected 32)"
+    [ "$n" = 32 ] || status=1
+  done
+  if command -v ptxas >/dev/null; then
+    "$clang" "${cl[@]}" "${d[@]}" -S -o "$tmp/r.ptx" "$tmp/prog_ptxas.cl" 2>/dev/null
+    awk 'BEGIN{d=1} /^\.entry|^\.visible|^\/\/ \.globl/{d=0} { if (d && $0 ~ /^\.func/) sub(/^\.func/, ".extern .func"); print }' \
+      "$tmp/r.ptx" > "$tmp/rx.ptx"
+    ptxas -arch=sm_90 -c -v "$tmp/rx.ptx" -o "$tmp/r.o" 2>&1 |
+      grep -A3 -E "Compiling entry function '(gemm_mma|conv_implicit_mma)'" | grep -E "entry|spill|Used" |
+      sed "s/^/  /"
+  fi
+done
+exit $status
