@@ -1,6 +1,9 @@
 // One UNet2DConditionModel call with Stable Diffusion 1.5's configuration
 // (random weights, latent 64x64 = a 512x512 image, batch 2 as with CFG,
-// context 2 x 77 x 768) in f32 and f16 storage on the selected device,
+// context 2 x 77 x 768) or SDXL's (--config sdxl: context 2 x 77 x 2048 and
+// the added conditions, a pooled text embedding 2 x 1280 and the time ids
+// 2 x 6, original and target size 8x the latent, crop 0,0) in f32 and f16
+// storage on the selected device,
 // beside diffusers on PyTorch (CPU, f32) on the same folder in the same
 // bench, with each one's peak resident memory and how many cores the call
 // kept busy (CPU time / wall time). Prints a table.
@@ -8,15 +11,16 @@
 // (AutoencoderKL, the configuration SD 1.x, 2.x and SDXL share; latent
 // [1, 4, LATENT, LATENT], an image 8x that size).
 //
-//   build/bench/bench_unet [--component unet|vae] [--device D] [--model DIR] [--size LATENT] [--runs N]
-//                          [--dtypes f32,f16] [--no-torch | --torch-device cuda]
+//   build/bench/bench_unet [--component unet|vae] [--config sd15|sdxl] [--device D] [--model DIR] [--size LATENT]
+//                          [--runs N] [--dtypes f32,f16] [--no-torch | --torch-device cuda]
 //
 // --torch-device cuda times diffusers on the GPU instead, in f32 (TF32 off)
 // and f16, each NaNscope dtype against PyTorch's of the same dtype.
 //
 // The folder is made once by bench/make_sd15_unet.py (seeded, 3.4 GB, under
-// $XDG_CACHE_HOME/nanscope/bench/sd15-unet) or bench/make_sd_vae.py (335 MB,
-// .../sd-vae) unless --model names one. Every
+// $XDG_CACHE_HOME/nanscope/bench/sd15-unet; --config sdxl: 10.3 GB, .../sdxl-unet)
+// or bench/make_sd_vae.py (335 MB, .../sd-vae) unless --model names one; a
+// --model folder's own config.json says whether it is an SDXL UNet. Every
 // configuration runs in its own process (this program re-run with --child)
 // so that each peak RSS is that configuration's alone.
 
@@ -128,6 +132,17 @@ int child(const std::string& component, const std::string& pin, const fs::path& 
   const Tensor sample = upload(vae ? Shape{1, 4, size, size} : Shape{2, 4, size, size});
   const Tensor context = vae ? Tensor{} : upload(Shape{2, 77, unet->config().cross_attention_dim.front()});
   const std::vector<float> t{500.0f, 500.0f};
+  // SDXL's added conditions, as its pipeline passes them for an image 8x the
+  // latent: original size, crop top-left 0,0, target size, per batch row.
+  models::AddedConditions added;
+  const models::AddedConditions* added_ptr = nullptr;
+  if (!vae && unet->config().text_time) {
+    const models::UNetConfig& uc = unet->config();
+    added.text_embeds = upload(Shape{2, uc.projection_class_embeddings_input_dim - 6 * uc.addition_time_embed_dim});
+    const auto px = static_cast<float>(8 * size);
+    for (int row = 0; row < 2; ++row) added.time_ids.insert(added.time_ids.end(), {px, px, 0.0f, 0.0f, px, px});
+    added_ptr = &added;
+  }
   OpContext ctx;
   ctx.backend = be.get();
   ctx.precision.dtype = dtype;
@@ -135,7 +150,7 @@ int child(const std::string& component, const std::string& pin, const fs::path& 
   auto call = [&] {
     const auto s = Clock::now();
     const double c0 = cpu_seconds();
-    const Tensor out = vae ? decoder->decode(ctx, sample) : unet->forward(ctx, sample, t, context);
+    const Tensor out = vae ? decoder->decode(ctx, sample) : unet->forward(ctx, sample, t, context, added_ptr);
     be->download(out);
     cpu = cpu_seconds() - c0;
     return seconds_since(s);
@@ -146,7 +161,7 @@ int child(const std::string& component, const std::string& pin, const fs::path& 
   if (vae) {
     (void)decoder->decode(dry, sample);
   } else {
-    (void)unet->forward(dry, sample, t, context);
+    (void)unet->forward(dry, sample, t, context, added_ptr);
   }
   const double first = call();
   std::vector<double> times;
@@ -169,6 +184,28 @@ int child(const std::string& component, const std::string& pin, const fs::path& 
   return 0;
 }
 
+// The table title's words for a UNet folder: which configuration its
+// config.json has, its block widths, and the call's conditioning shapes.
+std::string describe_unet(const fs::path& folder, int size) {
+  const models::UNetConfig c = models::UNetConfig::from_json(models::ConfigJson::load(folder / "config.json"));
+  const std::int64_t cross = c.cross_attention_dim.front();
+  const std::string name = c.text_time                                        ? "SDXL"
+                           : cross == 768 && c.block_out_channels.size() == 4 ? "SD 1.5"
+                           : cross == 1024                                    ? "SD 2.x"
+                                                                              : "custom";
+  std::string widths;
+  for (const std::int64_t w : c.block_out_channels) widths += (widths.empty() ? "" : "/") + std::to_string(w);
+  const std::string s = std::to_string(size);
+  std::string what = name + " UNet (random weights, block widths " + widths + "), latent " + s + "x" + s + " (" +
+                     std::to_string(8 * size) + "x" + std::to_string(8 * size) + " image), batch 2, context 2x77x" +
+                     std::to_string(cross);
+  if (c.text_time) {
+    what += ", text_embeds 2x" +
+            std::to_string(c.projection_class_embeddings_input_dim - 6 * c.addition_time_embed_dim) + ", time_ids 2x6";
+  }
+  return what;
+}
+
 std::optional<nlohmann::json> run_child(const std::string& component, const std::string& pin, const fs::path& folder,
                                         const std::string& dtype, int size, int runs) {
   std::ostringstream cmd;
@@ -182,7 +219,7 @@ std::optional<nlohmann::json> run_child(const std::string& component, const std:
 
 int main(int argc, char** argv) {
   std::string pin, model, child_dtype, dtypes = "f32,f16";
-  std::string torch_device = "cpu", component = "unet";
+  std::string torch_device = "cpu", component = "unet", unet_config;
   int size = 64, runs = 2;
   bool torch = true;
   for (int i = 1; i < argc; ++i) {
@@ -191,6 +228,8 @@ int main(int argc, char** argv) {
       pin = argv[++i];
     else if (a == "--component" && i + 1 < argc)
       component = argv[++i];
+    else if (a == "--config" && i + 1 < argc)
+      unet_config = argv[++i];
     else if (a == "--model" && i + 1 < argc)
       model = argv[++i];
     else if (a == "--size" && i + 1 < argc)
@@ -206,11 +245,10 @@ int main(int argc, char** argv) {
     else if (a == "--torch-device" && i + 1 < argc)
       torch_device = argv[++i];
     else {
-      std::fprintf(
-          stderr,
-          "usage: %s [--component unet|vae] [--device D] [--model DIR] [--size LATENT] [--runs N] [--dtypes f32,f16] "
-          "[--no-torch | --torch-device cuda]\n",
-          argv[0]);
+      std::fprintf(stderr,
+                   "usage: %s [--component unet|vae] [--config sd15|sdxl] [--device D] [--model DIR] [--size LATENT] "
+                   "[--runs N] [--dtypes f32,f16] [--no-torch | --torch-device cuda]\n",
+                   argv[0]);
       return 2;
     }
   }
@@ -218,6 +256,16 @@ int main(int argc, char** argv) {
     if (component != "unet" && component != "vae") throw ConfigError("--component takes unet or vae");
     const bool vae = component == "vae";
     if (vae && torch_device != "cpu") throw ConfigError("--component vae has a CPU baseline only");
+    if (!unet_config.empty()) {
+      if (unet_config != "sd15" && unet_config != "sdxl") throw ConfigError("--config takes sd15 or sdxl");
+      if (vae) throw ConfigError("--config picks a UNet; --component vae has one VAE configuration");
+      if (!model.empty()) {
+        throw ConfigError(
+            "--config picks the folder bench_unet makes; a --model folder's config.json says which UNet "
+            "it is (make one with bench/make_sd15_unet.py --config sdxl DIR)");
+      }
+    }
+    const bool sdxl = unet_config == "sdxl";
     if (!child_dtype.empty()) {
       const auto dt = parse_dtype(child_dtype);
       if (!dt) throw ConfigError("unknown dtype \"" + child_dtype + "\" (f32, f16, bf16)");
@@ -227,11 +275,19 @@ int main(int argc, char** argv) {
       const char* xdg = std::getenv("XDG_CACHE_HOME");
       const char* home = std::getenv("HOME");
       const fs::path cache = xdg && *xdg ? fs::path(xdg) : fs::path(home ? home : "/tmp") / ".cache";
-      model = (cache / "nanscope" / "bench" / (vae ? "sd-vae" : "sd15-unet")).string();
+      model = (cache / "nanscope" / "bench" / (vae ? "sd-vae" : sdxl ? "sdxl-unet" : "sd15-unet")).string();
       fs::create_directories(fs::path(model).parent_path());
-      std::fprintf(stderr, "bench_unet: making the SD %s with random weights in %s (once; %s)\n",
-                   vae ? "VAE" : "1.5 UNet", model.c_str(), vae ? "335 MB" : "3.4 GB");
-      if (!bench::run_python_baseline(vae ? "make_sd_vae.py" : "make_sd15_unet.py", "'" + model + "' 0")) return 1;
+      std::fprintf(stderr, "bench_unet: making the %s with random weights in %s (once; %s)\n",
+                   vae    ? "SD VAE"
+                   : sdxl ? "SDXL UNet"
+                          : "SD 1.5 UNet",
+                   model.c_str(),
+                   vae    ? "335 MB"
+                   : sdxl ? "10.3 GB"
+                          : "3.4 GB");
+      if (!bench::run_python_baseline(vae ? "make_sd_vae.py" : "make_sd15_unet.py",
+                                      std::string(sdxl ? "--config sdxl " : "") + "'" + model + "' 0"))
+        return 1;
     }
     struct Row {
       std::string name;
@@ -270,8 +326,7 @@ int main(int argc, char** argv) {
     const std::string what = vae ? "SD VAE decode (random weights), latent 1x4x" + std::to_string(size) + "x" +
                                        std::to_string(size) + " (" + std::to_string(8 * size) + "x" +
                                        std::to_string(8 * size) + " image)"
-                                 : "SD 1.5 UNet (random weights), latent " + std::to_string(size) + "x" +
-                                       std::to_string(size) + ", batch 2, context 2x77";
+                                 : describe_unet(model, size);
     // The call's FLOPs from the first NaNscope row (the same count for every engine); peak measured now.
     const double gflop = rows.empty() ? 0.0 : rows.front().r.value("gflop", 0.0);
     const double peak = torch_device == "cpu" ? std::max(peak_before, bench::measure_peak_flops()) : 0.0;

@@ -1,5 +1,8 @@
 """diffusers baseline for bench_unet: one UNet2DConditionModel call on the same
-folder and the same shapes (latent [2, 4, H/8, W/8], context [2, 77, 768]).
+folder and the same shapes (latent [2, 4, H/8, W/8], context [2, 77, cross
+attention dim]; for an SDXL UNet (addition_embed_type "text_time") also the
+added conditions bench_unet passes: text_embeds [2, 1280] and time_ids [2, 6]
+= original size, crop top-left 0,0, target size, the sizes 8x the latent).
 
 usage: torch_unet.py UNET_DIR LATENT_SIZE RUNS THREADS [DEVICE [DTYPE]]
 Prints one JSON object: {"load": s, "first": s, "call": s (median), "peak_rss_mb": MB, "loaded_rss_mb": MB}
@@ -51,13 +54,21 @@ g = torch.Generator().manual_seed(0)
 sample = torch.randn(2, 4, size, size, generator=g).to(device, dtype)
 context = torch.randn(2, 77, unet.config.cross_attention_dim, generator=g).to(device, dtype)
 t = torch.tensor([500.0, 500.0]).to(device)
+added_cond_kwargs = None
+if unet.config.addition_embed_type == "text_time":
+    pooled = unet.config.projection_class_embeddings_input_dim - 6 * unet.config.addition_time_embed_dim
+    px = 8.0 * size
+    added_cond_kwargs = {
+        "text_embeds": torch.randn(2, pooled, generator=g).to(device, dtype),
+        "time_ids": torch.tensor([[px, px, 0.0, 0.0, px, px]] * 2).to(device, dtype),
+    }
 
 
 def call():
     sync()
     start = time.perf_counter()
     with torch.no_grad():
-        unet(sample, t, encoder_hidden_states=context)
+        unet(sample, t, encoder_hidden_states=context, added_cond_kwargs=added_cond_kwargs)
     sync()
     return time.perf_counter() - start
 

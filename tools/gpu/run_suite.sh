@@ -9,12 +9,23 @@
 #   env        the driver, libraries and ICD files found (always runs first)
 #   devices    nanscope-cli devices
 #   ops        the op suite (tests/ops) and the device suites on the GPU
-#   pipeline   the whole-pipeline suites (their oracles need diffusers 0.31 /
-#              transformers 4.47, as tools/setup.sh installs)
+#   pipeline   the whole-pipeline suites, their oracles on the versions
+#              tools/setup.sh pins (diffusers 0.31, transformers 4.47, ...),
+#              installed from the bundle into their own folder for this stage
 #   scenarios  generate on the embedded model, then R0-R4 and their fixed twins
-#   bench      bench_unet at latent 64 and 128, f32 and f16, on the GPU, with
-#              PyTorch CUDA (diffusers) on the same weights as the baseline
-# Stage time limits are set by STAGE_LIMIT (seconds, default 240).
+#   bench      bench_unet, f32 and f16, on the GPU, with PyTorch CUDA (diffusers)
+#              on the same weights as the baseline: the SD 1.5 UNet at latent 64
+#              and 128, then the SDXL UNet at 128 (1024x1024, its native size)
+# Stage time limits are set by STAGE_LIMIT (seconds, default 240). The bench
+# stage takes (defaults in brackets):
+#   BENCH_SIZES       SD 1.5 latent sizes ["64 128"]; empty: no SD 1.5
+#   BENCH_SDXL_SIZES  SDXL latent sizes ["128"]; empty: no SDXL
+#   BENCH_SDXL_LIMIT  seconds for making the SDXL folder (10.3 GB), for each
+#                     SDXL profiled call and for each SDXL size [240]
+#   BENCH_RUNS        timed calls per configuration (the median is printed) [3]
+#   BENCH_PROFILE     profiled calls, MODEL:DTYPE:LATENT:ROWS each (MODEL sd15 or
+#                     sdxl; the slowest ROWS ops' kernel time) ["sd15:f32:128:12"];
+#                     empty: none; e.g. "sd15:f16:64:30 sd15:f32:128:12 sdxl:f16:128:20"
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 dest=${OUT:-$repo/gpu-out}
@@ -99,10 +110,37 @@ stage_ops() {
 }
 
 # The pipeline suites compare with diffusers/transformers through the test
-# oracles, which are written for the versions tools/setup.sh installs.
+# oracles, which are written for the versions tools/setup.sh pins (the image's
+# transformers 5 / huggingface_hub 1.x lack APIs they use). bundle.sh carries
+# those versions as wheels (oracle-whl/, with peft and accelerate, which
+# diffusers 0.31 imports when any are installed); they go into their own
+# folder, first on PYTHONPATH for this stage only (a stage runs in its own
+# subshell: the bench keeps the image's torch with the newer diffusers).
+# oracle-whl/fallback/ holds what those versions import and an image may lack
+# (requests, regex, psutil, ...): each is installed only when the image
+# cannot import it.
 stage_pipeline() {
   step pipeline
-  local t
+  local site=$ns/oracle-site t w mod
+  if [ ! -d "$site" ] && ls "$ns"/oracle-whl/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$site" "$ns"/oracle-whl/*.whl \
+      >"$out/pip-oracle.log" 2>&1 || echo "the oracle wheels did not install: see pip-oracle.log"
+    for w in "$ns"/oracle-whl/fallback/*.whl; do
+      [ -e "$w" ] || continue
+      mod=$(basename "$w")
+      mod=${mod%%-*}
+      if ! python3 -c "import $mod" 2>/dev/null; then
+        echo "installing $mod for the oracles (the image has none)"
+        python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$site" "$w" \
+          >>"$out/pip-oracle.log" 2>&1 || echo "$mod did not install: see pip-oracle.log"
+      fi
+    done
+  fi
+  export PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH}
+  python3 -c 'import sys, torch, diffusers, transformers, tokenizers, huggingface_hub, safetensors, peft, accelerate
+print("oracles: python", sys.version.split()[0], "torch", torch.__version__, "diffusers", diffusers.__version__,
+      "transformers", transformers.__version__, "tokenizers", tokenizers.__version__, "hub", huggingface_hub.__version__,
+      "safetensors", safetensors.__version__, "peft", peft.__version__, "accelerate", accelerate.__version__)' 2>&1 | tail -3
   for t in test_embedded_model test_pipeline test_inspect_pipeline test_faults; do run_test "$ns/bin/$t"; done
 }
 
@@ -120,28 +158,40 @@ stage_scenarios() {
   done
 }
 
-# One UNet call under NANSCOPE_PROFILE: DTYPE LATENT ROWS (the slowest ROWS ops);
-# dev and unet are stage_bench's.
+# One UNet call under NANSCOPE_PROFILE: MODEL DTYPE LATENT ROWS LIMIT (the slowest
+# ROWS ops); dev is stage_bench's.
 profile_call() {
-  local log=$out/profile-$1-$2.log
-  NANSCOPE_PROFILE=1 timeout "$limit" "$ns/bin/bench_unet" --child "$1" --device "$dev" --model "$unet" --size "$2" \
-    --runs 1 > "$log" 2>&1
-  grep ' profile ' "$log" | awk '{print $(NF-1), $0}' | sort -rn | head -"$3" | cut -d' ' -f2-
+  local log=$out/profile-$1-$2-$3.log
+  echo "--- profile: $1 $2 latent $3"
+  NANSCOPE_PROFILE=1 timeout "$5" "$ns/bin/bench_unet" --child "$2" --device "$dev" --model "$ns/$1-unet" \
+    --size "$3" --runs 1 > "$log" 2>&1
+  grep ' profile ' "$log" | awk '{print $(NF-1), $0}' | sort -rn | head -"$4" | cut -d' ' -f2-
+}
+
+# One model: make its folder (seeded random weights, once), its profiled calls
+# (those of BENCH_PROFILE naming it), then bench_unet at each latent size.
+# MODEL SIZES LIMIT
+bench_model() {
+  local model=$1 sizes=$2 lim=$3 p m d l r size
+  [ -n "$sizes" ] || return 0
+  echo "--- making the $model UNet"
+  timeout "$lim" python3 "$repo/bench/make_sd15_unet.py" --config "$model" "$ns/$model-unet" 2>&1 | tail -2
+  for p in ${BENCH_PROFILE-sd15:f32:128:12}; do
+    IFS=: read -r m d l r <<<"$p"
+    if [ "$m" = "$model" ]; then profile_call "$m" "$d" "$l" "${r:-20}" "$lim"; fi
+  done
+  for size in $sizes; do
+    echo "--- $model latent $size"
+    timeout "$lim" "$ns/bin/bench_unet" --device "$dev" --model "$ns/$model-unet" --size "$size" \
+      --runs "${BENCH_RUNS:-3}" --dtypes f32,f16 --torch-device cuda 2>&1 | tail -25
+  done
 }
 
 stage_bench() {
   step bench
-  local dev=${GPU_DEVICE:-NVIDIA} unet=$ns/sd15-unet
-  python3 "$repo/bench/make_sd15_unet.py" "$unet" 2>&1 | tail -2
-  # Where the time goes: one profiled call each (kernel time per op).
-  profile_call f16 64 30
-  profile_call f32 128 12
-  local size
-  for size in ${BENCH_SIZES:-64 128}; do
-    echo "--- latent $size"
-    timeout "$limit" "$ns/bin/bench_unet" --device "$dev" --model "$unet" --size "$size" --runs 3 \
-      --dtypes f32,f16 --torch-device cuda 2>&1 | tail -25
-  done
+  local dev=${GPU_DEVICE:-NVIDIA}
+  bench_model sd15 "${BENCH_SIZES-64 128}" "$limit"
+  bench_model sdxl "${BENCH_SDXL_SIZES-128}" "${BENCH_SDXL_LIMIT:-240}"
 }
 
 stage_env
