@@ -86,10 +86,15 @@ std::vector<OpCasePtr> cases() {
     add(attention_case(sd_cross, {impl, 1}), sd_precisions);
   // The head sizes of SD 1.x (40, 80, 160) and SD 2.x / XL (64) through the fused
   // implementation (on GPU-style devices the flash kernel's tiles: 64 query rows
-  // and 64 keys per tile, so these end in partial tiles), and fewer rows than a tile.
+  // and 64 or 32 keys per tile, 32 x 32 at 160, so these end in partial tiles), and
+  // fewer rows than a tile.
   const std::vector<Precision> head_precisions{sd_precisions[0], sd_precisions[1], sd_precisions[3]};
+  // The last three are small enough for test_oclgrind: ragged query blocks and key tiles
+  // at the 40, 64 and 160 tilings (64 rows x 64 keys, 64 x 32, 32 x 32).
   for (const AttnShape& s : {AttnShape{1, 100, 130, 2, 64, 64, false}, AttnShape{1, 70, 77, 2, 80, 80, false},
-                             AttnShape{1, 65, 150, 1, 160, 160, false}, AttnShape{2, 3, 5, 3, 40, 40, false}})
+                             AttnShape{1, 65, 150, 1, 160, 160, false}, AttnShape{2, 3, 5, 3, 40, 40, false},
+                             AttnShape{1, 70, 70, 1, 40, 40, false}, AttnShape{1, 40, 40, 1, 64, 64, false},
+                             AttnShape{1, 33, 34, 1, 160, 160, false}})
     add(attention_case(s, {AttentionImpl::fused, 1}), head_precisions);
   // SD 1.x attn1 at 64x64: 21 GFLOP per run, fused only (bmm took 24 s per run on
   // PoCL here; bmm at 4096 query rows is covered by the cross-attention cases).
@@ -229,6 +234,47 @@ TEST(AttentionNonFinite, FlashKernelsPutNanAndInfWhereTheReferenceDoes) {
       const CompareStats st = compare_stats(got, want);
       EXPECT_EQ(st.nonfinite_mismatches, 0) << "first at " << multi_index(want.shape, st.first_mismatch);
       expect_no_guard_violations(*own);
+    }
+  }
+}
+
+// A row whose scores are -Inf over a whole first tile of keys (64 on the GPU
+// flash kernel at this head size, 32 at d 64) takes none of them, so an Inf in
+// those keys' V must not reach it (0 * Inf) once later keys score finitely:
+// the reference skips them and the result is finite.
+TEST(AttentionNonFinite, RowsSkipAWholeTileOfMinusInfScores) {
+  Rng rng(seed_from("attention skipped tile"));
+  for (const std::int64_t d : {std::int64_t{8}, std::int64_t{64}}) {
+    const std::int64_t sq = 3, sk = 70, skipped = 64;
+    HostTensor q = random_normal(rng, {1, sq, d}, DType::f32);
+    HostTensor k = random_normal(rng, {1, sk, d}, DType::f32);
+    HostTensor v = random_normal(rng, {1, sk, d}, DType::f32);
+    std::vector<float> qv = q.to_f32(), kv = k.to_f32(), vv = v.to_f32();
+    for (std::int64_t i = 0; i < sq; ++i) qv[static_cast<std::size_t>(i * d)] = i == 1 ? 1e30f : 0.0f;
+    for (std::int64_t j = 0; j < sk; ++j) kv[static_cast<std::size_t>(j * d)] = j < skipped ? -1e30f : 0.0f;
+    vv[static_cast<std::size_t>(3 * d + 1)] = std::numeric_limits<float>::infinity();  // key 3: skipped by row 1
+    q = HostTensor::from_f32(q.shape, qv);
+    k = HostTensor::from_f32(k.shape, kv);
+    v = HostTensor::from_f32(v.shape, vv);
+    const HostTensor want =
+        run_attention(reference_backend(), {q, k, v}, {DType::f32}, {AttentionImpl::fused, 1}, 1, 0.5f);
+    const std::vector<float> w = want.to_f32();
+    ASSERT_TRUE(std::isfinite(w[static_cast<std::size_t>(d + 1)]));  // row 1 skipped key 3's Inf
+    for (Backend* be : all_backends()) {
+      for (const KernelStyleChoice style : {KernelStyleChoice::cpu, KernelStyleChoice::gpu}) {
+        if (be->device().kind == DeviceKind::reference) continue;
+        BackendOptions options = test_backend_options();
+        options.kernel_style = style;
+        const std::unique_ptr<Backend> own = make_backend(be->device(), options);
+        SCOPED_TRACE("d " + std::to_string(d) + " device \"" + be->device().name +
+                     (style == KernelStyleChoice::cpu ? "\" cpu style" : "\" gpu style"));
+        const HostTensor got = run_attention(*own, {q, k, v}, {DType::f32}, {AttentionImpl::fused, 1}, 1, 0.5f);
+        EXPECT_TRUE(
+            tensors_close(got, want, tolerance("attention_fused", Precision{DType::f32}, Check::backend), true));
+        const CompareStats st = compare_stats(got, want);
+        EXPECT_EQ(st.nonfinite_mismatches, 0) << "first at " << multi_index(want.shape, st.first_mismatch);
+        expect_no_guard_violations(*own);
+      }
     }
   }
 }

@@ -106,13 +106,35 @@ void flash_cpu(OpenClBackend& be, const AttentionArgs& a) {
   be.launch(k, op, 3, global, local);
 }
 
-// attention_flash's tiles (kernels/attention.cl): 64 query rows per group of
-// 16 x 16 work-items; head sizes up to 16 * kFlashMaxDj.
-constexpr std::int64_t kFlashRows = 64;
-constexpr std::int64_t kFlashMaxDj = 16;
+// attention_flash's tiles (kernels/attention.cl), chosen per head size: 8 query
+// rows per work-item and 16 x ty work-items per group, so 8 * ty query rows per
+// group (their Q block held in local memory for the whole key loop), and tiles
+// of 16 * kn keys. Q, the K (or V) tile and P all fit in local memory:
+//   padded head <= 48 (SD 40):   64 rows, 64 keys, 128 work-items, 40 KiB at d 40;
+//   padded head <= 96 (64, 80):  64 rows, 32 keys, 128 work-items, 34-40 KiB;
+//   padded head <= 160 (160):    32 rows, 32 keys,  64 work-items, 46 KiB.
+struct FlashTiles {
+  std::int64_t ty = 0, kn = 0, d = 0, dj = 0;  // -DFL_TY, -DFL_KN, -DFL_D, -DFL_DJ
+  std::int64_t rows() const { return 8 * ty; }
+  std::int64_t threads() const { return 16 * ty; }
+};
+constexpr std::int64_t kFlashMaxHead = 160;
 
-std::size_t flash_local_bytes(std::int64_t dj) {
-  return sizeof(float) * static_cast<std::size_t>(2 * 16 * 65 + 64 * 65 + 16 * 16 * dj + 3 * 64 + 2 * 64 * 4);
+FlashTiles flash_tiles(const AttentionArgs& a) {
+  FlashTiles t;
+  t.d = static_cast<std::int64_t>(ceil_div(a.d, 4)) * 4;
+  t.dj = static_cast<std::int64_t>(ceil_div(a.dv, 16));
+  const std::int64_t width = std::max(t.d, 16 * t.dj);
+  t.ty = width <= 96 ? 8 : 4;
+  t.kn = width <= 48 ? 4 : 2;
+  return t;
+}
+
+// FL_LOCAL in attention.cl: Q block, K tile or V tile, P, and two floats per row.
+std::size_t flash_local_bytes(const FlashTiles& t) {
+  const std::int64_t bq = t.rows(), bk = 16 * t.kn;
+  const std::int64_t kv = std::max(t.d * (bk + t.kn), bk * 16 * t.dj);
+  return sizeof(float) * static_cast<std::size_t>(t.d * bq + kv + bk * (bq + 4) + 2 * bq);
 }
 
 // Why the flash kernel cannot take these arguments on this backend (empty: it can).
@@ -122,27 +144,36 @@ std::string flash_refusal(const OpenClBackend& be, const AttentionArgs& a) {
     return "native accumulation or softmax (the exact emulation runs in attention_fused)";
   }
   if (a.causal) return "causal mask";
-  const auto dj = static_cast<std::int64_t>(ceil_div(std::max(a.d, a.dv), 16));
-  if (dj > kFlashMaxDj) return "head size above " + std::to_string(16 * kFlashMaxDj);
-  const std::size_t need = flash_local_bytes(dj);
+  if (a.d > kFlashMaxHead || a.dv > kFlashMaxHead) {
+    return "head size above " + std::to_string(kFlashMaxHead) + " (d=" + std::to_string(a.d) +
+           " dv=" + std::to_string(a.dv) + ")";
+  }
+  const FlashTiles t = flash_tiles(a);
+  const std::size_t need = flash_local_bytes(t);
   if (be.device().local_mem_bytes && be.device().local_mem_bytes < need) {
     return "local memory " + std::to_string(be.device().local_mem_bytes) + " bytes < " + std::to_string(need);
   }
-  if (be.device().max_work_group_size && be.device().max_work_group_size < 256) return "work-groups under 256";
+  const auto threads = static_cast<std::size_t>(t.threads());
+  if (be.device().max_work_group_size && be.device().max_work_group_size < threads) {
+    return "work-groups under " + std::to_string(threads);
+  }
   return {};
 }
 
 void flash(OpenClBackend& be, const AttentionArgs& a) {
   const char* op = "ATTENTION";
-  const auto dj = static_cast<std::int64_t>(ceil_div(std::max(a.d, a.dv), 16));
-  const std::string opts = attention_options(be, a.precision) + " -DATTN_DJ=" + std::to_string(dj);
+  const FlashTiles t = flash_tiles(a);
+  const std::string opts = attention_options(be, a.precision) + " -DFL_TY=" + std::to_string(t.ty) +
+                           " -DFL_KN=" + std::to_string(t.kn) + " -DFL_D=" + std::to_string(t.d) +
+                           " -DFL_DJ=" + std::to_string(t.dj);
   cl_kernel k = be.kernel("attention", "attention_flash", opts);
   OpenClBackend::set_args(k, be.buffer(a.q), be.buffer(a.k), be.buffer(a.v), be.buffer(a.out), to_uint(a.sq, op, "sq"),
                           to_uint(a.sk, op, "sk"), to_uint(a.heads, op, "heads"), to_uint(a.d, op, "d"),
                           to_uint(a.dv, op, "dv"), a.scale);
-  const size_t global[3] = {16, 16 * ceil_div(a.sq, kFlashRows), static_cast<size_t>(a.batch * a.heads)};
-  const size_t local[3] = {16, 16, 1};
-  be.launch(k, op, 3, global, local);
+  const auto threads = static_cast<size_t>(t.threads());
+  const size_t global[2] = {threads * ceil_div(a.sq, t.rows()), static_cast<size_t>(a.batch * a.heads)};
+  const size_t local[2] = {threads, 1};
+  be.launch(k, op, 2, global, local);
 }
 
 // The materialised path for query rows [i0, i0 + rows) of the pairs [bh0, bh0 + count).
