@@ -297,9 +297,18 @@ int main(int argc, char** argv) {
     // The CPU's peak, measured before the runs and again after them (the larger counts).
     const double peak_before = torch_device == "cpu" ? bench::measure_peak_flops() : 0.0;
     std::vector<Row> rows;
+    // Each result as soon as it is measured, on stderr: a run cut short (a time
+    // limit on a lent GPU machine) keeps the rows it finished.
+    const auto progress = [](const std::string& name, const nlohmann::json& r) {
+      std::fprintf(stderr, "bench_unet: %s: %s\n", name.c_str(), r.dump().c_str());
+      std::fflush(stderr);
+    };
     std::stringstream ss(dtypes);
     for (std::string dt; std::getline(ss, dt, ',');)
-      if (auto r = run_child(component, pin, model, dt, size, runs)) rows.push_back({"NaNscope " + dt, *r, dt});
+      if (auto r = run_child(component, pin, model, dt, size, runs)) {
+        rows.push_back({"NaNscope " + dt, *r, dt});
+        progress(rows.back().name, *r);
+      }
     // Baselines by dtype: on the CPU one f32 run; on CUDA f32 (TF32 off) and f16.
     std::map<std::string, nlohmann::json> base;
     if (torch) {
@@ -315,6 +324,7 @@ int main(int argc, char** argv) {
                             (cuda ? " (PyTorch CUDA" + std::string(dt == "f32" ? ", no TF32)" : ")")
                                   : std::string(" (PyTorch CPU)")),
                         *r, dt});
+        progress(rows.back().name, *r);
       }
     }
     // A row's baseline: PyTorch in the same dtype, else its f32.

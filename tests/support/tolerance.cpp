@@ -47,8 +47,9 @@ constexpr std::array kTable{
     // 0 0 | 0 0 | 1.6e-5 9.5e-3 | 0 0 | 1.0e-3 7.2e-2
     Row{"matmul", Check::torch, kF32Floor, kF16Floor, {1e-4, 4e-2}, kBF16Floor, {4e-3, 0.3}},
 
-    // 3.3e-12 3.0e-6 | 8.1e-10 3.6e-4 | 0 0 | 4.7e-10 2.9e-3 | 0 0
-    Row{"conv2d", Check::backend, {2e-11, 1.2e-5}, {4e-9, 2e-3}, kF16Floor, {2e-9, 1.2e-2}, kBF16Floor},
+    // 3.3e-12 3.0e-6 | 8.1e-10 3.6e-4 | 0 0 | 4.7e-10 2.9e-3 | 0 0; H200 tensor cores (conv_implicit_mma, f32
+    // sums in the tensor core's order): f16 9.4e-9 on the K = 11520 mid-block case (one-ulp f16 flips)
+    Row{"conv2d", Check::backend, {2e-11, 1.2e-5}, {4e-8, 2e-3}, kF16Floor, {2e-9, 1.2e-2}, kBF16Floor},
     // 0 0 | 0 0 | 2.6e-6 3.7e-3 | 0 0 | 1.4e-4 2.4e-2 (sums of up to 13x3x3 = 117 terms)
     Row{"conv2d", Check::torch, kF32Floor, kF16Floor, {1e-5, 1.5e-2}, kBF16Floor, {5e-4, 0.1}},
 

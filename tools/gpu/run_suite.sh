@@ -164,7 +164,7 @@ stage_scenarios() {
 # ROWS ops); dev is stage_bench's.
 profile_call() {
   local log=$out/profile-$1-$2-$3.log
-  echo "--- profile: $1 $2 latent $3"
+  echo "--- profile: $1 $2 latent $3 (kernel time of two calls: the warm-up and the timed one)"
   NANSCOPE_PROFILE=1 timeout "$5" "$ns/bin/bench_unet" --child "$2" --device "$dev" --model "$ns/$1-unet" \
     --size "$3" --runs 1 > "$log" 2>&1
   grep ' profile ' "$log" | awk '{print $(NF-1), $0}' | sort -rn | head -"$4" | cut -d' ' -f2-
@@ -187,7 +187,8 @@ bench_model() {
   for size in $sizes; do
     echo "--- $model latent $size"
     timeout "$lim" "$ns/bin/bench_unet" --device "$dev" --model "$ns/$model-unet" --size "$size" \
-      --runs "${BENCH_RUNS:-3}" --dtypes f32,f16 --torch-device cuda 2>&1 | tail -25
+      --runs "${BENCH_RUNS:-3}" --dtypes f32,f16 --torch-device cuda 2>&1 |
+      grep --line-buffered -v -E '\] \[info\] (loaded|built) '  # rows as they come: a cut-short run keeps them
   done
 }
 
