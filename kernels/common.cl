@@ -250,15 +250,19 @@ inline float16 round_affine16(float16 alpha, float16 acc, float16 bias) {
 // -DHW_HALF_CL: the same through OpenCL C's half type where the device has
 // cl_khr_fp16 (below).
 #if defined(STORE_F16) && defined(HW_HALF_PTX)
-inline float hw_add(float a, float b) {
-  float r;
-  NS_ASM("{ .reg .b16 ha, hb, hd;\n\t"
-         "cvt.rn.f16.f32 ha, %1;\n\tcvt.rn.f16.f32 hb, %2;\n\t"
-         "add.rn.f16 hd, ha, hb;\n\tcvt.f32.f16 %0, hd; }"
-         : "=f"(r)
-         : "f"(a), "f"(b));
-  return r;
-}
+// One half-unit operation on two operands: OP is the PTX instruction.
+#define NS_HW_BINARY(NAME, OP)                                  \
+  inline float NAME(float a, float b) {                         \
+    float r;                                                    \
+    NS_ASM("{ .reg .b16 ha, hb, hd;\n\t"                         \
+           "cvt.rn.f16.f32 ha, %1;\n\tcvt.rn.f16.f32 hb, %2;\n\t" \
+           OP " hd, ha, hb;\n\tcvt.f32.f16 %0, hd; }"           \
+           : "=f"(r)                                            \
+           : "f"(a), "f"(b));                                   \
+    return r;                                                   \
+  }
+NS_HW_BINARY(hw_add, "add.rn.f16")
+NS_HW_BINARY(hw_mul, "mul.rn.f16")
 inline float hw_fma(float a, float b, float c) {
   float r;
   NS_ASM("{ .reg .b16 ha, hb, hc, hd;\n\t"
@@ -266,15 +270,6 @@ inline float hw_fma(float a, float b, float c) {
          "fma.rn.f16 hd, ha, hb, hc;\n\tcvt.f32.f16 %0, hd; }"
          : "=f"(r)
          : "f"(a), "f"(b), "f"(c));
-  return r;
-}
-inline float hw_mul(float a, float b) {
-  float r;
-  NS_ASM("{ .reg .b16 ha, hb, hd;\n\t"
-         "cvt.rn.f16.f32 ha, %1;\n\tcvt.rn.f16.f32 hb, %2;\n\t"
-         "mul.rn.f16 hd, ha, hb;\n\tcvt.f32.f16 %0, hd; }"
-         : "=f"(r)
-         : "f"(a), "f"(b));
   return r;
 }
 // One correction of the hexp sequence: where the input's bits equal SPC, add ULP (a half).

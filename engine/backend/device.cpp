@@ -443,6 +443,20 @@ std::string device_pin_from_env() {
   return v ? trim(v) : std::string();
 }
 
+namespace {
+// An on/off environment switch spelled `on` or `off`; anything else is logged and ignored.
+void env_switch(const char* name, std::string_view on, std::string_view off, bool& value) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return;
+  const std::string_view s(v);
+  if (s == on || s == off) {
+    value = s == on;
+  } else {
+    log::warn("{}={} is neither {} nor {}; ignored", name, s, on, off);
+  }
+}
+}  // namespace
+
 BackendOptions backend_options_from_environment(BackendOptions o) {
   if (const char* v = std::getenv("NANSCOPE_POOL_MB"); v && *v) {
     char* end = nullptr;
@@ -463,14 +477,7 @@ BackendOptions backend_options_from_environment(BackendOptions o) {
     }
   }
   if (const char* v = std::getenv("NANSCOPE_PROFILE"); v && *v) o.profile = std::string_view(v) == "1";
-  if (const char* v = std::getenv("NANSCOPE_TENSOR_CORES"); v && *v) {
-    const std::string_view s(v);
-    if (s == "0" || s == "1") {
-      o.tensor_cores = s == "1";
-    } else {
-      log::warn("NANSCOPE_TENSOR_CORES={} is neither 0 nor 1; ignored", s);
-    }
-  }
+  env_switch("NANSCOPE_TENSOR_CORES", "1", "0", o.tensor_cores);
   if (const char* v = std::getenv("NANSCOPE_KERNEL_STYLE"); v && *v) {
     const std::string_view s(v);
     if (s == "cpu") {
@@ -481,14 +488,7 @@ BackendOptions backend_options_from_environment(BackendOptions o) {
       log::warn("NANSCOPE_KERNEL_STYLE={} is neither cpu nor gpu; choosing by device kind", s);
     }
   }
-  if (const char* v = std::getenv("NANSCOPE_NATIVE_HALF"); v && *v) {
-    const std::string_view s(v);
-    if (s == "hardware" || s == "emulated") {
-      o.half_units = s == "hardware";
-    } else {
-      log::warn("NANSCOPE_NATIVE_HALF={} is neither hardware nor emulated; using the half units where they pass", s);
-    }
-  }
+  env_switch("NANSCOPE_NATIVE_HALF", "hardware", "emulated", o.half_units);
   return o;
 }
 

@@ -199,6 +199,28 @@ TEST(AttentionImpls, SlicedEqualsBmmBitForBit) {
 // -Inf takes no key (0/0), an Inf in V reaches every row that weighs its key,
 // and a NaN in one key's channel poisons every row. 37 keys: a partial last
 // block of 16; d = 24 and dv = 20: padded head sizes.
+// f32 fused attention on every OpenCL device in both kernel families (the CPU
+// and the GPU flash kernels) against the reference's `want`: close where
+// finite, and NaN / Inf exactly where the reference has them.
+void expect_flash_nonfinite_like(const std::vector<HostTensor>& qkv, const HostTensor& want, int heads, float scale,
+                                 const std::string& trace) {
+  for (Backend* be : all_backends()) {
+    for (const KernelStyleChoice style : {KernelStyleChoice::cpu, KernelStyleChoice::gpu}) {
+      if (be->device().kind == DeviceKind::reference) continue;
+      BackendOptions options = test_backend_options();
+      options.kernel_style = style;
+      const std::unique_ptr<Backend> own = make_backend(be->device(), options);
+      SCOPED_TRACE(trace + "device \"" + be->device().name +
+                   (style == KernelStyleChoice::cpu ? "\" cpu style" : "\" gpu style"));
+      const HostTensor got = run_attention(*own, qkv, {DType::f32}, {AttentionImpl::fused, 1}, heads, scale);
+      EXPECT_TRUE(tensors_close(got, want, tolerance("attention_fused", Precision{DType::f32}, Check::backend), true));
+      const CompareStats st = compare_stats(got, want);
+      EXPECT_EQ(st.nonfinite_mismatches, 0) << "first at " << multi_index(want.shape, st.first_mismatch);
+      expect_no_guard_violations(*own);
+    }
+  }
+}
+
 TEST(AttentionNonFinite, FlashKernelsPutNanAndInfWhereTheReferenceDoes) {
   Rng rng(seed_from("attention non-finite"));
   const std::int64_t sq = 11, sk = 37, heads = 2, d = 24, dv = 20;
@@ -221,21 +243,7 @@ TEST(AttentionNonFinite, FlashKernelsPutNanAndInfWhereTheReferenceDoes) {
   const HostTensor want =
       run_attention(reference_backend(), {q, k, v}, {DType::f32}, {AttentionImpl::fused, 1}, int(heads), scale);
   ASSERT_GT(count_nonfinite(want), 0);
-  for (Backend* be : all_backends()) {
-    for (const KernelStyleChoice style : {KernelStyleChoice::cpu, KernelStyleChoice::gpu}) {
-      if (be->device().kind == DeviceKind::reference) continue;
-      BackendOptions options = test_backend_options();
-      options.kernel_style = style;
-      const std::unique_ptr<Backend> own = make_backend(be->device(), options);
-      SCOPED_TRACE("device \"" + be->device().name +
-                   (style == KernelStyleChoice::cpu ? "\" cpu style" : "\" gpu style"));
-      const HostTensor got = run_attention(*own, {q, k, v}, {DType::f32}, {AttentionImpl::fused, 1}, int(heads), scale);
-      EXPECT_TRUE(tensors_close(got, want, tolerance("attention_fused", Precision{DType::f32}, Check::backend), true));
-      const CompareStats st = compare_stats(got, want);
-      EXPECT_EQ(st.nonfinite_mismatches, 0) << "first at " << multi_index(want.shape, st.first_mismatch);
-      expect_no_guard_violations(*own);
-    }
-  }
+  expect_flash_nonfinite_like({q, k, v}, want, int(heads), scale, "");
 }
 
 // A row whose scores are -Inf over a whole first tile of keys (64 on the GPU
@@ -260,22 +268,7 @@ TEST(AttentionNonFinite, RowsSkipAWholeTileOfMinusInfScores) {
         run_attention(reference_backend(), {q, k, v}, {DType::f32}, {AttentionImpl::fused, 1}, 1, 0.5f);
     const std::vector<float> w = want.to_f32();
     ASSERT_TRUE(std::isfinite(w[static_cast<std::size_t>(d + 1)]));  // row 1 skipped key 3's Inf
-    for (Backend* be : all_backends()) {
-      for (const KernelStyleChoice style : {KernelStyleChoice::cpu, KernelStyleChoice::gpu}) {
-        if (be->device().kind == DeviceKind::reference) continue;
-        BackendOptions options = test_backend_options();
-        options.kernel_style = style;
-        const std::unique_ptr<Backend> own = make_backend(be->device(), options);
-        SCOPED_TRACE("d " + std::to_string(d) + " device \"" + be->device().name +
-                     (style == KernelStyleChoice::cpu ? "\" cpu style" : "\" gpu style"));
-        const HostTensor got = run_attention(*own, {q, k, v}, {DType::f32}, {AttentionImpl::fused, 1}, 1, 0.5f);
-        EXPECT_TRUE(
-            tensors_close(got, want, tolerance("attention_fused", Precision{DType::f32}, Check::backend), true));
-        const CompareStats st = compare_stats(got, want);
-        EXPECT_EQ(st.nonfinite_mismatches, 0) << "first at " << multi_index(want.shape, st.first_mismatch);
-        expect_no_guard_violations(*own);
-      }
-    }
+    expect_flash_nonfinite_like({q, k, v}, want, 1, 0.5f, "d " + std::to_string(d) + " ");
   }
 }
 
