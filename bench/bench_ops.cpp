@@ -2,6 +2,11 @@
 // in the same bench and the machine's measured FP32 peak. Prints a table.
 //
 //   build/bench/bench_ops [--device D] [--no-torch] [--dtype f32|f16|bf16] [--only NAME_PREFIX]
+//                         [--shapes sd15 [--latent 64]]
+//
+// --shapes sd15 times every distinct conv, linear and attention shape of one
+// SD 1.5 UNet call instead (batch 2, bench/unet_shapes.hpp), each with its
+// count in the call, so the table shows where a call's time goes by shape.
 //
 // The PyTorch baseline runs as a well-set-up user would run it: OpenBLAS with
 // the fastest OPENBLAS_CORETYPE for this CPU (measured, bench_util.hpp) and
@@ -13,6 +18,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <random>
@@ -20,6 +27,7 @@
 #include <thread>
 #include <vector>
 
+#include <unistd.h>
 #include <nlohmann/json.hpp>
 
 #include "backend/backend.hpp"
@@ -28,6 +36,7 @@
 #include "core/error.hpp"
 #include "ops/ops.hpp"
 #include "peak_flops.hpp"
+#include "unet_shapes.hpp"
 
 using namespace nanscope;
 
@@ -58,9 +67,22 @@ double time_op(Backend& be, const std::function<void()>& fn) {
   return seconds_since(t0) / n;
 }
 
-std::map<std::string, double> run_torch() {
+// shapes_file: a JSON list of bench::OpShape::json() cases for torch_ops.py ("" for its own set).
+std::string fmt_ms(double s) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.2f", s * 1e3);
+  return b;
+}
+std::string fmt_ratio(double r) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.2fx", r);
+  return b;
+}
+
+std::map<std::string, double> run_torch(const std::string& shapes_file) {
   std::map<std::string, double> out;
-  const auto j = bench::run_python_baseline("torch_ops.py", "2");
+  const auto j =
+      bench::run_python_baseline("torch_ops.py", "2" + (shapes_file.empty() ? "" : " '" + shapes_file + "'"));
   if (!j) return out;
   for (auto it = j->begin(); it != j->end(); ++it) out[it.key()] = it.value().get<double>();
   return out;
@@ -72,7 +94,9 @@ int main(int argc, char** argv) {
   std::string pin = device_pin_from_env();
   bool torch = true;
   DType dtype = DType::f32;
-  std::string only;  // run only the ops whose name starts with this
+  std::string only;    // run only the ops whose name starts with this
+  std::string shapes;  // "sd15": the UNet's own shapes
+  std::int64_t latent = 64;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--device" && i + 1 < argc)
@@ -81,10 +105,16 @@ int main(int argc, char** argv) {
       torch = false;
     else if (a == "--only" && i + 1 < argc)
       only = argv[++i];
+    else if (a == "--shapes" && i + 1 < argc)
+      shapes = argv[++i];
+    else if (a == "--latent" && i + 1 < argc)
+      latent = std::max(8, std::atoi(argv[++i]));
     else if (a == "--dtype" && i + 1 < argc)
       dtype = parse_dtype(argv[++i]).value_or(DType::f32);
     else {
-      std::fprintf(stderr, "usage: bench_ops [--device D] [--no-torch] [--dtype f32|f16|bf16] [--only NAME_PREFIX]\n");
+      std::fprintf(stderr,
+                   "usage: bench_ops [--device D] [--no-torch] [--dtype f32|f16|bf16] [--only NAME_PREFIX] "
+                   "[--shapes sd15 [--latent 64]]\n");
       return 2;
     }
   }
@@ -99,21 +129,53 @@ int main(int argc, char** argv) {
     ctx.path = "bench";
     ctx.precision.dtype = dtype;
 
+    if (!shapes.empty() && shapes != "sd15") throw ConfigError("--shapes takes sd15");
     struct Row {
       std::string name;
       double flops;
       double ours;
+      int count = 0;  // --shapes: occurrences in one UNet call
     };
     std::vector<Row> rows;
+    std::string shapes_file;
+    if (!shapes.empty()) {
+      nlohmann::json list = nlohmann::json::array();
+      for (const bench::OpShape& sh : bench::sd15_unet_shapes(latent)) {
+        const auto& p = sh.p;
+        double s = 0;
+        if (sh.kind == "conv") {
+          const Tensor x = be->upload(random_host({p[0], p[1], p[2], p[3]}, dtype, 3));
+          const Tensor w = be->upload(random_host({p[4], p[1], p[5], p[5]}, dtype, 4));
+          const Tensor bias = be->upload(random_host({p[4]}, dtype, 5));
+          s = time_op(*be, [&] { ops::conv2d(ctx, x, w, &bias, int(p[6]), int(p[5] / 2)); });
+        } else if (sh.kind == "linear") {
+          const Tensor x = be->upload(random_host({p[0], p[1]}, dtype, 3));
+          const Tensor w = be->upload(random_host({p[2], p[1]}, dtype, 4));
+          const Tensor bias = be->upload(random_host({p[2]}, dtype, 5));
+          s = time_op(*be, [&] { ops::linear(ctx, x, w, &bias); });
+        } else {
+          const Tensor q = be->upload(random_host({p[0], p[1], p[3] * p[4]}, dtype, 6));
+          const Tensor k = be->upload(random_host({p[0], p[2], p[3] * p[4]}, dtype, 7));
+          const Tensor v = be->upload(random_host({p[0], p[2], p[3] * p[4]}, dtype, 8));
+          s = time_op(*be, [&] { ops::attention(ctx, q, k, v, int(p[3]), 1.0f / std::sqrt(float(p[4]))); });
+        }
+        rows.push_back({sh.name(), sh.flops(), s, sh.count});
+        list.push_back(sh.json());
+      }
+      shapes_file =
+          (std::filesystem::temp_directory_path() / ("bench_ops_shapes_" + std::to_string(::getpid()) + ".json"))
+              .string();
+      std::ofstream(shapes_file) << list.dump();
+    }
     const auto wanted = [&](const std::string& name) { return name.rfind(only, 0) == 0; };
     for (int size : {1024, 2048}) {
-      if (!wanted("gemm_" + std::to_string(size))) continue;
+      if (!shapes.empty() || !wanted("gemm_" + std::to_string(size))) continue;
       const Tensor a = be->upload(random_host({size, size}, dtype, 1));
       const Tensor b = be->upload(random_host({size, size}, dtype, 2));
       const double s = time_op(*be, [&] { ops::matmul(ctx, a, b); });
       rows.push_back({"gemm_" + std::to_string(size), 2.0 * size * size * size, s});
     }
-    if (wanted("conv3x3_320_64")) {
+    if (shapes.empty() && wanted("conv3x3_320_64")) {
       const Tensor x = be->upload(random_host({1, 320, 64, 64}, dtype, 3));
       const Tensor w = be->upload(random_host({320, 320, 3, 3}, dtype, 4));
       const Tensor bias = be->upload(random_host({320}, dtype, 5));
@@ -124,7 +186,7 @@ int main(int argc, char** argv) {
     // bmm path only up to 4096 tokens: at 16384 its 8 score matrices alone are 8.6 GB.
     for (const int tokens : {1024, 4096, 16384}) {
       const std::string name = "attention_" + std::to_string(tokens) + "x8x40";
-      if (!wanted(name)) continue;
+      if (!shapes.empty() || !wanted(name)) continue;
       const Tensor q = be->upload(random_host({1, tokens, 320}, dtype, 6));
       const Tensor k = be->upload(random_host({1, tokens, 320}, dtype, 7));
       const Tensor v = be->upload(random_host({1, tokens, 320}, dtype, 8));
@@ -139,23 +201,49 @@ int main(int argc, char** argv) {
 
     const double peak = std::max(peak_before, bench::measure_peak_flops());
     std::map<std::string, double> ref;
-    if (torch) ref = run_torch();
+    if (torch) ref = run_torch(shapes_file);
+    if (!shapes_file.empty()) std::filesystem::remove(shapes_file);
 
     std::printf("\nbench_ops on \"%s\" (%s storage), FP32 peak of this CPU: %.0f GFLOP/s\n\n", dev.name.c_str(),
                 std::string(dtype_name(dtype)).c_str(), peak / 1e9);
-    std::printf("| op | ours ms | ours GFLOP/s | %% of peak | PyTorch ms | PyTorch / ours |\n");
-    std::printf("|---|---:|---:|---:|---:|---:|\n");
+    const bool counted = !shapes.empty();
+    if (counted) {
+      std::printf(
+          "SD 1.5 UNet call at latent %lld, batch 2: every distinct shape, with its count in the call\n"
+          "(conv: n c h w -> o, k, stride; linear: rows in out; attention: batch, queries, keys, heads, d)\n\n",
+          static_cast<long long>(latent));
+      std::printf(
+          "| op | count | ours ms | ours GFLOP/s | %% of peak | PyTorch ms | PyTorch / ours | ours ms x count |\n");
+      std::printf("|---|---:|---:|---:|---:|---:|---:|---:|\n");
+    } else {
+      std::printf("| op | ours ms | ours GFLOP/s | %% of peak | PyTorch ms | PyTorch / ours |\n");
+      std::printf("|---|---:|---:|---:|---:|---:|\n");
+    }
+    double ours_call = 0, torch_call = 0, flops_call = 0;
+    bool torch_all = true;
     for (const auto& r : rows) {
       const std::string key = r.name.substr(0, r.name.find(' '));
       const auto it = ref.find(key);
       const double gf = r.flops / r.ours / 1e9;
-      if (it != ref.end()) {
-        std::printf("| %s | %.2f | %.1f | %.0f%% | %.2f | %.2fx |\n", r.name.c_str(), r.ours * 1e3, gf,
-                    100.0 * gf * 1e9 / peak, it->second * 1e3, it->second / r.ours);
+      const std::string theirs = it != ref.end() ? fmt_ms(it->second) : "-";
+      const std::string ratio = it != ref.end() ? fmt_ratio(it->second / r.ours) : "-";
+      if (counted) {
+        ours_call += r.ours * r.count;
+        flops_call += r.flops * r.count;
+        if (it != ref.end()) torch_call += it->second * r.count;
+        torch_all = torch_all && it != ref.end();
+        std::printf("| %s | %d | %.2f | %.1f | %.0f%% | %s | %s | %.1f |\n", r.name.c_str(), r.count, r.ours * 1e3, gf,
+                    100.0 * gf * 1e9 / peak, theirs.c_str(), ratio.c_str(), r.ours * r.count * 1e3);
       } else {
-        std::printf("| %s | %.2f | %.1f | %.0f%% | - | - |\n", r.name.c_str(), r.ours * 1e3, gf,
-                    100.0 * gf * 1e9 / peak);
+        std::printf("| %s | %.2f | %.1f | %.0f%% | %s | %s |\n", r.name.c_str(), r.ours * 1e3, gf,
+                    100.0 * gf * 1e9 / peak, theirs.c_str(), ratio.c_str());
       }
+    }
+    if (counted) {
+      std::printf("\nSum over the call: ours %.2f s (%.0f GFLOP, %.0f%% of peak)", ours_call, flops_call / 1e9,
+                  100.0 * flops_call / ours_call / peak);
+      if (torch_all && torch_call > 0) std::printf(", PyTorch %.2f s (%.2fx)", torch_call, torch_call / ours_call);
+      std::printf("; norms, activations and adds are not in these rows.\n");
     }
     std::printf("\n(PyTorch / ours > 1 means NaNscope is faster.)\n");
     if (torch) std::printf("%s.\n", bench::best_openblas_coretype().report.c_str());

@@ -1,6 +1,9 @@
 """PyTorch CPU baseline for bench_ops: times the same ops at the same shapes.
 
-Prints one JSON object {name: seconds_per_call}. Run by bench_ops with OpenBLAS
+usage: torch_ops.py THREADS [SHAPES_JSON]
+SHAPES_JSON: a file with bench_ops --shapes' case list ({"name", "kind": conv |
+linear | attention, "p": [...]}, bench/unet_shapes.hpp), timed instead of the
+default set. Prints one JSON object {name: seconds_per_call}. Run by bench_ops with OpenBLAS
 tuned as a well-set-up user would (see bench_ops.cpp)."""
 import json
 import sys
@@ -23,6 +26,38 @@ def timed(fn, min_seconds=1.0):
             return elapsed / n
 
 
+def classic_attention(q, k, v, scale):
+    """diffusers' classic AttnProcessor: baddbmm -> softmax -> bmm."""
+    s = torch.baddbmm(torch.empty(q.shape[0], q.shape[1], k.shape[1]), q, k.transpose(1, 2), beta=0, alpha=scale)
+    return torch.bmm(s.softmax(dim=-1), v)
+
+
+def time_shapes(path):
+    out = {}
+    with open(path) as f:
+        cases = json.load(f)
+    with torch.no_grad():
+        for c in cases:
+            p = c["p"]
+            if c["kind"] == "conv":
+                n, ch, h, w, o, k, stride = p
+                x, wt, b = torch.randn(n, ch, h, w), torch.randn(o, ch, k, k), torch.randn(o)
+                out[c["name"]] = timed(lambda: torch.nn.functional.conv2d(x, wt, b, stride, k // 2))
+            elif c["kind"] == "linear":
+                rows, i, o = p
+                x, wt, b = torch.randn(rows, i), torch.randn(o, i), torch.randn(o)
+                out[c["name"]] = timed(lambda: torch.nn.functional.linear(x, wt, b))
+            else:
+                b, sq, sk, heads, d = p
+                q, k, v = torch.randn(b * heads, sq, d), torch.randn(b * heads, sk, d), torch.randn(b * heads, sk, d)
+                out[c["name"]] = timed(lambda: classic_attention(q, k, v, d ** -0.5))
+    return out
+
+
+if len(sys.argv) > 2:
+    print(json.dumps(time_shapes(sys.argv[2])))
+    sys.exit(0)
+
 results = {}
 with torch.no_grad():
     for size in (1024, 2048):
@@ -38,10 +73,5 @@ with torch.no_grad():
         k = torch.randn(8, tokens, 40)
         v = torch.randn(8, tokens, 40)
 
-        def attn():
-            # diffusers' classic AttnProcessor: baddbmm -> softmax -> bmm
-            s = torch.baddbmm(torch.empty(8, tokens, tokens), q, k.transpose(1, 2), beta=0, alpha=scale)
-            return torch.bmm(s.softmax(dim=-1), v)
-
-        results[f"attention_{tokens}x8x40"] = timed(attn)
+        results[f"attention_{tokens}x8x40"] = timed(lambda: classic_attention(q, k, v, scale))
 print(json.dumps(results))
