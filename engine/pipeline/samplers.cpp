@@ -394,49 +394,6 @@ class DpmPpSampler final : public Sampler {
     return u;
   }
 
-  // Solves R rho = b for R[j][k] = r_k^j (j, k < n; the r's end with 1): Gaussian elimination.
-  static std::vector<double> solve(const std::vector<double>& r, const std::vector<double>& b, std::size_t n) {
-    std::vector<std::vector<double>> m(n, std::vector<double>(n + 1));
-    for (std::size_t j = 0; j < n; ++j) {
-      for (std::size_t k = 0; k < n; ++k) m[j][k] = std::pow(r[k], static_cast<double>(j));
-      m[j][n] = b[j];
-    }
-    for (std::size_t col = 0; col < n; ++col) {
-      std::size_t piv = col;
-      for (std::size_t row = col + 1; row < n; ++row) {
-        if (std::fabs(m[row][col]) > std::fabs(m[piv][col])) piv = row;
-      }
-      std::swap(m[col], m[piv]);
-      for (std::size_t row = 0; row < n; ++row) {
-        if (row == col) continue;
-        const double f = m[row][col] / m[col][col];
-        for (std::size_t k = col; k <= n; ++k) m[row][k] -= f * m[col][k];
-      }
-    }
-    std::vector<double> out(n);
-    for (std::size_t j = 0; j < n; ++j) out[j] = m[j][n] / m[j][j];
-    return out;
-  }
-
-  // out = sum of coef * tensor, left to right, in LATENT_STEP lincomb ops of up to 4 terms.
-  void combine(Backend& be, Tensor& out, const std::vector<std::pair<double, const Tensor*>>& terms) const {
-    std::size_t k = std::min<std::size_t>(terms.size(), 4);
-    std::array<float, 8> c{};
-    for (std::size_t j = 0; j < k; ++j) c[j] = static_cast<float>(terms[j].first);
-    Tensor acc = be.empty({out.numel()}, DType::f32);
-    apply(be, LatentOp::lincomb, *terms[0].second, terms[1].second, acc, c, nullptr, k > 2 ? terms[2].second : nullptr,
-          k > 3 ? terms[3].second : nullptr, static_cast<int>(k));
-    while (k < terms.size()) {
-      const std::size_t more = std::min<std::size_t>(terms.size() - k, 3);
-      std::array<float, 8> d{1.0f};
-      for (std::size_t j = 0; j < more; ++j) d[j + 1] = static_cast<float>(terms[k + j].first);
-      apply(be, LatentOp::lincomb, acc, terms[k].second, acc, d, nullptr, more > 1 ? terms[k + 1].second : nullptr,
-            more > 2 ? terms[k + 2].second : nullptr, static_cast<int>(more + 1));
-      k += more;
-    }
-    apply(be, LatentOp::mul, acc, nullptr, out, {1.0f});
-  }
-
   // UniP, bh update: x_t = sigma_t/sigma_s0 x - alpha_t h_phi_1 m0 - alpha_t B(h) sum_k rho_k D1_k,
   // D1_k = (m_k - m0) / r_k over the older data predictions.
   void unip(Backend& be, Tensor& x, int i, int order) const {
@@ -449,7 +406,7 @@ class DpmPpSampler final : public Sampler {
     r.push_back(1.0);
     std::vector<double> rho;
     if (order == 2) rho = {0.5};
-    if (order > 2) rho = solve(r, u.b, static_cast<std::size_t>(order - 1));
+    if (order > 2) rho = schedule::solve_vandermonde(r, u.b, static_cast<std::size_t>(order - 1));
     const double a = static_cast<double>(t.alpha);
     const Tensor& m0 = history_.back();
     double c_m0 = -a * u.h_phi_1;
@@ -477,7 +434,7 @@ class DpmPpSampler final : public Sampler {
     for (int k = 1; k < order; ++k) r.push_back((static_cast<double>(level(i - k - 1).lambda) - s0.lambda) / h);
     r.push_back(1.0);
     const std::vector<double> rho =
-        order == 1 ? std::vector<double>{0.5} : solve(r, u.b, static_cast<std::size_t>(order));
+        order == 1 ? std::vector<double>{0.5} : schedule::solve_vandermonde(r, u.b, static_cast<std::size_t>(order));
     const double a = static_cast<double>(t.alpha);
     const Tensor& m0 = history_.back();
     const double w_t = -a * u.b_h * rho.back();

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numbers>
+#include <utility>
 
 #include "core/error.hpp"
 
@@ -259,6 +260,29 @@ std::vector<double> kdiffusion_sigmas(ScheduleId schedule, int n, const std::vec
     case ScheduleId::class_default:
     case ScheduleId::karras: break;
   }
+  return out;
+}
+
+std::vector<double> solve_vandermonde(const std::vector<double>& r, const std::vector<double>& b, std::size_t n) {
+  std::vector<std::vector<double>> m(n, std::vector<double>(n + 1));
+  for (std::size_t j = 0; j < n; ++j) {
+    for (std::size_t q = 0; q < n; ++q) m[j][q] = std::pow(r[q], static_cast<double>(j));
+    m[j][n] = b[j];
+  }
+  for (std::size_t col = 0; col < n; ++col) {
+    std::size_t piv = col;
+    for (std::size_t row = col + 1; row < n; ++row) {
+      if (std::fabs(m[row][col]) > std::fabs(m[piv][col])) piv = row;
+    }
+    std::swap(m[col], m[piv]);
+    for (std::size_t row = 0; row < n; ++row) {
+      if (row == col) continue;
+      const double f = m[row][col] / m[col][col];
+      for (std::size_t q = col; q <= n; ++q) m[row][q] -= f * m[col][q];
+    }
+  }
+  std::vector<double> out(n);
+  for (std::size_t j = 0; j < n; ++j) out[j] = m[j][n] / m[j][j];
   return out;
 }
 

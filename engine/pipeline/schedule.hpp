@@ -77,4 +77,8 @@ std::vector<double> kdiffusion_sigmas(ScheduleId schedule, int n, const std::vec
 // diffusers' _convert_to_exponential: exp(torch.linspace(log max, log min, n)) in float32.
 std::vector<double> exponential_sigmas(double sigma_min, double sigma_max, std::int64_t n);
 
+// Solves R rho = b for the Vandermonde-like R[j][q] = r_q^j (j, q < n) by
+// Gauss-Jordan elimination with partial pivoting, in double (UniPC's rho).
+std::vector<double> solve_vandermonde(const std::vector<double>& r, const std::vector<double>& b, std::size_t n);
+
 }  // namespace nanscope::pipeline::schedule

@@ -1,8 +1,11 @@
 #include "pipeline/scheduler.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "backend/backend.hpp"
 #include "backend/reference/reference_backend.hpp"
@@ -121,6 +124,24 @@ void Sampler::step(std::span<const float> model_output, std::span<float> sample,
   step(be, m, x, step_index, noise, denoised.empty() ? nullptr : &d);
   copy_back(be, x, sample);
   if (!denoised.empty()) copy_back(be, d, denoised);
+}
+
+void Sampler::combine(Backend& be, Tensor& out, const std::vector<std::pair<double, const Tensor*>>& terms) const {
+  std::size_t k = std::min<std::size_t>(terms.size(), 4);
+  std::array<float, 8> c{};
+  for (std::size_t j = 0; j < k; ++j) c[j] = static_cast<float>(terms[j].first);
+  Tensor acc = be.empty({out.numel()}, DType::f32);
+  apply(be, LatentOp::lincomb, *terms[0].second, terms[1].second, acc, c, nullptr, k > 2 ? terms[2].second : nullptr,
+        k > 3 ? terms[3].second : nullptr, static_cast<int>(k));
+  while (k < terms.size()) {
+    const std::size_t more = std::min<std::size_t>(terms.size() - k, 3);
+    std::array<float, 8> d{1.0f};
+    for (std::size_t j = 0; j < more; ++j) d[j + 1] = static_cast<float>(terms[k + j].first);
+    apply(be, LatentOp::lincomb, acc, terms[k].second, acc, d, nullptr, more > 1 ? terms[k + 1].second : nullptr,
+          more > 2 ? terms[k + 2].second : nullptr, static_cast<int>(more + 1));
+    k += more;
+  }
+  apply(be, LatentOp::mul, acc, nullptr, out, {1.0f});
 }
 
 void Sampler::apply_sigma_schedule(std::vector<double>& sig, std::vector<double>& ts, int n) const {

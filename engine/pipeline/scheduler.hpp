@@ -23,6 +23,7 @@
 
 #include <memory>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "backend/op_args.hpp"
@@ -140,6 +141,9 @@ class Sampler {
   // One LATENT_STEP over all of x's values with this sampler's prediction type.
   void apply(Backend& be, LatentOp op, const Tensor& x, const Tensor* m, Tensor& out, std::array<float, 8> c,
              Tensor* x0 = nullptr, const Tensor* h1 = nullptr, const Tensor* h2 = nullptr, int flag = 0) const;
+  // out = sum of coef * tensor, left to right, in LATENT_STEP lincomb ops of up to
+  // 4 terms (the multistep samplers' updates).
+  void combine(Backend& be, Tensor& out, const std::vector<std::pair<double, const Tensor*>>& terms) const;
 
   SchedulerConfig config_;
   std::vector<float> alphas_cumprod_;  // per training timestep

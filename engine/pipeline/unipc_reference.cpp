@@ -316,9 +316,9 @@ class UniPcReferenceSampler final : public Sampler {
     const Level& s0 = levels_[static_cast<std::size_t>(i)];
     const Level& t = levels_[static_cast<std::size_t>(i) + 1];
     const float h = t.lambda - s0.lambda;
-    std::vector<float> rks;
+    std::vector<double> rks;  // float ratios, as the reference computes them
     for (int q = 1; q < order; ++q) rks.push_back((levels_[static_cast<std::size_t>(i - q)].lambda - s0.lambda) / h);
-    rks.push_back(1.0f);
+    rks.push_back(1.0);
     const float hh = -h;  // predict_x0
     const float h_phi_1 = std::expm1(hh);
     float h_phi_k = h_phi_1 / hh - 1.0f;
@@ -333,8 +333,10 @@ class UniPcReferenceSampler final : public Sampler {
     std::vector<double> rho;
     const bool corrector = m_t != nullptr;
     if (!corrector && order == 2) rho = {0.5};
-    if (!corrector && order > 2) rho = solve(rks, b, static_cast<std::size_t>(order - 1));
-    if (corrector) rho = order == 1 ? std::vector<double>{0.5} : solve(rks, b, static_cast<std::size_t>(order));
+    if (!corrector && order > 2) rho = schedule::solve_vandermonde(rks, b, static_cast<std::size_t>(order - 1));
+    if (corrector)
+      rho =
+          order == 1 ? std::vector<double>{0.5} : schedule::solve_vandermonde(rks, b, static_cast<std::size_t>(order));
     // x_t_ = sigma_t / sigma_s0 x - alpha_t h_phi_1 m0; x_t = x_t_ - alpha_t B(h) (sum rho_q D1_q [+ rho_c D1_t]),
     // D1_q = (m_q - m0) / r_q: one linear combination of x, m0, the older m_q and m_t.
     const double ab = static_cast<double>(t.alpha * b_h);
@@ -356,49 +358,6 @@ class UniPcReferenceSampler final : public Sampler {
     }
     terms.insert(terms.end(), older.begin(), older.end());
     combine(be, x, terms);
-  }
-
-  // Solves R rho = b for R[j][q] = r_q^j (j, q < n) by Gaussian elimination with partial pivoting.
-  static std::vector<double> solve(const std::vector<float>& r, const std::vector<double>& b, std::size_t n) {
-    std::vector<std::vector<double>> m(n, std::vector<double>(n + 1));
-    for (std::size_t j = 0; j < n; ++j) {
-      for (std::size_t q = 0; q < n; ++q) m[j][q] = std::pow(static_cast<double>(r[q]), static_cast<double>(j));
-      m[j][n] = b[j];
-    }
-    for (std::size_t col = 0; col < n; ++col) {
-      std::size_t piv = col;
-      for (std::size_t row = col + 1; row < n; ++row) {
-        if (std::fabs(m[row][col]) > std::fabs(m[piv][col])) piv = row;
-      }
-      std::swap(m[col], m[piv]);
-      for (std::size_t row = 0; row < n; ++row) {
-        if (row == col) continue;
-        const double f = m[row][col] / m[col][col];
-        for (std::size_t q = col; q <= n; ++q) m[row][q] -= f * m[col][q];
-      }
-    }
-    std::vector<double> out(n);
-    for (std::size_t j = 0; j < n; ++j) out[j] = m[j][n] / m[j][j];
-    return out;
-  }
-
-  // out = sum of coef * tensor, left to right, in LATENT_STEP lincomb ops of up to 4 terms.
-  void combine(Backend& be, Tensor& out, const std::vector<std::pair<double, const Tensor*>>& terms) const {
-    std::size_t k = std::min<std::size_t>(terms.size(), 4);
-    std::array<float, 8> c{};
-    for (std::size_t j = 0; j < k; ++j) c[j] = static_cast<float>(terms[j].first);
-    Tensor acc = be.empty({out.numel()}, DType::f32);
-    apply(be, LatentOp::lincomb, *terms[0].second, terms[1].second, acc, c, nullptr, k > 2 ? terms[2].second : nullptr,
-          k > 3 ? terms[3].second : nullptr, static_cast<int>(k));
-    while (k < terms.size()) {
-      const std::size_t more = std::min<std::size_t>(terms.size() - k, 3);
-      std::array<float, 8> d{1.0f};
-      for (std::size_t j = 0; j < more; ++j) d[j + 1] = static_cast<float>(terms[k + j].first);
-      apply(be, LatentOp::lincomb, acc, terms[k].second, acc, d, nullptr, more > 1 ? terms[k + 1].second : nullptr,
-            more > 2 ? terms[k + 2].second : nullptr, static_cast<int>(more + 1));
-      k += more;
-    }
-    apply(be, LatentOp::mul, acc, nullptr, out, {1.0f});
   }
 
   std::vector<Level> levels_;  // num_steps() + 1: the run's times, the last where sampling ends
