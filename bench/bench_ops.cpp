@@ -4,6 +4,11 @@
 //   build/bench/bench_ops [--device D] [--no-torch] [--dtype f32|f16|bf16] [--only NAME_PREFIX]
 //                         [--shapes sd15 [--latent 64]]
 //
+// The default set: GEMMs, 3x3 convs at the UNet's and the VAE's shapes (the
+// VAE's 128-512 channels at 64-512 px of a 512x512 decode), attention, and the
+// memory-bound ops (norms, activations, adds, upsampling) as a share of the
+// memory bandwidth, measured in the same run (bandwidth.hpp).
+//
 // --shapes sd15 times every distinct conv, linear and attention shape of one
 // SD 1.5 UNet call instead (batch 2, bench/unet_shapes.hpp), each with its
 // count in the call, so the table shows where a call's time goes by shape.
@@ -32,6 +37,7 @@
 
 #include "backend/backend.hpp"
 #include "backend/device.hpp"
+#include "bandwidth.hpp"
 #include "bench_util.hpp"
 #include "core/error.hpp"
 #include "ops/ops.hpp"
@@ -134,7 +140,8 @@ int main(int argc, char** argv) {
       std::string name;
       double flops;
       double ours;
-      int count = 0;  // --shapes: occurrences in one UNet call
+      int count = 0;       // --shapes: occurrences in one UNet call
+      double bytes = 0.0;  // memory-bound rows: the bytes the op must read and write at least
     };
     std::vector<Row> rows;
     std::string shapes_file;
@@ -175,12 +182,16 @@ int main(int argc, char** argv) {
       const double s = time_op(*be, [&] { ops::matmul(ctx, a, b); });
       rows.push_back({"gemm_" + std::to_string(size), 2.0 * size * size * size, s});
     }
-    if (shapes.empty() && wanted("conv3x3_320_64")) {
-      const Tensor x = be->upload(random_host({1, 320, 64, 64}, dtype, 3));
-      const Tensor w = be->upload(random_host({320, 320, 3, 3}, dtype, 4));
-      const Tensor bias = be->upload(random_host({320}, dtype, 5));
+    // The UNet's 320-channel 3x3 conv at latent 64, then the VAE decoder's at a 512x512 decode.
+    for (const auto& [ch, res] :
+         std::vector<std::pair<std::int64_t, std::int64_t>>{{320, 64}, {512, 64}, {512, 128}, {256, 256}, {128, 512}}) {
+      const std::string name = "conv3x3_" + std::to_string(ch) + "_" + std::to_string(res);
+      if (!shapes.empty() || !wanted(name)) continue;
+      const Tensor x = be->upload(random_host({1, ch, res, res}, dtype, 3));
+      const Tensor w = be->upload(random_host({ch, ch, 3, 3}, dtype, 4));
+      const Tensor bias = be->upload(random_host({ch}, dtype, 5));
       const double s = time_op(*be, [&] { ops::conv2d(ctx, x, w, &bias, 1, 1); });
-      rows.push_back({"conv3x3_320_64", 2.0 * 320 * 320 * 9 * 64 * 64, s});
+      rows.push_back({name, 2.0 * double(ch * ch * 9) * double(res * res), s});
     }
     // SD 1.x self-attention at 256x256, 512x512 and 1024x1024 images (8 heads x 40). The materialised
     // bmm path only up to 4096 tokens: at 16384 its 8 score matrices alone are 8.6 GB.
@@ -199,7 +210,36 @@ int main(int argc, char** argv) {
       }
     }
 
+    // Memory-bound ops at the UNet's shapes (batch 2, latent 64) and the VAE's (512x512 decode).
+    // Bytes: what the op must read and write at least, each element once.
+    const double es = static_cast<double>(dtype_size(dtype));
+    const auto memory_row = [&](const std::string& name, const Shape& shape, double passes,
+                                const std::function<void(const Tensor&)>& op) {
+      if (!shapes.empty() || !wanted(name)) return;
+      const Tensor x = be->upload(random_host(shape, dtype, 9));
+      const double s = time_op(*be, [&] { op(x); });
+      rows.push_back({name, 0.0, s, 0, passes * static_cast<double>(shape_numel(shape)) * es});
+    };
+    const Tensor gamma320 = be->upload(random_host({320}, dtype, 10)),
+                 beta320 = be->upload(random_host({320}, dtype, 11));
+    const Tensor gamma128 = be->upload(random_host({128}, dtype, 12)),
+                 beta128 = be->upload(random_host({128}, dtype, 13));
+    memory_row("group_norm_2x320x64x64", {2, 320, 64, 64}, 2,
+               [&](const Tensor& x) { ops::group_norm(ctx, x, 32, &gamma320, &beta320, 1e-5f); });
+    memory_row("group_norm_1x128x512x512", {1, 128, 512, 512}, 2,
+               [&](const Tensor& x) { ops::group_norm(ctx, x, 32, &gamma128, &beta128, 1e-6f); });
+    memory_row("layer_norm_2x4096x320", {2, 4096, 320}, 2,
+               [&](const Tensor& x) { ops::layer_norm(ctx, x, &gamma320, &beta320, 1e-5f); });
+    memory_row("silu_2x320x64x64", {2, 320, 64, 64}, 2, [&](const Tensor& x) { ops::silu(ctx, x); });
+    const Tensor residual = be->upload(random_host({2, 320, 64, 64}, dtype, 14));
+    memory_row("add_2x320x64x64", {2, 320, 64, 64}, 3, [&](const Tensor& x) { ops::add(ctx, x, residual); });
+    memory_row("geglu_2x4096x2560", {2, 4096, 2560}, 1.5, [&](const Tensor& x) { ops::geglu(ctx, x); });
+    memory_row("upsample2x_1x512x128x128", {1, 512, 128, 128}, 5,
+               [&](const Tensor& x) { ops::upsample_nearest2x(ctx, x); });
+
     const double peak = std::max(peak_before, bench::measure_peak_flops());
+    const bool memory_rows = std::any_of(rows.begin(), rows.end(), [](const Row& r) { return r.bytes > 0; });
+    const double bandwidth = memory_rows ? bench::measure_bandwidth() : 0.0;
     std::map<std::string, double> ref;
     if (torch) ref = run_torch(shapes_file);
     if (!shapes_file.empty()) std::filesystem::remove(shapes_file);
@@ -222,6 +262,7 @@ int main(int argc, char** argv) {
     double ours_call = 0, torch_call = 0, flops_call = 0;
     bool torch_all = true;
     for (const auto& r : rows) {
+      if (r.bytes > 0) continue;  // the memory-bound table below
       const std::string key = r.name.substr(0, r.name.find(' '));
       const auto it = ref.find(key);
       const double gf = r.flops / r.ours / 1e9;
@@ -244,6 +285,22 @@ int main(int argc, char** argv) {
                   100.0 * flops_call / ours_call / peak);
       if (torch_all && torch_call > 0) std::printf(", PyTorch %.2f s (%.2fx)", torch_call, torch_call / ours_call);
       std::printf("; norms, activations and adds are not in these rows.\n");
+    }
+    if (memory_rows) {
+      std::printf(
+          "\nMemory-bound ops; memory bandwidth of this machine %.1f GB/s (STREAM scale, all cores; bytes: each\n"
+          "element the op must read or write, once)\n\n",
+          bandwidth / 1e9);
+      std::printf("| op | ours ms | ours GB/s | %% of bandwidth | PyTorch ms | PyTorch / ours |\n");
+      std::printf("|---|---:|---:|---:|---:|---:|\n");
+      for (const auto& r : rows) {
+        if (r.bytes <= 0) continue;
+        const auto it = ref.find(r.name);
+        const double gbs = r.bytes / r.ours / 1e9;
+        std::printf("| %s | %.2f | %.1f | %.0f%% | %s | %s |\n", r.name.c_str(), r.ours * 1e3, gbs,
+                    100.0 * gbs * 1e9 / bandwidth, it != ref.end() ? fmt_ms(it->second).c_str() : "-",
+                    it != ref.end() ? fmt_ratio(it->second / r.ours).c_str() : "-");
+      }
     }
     std::printf("\n(PyTorch / ours > 1 means NaNscope is faster.)\n");
     if (torch) std::printf("%s.\n", bench::best_openblas_coretype().report.c_str());

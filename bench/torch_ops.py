@@ -64,9 +64,10 @@ with torch.no_grad():
         a = torch.randn(size, size)
         b = torch.randn(size, size)
         results[f"gemm_{size}"] = timed(lambda: torch.mm(a, b))
-    x = torch.randn(1, 320, 64, 64)
-    conv = torch.nn.Conv2d(320, 320, 3, padding=1)
-    results["conv3x3_320_64"] = timed(lambda: conv(x))
+    for ch, res in ((320, 64), (512, 64), (512, 128), (256, 256), (128, 512)):  # the UNet's, then the VAE's
+        x = torch.randn(1, ch, res, res)
+        conv = torch.nn.Conv2d(ch, ch, 3, padding=1)
+        results[f"conv3x3_{ch}_{res}"] = timed(lambda: conv(x))
     scale = 40 ** -0.5
     for tokens in (1024, 4096):  # 16384: the 8 score matrices alone would be 8.6 GB
         q = torch.randn(8, tokens, 40)
@@ -74,4 +75,25 @@ with torch.no_grad():
         v = torch.randn(8, tokens, 40)
 
         results[f"attention_{tokens}x8x40"] = timed(lambda: classic_attention(q, k, v, scale))
+    # The memory-bound ops (bench_ops' second table).
+    F = torch.nn.functional
+    x = torch.randn(2, 320, 64, 64)
+    g, b = torch.randn(320), torch.randn(320)
+    results["group_norm_2x320x64x64"] = timed(lambda: F.group_norm(x, 32, g, b, 1e-5))
+    results["silu_2x320x64x64"] = timed(lambda: F.silu(x))
+    residual = torch.randn(2, 320, 64, 64)
+    results["add_2x320x64x64"] = timed(lambda: x + residual)
+    xv, gv, bv = torch.randn(1, 128, 512, 512), torch.randn(128), torch.randn(128)
+    results["group_norm_1x128x512x512"] = timed(lambda: F.group_norm(xv, 32, gv, bv, 1e-6))
+    xt = torch.randn(2, 4096, 320)
+    results["layer_norm_2x4096x320"] = timed(lambda: F.layer_norm(xt, (320,), g, b, 1e-5))
+    xg = torch.randn(2, 4096, 2560)
+
+    def geglu():
+        h, gate = xg.chunk(2, dim=-1)
+        return h * F.gelu(gate)
+
+    results["geglu_2x4096x2560"] = timed(geglu)
+    xu = torch.randn(1, 512, 128, 128)
+    results["upsample2x_1x512x128x128"] = timed(lambda: F.interpolate(xu, scale_factor=2.0, mode="nearest"))
 print(json.dumps(results))
