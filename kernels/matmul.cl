@@ -513,6 +513,11 @@ inline void gemm_tiled_body(__local float (*as)[TS_M + 1], __local float (*bs)[T
   }
 }
 
+// The CPU kernel family never launches the tiled kernels (-DCPU_KERNELS,
+// gemm.cpp): left out of its programs, they cost it no compile time (PoCL
+// compiles every kernel of a program when the cache asks for its binary: half
+// of this program's cold build).
+#if !defined(CPU_KERNELS)
 __kernel __attribute__((reqd_work_group_size(RTS_N, RTS_M, 1))) void gemm_tiled(
     __global const store_t* a, ulong a_off, ulong a_bs, ulong lda, __global const store_t* bm, ulong b_off,
     ulong b_bs, ulong ldbk, ulong ldbn, __global const store_t* bias, ulong bias_off, int bias_mode,
@@ -538,6 +543,7 @@ __kernel __attribute__((reqd_work_group_size(RTS_N, RTS_M, 1))) void conv_implic
   const uint K = C * KH * KW, N = OH * OW;
   gemm_tiled_body(as, bs, w, K, x + img * x_bs, 0, 1, 1, g, bias, bias_mode, out, img * out_bs, N, O, N, K, 1.0f);
 }
+#endif  // !CPU_KERNELS
 
 #if defined(GEMM_MMA)
 // ---------------------------------------------------------------------------

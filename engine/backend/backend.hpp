@@ -68,6 +68,11 @@ class Backend {
   // built, each build event carries its place in the plan (KernelBuildEvent::
   // progress). Empty for a backend without kernels.
   virtual KernelPlan plan_kernels(std::span<const Precision> /*precisions*/) { return {}; }
+  // Builds the plan's programs that are not cached yet, several at once where
+  // the driver allows (a cold build is seconds of single-threaded compiler
+  // work each; built lazily they would run one after another). A failed build
+  // is left for the op that needs it to report. No-op without kernels.
+  virtual void build_planned(const KernelPlan& /*plan*/) {}
   // Which kernels ran, in plain English: the kernel family and every fallback
   // taken so far with its reason (e.g. "flash attention not used: causal
   // mask"). Each note once. Recorded in run reports.

@@ -407,6 +407,7 @@ class Txt2ImgRun {
     // Report R4: what must be compiled before the run can go, and about how long it takes.
     if (const KernelPlan kp = plan_run_kernels(*be_, config_); kp.to_build > 0) {
       obs_.on_status(kp.describe(be_->device().name));
+      be_->build_planned(kp);
     }
   }
 

@@ -130,11 +130,12 @@ namespace {
 
 // The GEMM program options for a precision and a tile set. GEMM and im2col
 // kernels never touch softmax values: one program serves both softmax settings
-// (precompile built four redundant matmul and conv2d variants).
+// (precompile built four redundant matmul and conv2d variants). The CPU kernel
+// family's programs leave the GPU-tiled kernels out (matmul.cl CPU_KERNELS).
 std::string options_with(const OpenClBackend& be, const Precision& p, const Tuning& t) {
   Precision q = p;
   q.softmax = SoftmaxPrecision::f32;
-  return be.precision_options(q) + tuning_options(t);
+  return be.precision_options(q) + tuning_options(t) + (be.kernel_style() == KernelStyle::cpu ? " -DCPU_KERNELS" : "");
 }
 
 }  // namespace

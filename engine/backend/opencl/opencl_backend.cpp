@@ -539,18 +539,13 @@ KernelPlan OpenClBackend::plan_kernels(std::span<const Precision> precisions) {
   return plan;
 }
 
-std::vector<BuildRecord> OpenClBackend::precompile() {
-  std::vector<std::pair<std::string, std::string>> jobs;
-  for (const auto& k : kernel_sources()) {
-    if (!runs_ops(k.name)) continue;
-    for (auto& o : precompile_variants(k.name)) jobs.emplace_back(k.name, std::move(o));
-  }
-  const std::size_t before = programs_->records().size();
-
-  // Builds run on a few threads: OpenCL compilers are thread-safe and a cold
-  // build is seconds of single-threaded compiler work. A failed build does not
-  // stop the others; it comes back as a failed record.
-  const unsigned workers = std::clamp(std::thread::hardware_concurrency(), 1u, 4u);
+std::vector<BuildRecord> OpenClBackend::build_in_parallel(
+    const std::vector<std::pair<std::string, std::string>>& jobs) {
+  // OpenCL compilers are thread-safe and a cold build is seconds of
+  // single-threaded compiler work: one worker per core (at most 4). A failed
+  // build does not stop the others; it comes back as a failed record.
+  const unsigned workers =
+      std::min<unsigned>(std::clamp(std::thread::hardware_concurrency(), 1u, 4u), static_cast<unsigned>(jobs.size()));
   std::atomic<std::size_t> next{0};
   std::mutex failed_mutex;
   std::vector<BuildRecord> failed;
@@ -571,7 +566,27 @@ std::vector<BuildRecord> OpenClBackend::precompile() {
   for (unsigned t = 1; t < workers; ++t) threads.emplace_back(work);
   work();
   for (auto& t : threads) t.join();
+  return failed;
+}
 
+void OpenClBackend::build_planned(const KernelPlan& plan) {
+  std::vector<std::pair<std::string, std::string>> jobs;
+  for (const KernelPlanItem& item : plan.items) {
+    if (!item.cached) jobs.emplace_back(item.program, item.options);
+  }
+  for (const BuildRecord& r : build_in_parallel(jobs)) {
+    log::debug("planned build of {} failed (the op that needs it reports it): {}", r.program, r.error);
+  }
+}
+
+std::vector<BuildRecord> OpenClBackend::precompile() {
+  std::vector<std::pair<std::string, std::string>> jobs;
+  for (const auto& k : kernel_sources()) {
+    if (!runs_ops(k.name)) continue;
+    for (auto& o : precompile_variants(k.name)) jobs.emplace_back(k.name, std::move(o));
+  }
+  const std::size_t before = programs_->records().size();
+  std::vector<BuildRecord> failed = build_in_parallel(jobs);
   auto all = programs_->records();
   std::vector<BuildRecord> out(all.begin() + static_cast<std::ptrdiff_t>(std::min(before, all.size())), all.end());
   for (auto& r : failed) out.push_back(std::move(r));

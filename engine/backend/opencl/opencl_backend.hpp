@@ -114,6 +114,7 @@ class OpenClBackend final : public Backend {
   // The build options the ops use for a program at a precision (its registered option function).
   std::string program_options(const std::string& program, const Precision& p);
   KernelPlan plan_kernels(std::span<const Precision> precisions) override;
+  void build_planned(const KernelPlan& plan) override;
   // The option strings precompile() builds for a program (one per distinct precision variant).
   std::vector<std::string> precompile_variants(const std::string& program);
 
@@ -145,6 +146,8 @@ class OpenClBackend final : public Backend {
   cl_context context_ = nullptr;
   cl_command_queue queue_ = nullptr;
   std::unique_ptr<ProgramCache> programs_;
+  // Builds (program, options) jobs on a few threads; returns the failed ones as records.
+  std::vector<BuildRecord> build_in_parallel(const std::vector<std::pair<std::string, std::string>>& jobs);
   KernelBuildListener build_listener_;  // BackendOptions::on_kernel_build (plan_kernels() announces through it)
   std::shared_ptr<BufferPool> pool_;    // device buffers kept for reuse (buffer_pool.hpp)
   std::unordered_map<std::string, cl_kernel> kernels_;
