@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <iterator>
 #include <limits>
 
 #include "core/error.hpp"
@@ -23,6 +24,12 @@ size_t cpu_group_size(size_t global0) {
   size_t g = kCpuGroupCap;
   while (g > 1 && global0 % g != 0) g /= 2;
   return g;
+}
+
+bool runs_whole_blocks(std::string_view kernel_name) {
+  static constexpr std::string_view kNames[] = {"gemm_cpu",    "gemm_cpu_direct_a",  "gemm_native",  "gemm_pack_a",
+                                                "gemm_pack_b", "conv_im2col_panels", "attn_pack_kt", "attn_pack_v"};
+  return std::find(std::begin(kNames), std::end(kNames), kernel_name) != std::end(kNames);
 }
 
 size_t reduction_group_size(const OpenClBackend& be) {

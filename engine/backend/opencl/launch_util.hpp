@@ -39,6 +39,15 @@ size_t reduction_group_size(const OpenClBackend& be);
 inline constexpr size_t kCpuGroupCap = 64;
 size_t cpu_group_size(size_t global0);
 
+// Kernels whose every work-item is a whole block of work (a GEMM micro-panel
+// over all of k, a packed panel row, an im2col panel, a packed key block): on
+// a CPU device they run one work-item per group. More work-items per group
+// gain them nothing (the work-item is already a loop nest over vectors), and
+// each further group size costs a cold PoCL a compile of the kernel (0.3-1 s
+// each for these; 7 group sizes of gemm_cpu_direct_a in one embedded-model
+// run: report R4's first-run time).
+bool runs_whole_blocks(std::string_view kernel_name);
+
 // Device options added to the precision -D set for programs whose exactness
 // needs them: correctly rounded f32 division and square root (the default
 // allows 2.5-3 ulp), and -DHAS_FP64 where the device has doubles (native

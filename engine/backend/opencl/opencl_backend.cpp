@@ -382,6 +382,7 @@ cl_kernel OpenClBackend::kernel(std::string_view program, std::string_view name,
         err, "clCreateKernel",
         "kernel " + kname + " of program " + std::string(program) + " [" + options + "] on \"" + info_.name + "\"");
   }
+  if (detail::runs_whole_blocks(kname)) whole_block_kernels_.insert(k);
   kernels_.emplace(std::move(key), k);
   return k;
 }
@@ -389,7 +390,7 @@ cl_kernel OpenClBackend::kernel(std::string_view program, std::string_view name,
 void OpenClBackend::launch(cl_kernel k, std::string_view op, cl_uint dims, const size_t* global, const size_t* local) {
   size_t chosen[3] = {1, 1, 1};
   if (local == nullptr && info_.kind == DeviceKind::cpu && dims <= 3) {
-    chosen[0] = detail::cpu_group_size(global[0]);
+    if (!whole_block_kernels_.count(k)) chosen[0] = detail::cpu_group_size(global[0]);
     local = chosen;
   }
   cl_event ev = nullptr;

@@ -10,6 +10,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -151,6 +152,7 @@ class OpenClBackend final : public Backend {
   KernelBuildListener build_listener_;  // BackendOptions::on_kernel_build (plan_kernels() announces through it)
   std::shared_ptr<BufferPool> pool_;    // device buffers kept for reuse (buffer_pool.hpp)
   std::unordered_map<std::string, cl_kernel> kernels_;
+  std::unordered_set<cl_kernel> whole_block_kernels_;  // detail::runs_whole_blocks: one work-item per group on CPUs
   std::string
       cl_std_;  // "-cl-std=CL1.2" (or CL1.1 on devices that only speak OpenCL C 1.1; simulators: -cl-opt-disable)
   bool profile_ = false;
