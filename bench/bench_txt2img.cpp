@@ -1,10 +1,15 @@
 // Whole txt2img on the embedded default model (or --model), 20 steps with
-// CFG at the model's size: load, time per step and end to end on the selected
-// device, beside diffusers' StableDiffusionPipeline on PyTorch (CPU) running
-// the same folder in the same bench. Prints a table.
+// CFG at the model's size (or each of --sizes): load, time per step and end
+// to end on the selected device, beside diffusers' StableDiffusionPipeline on
+// PyTorch (CPU) running the same folder in the same bench. Prints a table with
+// a row per engine and size, and how the time per step grows with the size.
 //
-//   build/bench/bench_txt2img [--device D] [--model DIR] [--steps N] [--runs N] [--no-torch]
+//   build/bench/bench_txt2img [--device D] [--model DIR] [--steps N] [--runs N] [--sizes 64,256,1024]
+//                             [--no-torch]
 //
+// At 1024x1024 and above diffusers runs with attention slicing (one slice per
+// head): its classic attention would otherwise hold every head's 16384^2
+// score matrix at once.
 // The PyTorch baseline runs as a well-set-up user would run it: OpenBLAS with
 // the fastest OPENBLAS_CORETYPE for this CPU (measured, bench_util.hpp),
 // GLIBC_TUNABLES=glibc.malloc.hugetlb=1, one thread per core, diffusers'
@@ -14,6 +19,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -50,12 +56,12 @@ struct TorchResult {
   bool ok = false;
 };
 
-TorchResult run_torch(const std::string& model, int steps, double cfg, int runs) {
+TorchResult run_torch(const std::string& model, int steps, double cfg, int runs, int size) {
   const unsigned threads = std::max(1u, std::thread::hardware_concurrency());
   TorchResult r;
-  const auto j = bench::run_python_baseline("torch_txt2img.py", "'" + model + "' " + std::to_string(steps) + " " +
-                                                                    std::to_string(cfg) + " " + std::to_string(runs) +
-                                                                    " " + std::to_string(threads));
+  const auto j = bench::run_python_baseline(
+      "torch_txt2img.py", "'" + model + "' " + std::to_string(steps) + " " + std::to_string(cfg) + " " +
+                              std::to_string(runs) + " " + std::to_string(threads) + " " + std::to_string(size));
   if (!j) return r;
   r.end_to_end = j->at("end_to_end").get<double>();
   r.per_step = j->at("per_step").get<double>();
@@ -70,6 +76,7 @@ int main(int argc, char** argv) {
   std::string pin, model;
   int steps = 20, runs = 5;
   bool torch = true;
+  std::vector<int> sizes;  // image sizes; empty: the model's own
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--device" && i + 1 < argc)
@@ -80,10 +87,15 @@ int main(int argc, char** argv) {
       steps = std::atoi(argv[++i]);
     else if (a == "--runs" && i + 1 < argc)
       runs = std::max(1, std::atoi(argv[++i]));
-    else if (a == "--no-torch")
+    else if (a == "--sizes" && i + 1 < argc) {
+      std::stringstream ss(argv[++i]);
+      for (std::string v; std::getline(ss, v, ',');) sizes.push_back(std::atoi(v.c_str()));
+    } else if (a == "--no-torch")
       torch = false;
     else {
-      std::fprintf(stderr, "usage: %s [--device D] [--model DIR] [--steps N] [--runs N] [--no-torch]\n", argv[0]);
+      std::fprintf(stderr,
+                   "usage: %s [--device D] [--model DIR] [--steps N] [--runs N] [--sizes 64,256,1024] [--no-torch]\n",
+                   argv[0]);
       return 2;
     }
   }
@@ -98,31 +110,60 @@ int main(int argc, char** argv) {
 
     pipeline::Session session(backend_options_from_environment());
     const std::string device = session.backend(pin).device().name;
-    // First run: model load and kernel builds/cache loads, timed apart.
-    auto t0 = Clock::now();
-    config.seed = 0;
-    session.generate(config);
-    const double first = seconds_since(t0);
-
-    std::vector<double> totals, per_step;
-    for (int r = 0; r < runs; ++r) {
-      StepClock clock;
-      config.seed = static_cast<std::uint64_t>(r + 1);
-      t0 = Clock::now();
-      session.generate(config, &clock);
-      totals.push_back(seconds_since(t0));
-      per_step.push_back(clock.per_step());
+    if (sizes.empty()) sizes.push_back(0);  // the model's own size
+    struct Row {
+      int size;
+      double first, per_step, total;
+      TorchResult torch;
+    };
+    std::vector<Row> rows;
+    for (const int size : sizes) {
+      if (size != 0 && (size < 64 || size % 8 != 0)) throw ConfigError("--sizes: a size is a multiple of 8, >= 64");
+      config.width = config.height = size;
+      // First run: model load and kernel builds/cache loads, timed apart.
+      auto t0 = Clock::now();
+      config.seed = 0;
+      session.generate(config);
+      const double first = seconds_since(t0);
+      std::vector<double> totals, per_step;
+      for (int r = 0; r < runs; ++r) {
+        StepClock clock;
+        config.seed = static_cast<std::uint64_t>(r + 1);
+        t0 = Clock::now();
+        session.generate(config, &clock);
+        totals.push_back(seconds_since(t0));
+        per_step.push_back(clock.per_step());
+      }
+      Row row{size, first, median(per_step), median(totals), {}};
+      if (torch) row.torch = run_torch(model, steps, config.cfg_scale, runs, size);
+      std::fprintf(stderr, "bench_txt2img: size %d: ours %.3f s, diffusers %.3f s\n", size, row.total,
+                   row.torch.end_to_end);
+      rows.push_back(row);
     }
-    const TorchResult t = torch ? run_torch(model, steps, config.cfg_scale, runs) : TorchResult{};
 
     std::printf("\nbench_txt2img: %s, %d steps, CFG 7, one 1-image run (median of %d) on \"%s\"\n\n", model.c_str(),
                 steps, runs, device.c_str());
-    std::printf("| | first run s (load + kernels) | per step ms | end to end s | diffusers / ours |\n");
-    std::printf("|---|---|---|---|---|\n");
-    std::printf("| NaNscope | %.2f | %.1f | %.3f | |\n", first, median(per_step) * 1e3, median(totals));
-    if (t.ok) {
-      std::printf("| diffusers (PyTorch CPU) | %.2f (load) | %.1f | %.3f | %.2fx end to end, %.2fx per step |\n",
-                  t.load, t.per_step * 1e3, t.end_to_end, t.end_to_end / median(totals), t.per_step / median(per_step));
+    std::printf("| | size | first run s (load + kernels) | per step ms | end to end s | diffusers / ours |\n");
+    std::printf("|---|---:|---|---|---|---|\n");
+    for (const Row& r : rows) {
+      const std::string size = r.size ? std::to_string(r.size) + "x" + std::to_string(r.size) : "model's";
+      std::printf("| NaNscope | %s | %.2f | %.1f | %.3f | |\n", size.c_str(), r.first, r.per_step * 1e3, r.total);
+      if (r.torch.ok) {
+        std::printf("| diffusers (PyTorch CPU) | %s | %.2f (load) | %.1f | %.3f | %.2fx end to end, %.2fx per step |\n",
+                    size.c_str(), r.torch.load, r.torch.per_step * 1e3, r.torch.end_to_end,
+                    r.torch.end_to_end / r.total, r.torch.per_step / r.per_step);
+      }
+    }
+    if (rows.size() > 1) {
+      // Growth against the first size: the pixel count grows by (s/s0)^2; attention by up to its square.
+      std::printf("\nTime per step against the first size (pixels x, NaNscope x, diffusers x):");
+      for (const Row& r : rows) {
+        const double px = double(r.size) * r.size / (double(rows[0].size) * rows[0].size);
+        std::printf(" %d: %.0fx, %.1fx", r.size, px, r.per_step / rows[0].per_step);
+        if (r.torch.ok && rows[0].torch.ok) std::printf(", %.1fx", r.torch.per_step / rows[0].torch.per_step);
+        std::printf(";");
+      }
+      std::printf("\n");
     }
     std::printf("\nTarget: end to end under 2 s at the embedded model's 64x64.\n");
     if (torch) std::printf("%s.\n", bench::best_openblas_coretype().report.c_str());
