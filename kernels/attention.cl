@@ -99,6 +99,10 @@ inline float attn_score(float dot, float scale) {
 }
 
 // Grid: (ceil(sq / QB), heads, batch).
+// The kernels other than attention_flash are left out of the flash programs
+// (-DFL_D ...: one program per tile set): a GPU compiler builds every kernel
+// of a program, seconds each on NVIDIA.
+#ifndef FL_D
 __kernel void attention_fused(__global const store_t* q, __global const store_t* k, __global const store_t* v,
                               __global store_t* out, uint sq, uint sk, uint heads, uint d, uint dv, float scale,
                               int causal) {
@@ -236,6 +240,7 @@ __kernel void attention_fused(__global const store_t* q, __global const store_t*
     for (uint c = 0; c < dv; ++c) st(orow, c, o[r][c] / l[r]);
   }
 }
+#endif  // !FL_D
 
 // ---------------------------------------------------------------------------
 // CPU style, flash-blocked (attention_flash_cpu): f32 accumulation and f32
@@ -258,6 +263,7 @@ __kernel void attention_fused(__global const store_t* q, __global const store_t*
 
 // K of one (batch, head) as [ceil(sk/FKB)][d][FKB] f32, keys past sk zero.
 // Grid: (ceil(sk/FKB), heads, batch).
+#ifndef FL_D
 __kernel void attn_pack_kt(__global const store_t* k, __global float* kt, uint sk, uint heads, uint d) {
   const uint jb = (uint)get_global_id(0);
   const uint h = (uint)get_global_id(1);
@@ -287,6 +293,7 @@ __kernel void attn_pack_v(__global const store_t* v, __global float* vp, uint sk
     for (uint c = 0; c < dvp; ++c) dst[jj * dvp + c] = j < sk && c < dv ? ld(vr, c) : 0.0f;
   }
 }
+#endif  // !FL_D
 
 // Row r's scores are s_r (keys 0-15 of the block) and t_r (keys 16-31).
 #define FL_DECL_S(r) float16 s##r = 0.0f, t##r = 0.0f;
@@ -344,6 +351,7 @@ inline float max16(float16 x) {
 }
 
 // Grid: (ceil(sq / FQB), heads, batch); one work-item per group.
+#ifndef FL_D
 __kernel void attention_flash_cpu(__global const store_t* q, __global const float* kt, __global const float* vp,
                                   __global store_t* out, uint sq, uint sk, uint heads, uint d, uint dv, uint dvp,
                                   float scale) {
@@ -434,6 +442,7 @@ __kernel void attention_flash_cpu(__global const store_t* q, __global const floa
     for (uint c = 0; c < dv; ++c) st(orow, c, o[r * ATTN_MAX_D + c] / l);
   }
 }
+#endif  // !FL_D
 
 // ---------------------------------------------------------------------------
 // GPU style (attention_flash): f32 accumulation and f32 softmax, no causal
