@@ -8,6 +8,8 @@
 // against a row of B: no local memory, no barriers (on PoCL, GPU-style tiles
 // with barriers run ~5x slower). Packing B once per weight is the hook for
 // pre-packed weights (engine/backend/opencl/gemm.hpp).
+// With f32 accumulation gemm_cpu_direct_a reads A where it lies instead of
+// from panels (any storage dtype), so weights are not packed on every call.
 //
 // Panel layout, blocked along k (as GotoBLAS packs): k runs in blocks of kc
 // rows (a multiple of 16; the last block may be shorter; kc = K when one block
@@ -240,33 +242,41 @@ __kernel void gemm_cpu(__global const float* ap, ulong a_poff, ulong a_bs, uint 
   }
 }
 
-#if defined(STORE_F32)
-// gemm_cpu with A read where it lies (f32 storage, unit column stride: conv
-// weights [O][C*KH*KW], activations [tokens][features]) instead of from
-// packed panels: each row of a block is its own sequential stream, which the
+// gemm_cpu with A read where it lies (unit column stride: conv weights
+// [O][C*KH*KW], activations [tokens][features]) instead of from packed
+// panels: each row of a block is its own sequential stream, which the
 // prefetchers follow as well as one panel, and the per-call packing pass over
 // every weight disappears. Rows past M read row M-1 (never stored). Same sums
-// in the same order as gemm_cpu: the results are identical bit for bit.
+// in the same order as gemm_cpu, and the f16 / bf16 -> f32 conversion is exact:
+// the results are identical bit for bit.
 // A element (m, k) of batch b is a[a_off + b*a_bs + m*lda + k].
-#define GEMM_ROWPTR(r) const __global float* ar##r = a + (ulong)min(m0 + r, M - 1u) * lda;
+#define GEMM_ROWPTR(r) const __global store_t* ar##r = a + (ulong)min(m0 + r, M - 1u) * lda;
 #if GEMM_NV == 1
-#define GEMM_FMA_D(r)                                    \
+#define GEMM_FMA_V(r, x)                                 \
   {                                                      \
-    const float16 av = (float16)(ar##r[k]);              \
+    const float16 av = (float16)(x);                     \
     acc##r##_0 = fma(av, b0, acc##r##_0);                \
   }
 #else
-#define GEMM_FMA_D(r)                                    \
+#define GEMM_FMA_V(r, x)                                 \
   {                                                      \
-    const float16 av = (float16)(ar##r[k]);              \
+    const float16 av = (float16)(x);                     \
     acc##r##_0 = fma(av, b0, acc##r##_0);                \
     acc##r##_1 = fma(av, b1, acc##r##_1);                \
   }
 #endif
+#define GEMM_FMA_D(r) GEMM_FMA_V(r, ld(ar##r, k))
+#if !defined(STORE_F32)
+// Half storage: 16 k of each row converted by one vector load (the CPU's
+// conversion instructions; scalar ld() is integer arithmetic) into a private
+// block the fmas read as gemm_cpu reads its panel.
+#define GEMM_CVT16(r) vstore16(ld16(ar##r, k), 0, at + r * 16);
+#define GEMM_FMA_T(r) GEMM_FMA_V(r, at[r * 16 + kk])
+#endif
 
-__kernel void gemm_cpu_direct_a(__global const float* ap, ulong a_off, ulong a_bs, ulong lda, __global const float* bp,
-                                ulong b_poff, ulong b_bs, uint b_blocks, uint nb0, __global float* part,
-                                ulong part_bs, uint k0, uint kc, int flags, uint mgroup,
+__kernel void gemm_cpu_direct_a(__global const store_t* ap, ulong a_off, ulong a_bs, ulong lda,
+                                __global const float* bp, ulong b_poff, ulong b_bs, uint b_blocks, uint nb0,
+                                __global float* part, ulong part_bs, uint k0, uint kc, int flags, uint mgroup,
                                 __global const store_t* bias, ulong bias_off, int bias_mode, __global store_t* c,
                                 ulong c_off, ulong c_bs, ulong ldc, uint M, uint N, float alpha) {
   const uint nb = (uint)get_global_id(0);
@@ -274,7 +284,7 @@ __kernel void gemm_cpu_direct_a(__global const float* ap, ulong a_off, ulong a_b
   const uint n0 = nb * GEMM_NR;
   const uint mblocks = (M + GEMM_MR - 1) / GEMM_MR;
   const __global float* bq = bp + b_poff + bt * b_bs + ((ulong)k0 * b_blocks + (ulong)(nb0 + nb) * kc) * GEMM_NR;
-  const __global float* a = ap + a_off + bt * a_bs + k0;
+  const __global store_t* a = ap + a_off + bt * a_bs + k0;
   __global float* pb = part + bt * part_bs + (ulong)nb * mblocks * (GEMM_MR * GEMM_NR);
   const ulong cbase = c_off + bt * c_bs;
   bias += bias_off;
@@ -287,7 +297,21 @@ __kernel void gemm_cpu_direct_a(__global const float* ap, ulong a_off, ulong a_b
     if (!(flags & GEMM_FIRST)) {
       GEMM_ROWS(GEMM_LOAD)
     }
-    for (uint k = 0; k < kc; ++k) {
+    uint k = 0;
+#if !defined(STORE_F32)
+    for (; k + 16u <= kc; k += 16u) {
+      float at[16 * GEMM_MR];
+      GEMM_ROWS(GEMM_CVT16)
+      for (uint kk = 0; kk < 16u; ++kk) {
+        const float16 b0 = vload16(0, bq + (k + kk) * GEMM_NR);
+#if GEMM_NV == 2
+        const float16 b1 = vload16(0, bq + (k + kk) * GEMM_NR + 16);
+#endif
+        GEMM_ROWS(GEMM_FMA_T)
+      }
+    }
+#endif
+    for (; k < kc; ++k) {
       const float16 b0 = vload16(0, bq + k * GEMM_NR);
 #if GEMM_NV == 2
       const float16 b1 = vload16(0, bq + k * GEMM_NR + 16);
@@ -301,7 +325,6 @@ __kernel void gemm_cpu_direct_a(__global const float* ap, ulong a_off, ulong a_b
     }
   }
 }
-#endif
 
 // ---------------------------------------------------------------------------
 // Native accumulation: acc = round(acc + a*b) for k ascending (the product of

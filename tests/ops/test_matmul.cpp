@@ -4,8 +4,11 @@
 #include <cmath>
 
 #include "backend/opencl/gemm.hpp"
+#include "backend/opencl/opencl_backend.hpp"
 #include "support/backends.hpp"
 #include "support/op_case.hpp"
+#include "support/random.hpp"
+#include "support/tolerance.hpp"
 
 namespace nanscope::test {
 namespace {
@@ -128,6 +131,71 @@ TEST(MatmulTensorCores, SelectionRule) {
   EXPECT_TRUE(refused([](Case& x) { x.n = 63; }));
   EXPECT_TRUE(refused([](Case& x) { x.k = 31; }));
   EXPECT_TRUE(refused([](Case& x) { x.max_work_group_size = 64; }));  // not even the 4-warp blocks
+}
+
+// gemm_cpu_direct_a (A read where it lies, f16 / bf16 rows converted in the
+// kernel) against gemm_cpu on A packed into panels by gemm_pack_a: the same
+// sums in the same order, so the same bytes, for every storage dtype. k = 700
+// runs in three k-blocks (240, 240, 220: the last one ends in 12 k that the
+// half kernel reads one at a time), k = 77 in one block of 4 x 16 + 13; m = 29
+// leaves a partial row block, n = 41 a partial column panel; batch 2 with a
+// per-batch A, alpha and a bias. Both are also checked against the reference
+// backend, so a kernel that wrote nothing would not pass.
+TEST(MatmulDirectA, ReadsAWhereItLiesBitForBitAsThePackedPanels) {
+  if (opencl_backends().empty()) GTEST_SKIP() << no_opencl_message();
+  int checked = 0;
+  for (Backend* be : opencl_backends()) {
+    auto* ocl = dynamic_cast<opencl::OpenClBackend*>(be);
+    ASSERT_NE(ocl, nullptr);
+    // Only the CPU family reads A in place (gemm::reads_a_directly); elsewhere this would only build
+    // programs no op uses (about 80 s of PoCL compiles under NANSCOPE_KERNEL_STYLE=gpu).
+    if (ocl->kernel_style() != opencl::KernelStyle::cpu) continue;
+    ++checked;
+    namespace gemm = opencl::gemm;
+    const gemm::Tuning& t = gemm::tuning(ocl->device());
+    for (const DType dt : {DType::f32, DType::f16, DType::bf16}) {
+      for (const std::int64_t k : {std::int64_t{700}, std::int64_t{77}}) {
+        constexpr std::int64_t batch = 2, m = 29, n = 41;
+        const Precision p{dt};
+        SCOPED_TRACE("device \"" + be->device().name + "\", " + p.describe() + ", k " + std::to_string(k));
+        Rng rng(seed_from("matmul direct a " + std::to_string(k)));
+        SCOPED_TRACE("seed " + std::to_string(rng.seed()));
+        const HostTensor ha = random_normal(rng, {batch, m, k}, dt), hb = random_normal(rng, {batch, k, n}, dt);
+        const HostTensor hbias = random_normal(rng, {n}, dt);
+        const Tensor a = be->upload(ha), b = be->upload(hb), bias = be->upload(hbias);
+        const std::int64_t a_f = gemm::a_panel_floats(t, m, k), b_f = gemm::b_panel_floats(t, n, k);
+        const Tensor a_panels = be->upload(HostTensor({batch * a_f}, DType::f32));
+        const Tensor b_panels = be->upload(HostTensor({batch * b_f}, DType::f32));
+        const std::string opts = gemm::options(*ocl, p);
+        gemm::Problem pr;
+        pr.a = {ocl->buffer(a), 0, m * k, k, 1};
+        pr.b = {ocl->buffer(b), 0, k * n, n, 1};
+        gemm::pack_a(*ocl, opts, pr.a, batch, m, k, ocl->buffer(a_panels), a_f, "TEST");
+        gemm::pack_b(*ocl, opts, pr.b, batch, k, n, ocl->buffer(b_panels), b_f, "TEST");
+        pr.b_panels = ocl->buffer(b_panels);
+        pr.b_panels_bs = b_f;
+        pr.bias = ocl->buffer(bias);
+        pr.bias_mode = gemm::kBiasCol;
+        pr.alpha = 0.7f;
+        pr.batch = batch, pr.m = m, pr.n = n, pr.k = k;
+        pr.c_bs = m * n, pr.ldc = n;
+        const Tensor packed = be->upload(HostTensor({batch, m, n}, dt));
+        const Tensor direct = be->upload(HostTensor({batch, m, n}, dt));
+        pr.c = ocl->buffer(packed);
+        gemm::compute_panels(*ocl, p, ocl->buffer(a_panels), 0, a_f, pr, "TEST");
+        pr.c = ocl->buffer(direct);
+        gemm::compute_direct_a(*ocl, p, pr.a, pr, "TEST");
+        const HostTensor got = be->download(direct), want = be->download(packed);
+        EXPECT_TRUE(bitwise_equal(got, want)) << "gemm_cpu_direct_a against gemm_cpu on packed panels";
+        Backend& ref = reference_backend();
+        const Tensor ref_bias = ref.upload(hbias);
+        const HostTensor expected =
+            ref.download(ops::matmul(make_context(ref, p), ref.upload(ha), ref.upload(hb), false, 0.7f, &ref_bias));
+        EXPECT_TRUE(tensors_close(got, expected, tolerance("matmul", p, Check::backend)));
+      }
+    }
+  }
+  if (checked == 0) GTEST_SKIP() << "no OpenCL backend runs the CPU kernel family";
 }
 
 // Row 0 of a is 16 everywhere; column 1 of b is +16 for the first 300 k and -16

@@ -67,7 +67,8 @@ void OpenClBackend::conv2d(const Conv2dArgs& a) {
   const std::int64_t chunk_elems = gemm::b_panel_floats(t, pc, k);
   detail::ScratchBuffer cols(*this, static_cast<std::size_t>(chunk_elems * images) * sizeof(float),
                              "CONV2D im2col columns");
-  // f32 weights are read where they lie (gemm::reads_a_directly); other dtypes are packed to f32 once per call.
+  // Weights are read where they lie (gemm::reads_a_directly); with native accumulation they are packed to f32
+  // panels once per call.
   const bool direct = gemm::reads_a_directly(*this, a.precision, pr.a);
   std::optional<detail::ScratchBuffer> a_panels;
   if (!direct) {

@@ -175,7 +175,7 @@ void pack_b(OpenClBackend& be, const std::string& options, const Operand& b, std
 namespace {
 
 // Where gemm_cpu reads A: packed panels (a_blocks panels per batch), or the
-// operand itself (gemm_cpu_direct_a: f32 storage, unit column stride).
+// operand itself (gemm_cpu_direct_a: unit column stride).
 struct ASource {
   cl_mem mem = nullptr;
   std::int64_t off = 0, bs = 0;
@@ -253,7 +253,9 @@ void compute_panels(OpenClBackend& be, const Precision& p, cl_mem a_panels, std:
 }
 
 bool reads_a_directly(const OpenClBackend& be, const Precision& p, const Operand& a) {
-  return p.dtype == DType::f32 && !p.native_accumulation() && be.kernel_style() == KernelStyle::cpu && a.cs == 1;
+  // Every storage dtype: f16 / bf16 rows are converted to f32 in the kernel (exactly, as gemm_pack_a
+  // does), so half-precision weights are no longer packed into f32 panels on every call.
+  return !p.native_accumulation() && be.kernel_style() == KernelStyle::cpu && a.cs == 1;
 }
 
 void compute_direct_a(OpenClBackend& be, const Precision& p, const Operand& a, const Problem& pr, const char* op) {

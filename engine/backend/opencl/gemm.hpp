@@ -146,9 +146,9 @@ std::optional<MmaTiles> tensor_core_tiles(const TensorCoreCase& c);
 void compute_panels(OpenClBackend& be, const Precision& p, cl_mem a_panels, std::int64_t a_panels_off,
                     std::int64_t a_panels_bs, const Problem& pr, const char* op);
 
-// Whether the f32 CPU kernel can read A where it lies (gemm_cpu_direct_a:
-// f32 storage and accumulation, CPU style, unit column stride), skipping its
-// packing; then compute_direct_a does what compute_panels does, from `a`
+// Whether the CPU kernel can read A where it lies (gemm_cpu_direct_a: any
+// storage dtype, f32 accumulation, CPU style, unit column stride), skipping
+// its packing; then compute_direct_a does what compute_panels does, from `a`
 // (offset and batch stride in elements, rs the row stride).
 bool reads_a_directly(const OpenClBackend& be, const Precision& p, const Operand& a);
 void compute_direct_a(OpenClBackend& be, const Precision& p, const Operand& a, const Problem& pr, const char* op);
