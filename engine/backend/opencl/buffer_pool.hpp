@@ -11,11 +11,12 @@
 // Kept buffers are bounded a second way, by the most ever in use at once: a
 // request that no kept buffer serves first gives back kept buffers, of the
 // classes asked for least recently first, until in-use plus kept plus the new
-// buffer is within an eighth above that high-water mark (or is the new one:
-// the eighth is for runs that repeat the same requests, see evict_for). Without it, kept
-// buffers of sizes no later request asks for added to the peak: a VAE decode
-// allocates new sizes at every stage, and the classes of its earlier stages
-// sat next to the live tensors of its last one (bench_unet --component vae).
+// buffer is within an eighth above that high-water mark (or is the new high;
+// the eighth is for runs that repeat the same requests, see evict_for).
+// Without it, kept buffers of sizes no later request asks for added to the
+// peak: a VAE decode allocates new sizes at every stage, and the classes of
+// its earlier stages sat next to the live tensors of its last one (bench_unet
+// --component vae).
 // What is given back is touched afresh when its size is asked for again (the
 // next decode), so a request with no kept buffer of its own class takes one of
 // a larger class up to twice its size before anything is given back.
@@ -71,7 +72,7 @@ class BufferPool {
  private:
   struct Kept {
     cl_mem mem;
-    std::uint64_t released;  // order of release, for giving back the least recently released first
+    std::uint64_t released;  // order of release: of classes asked for equally long ago, the oldest goes first
   };
 
   std::size_t served_size(std::size_t bytes) const;  // size_class(bytes), or bytes when exact
