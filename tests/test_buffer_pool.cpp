@@ -1,5 +1,5 @@
 // The OpenCL backend's buffer pool: size classes, reuse of released buffers,
-// the cap on what is kept, and tensors that outlive their backend.
+// the cap on what is kept, what is given back above the high-water mark, and tensors that outlive their backend.
 
 #include <gtest/gtest.h>
 
@@ -72,6 +72,84 @@ TEST_F(BufferPoolDevice, WhatIsKeptStaysUnderTheCap) {
   for (int i = 0; i < 6; ++i) mems.push_back(pool.acquire(32 << 10, err));
   for (cl_mem m : mems) pool.release(m, 32 << 10);
   EXPECT_EQ(pool.kept_bytes(), std::size_t{64} << 10);  // two kept, four released to the driver
+}
+
+// In use + kept stays within an eighth above the most ever in use at once: a request
+// no kept buffer serves first gives back kept buffers, of the classes asked
+// for least recently first (a VAE decode's earlier stages must not add to the
+// peak of its last one). Kept buffers up to twice a request's size serve it.
+TEST_F(BufferPoolDevice, KeptBuffersAreGivenBackAboveTheHighWaterMark) {
+  BufferPool pool(be_->context(), 1 << 20);
+  cl_int err = CL_SUCCESS;
+  constexpr std::size_t kK = 1024;
+  cl_mem a = pool.acquire(64 * kK, err);
+  cl_mem b = pool.acquire(64 * kK, err);
+  cl_mem c = pool.acquire(64 * kK, err);
+  EXPECT_EQ(pool.peak_in_use_bytes(), 192 * kK);  // the mark: in use + kept may reach 216 KiB
+  pool.release(a, 64 * kK);
+  pool.release(b, 64 * kK);
+  pool.release(c, 64 * kK);
+  EXPECT_EQ(pool.kept_bytes(), 192 * kK);
+  // 104 KiB (100000 bytes' class): 192 + 104 > 216, so two 64 KiB buffers go (the oldest releases, a and b).
+  cl_mem d = pool.acquire(100000, err);
+  ASSERT_EQ(err, CL_SUCCESS);
+  EXPECT_EQ(pool.kept_bytes(), 64 * kK);
+  EXPECT_EQ(pool.acquire(64 * kK, err), c);
+  EXPECT_EQ(pool.reused(), 1u);
+  pool.release(c, 64 * kK);
+  pool.release(d, 100000);
+  // 40 KiB has no kept buffer of its class; the 64 KiB one serves it, and counts as 64 KiB in use.
+  EXPECT_EQ(pool.acquire(40 * kK, err), c);
+  EXPECT_EQ(pool.in_use_bytes(), 64 * kK);
+  pool.release(c, 40 * kK);
+  EXPECT_EQ(pool.kept_bytes(), 168 * kK);
+  // 128 KiB: 168 + 128 > 216; one buffer goes, d (its class was asked for least recently).
+  cl_mem e = pool.acquire(128 * kK, err);
+  ASSERT_EQ(err, CL_SUCCESS);
+  EXPECT_EQ(pool.kept_bytes(), 64 * kK);
+  EXPECT_EQ(pool.acquire(64 * kK, err), c);
+  pool.release(c, 64 * kK);
+  pool.release(e, 128 * kK);
+  // Within the mark nothing is given back: the same requests again are all served from the pool.
+  const std::size_t before = pool.reused();
+  for (int round = 0; round < 2; ++round) {
+    cl_mem x = pool.acquire(64 * kK, err);
+    cl_mem y = pool.acquire(128 * kK, err);
+    pool.release(x, 64 * kK);
+    pool.release(y, 128 * kK);
+  }
+  EXPECT_EQ(pool.reused(), before + 4);
+  EXPECT_EQ(pool.kept_bytes(), 192 * kK);
+  // A request beyond the mark: everything kept goes, the new high is in use alone.
+  cl_mem big = pool.acquire(512 * kK, err);
+  ASSERT_EQ(err, CL_SUCCESS);
+  EXPECT_EQ(pool.kept_bytes(), 0u);
+  EXPECT_EQ(pool.peak_in_use_bytes(), 512 * kK);
+  pool.release(big, 512 * kK);
+}
+
+// The order of giving back is by when a class was last asked for, not by when
+// its buffer came back: a class still in use keeps its spare buffers.
+TEST_F(BufferPoolDevice, TheClassAskedForLeastRecentlyGoesFirst) {
+  BufferPool pool(be_->context(), 1 << 20);
+  cl_int err = CL_SUCCESS;
+  constexpr std::size_t kK = 1024;
+  cl_mem p1 = pool.acquire(256 * kK, err);
+  cl_mem p2 = pool.acquire(256 * kK, err);
+  cl_mem q = pool.acquire(8 * kK, err);  // the mark 520 KiB: in use + kept may reach 585 KiB
+  pool.release(p1, 256 * kK);
+  pool.release(q, 8 * kK);
+  pool.release(p2, 256 * kK);
+  EXPECT_EQ(pool.acquire(256 * kK, err), p2);  // the 256 KiB class is asked for after the 8 KiB one
+  // 72 KiB (no kept class up to twice it): 256 in use + 264 kept + 72 > 585; giving back q is
+  // enough, and p1 stays although it came back before q.
+  cl_mem r = pool.acquire(72 * kK, err);
+  ASSERT_EQ(err, CL_SUCCESS);
+  EXPECT_EQ(pool.kept_bytes(), 256 * kK);
+  EXPECT_EQ(pool.acquire(256 * kK, err), p1);
+  pool.release(p1, 256 * kK);
+  pool.release(p2, 256 * kK);
+  pool.release(r, 72 * kK);
 }
 
 TEST_F(BufferPoolDevice, TensorsReuseBuffersAndOutliveTheirBackend) {

@@ -179,6 +179,8 @@ OpenClBackend::OpenClBackend(const DeviceInfo& device, const BackendOptions& opt
     NS_CL_CHECK_NOTHROW(clReleaseContext(context_));
     throw_cl_error(err, "clCreateCommandQueue", where);
   }
+  // Kept buffers the pool gives back are freed once the kernels queued on them have run.
+  pool_->set_drain([queue = queue_] { NS_CL_CHECK_NOTHROW(clFinish(queue)); });
 
   std::string dir;
   if (options.use_kernel_cache)
@@ -215,6 +217,7 @@ OpenClBackend::OpenClBackend(const DeviceInfo& device, const BackendOptions& opt
 }
 
 OpenClBackend::~OpenClBackend() {
+  pool_->set_drain(nullptr);  // the pool outlives the queue while tensors do
   if (queue_) NS_CL_CHECK_NOTHROW(clFinish(queue_));
   if (profile_) {
     try {
