@@ -19,7 +19,13 @@ UNet inputs: sample [2, 4, S, S], timestep [2] (500), encoder_hidden_states
 [2, 77, cross attention dim]; an SDXL UNet also text_embeds [2, pooled] and
 time_ids [2, 6] (original size, crop 0,0, target size, 8x the latent).
 VAE: latent [1, 4, S, S] / scaling_factor -> image [1, 3, 8S, 8S]. Attention is
-diffusers' classic AttnProcessor (baddbmm, softmax, bmm), as in the PyTorch row.
+diffusers' classic AttnProcessor, as in the PyTorch row, with its scores
+computed as matmul x scale, for the export and for the expected output alike:
+diffusers' baddbmm(torch.empty(...), q, k^T, beta=0) is exported as a zero
+tensor the size of the scores that torch's constant folding stores in the
+graph (1 GB per self-attention of the 512x512 UNet: the export ran out of
+17 GB), and on torch 1.13's CPU it lets NaNs in the uninitialised tensor
+through (0 x NaN): seen here in the output of the tiny UNet.
 Prints {"dir": EXPORT_DIR, "made": bool}."""
 import json
 import os
@@ -33,7 +39,21 @@ import diffusers
 from diffusers.models.attention_processor import AttnProcessor
 
 OPSET = 17  # the newest opset torch 1.13 exports
-FORMAT = 1  # bump when what this script writes changes
+FORMAT = 3  # bump when what this script writes changes
+
+
+def export_attention_scores(self, query, key, attention_mask=None):
+    """diffusers' Attention.get_attention_scores without baddbmm's beta-0 input."""
+    dtype = query.dtype
+    if self.upcast_attention:
+        query, key = query.float(), key.float()
+    scores = torch.matmul(query, key.transpose(-1, -2)) * self.scale
+    if attention_mask is not None:
+        scores = scores + attention_mask
+    if self.upcast_softmax:
+        scores = scores.float()
+    return scores.softmax(dim=-1).to(dtype)
+
 
 component, folder, size = sys.argv[1], sys.argv[2], int(sys.argv[3])
 if component not in ("unet", "vae"):
@@ -98,11 +118,14 @@ else:
 
     names = ["latent"]
 
+diffusers.models.attention_processor.Attention.get_attention_scores = export_attention_scores
 graph = Graph(model).eval()
 args = tuple(inputs[n] for n in names)
 t0 = time.perf_counter()
 with torch.no_grad():
     expected = graph(*args)
+if not torch.isfinite(expected).all():
+    sys.exit(f"export_onnx.py: PyTorch's output on {folder} is not finite (NaN or Inf): no reference to check against")
 tmp = out + ".tmp"
 shutil.rmtree(tmp, ignore_errors=True)
 os.makedirs(tmp)

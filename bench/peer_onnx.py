@@ -85,7 +85,9 @@ ref = expected.astype(np.float64)
 if out.shape != ref.shape:
     sys.exit(f"peer_onnx.py: {name}'s output has shape {list(out.shape)}, PyTorch's {list(ref.shape)}; row refused")
 rel_l2 = float(np.linalg.norm(out - ref) / max(np.linalg.norm(ref), 1e-30))
-if not rel_l2 <= TOLERANCE:
+if not np.isfinite(rel_l2):
+    sys.exit(f"peer_onnx.py: {name}'s output or PyTorch's is not finite (NaN or Inf); row refused")
+if rel_l2 > TOLERANCE:
     sys.exit(f"peer_onnx.py: {name}'s output differs from PyTorch's by a relative L2 error of {rel_l2:.3g} "
              f"(allowed {TOLERANCE:g}, {rel_l2 / TOLERANCE:.3g}x that); row refused")
 cpu0, wall0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
