@@ -16,8 +16,8 @@ exporter, which needs no `onnx` package). Writes MODEL_DIR/onnx/COMPONENT-SIZE/:
                  size and modification time, the size, torch and diffusers
                  versions. A folder whose key differs is exported again.
 UNet inputs: sample [2, 4, S, S], timestep [2] (500), encoder_hidden_states
-[2, 77, cross attention dim]; an SDXL UNet also text_embeds [2, pooled] and
-time_ids [2, 6] (original size, crop 0,0, target size, 8x the latent).
+[2, 77, cross attention dim]. SDXL UNets (added conditions) are refused: torch
+1.13's exporter had not finished even the tiny SDXL UNet after 10 minutes.
 VAE: latent [1, 4, S, S] / scaling_factor -> image [1, 3, 8S, 8S]. Attention is
 diffusers' classic AttnProcessor, as in the PyTorch row, with its scores
 computed as matmul x scale, for the export and for the expected output alike:
@@ -77,6 +77,9 @@ except (OSError, ValueError):
 torch.set_num_threads(os.cpu_count() or 1)
 g = torch.Generator().manual_seed(0)
 if component == "unet":
+    if config.get("addition_embed_type") == "text_time":
+        sys.exit("export_onnx.py: SDXL UNets are not exported (torch 1.13's ONNX exporter had not finished the tiny "
+                 "SDXL UNet after 10 minutes); no ONNX Runtime / OpenVINO rows for SDXL")
     model = diffusers.UNet2DConditionModel.from_pretrained(folder, torch_dtype=torch.float32)
     model.set_attn_processor(AttnProcessor())
     cfg = model.config
@@ -84,24 +87,16 @@ if component == "unet":
     inputs = {"sample": torch.randn(2, 4, size, size, generator=g),
               "encoder_hidden_states": torch.randn(2, 77, cfg.cross_attention_dim, generator=g)}
     inputs["timestep"] = torch.tensor([500.0, 500.0])
-    sdxl = cfg.addition_embed_type == "text_time"
-    if sdxl:
-        pooled = cfg.projection_class_embeddings_input_dim - 6 * cfg.addition_time_embed_dim
-        px = 8.0 * size
-        inputs["text_embeds"] = torch.randn(2, pooled, generator=g)
-        inputs["time_ids"] = torch.tensor([[px, px, 0.0, 0.0, px, px]] * 2)
 
     class Graph(torch.nn.Module):
         def __init__(self, unet):
             super().__init__()
             self.unet = unet
 
-        def forward(self, sample, timestep, encoder_hidden_states, text_embeds=None, time_ids=None):
-            added = {"text_embeds": text_embeds, "time_ids": time_ids} if sdxl else None
-            return self.unet(sample, timestep, encoder_hidden_states=encoder_hidden_states,
-                             added_cond_kwargs=added, return_dict=False)[0]
+        def forward(self, sample, timestep, encoder_hidden_states):
+            return self.unet(sample, timestep, encoder_hidden_states=encoder_hidden_states, return_dict=False)[0]
 
-    names = ["sample", "timestep", "encoder_hidden_states"] + (["text_embeds", "time_ids"] if sdxl else [])
+    names = ["sample", "timestep", "encoder_hidden_states"]
 else:
     model = diffusers.AutoencoderKL.from_pretrained(folder, torch_dtype=torch.float32)
     model.set_attn_processor(AttnProcessor())
