@@ -12,7 +12,7 @@
 // [1, 4, LATENT, LATENT], an image 8x that size).
 //
 //   build/bench/bench_unet [--component unet|vae] [--config sd15|sdxl] [--device D] [--model DIR] [--size LATENT]
-//                          [--runs N] [--dtypes f32,f16] [--no-torch | --torch-device cuda]
+//                          [--runs N] [--dtypes f32,f16] [--no-torch | --torch-device cuda] [--no-peers]
 //
 // --torch-device cuda times diffusers on the GPU instead, in f32 (TF32 off)
 // and f16, each NaNscope dtype against PyTorch's of the same dtype.
@@ -23,10 +23,18 @@
 // --model folder's own config.json says whether it is an SDXL UNet. Every
 // configuration runs in its own process (this program re-run with --child)
 // so that each peak RSS is that configuration's alone.
+//
+// On the CPU the same model also runs in the engines people use to run SD
+// fast on CPUs, ONNX Runtime and OpenVINO (f32, as many threads as PyTorch),
+// from an ONNX export made once by bench/export_onnx.py and cached in the
+// model folder (onnx/COMPONENT-SIZE); each engine's output is checked against
+// PyTorch's before it is timed (bench/peer_onnx.py, in the bench-only venv
+// .venv-bench that tools/bench_venv.sh makes). --no-peers skips them.
 
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -36,6 +44,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -221,7 +230,7 @@ int main(int argc, char** argv) {
   std::string pin, model, child_dtype, dtypes = "f32,f16";
   std::string torch_device = "cpu", component = "unet", unet_config;
   int size = 64, runs = 2;
-  bool torch = true;
+  bool torch = true, peers = true;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--device" && i + 1 < argc)
@@ -244,10 +253,12 @@ int main(int argc, char** argv) {
       torch = false;
     else if (a == "--torch-device" && i + 1 < argc)
       torch_device = argv[++i];
+    else if (a == "--no-peers")
+      peers = false;
     else {
       std::fprintf(stderr,
                    "usage: %s [--component unet|vae] [--config sd15|sdxl] [--device D] [--model DIR] [--size LATENT] "
-                   "[--runs N] [--dtypes f32,f16] [--no-torch | --torch-device cuda]\n",
+                   "[--runs N] [--dtypes f32,f16] [--no-torch | --torch-device cuda] [--no-peers]\n",
                    argv[0]);
       return 2;
     }
@@ -311,8 +322,8 @@ int main(int argc, char** argv) {
       }
     // Baselines by dtype: on the CPU one f32 run; on CUDA f32 (TF32 off) and f16.
     std::map<std::string, nlohmann::json> base;
+    const unsigned threads = std::max(1u, std::thread::hardware_concurrency());
     if (torch) {
-      const unsigned threads = std::max(1u, std::thread::hardware_concurrency());
       const bool cuda = torch_device != "cpu";
       for (const std::string& dt : cuda ? std::vector<std::string>{"f32", "f16"} : std::vector<std::string>{"f32"}) {
         auto r = bench::run_python_baseline(vae ? "torch_vae.py" : "torch_unet.py",
@@ -325,6 +336,27 @@ int main(int argc, char** argv) {
                                   : std::string(" (PyTorch CPU)")),
                         *r, dt});
         progress(rows.back().name, *r);
+      }
+    }
+    // The CPU engines on the same model exported to ONNX (once, cached in the
+    // folder), each checked against PyTorch's output before it is timed.
+    std::vector<std::pair<std::string, std::size_t>> peer_rows;  // engine, row
+    if (peers && torch_device == "cpu") {
+      if (!fs::exists(bench::bench_venv_python())) {
+        std::fprintf(stderr,
+                     "bench_unet: no ONNX Runtime / OpenVINO rows: their venv .venv-bench is missing "
+                     "(make it with tools/bench_venv.sh; --no-peers skips them)\n");
+      } else if (const auto exported = bench::run_json_command(
+                     bench::python_command("", "export_onnx.py",
+                                           component + " '" + model + "' " + std::to_string(size)),
+                     "bench_unet: the ONNX export (bench/export_onnx.py)")) {
+        for (const auto& [engine, label] :
+             {std::pair{"onnxruntime", "ONNX Runtime"}, std::pair{"openvino", "OpenVINO"}})
+          if (auto r = bench::run_peer(engine, exported->at("dir").get<std::string>(), runs, threads)) {
+            rows.push_back({std::string(label) + " f32 (CPU)", *r, "f32"});
+            peer_rows.emplace_back(label, rows.size() - 1);
+            progress(rows.back().name, *r);
+          }
       }
     }
     // A row's baseline: PyTorch in the same dtype, else its f32.
@@ -360,9 +392,44 @@ int main(int argc, char** argv) {
                   r.at("peak_rss_mb").get<double>(),
                   b ? (std::to_string(b->at("call").get<double>() / call).substr(0, 5) + "x").c_str() : "");
     }
+    // NaNscope f32 against the fastest peer and the peer with the lowest peak RSS.
+    const auto ours = std::find_if(rows.begin(), rows.end(), [](const Row& r) { return r.name == "NaNscope f32"; });
+    const auto best_peer = [&](const char* key) -> const std::pair<std::string, std::size_t>* {
+      const std::pair<std::string, std::size_t>* best = nullptr;
+      for (const auto& p : peer_rows)
+        if (!best || rows[p.second].r.at(key).get<double>() < rows[best->second].r.at(key).get<double>()) best = &p;
+      return best;
+    };
+    if (ours != rows.end() && !peer_rows.empty()) {
+      const auto* fastest = best_peer("call");
+      const auto* leanest = best_peer("peak_rss_mb");
+      const double peer_call = rows[fastest->second].r.at("call").get<double>();
+      const double our_call = ours->r.at("call").get<double>();
+      const double peer_rss = rows[leanest->second].r.at("peak_rss_mb").get<double>();
+      const double our_rss = ours->r.at("peak_rss_mb").get<double>();
+      std::printf(
+          "\nNaNscope f32 is %.2fx the speed of the fastest peer (%s: %.4f s a call against %.4f s; > 1: faster).\n",
+          peer_call / our_call, fastest->first.c_str(), peer_call, our_call);
+      std::printf(
+          "NaNscope f32's peak RSS is %.2fx the lowest peer's (%s: %.0f MB against %.0f MB; <= 1: at or below).\n",
+          our_rss / peer_rss, leanest->first.c_str(), peer_rss, our_rss);
+    }
     std::printf(
         "\n(cores busy: CPU time / wall time over the timed calls; PyTorch / this > 1 means NaNscope is "
         "faster.)\n");
+    if (!peer_rows.empty()) {
+      std::string errors;
+      for (const auto& [engine, row] : peer_rows) {
+        char e[160];
+        std::snprintf(e, sizeof e, "%s%s %.1e", errors.empty() ? "" : ", ", rows[row].r.value("engine", engine).c_str(),
+                      rows[row].r.value("rel_l2", 0.0));
+        errors += e;
+      }
+      std::printf(
+          "Peers: the same model exported to ONNX (opset 17, static shapes; bench/export_onnx.py), %u threads each,\n"
+          "OpenVINO with inference precision f32; relative L2 error of their output against PyTorch's: %s.\n",
+          threads, errors.c_str());
+    }
     std::printf(
         "\nf16 on a device without cl_khr_fp16 stores f16 and computes in f32 (conversions on every load/store);\n"
         "PyTorch 1.13 has no f16 convolution on the CPU, so its baseline is f32.\n");

@@ -102,4 +102,20 @@ inline std::optional<nlohmann::json> run_python_baseline(const std::string& scri
                           "PyTorch baseline " + script + " (is .venv set up? run tools/setup.sh)");
 }
 
+// The benches' own venv for the CPU inference engines NaNscope is timed
+// against besides PyTorch (ONNX Runtime, OpenVINO), made by tools/bench_venv.sh;
+// kept apart from the oracle venv so that neither sees the other's packages.
+inline std::string bench_venv_python() { return NANSCOPE_SOURCE_DIR "/.venv-bench/bin/python"; }
+
+// Runs bench/peer_onnx.py ENGINE EXPORT_DIR RUNS THREADS in .venv-bench: one
+// call of the ONNX graph bench/export_onnx.py wrote, in ONNX Runtime or
+// OpenVINO on the CPU, its output checked against PyTorch's first.
+inline std::optional<nlohmann::json> run_peer(const std::string& engine, const std::string& export_dir, int runs,
+                                              unsigned threads) {
+  return run_json_command("env GLIBC_TUNABLES=glibc.malloc.hugetlb=1 '" + bench_venv_python() +
+                              "' '" NANSCOPE_SOURCE_DIR "/bench/peer_onnx.py' " + engine + " '" + export_dir + "' " +
+                              std::to_string(runs) + " " + std::to_string(threads),
+                          "bench/peer_onnx.py " + engine);
+}
+
 }  // namespace nanscope::bench
