@@ -19,11 +19,12 @@ wall time over the timed calls, "peak_rss_mb": MB, "loaded_rss_mb": MB,
 Runs in its own process so that the peak resident memory is this engine's alone."""
 import json
 import os
-import resource
 import sys
 import time
 
 import numpy as np
+
+from call_timing import measure, rss_mb
 
 TOLERANCE = 1e-3  # relative L2 error against PyTorch f32: f32 engines land around 1e-6
 engine, folder, runs, threads = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
@@ -66,34 +67,36 @@ elif engine == "openvino":
 else:
     sys.exit(f"peer_onnx.py: engine must be onnxruntime or openvino, not {engine!r}")
 load = time.perf_counter() - t0
-loaded_rss = 0.0
-with open("/proc/self/status") as f:
-    for line in f:
-        if line.startswith("VmRSS:"):
-            loaded_rss = int(line.split()[1]) / 1024.0
+loaded_rss = rss_mb()
+
+
+outputs = []
 
 
 def call():
     start = time.perf_counter()
     out = run()
-    return time.perf_counter() - start, out
+    elapsed = time.perf_counter() - start
+    if not outputs:
+        outputs.append(out)  # the first call's, checked before the timed calls
+    return elapsed
 
 
-first, out = call()
-out = np.asarray(out, dtype=np.float64)
-ref = expected.astype(np.float64)
-if out.shape != ref.shape:
-    sys.exit(f"peer_onnx.py: {name}'s output has shape {list(out.shape)}, PyTorch's {list(ref.shape)}; row refused")
-rel_l2 = float(np.linalg.norm(out - ref) / max(np.linalg.norm(ref), 1e-30))
-if not np.isfinite(rel_l2):
-    sys.exit(f"peer_onnx.py: {name}'s output or PyTorch's is not finite (NaN or Inf); row refused")
-if rel_l2 > TOLERANCE:
-    sys.exit(f"peer_onnx.py: {name}'s output differs from PyTorch's by a relative L2 error of {rel_l2:.3g} "
-             f"(allowed {TOLERANCE:g}, {rel_l2 / TOLERANCE:.3g}x that); row refused")
-cpu0, wall0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
-times = sorted(call()[0] for _ in range(runs))
-cpu1, wall = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter() - wall0
-cores = (cpu1.ru_utime + cpu1.ru_stime - cpu0.ru_utime - cpu0.ru_stime) / wall
-rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-print(json.dumps({"load": load, "first": first, "call": times[len(times) // 2], "cores": cores, "peak_rss_mb": rss,
-                  "loaded_rss_mb": loaded_rss, "rel_l2": rel_l2, "engine": name}))
+def check():
+    out = np.asarray(outputs[0], dtype=np.float64)
+    ref = expected.astype(np.float64)
+    if out.shape != ref.shape:
+        sys.exit(f"peer_onnx.py: {name}'s output has shape {list(out.shape)}, PyTorch's {list(ref.shape)}; "
+                 "row refused")
+    err = float(np.linalg.norm(out - ref) / max(np.linalg.norm(ref), 1e-30))
+    if not np.isfinite(err):
+        sys.exit(f"peer_onnx.py: {name}'s output or PyTorch's is not finite (NaN or Inf); row refused")
+    if err > TOLERANCE:
+        sys.exit(f"peer_onnx.py: {name}'s output differs from PyTorch's by a relative L2 error of {err:.3g} "
+                 f"(allowed {TOLERANCE:g}, {err / TOLERANCE:.3g}x that); row refused")
+    outputs.append(err)
+
+
+result = measure(call, runs, after_first=check)
+result.update({"load": load, "loaded_rss_mb": loaded_rss, "rel_l2": outputs[1], "engine": name})
+print(json.dumps(result))

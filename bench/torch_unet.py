@@ -14,13 +14,14 @@ DEVICE cuda: PyTorch at its best on the GPU: diffusers' default attention
 (scaled_dot_product_attention, flash/memory-efficient kernels), cuDNN
 autotuning on, and TF32 off for f32 (so f32 is f32)."""
 import json
-import resource
 import sys
 import time
 
 import torch
 from diffusers import UNet2DConditionModel
 from diffusers.models.attention_processor import AttnProcessor
+
+from call_timing import measure, rss_mb
 
 folder, size, runs, threads = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 device = sys.argv[5] if len(sys.argv) > 5 else "cpu"
@@ -45,11 +46,7 @@ if not cuda:
 unet.eval().to(device)
 sync()
 load = time.perf_counter() - t0
-loaded_rss = 0.0
-with open("/proc/self/status") as f:
-    for line in f:
-        if line.startswith("VmRSS:"):
-            loaded_rss = int(line.split()[1]) / 1024.0
+loaded_rss = rss_mb()
 g = torch.Generator().manual_seed(0)
 sample = torch.randn(2, 4, size, size, generator=g).to(device, dtype)
 context = torch.randn(2, 77, unet.config.cross_attention_dim, generator=g).to(device, dtype)
@@ -73,13 +70,8 @@ def call():
     return time.perf_counter() - start
 
 
-first = call()
-cpu0, wall0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
-times = sorted(call() for _ in range(runs))
-cpu1, wall = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter() - wall0
-cores = (cpu1.ru_utime + cpu1.ru_stime - cpu0.ru_utime - cpu0.ru_stime) / wall
-rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-result = {"load": load, "first": first, "call": times[len(times) // 2], "cores": cores, "peak_rss_mb": rss, "loaded_rss_mb": loaded_rss}
+result = measure(call, runs)
+result.update({"load": load, "loaded_rss_mb": loaded_rss})
 if cuda:
     result["device"] = torch.cuda.get_device_name(0)
     result["peak_device_mb"] = torch.cuda.max_memory_allocated() / 2**20

@@ -7,13 +7,14 @@ Prints one JSON object: {"load": s, "first": s, "call": s (median), "peak_rss_mb
 Runs in its own process so that the peak resident memory is this baseline's alone;
 diffusers' classic AttnProcessor (torch 1.13 has no SDPA)."""
 import json
-import resource
 import sys
 import time
 
 import torch
 from diffusers import AutoencoderKL
 from diffusers.models.attention_processor import AttnProcessor
+
+from call_timing import measure, rss_mb
 
 folder, size, runs, threads = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 torch.set_num_threads(threads)
@@ -22,11 +23,7 @@ vae = AutoencoderKL.from_pretrained(folder, torch_dtype=torch.float32)
 vae.set_attn_processor(AttnProcessor())
 vae.eval()
 load = time.perf_counter() - t0
-loaded_rss = 0.0
-with open("/proc/self/status") as f:
-    for line in f:
-        if line.startswith("VmRSS:"):
-            loaded_rss = int(line.split()[1]) / 1024.0
+loaded_rss = rss_mb()
 latent = torch.randn(1, 4, size, size, generator=torch.Generator().manual_seed(0))
 
 
@@ -37,11 +34,6 @@ def call():
     return time.perf_counter() - start
 
 
-first = call()
-cpu0, wall0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
-times = sorted(call() for _ in range(runs))
-cpu1, wall = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter() - wall0
-cores = (cpu1.ru_utime + cpu1.ru_stime - cpu0.ru_utime - cpu0.ru_stime) / wall
-rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-print(json.dumps({"load": load, "first": first, "call": times[len(times) // 2], "cores": cores, "peak_rss_mb": rss,
-                  "loaded_rss_mb": loaded_rss}))
+result = measure(call, runs)
+result.update({"load": load, "loaded_rss_mb": loaded_rss})
+print(json.dumps(result))
