@@ -525,3 +525,49 @@ inline ulong panel_row(uint p, uint panels, uint k, uint K, uint kc, uint width)
   const uint kcb = min(kc, K - k0);
   return ((ulong)k0 * panels + (ulong)p * kcb + (k - k0)) * width;
 }
+
+// 16 consecutive columns of im2col row (ci, ky, kx), output positions
+// oy*OW + ox onward (xp: channel ci of the image, H x W), zero in the padding
+// and after `count` columns (matmul.cl conv_cpu, conv2d.cl conv_im2col_panels).
+// im2col_row16_any takes every case one element at a time; im2col_row16 first
+// tries the fast paths at stride 1 for 16 positions in one output row: inside
+// the image, a padding row, or one column over the left or right edge (3x3
+// with padding 1: one vector load and a lane shift). The general case stays
+// out of line so the gather loops that inline the fast paths stay small.
+__attribute__((noinline)) float16 im2col_row16_any(__global const store_t* xp, uint H, uint W, uint stride, uint pad,
+                                                   uint OW, uint oy, uint ox, uint ky, uint kx, uint count) {
+  float t[16];
+  for (uint j = 0; j < 16u; ++j) {
+    float val = 0.0f;
+    if (j < count) {
+      const int y = (int)(oy * stride + ky) - (int)pad;
+      const int xx = (int)(ox * stride + kx) - (int)pad;
+      if (y >= 0 && y < (int)H && xx >= 0 && xx < (int)W) val = ld(xp, (ulong)y * W + (uint)xx);
+    }
+    t[j] = val;
+    if (++ox == OW) ox = 0, ++oy;
+  }
+  return vload16(0, t);
+}
+
+__attribute__((always_inline)) inline float16 im2col_row16(__global const store_t* xp, uint H, uint W, uint stride,
+                                                            uint pad, uint OW, uint oy, uint ox, uint ky, uint kx,
+                                                            uint count) {
+  if (stride == 1u && count >= 16u && ox + 16u <= OW && W >= 16u) {
+    const int iy = (int)(oy + ky) - (int)pad;
+    const int ix = (int)(ox + kx) - (int)pad;
+    if (iy < 0 || iy >= (int)H) return (float16)(0.0f);
+    if (ix >= 0 && ix + 16 <= (int)W) return ld16(xp, (ulong)iy * W + (uint)ix);
+    if (ix == -1) {
+      const float16 a = ld16(xp, (ulong)iy * W);
+      return (float16)(0.0f, a.s0, a.s1, a.s2, a.s3, a.s4, a.s5, a.s6, a.s7, a.s8, a.s9, a.sa, a.sb, a.sc, a.sd,
+                       a.se);
+    }
+    if (ix + 15 == (int)W) {
+      const float16 a = ld16(xp, (ulong)iy * W + (uint)(ix - 1));
+      return (float16)(a.s1, a.s2, a.s3, a.s4, a.s5, a.s6, a.s7, a.s8, a.s9, a.sa, a.sb, a.sc, a.sd, a.se, a.sf,
+                       0.0f);
+    }
+  }
+  return im2col_row16_any(xp, H, W, stride, pad, OW, oy, ox, ky, kx, count);
+}

@@ -4,10 +4,11 @@
 // order (op_args.hpp). Padding contributes zeros that are multiplied like data
 // (a non-finite weight over padding gives NaN, as in the reference).
 //
-// conv_im2col_panels packs f32 panels of GEMM B (cpu style and native
-// accumulation, k-blocked by kc as matmul.cl lays them out) for the output
-// positions [p0, p0 + pc) of each image. GPU style reads the columns on the
-// fly instead (matmul.cl conv_implicit_gemm).
+// conv_im2col_panels packs f32 panels of GEMM B (native accumulation,
+// k-blocked by kc as matmul.cl lays them out) for the output positions
+// [p0, p0 + pc) of each image. With f32 accumulation the CPU family gathers
+// the same panels inside the GEMM (matmul.cl conv_cpu) and GPU style reads the
+// columns on the fly (matmul.cl conv_implicit_gemm).
 
 #ifndef GEMM_NV
 #define GEMM_NV 1
@@ -33,47 +34,9 @@ __kernel void conv_im2col_panels(__global const store_t* x, ulong x_off, ulong x
   const uint q0 = nb * GEMM_NR;  // first column of this panel within the chunk
   uint oy = (p0 + q0) / OW, ox = (p0 + q0) % OW;  // walked along with the columns
   for (uint v = 0; v < GEMM_NV; ++v) {
-    const int iy = (int)(oy * stride + ky) - (int)pad;
-    const int ix = (int)(ox * stride + kx) - (int)pad;
-    // Fast paths: 16 consecutive positions in one output row at stride 1: inside the image, a
-    // padding row (zeros), or one column over the left or right edge (3x3 with padding 1: one
-    // vector load and a lane shift instead of 16 bounds-checked scalar loads).
-    if (stride == 1u && q0 + 16u * v + 16u <= pc && ox + 16u <= OW && W >= 16u) {
-      float16 row;
-      bool done = true;
-      if (iy < 0 || iy >= (int)H) {
-        row = (float16)(0.0f);
-      } else if (ix >= 0 && ix + 16 <= (int)W) {
-        row = ld16(xp, (ulong)iy * W + (uint)ix);
-      } else if (ix == -1) {
-        const float16 a = ld16(xp, (ulong)iy * W);
-        row = (float16)(0.0f, a.s0, a.s1, a.s2, a.s3, a.s4, a.s5, a.s6, a.s7, a.s8, a.s9, a.sa, a.sb, a.sc, a.sd,
-                        a.se);
-      } else if (ix + 15 == (int)W) {
-        const float16 a = ld16(xp, (ulong)iy * W + (uint)(ix - 1));
-        row = (float16)(a.s1, a.s2, a.s3, a.s4, a.s5, a.s6, a.s7, a.s8, a.s9, a.sa, a.sb, a.sc, a.sd, a.se, a.sf,
-                        0.0f);
-      } else {
-        done = false;
-      }
-      if (done) {
-        vstore16(row, 0, d + 16u * v);
-        ox += 16u;
-        if (ox == OW) ox = 0, ++oy;
-        continue;
-      }
-    }
-    float t[16];
-    for (uint j = 0; j < 16u; ++j) {
-      float val = 0.0f;
-      if (q0 + 16u * v + j < pc) {
-        const int y = (int)(oy * stride + ky) - (int)pad;
-        const int xx = (int)(ox * stride + kx) - (int)pad;
-        if (y >= 0 && y < (int)H && xx >= 0 && xx < (int)W) val = ld(xp, (ulong)y * W + (uint)xx);
-      }
-      t[j] = val;
-      if (++ox == OW) ox = 0, ++oy;
-    }
-    vstore16(vload16(0, t), 0, d + 16u * v);
+    const uint q = q0 + 16u * v;
+    vstore16(im2col_row16(xp, H, W, stride, pad, OW, oy, ox, ky, kx, q < pc ? pc - q : 0u), 0, d + 16u * v);
+    ox += 16u;
+    while (ox >= OW) ox -= OW, ++oy;
   }
 }

@@ -266,13 +266,42 @@ __kernel void gemm_cpu(__global const float* ap, ulong a_poff, ulong a_bs, uint 
   }
 #endif
 #define GEMM_FMA_D(r) GEMM_FMA_V(r, ld(ar##r, k))
+#if GEMM_NV == 1
+#define GEMM_LOAD_B(BQ, KK) const float16 b0 = vload16(0, (BQ) + (KK) * GEMM_NR);
+#else
+#define GEMM_LOAD_B(BQ, KK)                                  \
+  const float16 b0 = vload16(0, (BQ) + (KK) * GEMM_NR);      \
+  const float16 b1 = vload16(0, (BQ) + (KK) * GEMM_NR + 16);
+#endif
 #if !defined(STORE_F32)
 // Half storage: 16 k of each row converted by one vector load (the CPU's
 // conversion instructions; scalar ld() is integer arithmetic) into a private
 // block the fmas read as gemm_cpu reads its panel.
 #define GEMM_CVT16(r) vstore16(ld16(ar##r, k), 0, at + r * 16);
 #define GEMM_FMA_T(r) GEMM_FMA_V(r, at[r * 16 + kk])
+#define GEMM_DIRECT_K16(BQ, KC)            \
+  for (; k + 16u <= (KC); k += 16u) {      \
+    float at[16 * GEMM_MR];                \
+    GEMM_ROWS(GEMM_CVT16)                  \
+    for (uint kk = 0; kk < 16u; ++kk) {    \
+      GEMM_LOAD_B(BQ, k + kk)              \
+      GEMM_ROWS(GEMM_FMA_T)                \
+    }                                      \
+  }
+#else
+#define GEMM_DIRECT_K16(BQ, KC)
 #endif
+// The sums of one MR x NR block over KC columns of the rows ar0.. of A and the
+// sub-panel BQ (KC x NR floats, global or local): gemm_cpu_direct_a and conv_cpu.
+#define GEMM_DIRECT_A_SUMS(BQ, KC)  \
+  {                                 \
+    uint k = 0;                     \
+    GEMM_DIRECT_K16(BQ, KC)         \
+    for (; k < (KC); ++k) {         \
+      GEMM_LOAD_B(BQ, k)            \
+      GEMM_ROWS(GEMM_FMA_D)         \
+    }                               \
+  }
 
 __kernel void gemm_cpu_direct_a(__global const store_t* ap, ulong a_off, ulong a_bs, ulong lda,
                                 __global const float* bp, ulong b_poff, ulong b_bs, uint b_blocks, uint nb0,
@@ -297,31 +326,95 @@ __kernel void gemm_cpu_direct_a(__global const store_t* ap, ulong a_off, ulong a
     if (!(flags & GEMM_FIRST)) {
       GEMM_ROWS(GEMM_LOAD)
     }
-    uint k = 0;
-#if !defined(STORE_F32)
-    for (; k + 16u <= kc; k += 16u) {
-      float at[16 * GEMM_MR];
-      GEMM_ROWS(GEMM_CVT16)
-      for (uint kk = 0; kk < 16u; ++kk) {
-        const float16 b0 = vload16(0, bq + (k + kk) * GEMM_NR);
-#if GEMM_NV == 2
-        const float16 b1 = vload16(0, bq + (k + kk) * GEMM_NR + 16);
-#endif
-        GEMM_ROWS(GEMM_FMA_T)
-      }
-    }
-#endif
-    for (; k < kc; ++k) {
-      const float16 b0 = vload16(0, bq + k * GEMM_NR);
-#if GEMM_NV == 2
-      const float16 b1 = vload16(0, bq + k * GEMM_NR + 16);
-#endif
-      GEMM_ROWS(GEMM_FMA_D)
-    }
+    GEMM_DIRECT_A_SUMS(bq, kc)
     if (!(flags & GEMM_LAST)) {
       GEMM_ROWS(GEMM_SAVE)
     } else {
       GEMM_ROWS(GEMM_STORE)
+    }
+  }
+}
+
+// Convolution on the CPU family with f32 accumulation, without a column
+// matrix: gemm_cpu_direct_a (weights W [M][K] read where they lie as A) whose
+// B sub-panels each work-item gathers itself from the image, one k-block at a
+// time, into local memory (im2col_row16), then multiplies by its mgroup row
+// blocks while they are in the caches; the running sums wait in local memory
+// between k-blocks. A work-item owns np consecutive column panels, so each
+// row block's slice of W is read from memory once for np panels (one panel
+// per work-item streamed all of W's rows through L2 for every panel). The
+// column matrix of conv_im2col_panels + gemm_cpu (1.2 GB for a 128-channel
+// 512x512 VAE layer, written to memory in chunks and read back) never exists.
+// Same sums in the same order as that path: identical results bit for bit.
+// out[b][m][n] = sum_k W[m][k] * im2col(x[b])[k][n] + bias[m], n = oy*OW + ox < N.
+// Grid: (ceil(ceil(N/NR) / np), ceil(ceil(M/MR) / mgroup), images), local size 1.
+// bl: np x kc x NR floats; pl: mgroup x np x MR x NR floats.
+__kernel void conv_cpu(__global const store_t* ap, ulong lda, __global const store_t* x, ulong x_off, ulong x_bs,
+                       uint H, uint W, uint KH, uint KW, uint stride, uint pad, uint OW,
+                       __local float* bl, __local float* pl, uint kc, uint mgroup, uint np,
+                       __global const store_t* bias, ulong bias_off, int bias_mode, __global store_t* c, ulong c_off,
+                       ulong c_bs, uint M, uint N, uint K) {
+  const ulong bt = get_global_id(2);
+  const uint mblocks = (M + GEMM_MR - 1) / GEMM_MR;
+  const uint nblocks = (N + GEMM_NR - 1) / GEMM_NR;
+  const uint nb0 = (uint)get_global_id(0) * np;
+  const uint nps = min(np, nblocks - nb0);
+  const ulong cbase = c_off + bt * c_bs;
+  const ulong ldc = N;
+  const float alpha = 1.0f;
+  bias += bias_off;
+  x += x_off + bt * x_bs;
+  const uint mb0 = (uint)get_global_id(1) * mgroup;
+  const uint mb_end = min(mblocks, mb0 + mgroup);
+  // The output position of each 16-column vector of the work-item's panels, decomposed once (a division by a
+  // run-time OW in the gather loop cost more than the gather).
+  uint voy[4 * GEMM_NV], vox[4 * GEMM_NV];
+  {
+    const uint q = nb0 * GEMM_NR;
+    uint oy = q / OW, ox = q % OW;
+    for (uint i = 0; i < nps * GEMM_NV; ++i) {
+      voy[i] = oy, vox[i] = ox;
+      ox += 16u;
+      while (ox >= OW) ox -= OW, ++oy;
+    }
+  }
+  uint ci = 0, ky = 0, kx = 0;  // im2col row k0, walked along k
+  for (uint k0 = 0; k0 < K; k0 += kc) {
+    const uint kcb = min(kc, K - k0);
+    for (uint kk = 0; kk < kcb; ++kk) {
+      const __global store_t* xp = x + (ulong)ci * H * W;
+      for (uint i = 0; i < nps * GEMM_NV; ++i) {
+        const uint q = nb0 * GEMM_NR + 16u * i;
+        const uint j = i / GEMM_NV, v = i % GEMM_NV;
+        // An aligned vector store (local arguments are aligned to the largest type; rows are 64 bytes): vstore16
+        // was split into three stores.
+        *(__local float16*)(bl + ((ulong)j * kcb + kk) * GEMM_NR + 16u * v) =
+            im2col_row16(xp, H, W, stride, pad, OW, voy[i], vox[i], ky, kx, q < N ? N - q : 0u);
+      }
+      if (++kx == KW) {
+        kx = 0;
+        if (++ky == KH) ky = 0, ++ci;
+      }
+    }
+    const __global store_t* a = ap + k0;
+    for (uint mb = mb0; mb < mb_end; ++mb) {
+      const uint m0 = mb * GEMM_MR;
+      for (uint j = 0; j < nps; ++j) {
+        const uint n0 = (nb0 + j) * GEMM_NR;
+        const __local float* bq = bl + (ulong)j * kcb * GEMM_NR;
+        __local float* pp = pl + ((mb - mb0) * np + j) * (GEMM_MR * GEMM_NR);
+        GEMM_ROWS(GEMM_ROWPTR)
+        GEMM_ROWS(GEMM_DECL)
+        if (k0 > 0) {
+          GEMM_ROWS(GEMM_LOAD)
+        }
+        GEMM_DIRECT_A_SUMS(bq, kcb)
+        if (k0 + kcb < K) {
+          GEMM_ROWS(GEMM_SAVE)
+        } else {
+          GEMM_ROWS(GEMM_STORE)
+        }
+      }
     }
   }
 }

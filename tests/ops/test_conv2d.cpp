@@ -4,9 +4,13 @@
 // overflow, and bad inputs.
 
 #include <cmath>
+#include <cstring>
 
+#include "backend/opencl/opencl_backend.hpp"
 #include "support/backends.hpp"
 #include "support/op_case.hpp"
+#include "support/random.hpp"
+#include "support/tolerance.hpp"
 
 namespace nanscope::test {
 namespace {
@@ -167,6 +171,80 @@ TEST(Conv2dFailureModes, Conv1x1EqualsMatmulBitForBitInNativeF16) {
     mm.shape = conv.shape;
     EXPECT_TRUE(bitwise_equal(conv, mm));
   });
+}
+// The CPU family's convolution (kernels/matmul.cl conv_cpu: B sub-panels
+// gathered from the image in the kernel) against MATMUL of the weights and the
+// im2col matrix built here on the host: the same sums in the same order, so
+// the same bytes, for every storage dtype with f32 accumulation. Shapes: 100
+// channels (k = 900: two k-blocks), 13 output channels (a partial row block),
+// 34x40 with padding (the vector gather's edge paths; 1360 positions: a
+// partial column panel and a partial group of panels), stride 2 and 5x7
+// images (the element-wise gather), batch 2. Also checked against the
+// reference backend, so a kernel that wrote nothing would not pass.
+TEST(Conv2dCpuKernel, EqualsMatmulOnTheIm2colMatrixBitForBit) {
+  struct Shape4 {
+    std::int64_t c, h, w, o, k, stride, pad;
+  };
+  const Shape4 shapes[] = {{100, 34, 40, 13, 3, 1, 1}, {6, 5, 7, 9, 3, 2, 1}, {4, 17, 16, 8, 3, 1, 0}};
+  int checked = 0;
+  for (Backend* be : opencl_backends()) {
+    auto* ocl = dynamic_cast<opencl::OpenClBackend*>(be);
+    ASSERT_NE(ocl, nullptr);
+    if (ocl->kernel_style() != opencl::KernelStyle::cpu) continue;  // only the CPU family runs conv_cpu
+    ++checked;
+    for (const DType dt : {DType::f32, DType::f16, DType::bf16}) {
+      for (const Shape4& g : shapes) {
+        constexpr std::int64_t n = 2;
+        const std::int64_t oh = (g.h + 2 * g.pad - g.k) / g.stride + 1, ow = (g.w + 2 * g.pad - g.k) / g.stride + 1;
+        const std::int64_t kk = g.c * g.k * g.k, pos = oh * ow;
+        const Precision p{dt};
+        SCOPED_TRACE("device \"" + be->device().name + "\", " + p.describe() + ", " + std::to_string(g.c) +
+                     " channels " + std::to_string(g.h) + "x" + std::to_string(g.w) + " stride " +
+                     std::to_string(g.stride));
+        Rng rng(seed_from("conv cpu kernel " + std::to_string(g.c)));
+        SCOPED_TRACE("seed " + std::to_string(rng.seed()));
+        const HostTensor hx = random_normal(rng, {n, g.c, g.h, g.w}, dt);
+        const HostTensor hw = random_normal(rng, {g.o, g.c, g.k, g.k}, dt, 0.0, 1.0 / std::sqrt(double(kk)));
+        const OpContext cx = make_context(*be, p);
+        const HostTensor conv = be->download(ops::conv2d(cx, be->upload(hx), be->upload(hw), nullptr,
+                                                         static_cast<int>(g.stride), static_cast<int>(g.pad)));
+        // im2col on the host: column (oy, ox), row (ci, ky, kx), zero in the padding.
+        const std::vector<float> x = hx.to_f32();
+        HostTensor w2 = hw;
+        w2.shape = {g.o, kk};
+        const Tensor wt = be->upload(w2);
+        for (std::int64_t b = 0; b < n; ++b) {
+          std::vector<float> cols(static_cast<std::size_t>(kk * pos), 0.0f);
+          for (std::int64_t r = 0; r < kk; ++r) {
+            const std::int64_t ci = r / (g.k * g.k), ky = r / g.k % g.k, kx = r % g.k;
+            for (std::int64_t oy = 0; oy < oh; ++oy) {
+              for (std::int64_t ox = 0; ox < ow; ++ox) {
+                const std::int64_t iy = oy * g.stride + ky - g.pad, ix = ox * g.stride + kx - g.pad;
+                if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) continue;
+                cols[static_cast<std::size_t>(r * pos + oy * ow + ox)] =
+                    x[static_cast<std::size_t>(((b * g.c + ci) * g.h + iy) * g.w + ix)];
+              }
+            }
+          }
+          const HostTensor mm =
+              be->download(ops::matmul(cx, wt, be->upload(HostTensor::from_f32({kk, pos}, cols, dt))));
+          const std::vector<float> got = conv.to_f32(), want = mm.to_f32();
+          bool same = true;
+          for (std::int64_t i = 0; i < g.o * pos && same; ++i) {
+            const float u = got[static_cast<std::size_t>(b * g.o * pos + i)], v = want[static_cast<std::size_t>(i)];
+            same = std::memcmp(&u, &v, sizeof u) == 0;
+          }
+          EXPECT_TRUE(same) << "image " << b << ": conv2d differs from matmul on the im2col matrix";
+        }
+        Backend& ref = reference_backend();
+        const HostTensor expected =
+            ref.download(ops::conv2d(make_context(ref, p), ref.upload(hx), ref.upload(hw), nullptr,
+                                     static_cast<int>(g.stride), static_cast<int>(g.pad)));
+        EXPECT_TRUE(tensors_close(conv, expected, tolerance("conv2d", p, Check::backend)));
+      }
+    }
+  }
+  if (checked == 0) GTEST_SKIP() << "no OpenCL backend runs the CPU kernel family";
 }
 }  // namespace
 }  // namespace nanscope::test

@@ -2,10 +2,12 @@
 // and the im2col matrix as B [C*KH*KW][OH*OW] per image (kernels/conv2d.cl,
 // kernels/matmul.cl). A 1x1 stride-1 unpadded convolution is a plain GEMM on
 // the input. Otherwise: on GPU-style backends (f32 accumulation) an implicit
-// GEMM that reads the columns from the input on the fly; with the panel
-// kernels (CPU style, native accumulation) the columns are packed in chunks
-// of output positions so the scratch stays bounded (a 512x512 VAE layer would
-// need >1 GiB at once).
+// GEMM that reads the columns from the input on the fly; on the CPU family
+// with f32 accumulation one kernel whose work-items gather their own B
+// sub-panels from the image (conv_cpu, no column matrix); with native
+// accumulation the columns are packed into panels in chunks of output
+// positions so the scratch stays bounded (a 512x512 VAE layer would need
+// >1 GiB at once), then multiplied by gemm_native.
 #include <algorithm>
 #include <optional>
 
@@ -43,10 +45,14 @@ void OpenClBackend::conv2d(const Conv2dArgs& a) {
     return;
   }
 
+  const gemm::ConvShape s{a.n, a.c, a.h, a.w_in, a.o, a.kh, a.kw, a.stride, a.padding, a.oh, a.ow};
+  cl_mem bias = a.bias ? buffer(*a.bias) : nullptr;
   if (!gemm::uses_panels(*this, a.precision)) {
-    const gemm::ConvShape s{a.n, a.c, a.h, a.w_in, a.o, a.kh, a.kw, a.stride, a.padding, a.oh, a.ow};
-    gemm::run_implicit_conv(*this, a.precision, s, buffer(a.w), buffer(a.x), a.bias ? buffer(*a.bias) : nullptr,
-                            buffer(a.out), op);
+    gemm::run_implicit_conv(*this, a.precision, s, buffer(a.w), buffer(a.x), bias, buffer(a.out), op);
+    return;
+  }
+  if (gemm::runs_cpu_conv(*this, a.precision, s)) {
+    gemm::run_cpu_conv(*this, a.precision, s, buffer(a.w), buffer(a.x), bias, buffer(a.out), op);
     return;
   }
 

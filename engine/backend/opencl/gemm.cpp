@@ -183,6 +183,16 @@ struct ASource {
   std::int64_t lda = 0;  // direct only
 };
 
+// Row blocks per work-item of the panel kernels (of a_blocks, next to `columns` column panels x batches): many
+// for cache reuse, few enough to keep every core busy. (Equal groups: an uneven last group would leave a thread
+// idle at the end of each pass.)
+std::int64_t row_group(std::int64_t a_blocks, std::int64_t columns) {
+  std::int64_t groups = static_cast<std::int64_t>(ceil_div(a_blocks, 16));
+  while (groups < a_blocks && columns * groups < 64) groups *= 2;
+  groups = std::min(groups, a_blocks);
+  return static_cast<std::int64_t>(ceil_div(a_blocks, groups));
+}
+
 void compute_blocks(OpenClBackend& be, const Precision& p, const ASource& src, const Problem& pr, const char* op) {
   const Tuning& t = tuning(be.device());
   const std::int64_t a_blocks = static_cast<std::int64_t>(ceil_div(pr.m, t.mr));
@@ -218,12 +228,7 @@ void compute_blocks(OpenClBackend& be, const Precision& p, const ASource& src, c
   for (std::int64_t n0 = 0; n0 < pr.n; n0 += cols) {
     const std::int64_t nn = std::min(cols, pr.n - n0);
     const std::int64_t nblk = static_cast<std::int64_t>(ceil_div(nn, t.nr()));
-    // Row blocks per work-item: many for cache reuse, few enough to keep both cores busy.
-    // (Equal groups: an uneven last group would leave a thread idle at the end of each pass.)
-    std::int64_t groups = static_cast<std::int64_t>(ceil_div(a_blocks, 16));
-    while (groups < a_blocks && nblk * groups * pr.batch < 64) groups *= 2;
-    groups = std::min(groups, a_blocks);
-    const std::int64_t mgroup = static_cast<std::int64_t>(ceil_div(a_blocks, groups));
+    const std::int64_t mgroup = row_group(a_blocks, nblk * pr.batch);
     const size_t global[3] = {static_cast<size_t>(nblk), ceil_div(a_blocks, mgroup), static_cast<size_t>(pr.batch)};
     for (std::int64_t pass = 0; pass < passes; ++pass) {
       const std::int64_t k0 = pass * kc;
@@ -442,6 +447,56 @@ void run_implicit_conv(OpenClBackend& be, const Precision& p, const ConvShape& s
   const size_t global[3] = {ceil_div(shape.n, t.ts_n) * lx, ceil_div(shape.m, t.ts_m) * ly, static_cast<size_t>(s.n)};
   const size_t local[3] = {lx, ly, 1};
   be.launch(kern, op, 3, global, local);
+}
+
+namespace {
+
+// conv_cpu's blocking: np column panels and mgroup row blocks per work-item, k in blocks of kc.
+struct CpuConvBlocks {
+  std::int64_t kc = 0, np = 1, mgroup = 1, nblk = 0, a_blocks = 0;
+};
+
+CpuConvBlocks cpu_conv_blocks(const Tuning& t, const ConvShape& s) {
+  CpuConvBlocks b;
+  const std::int64_t k = s.c * s.kh * s.kw;
+  b.kc = k_block(t, k);
+  b.nblk = static_cast<std::int64_t>(ceil_div(s.oh * s.ow, t.nr()));
+  b.a_blocks = static_cast<std::int64_t>(ceil_div(s.o, t.mr));
+  // Up to 4 panels per work-item (a weight slice serves 4x the columns), while at least 32 column groups remain
+  // to spread over the cores.
+  b.np = 4;  // at most 4: conv_cpu keeps the positions of 4 x NV vectors
+  while (b.np > 1 && static_cast<std::int64_t>(ceil_div(b.nblk, b.np)) * s.n < 32) b.np /= 2;
+  b.mgroup = row_group(b.a_blocks, static_cast<std::int64_t>(ceil_div(b.nblk, b.np)) * s.n);
+  return b;
+}
+
+}  // namespace
+
+bool runs_cpu_conv(const OpenClBackend& be, const Precision& p, const ConvShape& s) {
+  if (!reads_a_directly(be, p, Operand{nullptr, 0, 0, s.c * s.kh * s.kw, 1})) return false;
+  const Tuning& t = tuning(be.device());
+  const CpuConvBlocks b = cpu_conv_blocks(t, s);
+  const std::uint64_t local = static_cast<std::uint64_t>(b.np * (b.kc + b.mgroup * t.mr) * t.nr()) * sizeof(float);
+  return !be.device().local_mem_bytes || local <= be.device().local_mem_bytes;
+}
+
+void run_cpu_conv(OpenClBackend& be, const Precision& p, const ConvShape& s, cl_mem w, cl_mem x, cl_mem bias,
+                  cl_mem out, const char* op) {
+  const Tuning& t = tuning(be.device());
+  const CpuConvBlocks b = cpu_conv_blocks(t, s);
+  const std::int64_t k = s.c * s.kh * s.kw;
+  const std::int64_t n = s.oh * s.ow;
+  cl_kernel kern = be.kernel("matmul", "conv_cpu", options(be, p));
+  OpenClBackend::set_args(kern, w, cl_ulong(k), x, cl_ulong(0), cl_ulong(s.c * s.h * s.w), to_uint(s.h, op, "h"),
+                          to_uint(s.w, op, "w"), to_uint(s.kh, op, "kh"), to_uint(s.kw, op, "kw"),
+                          to_uint(s.stride, op, "stride"), to_uint(s.padding, op, "padding"), to_uint(s.ow, op, "ow"),
+                          LocalMem{static_cast<size_t>(b.np * b.kc * t.nr()) * sizeof(float)},
+                          LocalMem{static_cast<size_t>(b.np * b.mgroup * t.mr * t.nr()) * sizeof(float)},
+                          to_uint(b.kc, op, "kc"), cl_uint(b.mgroup), cl_uint(b.np), bias, cl_ulong(0),
+                          cl_int(bias ? kBiasRow : kBiasNone), out, cl_ulong(0), cl_ulong(s.o * n),
+                          to_uint(s.o, op, "o"), to_uint(n, op, "oh*ow"), to_uint(k, op, "c*kh*kw"));
+  const size_t global[3] = {ceil_div(b.nblk, b.np), ceil_div(b.a_blocks, b.mgroup), static_cast<size_t>(s.n)};
+  be.launch(kern, op, 3, global, nullptr);
 }
 
 void run(OpenClBackend& be, const Precision& p, const Problem& pr, const char* op) {

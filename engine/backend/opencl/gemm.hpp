@@ -113,6 +113,13 @@ struct ConvShape {
 void run_implicit_conv(OpenClBackend& be, const Precision& p, const ConvShape& s, cl_mem w, cl_mem x, cl_mem bias,
                        cl_mem out, const char* op);
 
+// CPU family, f32 accumulation (the weights read as gemm_cpu_direct_a reads A): the convolution in one kernel
+// whose work-items gather their B sub-panels from the image into local memory (kernels/matmul.cl conv_cpu), no
+// column matrix. runs_cpu_conv: whether it runs here (the precision and device, and its local memory fits).
+bool runs_cpu_conv(const OpenClBackend& be, const Precision& p, const ConvShape& s);
+void run_cpu_conv(OpenClBackend& be, const Precision& p, const ConvShape& s, cl_mem w, cl_mem x, cl_mem bias,
+                  cl_mem out, const char* op);
+
 // NVIDIA tensor cores (kernels/matmul.cl gemm_mma / conv_implicit_mma, built
 // with -DGEMM_MMA): warps_m x warps_n warps of 32, each computing 64 x 32 of C
 // with mma.sync m16n8k16 (f16 operands, f32 accumulation).
