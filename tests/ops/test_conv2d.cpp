@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "backend/opencl/gemm.hpp"
 #include "backend/opencl/opencl_backend.hpp"
 #include "support/backends.hpp"
 #include "support/op_case.hpp"
@@ -175,17 +176,20 @@ TEST(Conv2dFailureModes, Conv1x1EqualsMatmulBitForBitInNativeF16) {
 // The CPU family's convolution (kernels/matmul.cl conv_cpu: B sub-panels
 // gathered from the image in the kernel) against MATMUL of the weights and the
 // im2col matrix built here on the host: the same sums in the same order, so
-// the same bytes, for every storage dtype with f32 accumulation. Shapes: 100
-// channels (k = 900: two k-blocks), 13 output channels (a partial row block),
-// 34x40 with padding (the vector gather's edge paths; 1360 positions: a
-// partial column panel and a partial group of panels), stride 2 and 5x7
-// images (the element-wise gather), batch 2. Also checked against the
-// reference backend, so a kernel that wrote nothing would not pass.
+// the same bytes, for every storage dtype with f32 accumulation. Shapes that
+// conv_cpu runs: 100 channels (k = 900: two k-blocks), 13 output channels (a
+// partial row block), 41x48 with padding (1968 positions: a partial column
+// panel and a partial group of panels; the gather's edge paths), and 17x16
+// (every vector at an edge). Shapes that go through conv_im2col_panels: stride
+// 2 and a 5x7 image. Batch 2. Also checked against the reference backend, so a
+// kernel that wrote nothing would not pass.
 TEST(Conv2dCpuKernel, EqualsMatmulOnTheIm2colMatrixBitForBit) {
   struct Shape4 {
     std::int64_t c, h, w, o, k, stride, pad;
+    bool in_kernel;  // runs conv_cpu
   };
-  const Shape4 shapes[] = {{100, 34, 40, 13, 3, 1, 1}, {6, 5, 7, 9, 3, 2, 1}, {4, 17, 16, 8, 3, 1, 0}};
+  const Shape4 shapes[] = {
+      {100, 41, 48, 13, 3, 1, 1, true}, {4, 17, 16, 8, 3, 1, 1, true}, {6, 5, 7, 9, 3, 2, 1, false}};
   int checked = 0;
   for (Backend* be : opencl_backends()) {
     auto* ocl = dynamic_cast<opencl::OpenClBackend*>(be);
@@ -205,6 +209,8 @@ TEST(Conv2dCpuKernel, EqualsMatmulOnTheIm2colMatrixBitForBit) {
         SCOPED_TRACE("seed " + std::to_string(rng.seed()));
         const HostTensor hx = random_normal(rng, {n, g.c, g.h, g.w}, dt);
         const HostTensor hw = random_normal(rng, {g.o, g.c, g.k, g.k}, dt, 0.0, 1.0 / std::sqrt(double(kk)));
+        const opencl::gemm::ConvShape cs{n, g.c, g.h, g.w, g.o, g.k, g.k, g.stride, g.pad, oh, ow};
+        EXPECT_EQ(opencl::gemm::runs_cpu_conv(*ocl, p, cs), g.in_kernel);
         const OpContext cx = make_context(*be, p);
         const HostTensor conv = be->download(ops::conv2d(cx, be->upload(hx), be->upload(hw), nullptr,
                                                          static_cast<int>(g.stride), static_cast<int>(g.pad)));

@@ -3,11 +3,13 @@
 // kernels/matmul.cl). A 1x1 stride-1 unpadded convolution is a plain GEMM on
 // the input. Otherwise: on GPU-style backends (f32 accumulation) an implicit
 // GEMM that reads the columns from the input on the fly; on the CPU family
-// with f32 accumulation one kernel whose work-items gather their own B
-// sub-panels from the image (conv_cpu, no column matrix); with native
-// accumulation the columns are packed into panels in chunks of output
-// positions so the scratch stays bounded (a 512x512 VAE layer would need
-// >1 GiB at once), then multiplied by gemm_native.
+// with f32 accumulation, where it is the faster path (gemm::runs_cpu_conv:
+// stride 1, rows of whole vectors, weights small enough), one kernel whose
+// work-items gather their own B sub-panels from the image (conv_cpu, no
+// column matrix). Otherwise the columns are packed into panels in chunks of
+// output positions so the scratch stays bounded (a 512x512 VAE layer would
+// need >1 GiB at once), then multiplied by gemm_cpu_direct_a (f32
+// accumulation) or gemm_native.
 #include <algorithm>
 #include <optional>
 

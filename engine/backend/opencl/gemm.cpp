@@ -474,8 +474,20 @@ CpuConvBlocks cpu_conv_blocks(const Tuning& t, const ConvShape& s) {
 
 bool runs_cpu_conv(const OpenClBackend& be, const Precision& p, const ConvShape& s) {
   if (!reads_a_directly(be, p, Operand{nullptr, 0, 0, s.c * s.kh * s.kw, 1})) return false;
+  // Where conv_cpu beats conv_im2col_panels + gemm_cpu (bench_ops --shapes sd15, Zen 4, 1 MB L2 per core):
+  // - its gather's vector paths only: stride 1, whole 16-position vectors per output row. Strided convolutions
+  //   and 8x8 images gather one element at a time, and that for every row group: 30-50% of peak against 63-82%;
+  // - weights read from memory at most about 1.5 MB per column panel a work-item owns (its row blocks' slice
+  //   of W over all of k, divided by its panels): W is streamed once per work-item, where gemm_cpu keeps a
+  //   k-block's slice in L2 across every column panel. 2x320x64x64 -> 320 (1.0 MB): 87% against 81%;
+  //   2x640x32x32 -> 640 (1.5 MB): 88% against 81%; 2x960x32x32 -> 640 (2.2 MB): 84% against 87%;
+  //   2x1280x16x16 -> 1280 (5.9 MB): 81% against 89%.
+  if (s.stride != 1 || s.ow % 16 != 0 || s.w < 16) return false;
   const Tuning& t = tuning(be.device());
   const CpuConvBlocks b = cpu_conv_blocks(t, s);
+  const auto w_stream = static_cast<double>(b.mgroup * t.mr * s.c * s.kh * s.kw) *
+                        static_cast<double>(dtype_size(p.dtype)) / static_cast<double>(b.np);
+  if (w_stream > 1.5 * 1024 * 1024) return false;
   const std::uint64_t local = static_cast<std::uint64_t>(b.np * (b.kc + b.mgroup * t.mr) * t.nr()) * sizeof(float);
   return !be.device().local_mem_bytes || local <= be.device().local_mem_bytes;
 }
