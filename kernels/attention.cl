@@ -249,9 +249,11 @@ __kernel void attention_fused(__global const store_t* q, __global const store_t*
 // rows, as gemm_cpu does (no horizontal sums in the inner loops):
 //   S (FQB rows x 32 keys) = Q . K^T, from K packed per (batch, head) as
 //       [key block][d][32] (attn_pack_kt), Q transposed in private memory;
-//   online softmax per row, the running max moved once per 32 keys (the
-//       same result up to f32 rounding); the running sums l are kept per
-//       lane and added up once at the end;
+//   online softmax per row in base 2 (scores scaled by scale * log2(e),
+//       then exp2: the same softmax, exp2 is the cheaper function), the
+//       running max moved once per 32 keys (the same result up to f32
+//       rounding); the running sums l are kept per lane and added up once at
+//       the end;
 //   O (FQB rows x dvp) = O * corr + P . V, from V packed as [key][dvp]
 //       (attn_pack_v, dvp = dv rounded up to 16, zero-padded).
 // Padded keys score -Inf and carry zero V rows, so they weigh exactly 0.
@@ -318,8 +320,8 @@ __kernel void attn_pack_v(__global const store_t* v, __global float* vp, uint sk
 #define FL_PROBS(r)                                                                     \
   {                                                                                     \
     const int16 skip = (int16)(none.s##r);                                              \
-    const float16 ps = select(exp(s##r - mn.s##r), (float16)(0.0f), skip);              \
-    const float16 pt = select(exp(t##r - mn.s##r), (float16)(0.0f), skip);              \
+    const float16 ps = select(exp2(s##r - mn.s##r), (float16)(0.0f), skip);             \
+    const float16 pt = select(exp2(t##r - mn.s##r), (float16)(0.0f), skip);             \
     vstore16(ps, 0, pb + r * FKB);                                                      \
     vstore16(pt, 0, pb + r * FKB + 16);                                                 \
     vstore16(fma(vload16(r, lv), (float16)(corr.s##r), ps + pt), r, lv);                \
@@ -359,6 +361,8 @@ __kernel void attention_flash_cpu(__global const store_t* q, __global const floa
   const uint h = (uint)get_global_id(1);
   const ulong b = get_global_id(2);
   if (i0 >= sq) return;
+  // Scores in base 2 (s * scale * log2(e), then exp2): the same softmax, and exp2 is cheaper than exp.
+  scale *= M_LOG2E_F;
   const uint rows = min((uint)FQB, sq - i0);
   const ulong qstride = (ulong)heads * d, vstride = (ulong)heads * dv;
   const uint nkb = (sk + FKB - 1u) / FKB;
@@ -402,7 +406,7 @@ __kernel void attention_flash_cpu(__global const store_t* q, __global const floa
     }
     const float8 mn = select(select(mx, m, isgreaterequal(m, mx)), m, isnan(m));  // nan_max(m, mx)
     const int8 none = mn == (float8)(-INFINITY);  // -1 where the row takes no key yet
-    const float8 corr = select(exp(m - mn), (float8)(1.0f), none);
+    const float8 corr = select(exp2(m - mn), (float8)(1.0f), none);
     FQB_ROWS(FL_PROBS)
     m = mn;
     const bool skipped = any(none);
