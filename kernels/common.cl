@@ -571,3 +571,31 @@ __attribute__((always_inline)) inline float16 im2col_row16(__global const store_
   }
   return im2col_row16_any(xp, H, W, stride, pad, OW, oy, ox, ky, kx, count);
 }
+
+// The rows kx = 0, 1, 2 of im2col_row16 at once for a stride-1 convolution
+// with padding 1 and 3 taps per row (kx = 1 is the input row itself, kx = 0
+// and 2 the same 16 values shifted by one with their neighbours): one vector
+// load instead of three. Anything but 16 positions in one output row of an
+// image at least 16 wide takes im2col_row16 three times.
+__attribute__((always_inline)) inline void im2col_taps3(__global const store_t* xp, uint H, uint W, uint OW, uint oy,
+                                                        uint ox, uint ky, uint count, float16* r0, float16* r1,
+                                                        float16* r2) {
+  if (count >= 16u && ox + 16u <= OW && W >= 16u && ox + 16u <= W) {
+    const int iy = (int)(oy + ky) - 1;
+    if (iy < 0 || iy >= (int)H) {
+      *r0 = *r1 = *r2 = (float16)(0.0f);
+      return;
+    }
+    const ulong row = (ulong)iy * W;
+    const float16 c = ld16(xp, row + ox);
+    const float l = ox > 0u ? ld(xp, row + ox - 1u) : 0.0f;
+    const float r = ox + 16u < W ? ld(xp, row + ox + 16u) : 0.0f;
+    *r0 = (float16)(l, c.s0, c.s1, c.s2, c.s3, c.s4, c.s5, c.s6, c.s7, c.s8, c.s9, c.sa, c.sb, c.sc, c.sd, c.se);
+    *r1 = c;
+    *r2 = (float16)(c.s1, c.s2, c.s3, c.s4, c.s5, c.s6, c.s7, c.s8, c.s9, c.sa, c.sb, c.sc, c.sd, c.se, c.sf, r);
+    return;
+  }
+  *r0 = im2col_row16(xp, H, W, 1u, 1u, OW, oy, ox, ky, 0u, count);
+  *r1 = im2col_row16(xp, H, W, 1u, 1u, OW, oy, ox, ky, 1u, count);
+  *r2 = im2col_row16(xp, H, W, 1u, 1u, OW, oy, ox, ky, 2u, count);
+}

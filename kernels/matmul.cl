@@ -338,7 +338,8 @@ __kernel void gemm_cpu_direct_a(__global const store_t* ap, ulong a_off, ulong a
 // Convolution on the CPU family with f32 accumulation, without a column
 // matrix: gemm_cpu_direct_a (weights W [M][K] read where they lie as A) whose
 // B sub-panels each work-item gathers itself from the image, one k-block at a
-// time, into local memory (im2col_row16), then multiplies by its mgroup row
+// time, into local memory (im2col_row16; im2col_taps3 takes the three taps
+// of a 3x3 row from one load), then multiplies by its mgroup row
 // blocks while they are in the caches; the running sums wait in local memory
 // between k-blocks. A work-item owns np consecutive column panels, so each
 // row block's slice of W is read from memory once for np panels (one panel
@@ -383,11 +384,26 @@ __kernel void conv_cpu(__global const store_t* ap, ulong lda, __global const sto
     const uint kcb = min(kc, K - k0);
     for (uint kk = 0; kk < kcb; ++kk) {
       const __global store_t* xp = x + (ulong)ci * H * W;
+      // Gathered rows are stored as aligned vectors (local arguments are aligned to the largest type; rows are
+      // 64 bytes): vstore16 was split into three stores.
+      if (KW == 3u && stride == 1u && pad == 1u && kx == 0u && kk + 2u < kcb) {
+        // The three kx taps of an input row at once: one load and two lane shifts (im2col_taps3).
+        for (uint i = 0; i < nps * GEMM_NV; ++i) {
+          const uint q = nb0 * GEMM_NR + 16u * i;
+          __local float* d = bl + ((ulong)(i / GEMM_NV) * kcb + kk) * GEMM_NR + 16u * (i % GEMM_NV);
+          float16 r0, r1, r2;
+          im2col_taps3(xp, H, W, OW, voy[i], vox[i], ky, q < N ? N - q : 0u, &r0, &r1, &r2);
+          *(__local float16*)d = r0;
+          *(__local float16*)(d + GEMM_NR) = r1;
+          *(__local float16*)(d + 2 * GEMM_NR) = r2;
+        }
+        kk += 2u;
+        if (++ky == KH) ky = 0, ++ci;
+        continue;
+      }
       for (uint i = 0; i < nps * GEMM_NV; ++i) {
         const uint q = nb0 * GEMM_NR + 16u * i;
         const uint j = i / GEMM_NV, v = i % GEMM_NV;
-        // An aligned vector store (local arguments are aligned to the largest type; rows are 64 bytes): vstore16
-        // was split into three stores.
         *(__local float16*)(bl + ((ulong)j * kcb + kk) * GEMM_NR + 16u * v) =
             im2col_row16(xp, H, W, stride, pad, OW, voy[i], vox[i], ky, kx, q < N ? N - q : 0u);
       }
