@@ -4,11 +4,12 @@
 // order (op_args.hpp). Padding contributes zeros that are multiplied like data
 // (a non-finite weight over padding gives NaN, as in the reference).
 //
-// conv_im2col_panels packs f32 panels of GEMM B (native accumulation,
-// k-blocked by kc as matmul.cl lays them out) for the output positions
-// [p0, p0 + pc) of each image. With f32 accumulation the CPU family gathers
-// the same panels inside the GEMM (matmul.cl conv_cpu) and GPU style reads the
-// columns on the fly (matmul.cl conv_implicit_gemm).
+// conv_im2col_panels packs f32 panels of GEMM B (k-blocked by kc as
+// matmul.cl lays them out) for the output positions [p0, p0 + pc) of each
+// image: native accumulation, and the shapes the CPU family's conv_cpu does
+// not take (gemm::runs_cpu_conv: strided, small images, deep layers); conv_cpu
+// gathers the same panels inside the GEMM, and GPU style reads the columns on
+// the fly (matmul.cl conv_implicit_gemm).
 
 #ifndef GEMM_NV
 #define GEMM_NV 1
