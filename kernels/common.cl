@@ -580,7 +580,7 @@ __attribute__((always_inline)) inline float16 im2col_row16(__global const store_
 __attribute__((always_inline)) inline void im2col_taps3(__global const store_t* xp, uint H, uint W, uint OW, uint oy,
                                                         uint ox, uint ky, uint count, float16* r0, float16* r1,
                                                         float16* r2) {
-  if (count >= 16u && ox + 16u <= OW && W >= 16u && ox + 16u <= W) {
+  if (count >= 16u && ox + 16u <= OW && ox + 16u <= W) {
     const int iy = (int)(oy + ky) - 1;
     if (iy < 0 || iy >= (int)H) {
       *r0 = *r1 = *r2 = (float16)(0.0f);

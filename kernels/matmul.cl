@@ -350,21 +350,19 @@ __kernel void gemm_cpu_direct_a(__global const store_t* ap, ulong a_off, ulong a
 // out[b][m][n] = sum_k W[m][k] * im2col(x[b])[k][n] + bias[m], n = oy*OW + ox < N.
 // Grid: (ceil(ceil(N/NR) / np), ceil(ceil(M/MR) / mgroup), images), local size 1.
 // bl: np x kc x NR floats; pl: mgroup x np x MR x NR floats.
-__kernel void conv_cpu(__global const store_t* ap, ulong lda, __global const store_t* x, ulong x_off, ulong x_bs,
-                       uint H, uint W, uint KH, uint KW, uint stride, uint pad, uint OW,
-                       __local float* bl, __local float* pl, uint kc, uint mgroup, uint np,
-                       __global const store_t* bias, ulong bias_off, int bias_mode, __global store_t* c, ulong c_off,
+__kernel void conv_cpu(__global const store_t* ap, __global const store_t* x, ulong x_bs, uint H, uint W, uint KH,
+                       uint KW, uint stride, uint pad, uint OW, __local float* bl, __local float* pl, uint kc,
+                       uint mgroup, uint np, __global const store_t* bias, int bias_mode, __global store_t* c,
                        ulong c_bs, uint M, uint N, uint K) {
   const ulong bt = get_global_id(2);
   const uint mblocks = (M + GEMM_MR - 1) / GEMM_MR;
   const uint nblocks = (N + GEMM_NR - 1) / GEMM_NR;
   const uint nb0 = (uint)get_global_id(0) * np;
   const uint nps = min(np, nblocks - nb0);
-  const ulong cbase = c_off + bt * c_bs;
-  const ulong ldc = N;
+  const ulong cbase = bt * c_bs;
+  const ulong lda = K, ldc = N;  // W is [M][K], out[b] is [M][N]
   const float alpha = 1.0f;
-  bias += bias_off;
-  x += x_off + bt * x_bs;
+  x += bt * x_bs;
   const uint mb0 = (uint)get_global_id(1) * mgroup;
   const uint mb_end = min(mblocks, mb0 + mgroup);
   // The output position of each 16-column vector of the work-item's panels, decomposed once (a division by a

@@ -499,14 +499,13 @@ void run_cpu_conv(OpenClBackend& be, const Precision& p, const ConvShape& s, cl_
   const std::int64_t k = s.c * s.kh * s.kw;
   const std::int64_t n = s.oh * s.ow;
   cl_kernel kern = be.kernel("matmul", "conv_cpu", options(be, p));
-  OpenClBackend::set_args(kern, w, cl_ulong(k), x, cl_ulong(0), cl_ulong(s.c * s.h * s.w), to_uint(s.h, op, "h"),
-                          to_uint(s.w, op, "w"), to_uint(s.kh, op, "kh"), to_uint(s.kw, op, "kw"),
-                          to_uint(s.stride, op, "stride"), to_uint(s.padding, op, "padding"), to_uint(s.ow, op, "ow"),
-                          LocalMem{static_cast<size_t>(b.np * b.kc * t.nr()) * sizeof(float)},
-                          LocalMem{static_cast<size_t>(b.np * b.mgroup * t.mr * t.nr()) * sizeof(float)},
-                          to_uint(b.kc, op, "kc"), cl_uint(b.mgroup), cl_uint(b.np), bias, cl_ulong(0),
-                          cl_int(bias ? kBiasRow : kBiasNone), out, cl_ulong(0), cl_ulong(s.o * n),
-                          to_uint(s.o, op, "o"), to_uint(n, op, "oh*ow"), to_uint(k, op, "c*kh*kw"));
+  OpenClBackend::set_args(
+      kern, w, x, cl_ulong(s.c * s.h * s.w), to_uint(s.h, op, "h"), to_uint(s.w, op, "w"), to_uint(s.kh, op, "kh"),
+      to_uint(s.kw, op, "kw"), to_uint(s.stride, op, "stride"), to_uint(s.padding, op, "padding"),
+      to_uint(s.ow, op, "ow"), LocalMem{static_cast<size_t>(b.np * b.kc * t.nr()) * sizeof(float)},
+      LocalMem{static_cast<size_t>(b.np * b.mgroup * t.mr * t.nr()) * sizeof(float)}, to_uint(b.kc, op, "kc"),
+      cl_uint(b.mgroup), cl_uint(b.np), bias, cl_int(bias ? kBiasRow : kBiasNone), out, cl_ulong(s.o * n),
+      to_uint(s.o, op, "o"), to_uint(n, op, "oh*ow"), to_uint(k, op, "c*kh*kw"));
   const size_t global[3] = {ceil_div(b.nblk, b.np), ceil_div(b.a_blocks, b.mgroup), static_cast<size_t>(s.n)};
   be.launch(kern, op, 3, global, nullptr);
 }
