@@ -82,6 +82,19 @@ TEST(FuzzFindings, A1111TextThatIsNotUtf8IsRefused) {
   EXPECT_EQ(c.prompt, RunConfig{}.prompt);
 }
 
+// A line "Negative prompt: Negative prompt: x" gave the negative prompt a
+// line starting "Negative prompt:"; written back, every such line lost the
+// words again, so the text changed each round.
+TEST(FuzzFindings, A1111NegativePromptKeepsItsOwnNegativePromptLines) {
+  const std::string text = slurp(kCorpus / "a1111" / "negative-prompt-twice");
+  const RunConfig c = run_config_from_a1111(text);
+  EXPECT_EQ(c.prompt, "a photo of a cat");
+  EXPECT_EQ(c.negative_prompt, "blurry\nNegative prompt: Negative prompt: low quality");
+  const std::string written = a1111_parameters(c);
+  EXPECT_EQ(run_config_from_a1111(written), c);
+  EXPECT_EQ(a1111_parameters(run_config_from_a1111(written)), written);
+}
+
 TEST(FuzzFindings, Utf8CheckAndRepair) {
   EXPECT_EQ(invalid_utf8_offset("caf\xC3\xA9 \xF0\x9F\x98\x80"), std::nullopt);
   EXPECT_EQ(invalid_utf8_offset("ab\xC0\xAF"), 2u);         // overlong

@@ -99,10 +99,14 @@ A1111Text parse_a1111_text(std::string_view parameters) {
       out.fields.clear();
     }
   }
+  // A1111's parser strips "Negative prompt:" from every line that starts
+  // with it; only the first one starts the negative prompt here, so a
+  // negative prompt with such a line of its own (written from one read as
+  // "Negative prompt: Negative prompt: ...") reads back as it was written.
   bool negative_mode = false;
   for (const std::string& raw : lines) {
     std::string_view line = strip(raw);
-    if (line.substr(0, 16) == "Negative prompt:") {
+    if (!negative_mode && line.substr(0, 16) == "Negative prompt:") {
       negative_mode = true;
       line = strip(line.substr(16));
     }
