@@ -4,8 +4,7 @@
 //
 // Each work-item handles 16 consecutive elements (vector math), the tail one by one.
 
-inline float16 silu16(float16 x) { return x / (1.0f + exp(-x)); }
-inline float silu1(float x) { return x / (1.0f + exp(-x)); }
+// silu16 / silu1: common.cl (GROUP_NORM's fused SILU uses them too).
 inline float16 gelu_erf16(float16 x) { return 0.5f * x * (1.0f + erf(x * M_SQRT1_2_F)); }
 inline float gelu_erf1(float x) { return 0.5f * x * (1.0f + erf(x * M_SQRT1_2_F)); }
 // torch's approximate='tanh': 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).

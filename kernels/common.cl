@@ -416,6 +416,14 @@ inline float exp_round(float x) {
 #endif
 }
 
+// SILU: x * sigmoid(x). SILU and GROUP_NORM's fused SILU (both programs built
+// with exact_math_options, so the quotient is the same in both). One element
+// goes through the vector form too: a driver's vector and scalar exp may
+// differ in the last bit (PoCL's do), and which elements fall in a tail
+// differs between the two kernels.
+inline float16 silu16(float16 x) { return x / (1.0f + exp(-x)); }
+inline float silu1(float x) { return silu16((float16)(x)).s0; }
+
 // Work-group reductions through a __local scratch of get_local_size(0) floats.
 // Every work-item of the group must call them.
 inline float wg_sum(float v, __local float* scratch) {

@@ -1,10 +1,12 @@
 // group_norm.cl: statistics per (sample, group of c/groups channels) over all
 // their positions (norm_stats in common.cl), then a per-channel affine:
-// out = ((x - mean) * rstd) * gamma + beta in f32, rounded once.
+// out = ((x - mean) * rstd) * gamma + beta in f32, rounded once. With `act`,
+// out = silu(that value rounded to the storage dtype): GROUP_NORM then SILU,
+// bit for bit, without writing and reading the normalised tensor.
 // One work-group per (sample, group); grid = local size * n * groups.
 __kernel void group_norm(__global const store_t* x, __global const store_t* gamma, __global const store_t* beta,
                          __global store_t* out, uint c, ulong s, uint groups, float eps, int has_gamma, int has_beta,
-                         __local float* scratch) {
+                         int act, __local float* scratch) {
   const uint job = (uint)get_group_id(0);
   const uint lid = (uint)get_local_id(0), nl = (uint)get_local_size(0);
   const uint cg = c / groups;
@@ -18,9 +20,13 @@ __kernel void group_norm(__global const store_t* x, __global const store_t* gamm
     const ulong row = base + (ulong)ci * s;
     for (ulong j = (ulong)lid * 16u; j < s; j += (ulong)nl * 16u) {
       if (j + 16u <= s) {
-        st16(out, row + j, ((ld16(x, row + j) - mean) * rstd) * g + b);
+        const float16 y = ((ld16(x, row + j) - mean) * rstd) * g + b;
+        st16(out, row + j, act ? silu16(round_store16(y)) : y);
       } else {
-        for (ulong i = j; i < s; ++i) st(out, row + i, ((ld(x, row + i) - mean) * rstd) * g + b);
+        for (ulong i = j; i < s; ++i) {
+          const float y = ((ld(x, row + i) - mean) * rstd) * g + b;
+          st(out, row + i, act ? silu1(round_store(y)) : y);
+        }
       }
     }
   }

@@ -14,10 +14,15 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
 
 #include "backend/backend.hpp"
 #include "backend/device.hpp"
@@ -94,6 +99,26 @@ OpContext context(Backend& be, DType dtype) {
 
 HostTensor f32(const HostTensor& t) { return t.converted(DType::f32); }
 
+// The ops a traced call ran. A traced call (the inspector's layer trace) takes
+// the unfused ops in the modules' order, each output in its own buffer; the
+// untraced call fuses GROUP_NORM+SILU, reorders the resnets' shortcut and
+// writes over buffers it owns. Its output must be the traced one, bit for bit:
+// the trace explains the run it re-runs.
+struct OpNames : OpTracer {
+  std::vector<std::string> names;
+  void on_op(const OpContext&, std::string_view op, std::span<const Tensor* const>, const Tensor&) override {
+    names.emplace_back(op);
+  }
+  bool has(std::string_view op) const { return std::find(names.begin(), names.end(), op) != names.end(); }
+};
+
+void expect_trace_reproduces(const OpNames& traced, const HostTensor& traced_out, const HostTensor& untraced_out) {
+  EXPECT_TRUE(traced.has("GROUP_NORM"));
+  EXPECT_TRUE(traced.has("SILU"));
+  EXPECT_FALSE(traced.has("GROUP_NORM+SILU"));
+  EXPECT_EQ(traced_out.data, untraced_out.data) << "the traced call differs from the untraced one";
+}
+
 void check_unet(const std::string& kind, bool sdxl) {
   NANSCOPE_REQUIRE_PYTHON();
   test::Rng rng(test::seed_from(kind));
@@ -123,7 +148,15 @@ void check_unet(const std::string& kind, bool sdxl) {
       }
       const Tensor out = unet.forward(ctx, be.upload(sample.converted(dt)), timesteps,
                                       be.upload(context_h.converted(dt)), sdxl ? &added : nullptr);
-      EXPECT_TRUE(test::tensors_close(f32(be.download(out)), want.at("out"), dt == DType::f32 ? kF32 : kF16));
+      const HostTensor got = be.download(out);
+      EXPECT_TRUE(test::tensors_close(f32(got), want.at("out"), dt == DType::f32 ? kF32 : kF16));
+      OpNames trace;
+      OpContext traced = ctx;
+      traced.tracer = &trace;
+      expect_trace_reproduces(trace,
+                              be.download(unet.forward(traced, be.upload(sample.converted(dt)), timesteps,
+                                                       be.upload(context_h.converted(dt)), sdxl ? &added : nullptr)),
+                              got);
     }
   }
 }
@@ -145,8 +178,12 @@ TEST(Models, VaeMatchesDiffusers) {
       const auto vae = models::Vae::load(fixture().model("vae"), be, dt, /*with_encoder=*/true);
       const OpContext ctx = context(be, dt);
       const Tolerance tol = dt == DType::f32 ? kF32 : kF16;
-      EXPECT_TRUE(test::tensors_close(f32(be.download(vae.decode(ctx, be.upload(latents.converted(dt))))),
-                                      want.at("decoded"), tol));
+      const HostTensor decoded = be.download(vae.decode(ctx, be.upload(latents.converted(dt))));
+      EXPECT_TRUE(test::tensors_close(f32(decoded), want.at("decoded"), tol));
+      OpNames trace;
+      OpContext traced = ctx;
+      traced.tracer = &trace;
+      expect_trace_reproduces(trace, be.download(vae.decode(traced, be.upload(latents.converted(dt)))), decoded);
       EXPECT_TRUE(test::tensors_close(f32(be.download(vae.encode(ctx, be.upload(image.converted(dt))))),
                                       want.at("encoded"), tol));
     }

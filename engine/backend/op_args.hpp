@@ -53,6 +53,9 @@ struct GroupNormArgs {
   int groups;
   float eps;
   Precision precision;
+  // GROUP_NORM then SILU in one pass: out = silu(y) with y the normalised
+  // value rounded to the storage dtype, so bit-equal to the two ops.
+  bool silu = false;
 };
 
 struct LayerNormArgs {

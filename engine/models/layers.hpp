@@ -45,6 +45,9 @@ struct GroupNorm {
   void load(WeightLoader& w, const std::string& prefix, const std::string& name, std::int64_t channels, int groups,
             float eps);
   Tensor forward(const OpContext& ctx, const Tensor& x) const;
+  // silu(forward(x)), the SILU as module `act` (ops::group_norm_silu: over x's
+  // buffer when the caller moves in the only handle to it).
+  Tensor forward_silu(const OpContext& ctx, const OpContext& act, Tensor x) const;
 };
 
 struct LayerNorm {
@@ -114,7 +117,8 @@ struct ResnetBlock2D {
   void load(WeightLoader& w, const std::string& prefix, const std::string& name, std::int64_t in, std::int64_t out,
             std::int64_t temb_channels, int groups, float eps);
   // temb: [b, temb_channels] after the caller's SiLU... (diffusers applies SiLU inside: we do too).
-  Tensor forward(const OpContext& ctx, const Tensor& x, const Tensor* temb) const;
+  // A caller done with x moves it in: its buffer is then reused (see forward()).
+  Tensor forward(const OpContext& ctx, Tensor x, const Tensor* temb) const;
 };
 
 struct Downsample2D {

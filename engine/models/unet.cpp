@@ -157,7 +157,7 @@ Tensor UNet::forward(const OpContext& ctx, const Tensor& sample, std::span<const
   for (const Block& b : down_) {
     const OpContext bctx = ctx.child(b.name);
     for (std::size_t j = 0; j < b.resnets.size(); ++j) {
-      h = b.resnets[j].forward(bctx, h, &emb);
+      h = b.resnets[j].forward(bctx, std::move(h), &emb);
       if (!b.attentions.empty()) h = b.attentions[j].forward(bctx, h, context);
       skips.push_back(h);
     }
@@ -168,9 +168,9 @@ Tensor UNet::forward(const OpContext& ctx, const Tensor& sample, std::span<const
   }
   {
     const OpContext mctx = ctx.child(mid_->name);
-    h = mid_->resnets[0].forward(mctx, h, &emb);
+    h = mid_->resnets[0].forward(mctx, std::move(h), &emb);
     h = mid_->attentions[0].forward(mctx, h, context);
-    h = mid_->resnets[1].forward(mctx, h, &emb);
+    h = mid_->resnets[1].forward(mctx, std::move(h), &emb);
   }
   for (const Block& b : up_) {
     const OpContext bctx = ctx.child(b.name);
@@ -178,12 +178,12 @@ Tensor UNet::forward(const OpContext& ctx, const Tensor& sample, std::span<const
       const Tensor parts[] = {h, skips.back()};
       skips.pop_back();
       h = ops::concat(bctx.child(b.resnets[j].name), parts, 1);
-      h = b.resnets[j].forward(bctx, h, &emb);
+      h = b.resnets[j].forward(bctx, std::move(h), &emb);
       if (!b.attentions.empty()) h = b.attentions[j].forward(bctx, h, context);
     }
     if (b.upsampler) h = b.upsampler->forward(bctx, h);
   }
-  h = ops::silu(ctx.child("conv_act"), conv_norm_out_.forward(ctx, h));
+  h = conv_norm_out_.forward_silu(ctx, ctx.child("conv_act"), std::move(h));
   return conv_out_.forward(ctx, h);
 }
 

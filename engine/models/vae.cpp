@@ -38,7 +38,7 @@ Tensor Vae::Mid::forward(const OpContext& parent, const Tensor& x) const {
   const OpContext ctx = parent.child("mid_block");
   Tensor h = resnet0.forward(ctx, x, nullptr);
   if (attention) h = attention->forward_spatial(ctx, h);
-  return resnet1.forward(ctx, h, nullptr);
+  return resnet1.forward(ctx, std::move(h), nullptr);
 }
 
 Vae Vae::load(const std::filesystem::path& folder, Backend& backend, DType dtype, bool with_encoder) {
@@ -129,10 +129,10 @@ Tensor Vae::decode(const OpContext& ctx, const Tensor& latents) const {
   h = decoder_.mid.forward(dctx, h);
   for (const Stage& s : decoder_.stages) {
     const OpContext sctx = dctx.child(s.name);
-    for (const auto& r : s.resnets) h = r.forward(sctx, h, nullptr);
+    for (const auto& r : s.resnets) h = r.forward(sctx, std::move(h), nullptr);
     if (s.upsampler) h = s.upsampler->forward(sctx, h);
   }
-  h = ops::silu(dctx.child("conv_act"), decoder_.conv_norm_out.forward(dctx, h));
+  h = decoder_.conv_norm_out.forward_silu(dctx, dctx.child("conv_act"), std::move(h));
   return decoder_.conv_out.forward(dctx, h);
 }
 
@@ -155,11 +155,11 @@ Tensor Vae::encode_moments(const OpContext& ctx, const Tensor& image) const {
   Tensor h = encoder_->conv_in.forward(ectx, image);
   for (const Stage& s : encoder_->stages) {
     const OpContext sctx = ectx.child(s.name);
-    for (const auto& r : s.resnets) h = r.forward(sctx, h, nullptr);
+    for (const auto& r : s.resnets) h = r.forward(sctx, std::move(h), nullptr);
     if (s.downsampler) h = s.downsampler->forward(sctx, h);
   }
   h = encoder_->mid.forward(ectx, h);
-  h = ops::silu(ectx.child("conv_act"), encoder_->conv_norm_out.forward(ectx, h));
+  h = encoder_->conv_norm_out.forward_silu(ectx, ectx.child("conv_act"), std::move(h));
   h = encoder_->conv_out.forward(ectx, h);
   if (quant_conv_) h = quant_conv_->forward(ctx, h);
   return h;

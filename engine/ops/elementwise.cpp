@@ -13,7 +13,9 @@ namespace nanscope::ops {
 
 namespace {
 
-Tensor binary(const OpContext& ctx, std::string_view op, const Tensor& a, const Tensor& b, BinaryOp kind) {
+// `over_a`: the output is written over a's buffer (detail::reusable(ctx, a), checked by the caller).
+Tensor binary(const OpContext& ctx, std::string_view op, const Tensor& a, const Tensor& b, BinaryOp kind,
+              bool over_a = false) {
   if (detail::needs_conform(ctx, {&a, &b})) {
     return binary(ctx, op, detail::conform(ctx, a), detail::conform(ctx, b), kind);
   }
@@ -50,7 +52,7 @@ Tensor binary(const OpContext& ctx, std::string_view op, const Tensor& a, const 
       stride *= groups[g].first;
     }
   }
-  Tensor out = call.allocate(a.shape());
+  Tensor out = over_a ? a : call.allocate(a.shape());
   call.run(&Backend::binary, BinaryArgs{a, b, out, kind, shape4, strides, ctx.precision});
   call.trace({&a, &b}, out);
   return out;
@@ -59,6 +61,10 @@ Tensor binary(const OpContext& ctx, std::string_view op, const Tensor& a, const 
 }  // namespace
 
 Tensor add(const OpContext& ctx, const Tensor& a, const Tensor& b) { return binary(ctx, "ADD", a, b, BinaryOp::add); }
+Tensor add_reusing(const OpContext& ctx, Tensor a, const Tensor& b) {
+  const bool over_a = detail::reusable(ctx, a) && a.storage() != b.storage();
+  return binary(ctx, "ADD", a, b, BinaryOp::add, over_a);
+}
 Tensor sub(const OpContext& ctx, const Tensor& a, const Tensor& b) { return binary(ctx, "SUB", a, b, BinaryOp::sub); }
 Tensor mul(const OpContext& ctx, const Tensor& a, const Tensor& b) { return binary(ctx, "MUL", a, b, BinaryOp::mul); }
 

@@ -110,6 +110,11 @@ bool needs_conform(const OpContext& ctx, std::initializer_list<const Tensor*> in
   return false;
 }
 
+bool reusable(const OpContext& ctx, const Tensor& t) {
+  return ctx.tracer == nullptr && ctx.faults == nullptr && t.defined() && t.dtype() == ctx.precision.dtype &&
+         t.storage_ptr().use_count() == 1;
+}
+
 Tensor conform(const OpContext& ctx, const Tensor& t, bool traced) {
   if (!t.defined() || t.dtype() == ctx.precision.dtype) return t;
   if (traced) return cast(ctx, t, ctx.precision.dtype);

@@ -78,6 +78,13 @@ class OpCall {
 // cast is a CAST op in the layer trace (activations: where a value stops
 // fitting its module's dtype shows there); weights are cast untraced.
 bool needs_conform(const OpContext& ctx, std::initializer_list<const Tensor*> inputs);
+
+// Whether an op may write its output over input `t`: the caller handed over
+// the only handle to the buffer (no view or copy of it remains), the input
+// needs no cast, and nothing looks at the op's inputs afterwards (no tracer,
+// no fault emulation). Elementwise ops only: each output element replaces the
+// input element it is computed from.
+bool reusable(const OpContext& ctx, const Tensor& t);
 Tensor conform(const OpContext& ctx, const Tensor& t, bool traced = true);
 // As above; an undefined tensor for a null `t`.
 Tensor conform_optional(const OpContext& ctx, const Tensor* t, bool traced);

@@ -26,6 +26,13 @@ Tensor conv2d(const OpContext& ctx, const Tensor& x, const Tensor& weight, const
 // x [n, c, ...]: statistics over (c / groups) channels x all spatial positions.
 Tensor group_norm(const OpContext& ctx, const Tensor& x, int groups, const Tensor* gamma, const Tensor* beta,
                   float eps);
+// silu(group_norm(x)) with the norm in `ctx` and the SILU in `act` (its own
+// module path and precision). One pass over the data, bit-equal to the two ops,
+// where both compute alike and nothing traces the norm's output; otherwise the
+// two ops, each traced. The result is written over x's buffer when the caller
+// moved in the only handle to it (detail::reusable).
+Tensor group_norm_silu(const OpContext& ctx, const OpContext& act, Tensor x, int groups, const Tensor* gamma,
+                       const Tensor* beta, float eps);
 // x [..., d]: statistics over the last dimension.
 Tensor layer_norm(const OpContext& ctx, const Tensor& x, const Tensor* gamma, const Tensor* beta, float eps);
 
@@ -45,6 +52,10 @@ Tensor upsample_nearest2x(const OpContext& ctx, const Tensor& x);
 
 // Elementwise with numpy broadcasting of b onto a's shape (b's rank <= a's rank).
 Tensor add(const OpContext& ctx, const Tensor& a, const Tensor& b);
+// add(a, b), written over a's buffer when the caller moved in the only handle
+// to it and the call is not traced (detail::reusable): one activation less
+// alive at a residual connection.
+Tensor add_reusing(const OpContext& ctx, Tensor a, const Tensor& b);
 Tensor sub(const OpContext& ctx, const Tensor& a, const Tensor& b);
 Tensor mul(const OpContext& ctx, const Tensor& a, const Tensor& b);
 

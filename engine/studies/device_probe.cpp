@@ -140,7 +140,7 @@ class RecordingBackend final : public DryRunBackend {
     finish(std::move(c));
   }
   void group_norm(const GroupNormArgs& a) override {
-    RecordedCall c = start("GROUP_NORM", "norm", a.precision, a.out);
+    RecordedCall c = start(a.silu ? "GROUP_NORM+SILU" : "GROUP_NORM", "norm", a.precision, a.out);
     c.inputs = {spec(a.x, -2, 3)};
     if (a.gamma) c.inputs.push_back(spec(*a.gamma, 0.5f, 1.5f));
     if (a.beta) c.inputs.push_back(spec(*a.beta, -0.5f, 0.5f));
@@ -150,7 +150,7 @@ class RecordingBackend final : public DryRunBackend {
     const bool g = a.gamma != nullptr, b = a.beta != nullptr;
     c.replay = [p, g, b](Backend& be, std::vector<Tensor>& in, Tensor& out) {
       be.group_norm(GroupNormArgs{in[0], g ? &in[1] : nullptr, b ? &in[g ? 2 : 1] : nullptr, out, p.n, p.c, p.s,
-                                  p.groups, p.eps, p.precision});
+                                  p.groups, p.eps, p.precision, p.silu});
     };
     finish(std::move(c));
   }

@@ -3,6 +3,9 @@
 // and bad inputs.
 
 #include <cmath>
+#include <span>
+#include <string>
+#include <vector>
 
 #include "support/backends.hpp"
 #include "support/op_case.hpp"
@@ -168,5 +171,43 @@ TEST(NormFailureModes, F16NativeGroupNormOverflowsOnLargeActivations) {
     EXPECT_NEAR(wide[0], -7.0f / std::sqrt(21.0f), 2e-3f);  // offsets 0, 2, .., 14: mean 7, var 21; f16 output
   });
 }
+
+// GROUP_NORM+SILU (the resnets' norm and nonlinearity in one pass) gives the
+// bits of the two ops on every backend and precision: the normalised value is
+// rounded to the storage dtype before the SILU, as when it is stored between
+// them. A traced call takes the two ops, so the trace still has the norm's
+// output; a SILU module in another dtype does too.
+TEST(NormFusedSilu, BitEqualToGroupNormThenSilu) {
+  struct Recorder : OpTracer {
+    std::vector<std::string> names;
+    void on_op(const OpContext&, std::string_view op, std::span<const Tensor* const>, const Tensor&) override {
+      names.emplace_back(op);
+    }
+  };
+  for (const Precision& p : precision_matrix()) {
+    SCOPED_TRACE(p.describe());
+    Rng rng(seed_from("group_norm_silu " + p.describe()));
+    // Odd spatial size (a tail after the 16-wide vectors); 40 x 37 = 1480 values per group.
+    const HostTensor x = random_normal(rng, {2, 16, 37}, p.dtype, 0.5, 3.0);
+    const HostTensor gamma = random_normal(rng, {16}, p.dtype, 1.0, 0.5);
+    const HostTensor beta = random_normal(rng, {16}, p.dtype, 0.0, 0.5);
+    for_each_backend([&](Backend& be) {
+      const Tensor tx = be.upload(x), tg = be.upload(gamma), tb = be.upload(beta);
+      const OpContext ctx = make_context(be, p, {}, "vae.decoder.mid_block.resnets.0.norm1");
+      const OpContext act = make_context(be, p, {}, "vae.decoder.mid_block.resnets.0.nonlinearity");
+      const HostTensor two = be.download(ops::silu(act, ops::group_norm(ctx, tx, 4, &tg, &tb, 1e-6f)));
+      const HostTensor fused = be.download(ops::group_norm_silu(ctx, act, tx, 4, &tg, &tb, 1e-6f));
+      EXPECT_EQ(fused.data, two.data);
+      EXPECT_EQ(fused.dtype, p.dtype);
+
+      Recorder rec;
+      OpContext traced = ctx, traced_act = act;
+      traced.tracer = traced_act.tracer = &rec;
+      EXPECT_EQ(be.download(ops::group_norm_silu(traced, traced_act, tx, 4, &tg, &tb, 1e-6f)).data, two.data);
+      EXPECT_EQ(rec.names, (std::vector<std::string>{"GROUP_NORM", "SILU"}));
+    });
+  }
+}
+
 }  // namespace
 }  // namespace nanscope::test

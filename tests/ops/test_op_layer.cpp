@@ -93,6 +93,54 @@ TEST(OpLayerTracer, SeesEveryOpWithItsInputsAndModulePath) {
   });
 }
 
+// add_reusing and group_norm_silu write over an input whose only handle the
+// caller moved in, and only then: not while another handle sees the buffer,
+// not in a traced call (the tracer was shown the input).
+TEST(OpLayerReuse, WritesOverAMovedInBufferOnly) {
+  struct Recorder : OpTracer {
+    std::vector<std::string> names;
+    void on_op(const OpContext&, std::string_view op, std::span<const Tensor* const>, const Tensor&) override {
+      names.emplace_back(op);
+    }
+  };
+  for_each_backend([](Backend& be) {
+    const OpContext c = make_context(be, {DType::f32});
+    const Tensor b = upload_values(be, {2, 2}, {10, 20, 30, 40});
+
+    Tensor a = upload_values(be, {2, 2}, {1, 2, 3, 4});
+    const Storage* a_buffer = a.storage();
+    const Tensor sum = ops::add_reusing(c, std::move(a), b);
+    EXPECT_EQ(sum.storage(), a_buffer);
+    EXPECT_EQ(download_values(be, sum), (std::vector<float>{11, 22, 33, 44}));
+
+    const Tensor kept = upload_values(be, {2, 2}, {1, 2, 3, 4});
+    const Tensor sum2 = ops::add_reusing(c, kept, b);  // a copy: `kept` still sees the buffer
+    EXPECT_NE(sum2.storage(), kept.storage());
+    EXPECT_EQ(download_values(be, kept), (std::vector<float>{1, 2, 3, 4}));
+    EXPECT_EQ(download_values(be, sum2), (std::vector<float>{11, 22, 33, 44}));
+
+    Recorder rec;
+    OpContext traced = c;
+    traced.tracer = &rec;
+    Tensor t = upload_values(be, {2, 2}, {1, 2, 3, 4});
+    const Storage* t_buffer = t.storage();
+    EXPECT_NE(ops::add_reusing(traced, std::move(t), b).storage(), t_buffer);
+
+    // One group of 4 values {1, 2, 3, 4}: silu of the normalised values.
+    Tensor x = upload_values(be, {1, 2, 2}, {1, 2, 3, 4});
+    const Storage* x_buffer = x.storage();
+    const Tensor n = ops::group_norm_silu(c, c, std::move(x), 1, nullptr, nullptr, 0.0f);
+    EXPECT_EQ(n.storage(), x_buffer);
+    const std::vector<float> got = download_values(be, n);
+    const double s = 1.0 / std::sqrt(1.25);
+    const double v[] = {-1.5 * s, -0.5 * s, 0.5 * s, 1.5 * s};
+    for (int i = 0; i < 4; ++i) EXPECT_NEAR(got[i], v[i] / (1.0 + std::exp(-v[i])), 1e-6) << i;
+    const Tensor y = upload_values(be, {1, 2, 2}, {1, 2, 3, 4});
+    EXPECT_NE(ops::group_norm_silu(c, c, y, 1, nullptr, nullptr, 0.0f).storage(), y.storage());
+    EXPECT_EQ(download_values(be, y), (std::vector<float>{1, 2, 3, 4}));
+  });
+}
+
 // Mixed precision (per-module dtype overrides): an op casts inputs of another
 // dtype to its context's, activations through a traced CAST under the op's
 // module path and weights untraced; without the flag they are an error.

@@ -7,6 +7,18 @@ namespace nanscope::opencl {
 
 using detail::ceil_div;
 
+namespace {
+
+// One program per storage dtype, with exact division as GROUP_NORM's program:
+// SILU and GROUP_NORM's fused SILU give the same values.
+std::string activation_options(OpenClBackend& be, const Precision& p) {
+  return be.precision_options(detail::storage_only(p.dtype)) + detail::exact_math_options(be.device());
+}
+
+[[maybe_unused]] const bool kRegistered = (register_program_options("activation", activation_options), true);
+
+}  // namespace
+
 void OpenClBackend::unary(const UnaryArgs& args) {
   const std::int64_t n = args.x.numel();
   if (n == 0) return;
@@ -19,7 +31,7 @@ void OpenClBackend::unary(const UnaryArgs& args) {
     case UnaryOp::quick_gelu: name = "unary_quick_gelu", op = "QUICK_GELU"; break;
     case UnaryOp::scale: name = "unary_scale", op = "SCALE"; break;
   }
-  cl_kernel k = kernel("activation", name, precision_options(detail::storage_only(args.out.dtype())));
+  cl_kernel k = kernel("activation", name, activation_options(*this, args.precision));
   set_args(k, buffer(args.x), buffer(args.out), cl_ulong(n), args.param);
   const size_t global[1] = {ceil_div(n, 16)};
   launch(k, op, 1, global, nullptr);
@@ -27,7 +39,7 @@ void OpenClBackend::unary(const UnaryArgs& args) {
 
 void OpenClBackend::geglu(const GegluArgs& args) {
   if (args.rows * args.d == 0) return;
-  cl_kernel k = kernel("activation", "geglu", precision_options(detail::storage_only(args.out.dtype())));
+  cl_kernel k = kernel("activation", "geglu", activation_options(*this, args.precision));
   set_args(k, buffer(args.x), buffer(args.out), detail::to_uint(args.d, "GEGLU", "d"));
   const size_t global[2] = {ceil_div(args.d, 16), static_cast<size_t>(args.rows)};
   launch(k, "GEGLU", 2, global, nullptr);

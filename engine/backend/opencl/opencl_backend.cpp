@@ -137,8 +137,8 @@ OptionsRegistry& options_registry() {
         // The GEMM programs add their tuning -D set (gemm.hpp); conv2d builds with the same options.
         init["matmul"] = [](OpenClBackend& be, const Precision& p) { return gemm::options(be, p); };
         init["conv2d"] = [](OpenClBackend& be, const Precision& p) { return gemm::options(be, p); };
-        // Data movement, elementwise and activations: one program per storage dtype (launch_util.hpp).
-        for (const char* name : {"activation", "elementwise", "shape_ops", "timestep_embedding"}) {
+        // Data movement and elementwise: one program per storage dtype (launch_util.hpp; activations: activation.cpp).
+        for (const char* name : {"elementwise", "shape_ops", "timestep_embedding"}) {
           init[name] = [](OpenClBackend& be, const Precision& p) {
             return be.precision_options(detail::storage_only(p.dtype));
           };

@@ -22,7 +22,7 @@ double gelu_tanh(double x) {
 
 double apply(UnaryOp op, double x, double param) {
   switch (op) {
-    case UnaryOp::silu: return x * sigmoid(x);
+    case UnaryOp::silu: return detail::silu(x);
     case UnaryOp::gelu_erf: return gelu_erf(x);
     case UnaryOp::gelu_tanh: return gelu_tanh(x);
     case UnaryOp::quick_gelu: return x * sigmoid(1.702 * x);
@@ -32,6 +32,8 @@ double apply(UnaryOp op, double x, double param) {
 }
 
 }  // namespace
+
+double detail::silu(double x) { return x * sigmoid(x); }
 
 void ReferenceBackend::unary(const UnaryArgs& a) {
   const detail::Floats x(a.x);

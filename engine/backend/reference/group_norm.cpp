@@ -1,5 +1,6 @@
 // Reference group norm over [n, c, s]: statistics per (sample, group of c/groups
-// channels) over all their spatial positions, then a per-channel affine.
+// channels) over all their spatial positions, then a per-channel affine (and,
+// fused, SILU of the stored value).
 
 #include <cmath>
 #include <optional>
@@ -72,7 +73,12 @@ void ReferenceBackend::group_norm(const GroupNormArgs& a) {
         const float b = beta ? (*beta)[c0 + ci] : 0.0f;
         for (std::int64_t si = 0; si < a.s; ++si) {
           const std::int64_t i = base + ci * a.s + si;
-          out.set_f32(i, static_cast<float>(detail::normalize(t, st, x[i], g, b)));
+          const auto y = static_cast<float>(detail::normalize(t, st, x[i], g, b));
+          if (a.silu) {
+            out.set(i, detail::silu(y));
+          } else {
+            out.set_f32(i, y);
+          }
         }
       }
     }

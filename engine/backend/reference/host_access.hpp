@@ -118,6 +118,9 @@ NormStats norm_stats(const float* x, std::int64_t count, float eps, const Precis
 // when native), rounded once to the dtype.
 double normalize(DType t, const NormStats& st, float x, float gamma, float beta);
 
+// x * sigmoid(x) in double (SILU; GROUP_NORM's fused SILU).
+double silu(double x);
+
 // Softmax of one row (softmax.cpp): probabilities in double; with native they
 // are already rounded to t at every step (x - max, exp, sequential sum, quotient).
 void softmax_row(const float* s, std::int64_t n, DType t, bool native, double* p);
