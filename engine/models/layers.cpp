@@ -240,7 +240,7 @@ Tensor ResnetBlock2D::forward(const OpContext& parent, Tensor x, const Tensor* t
   // + the GEMM's scratch to silu(norm1(x)) + the shortcut + conv1's output).
   // Same ops, same results; a traced call keeps the modules' order and every
   // output in its own buffer for the layer trace.
-  const bool shortcut_first = ctx.tracer == nullptr;
+  const bool shortcut_first = !traces_each_module(ctx);
   Tensor shortcut;
   if (shortcut_first) shortcut = conv_shortcut ? conv_shortcut->forward(ctx, x) : x;
   Tensor h = shortcut_first ? norm1.forward_silu(ctx, act, std::move(x)) : norm1.forward_silu(ctx, act, x);

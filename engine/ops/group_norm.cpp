@@ -45,8 +45,8 @@ Tensor group_norm_silu(const OpContext& ctx, const OpContext& act, Tensor x, int
                        const Tensor* beta, float eps) {
   // The layer trace reports every module's output, the norm's too: traced calls take the two ops. So do a SILU
   // in another dtype (mixed precision casts between them) and fault emulation, which may alter either output.
-  const bool fused = ctx.tracer == nullptr && act.tracer == nullptr && ctx.faults == nullptr && act.faults == nullptr &&
-                     act.precision.dtype == ctx.precision.dtype;
+  const bool fused = !traces_each_module(ctx) && !traces_each_module(act) && ctx.faults == nullptr &&
+                     act.faults == nullptr && act.precision.dtype == ctx.precision.dtype;
   if (!fused) return silu(act, group_norm(ctx, x, groups, gamma, beta, eps));
   const bool over_x = detail::reusable(ctx, x) && (!gamma || gamma->storage() != x.storage()) &&
                       (!beta || beta->storage() != x.storage());

@@ -56,7 +56,17 @@ class OpTracer {
   virtual ~OpTracer() = default;
   virtual void on_op(const OpContext& ctx, std::string_view op, std::span<const Tensor* const> inputs,
                      const Tensor& output) = 0;
+  // Whether the traced call must run each module's op on its own, every
+  // output in a buffer of its own (the layer trace: the norm's output before
+  // its SILU). A tracer that only looks at outputs as they come (the memory
+  // plan) sees the call as it runs untraced: fused ops, reused buffers.
+  virtual bool needs_each_module() const { return true; }
 };
+
+// ctx.tracer is set and needs each module's op on its own (OpTracer::needs_each_module).
+inline bool traces_each_module(const OpContext& ctx) {
+  return ctx.tracer != nullptr && ctx.tracer->needs_each_module();
+}
 
 // Fault emulation (engine/inspect/fault_emulation.hpp): device quirks
 // reproduced on any device so the detectors can be demonstrated. Ops that a

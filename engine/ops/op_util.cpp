@@ -111,7 +111,7 @@ bool needs_conform(const OpContext& ctx, std::initializer_list<const Tensor*> in
 }
 
 bool reusable(const OpContext& ctx, const Tensor& t) {
-  return ctx.tracer == nullptr && ctx.faults == nullptr && t.defined() && t.dtype() == ctx.precision.dtype &&
+  return !traces_each_module(ctx) && ctx.faults == nullptr && t.defined() && t.dtype() == ctx.precision.dtype &&
          t.storage_ptr().use_count() == 1;
 }
 

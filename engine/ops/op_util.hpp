@@ -81,8 +81,8 @@ bool needs_conform(const OpContext& ctx, std::initializer_list<const Tensor*> in
 
 // Whether an op may write its output over input `t`: the caller handed over
 // the only handle to the buffer (no view or copy of it remains), the input
-// needs no cast, and nothing looks at the op's inputs afterwards (no tracer,
-// no fault emulation). Elementwise ops only: each output element replaces the
+// needs no cast, and nothing looks at the op's inputs afterwards (no layer
+// trace, no fault emulation). Elementwise ops only: each output element replaces the
 // input element it is computed from.
 bool reusable(const OpContext& ctx, const Tensor& t);
 Tensor conform(const OpContext& ctx, const Tensor& t, bool traced = true);

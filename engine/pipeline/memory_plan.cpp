@@ -66,6 +66,8 @@ class PlanTracer final : public OpTracer {
   void on_op(const OpContext& ctx, std::string_view op, std::span<const Tensor* const>, const Tensor& out) override {
     be_.on_output(ctx, op, out);
   }
+  // Names buffers only: the plan follows the untraced call's ops and buffers.
+  bool needs_each_module() const override { return false; }
 
  private:
   PlanBackend& be_;
