@@ -9,7 +9,8 @@
 // on a simulator), data races in local and global memory (OCLGRIND_DATA_RACES),
 // barrier divergence, and API misuse (OCLGRIND_CHECK_API). What Oclgrind reports
 // goes to a log file per backend (OCLGRIND_LOG); a test during which the log
-// grew fails with the report.
+// grew fails with the report. OclgrindCpuFamily runs the CPU family's panel
+// kernels (what PoCL runs: conv_cpu's gather, the packed GEMM) the same way.
 //
 // OclgrindSelfTest runs deliberately broken kernels (a read past the end of a
 // buffer, a race on local memory, a barrier only half the work-group reaches)
@@ -24,6 +25,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -33,6 +35,7 @@
 
 #include "backend/device.hpp"
 #include "backend/opencl/cl_check.hpp"
+#include "backend/opencl/gemm.hpp"
 #include "backend/opencl/opencl_backend.hpp"
 #include "support/backends.hpp"
 #include "support/op_case.hpp"
@@ -109,12 +112,13 @@ void configure_oclgrind() {
   ::setenv("OCLGRIND_LOCAL_MEM_SIZE", "49152", 1);
 }
 
-// The simulator backend: GPU kernels, its own Oclgrind log.
-std::unique_ptr<Backend> make_checked_backend(const DeviceInfo& d) {
+// A simulator backend with its own Oclgrind log: the GPU kernels (the op
+// suite's), or the CPU family's (OclgrindCpuFamily).
+std::unique_ptr<Backend> make_checked_backend(const DeviceInfo& d, KernelStyleChoice style) {
   const auto path = log_dir().path() / ("oclgrind-" + std::to_string(logs().size()) + ".log");
   ::setenv("OCLGRIND_LOG", path.c_str(), 1);  // read once, by the context the backend creates
   BackendOptions o;
-  o.kernel_style = KernelStyleChoice::gpu;
+  o.kernel_style = style;
   std::unique_ptr<Backend> be = make_backend(d, o);
   ::unsetenv("OCLGRIND_LOG");
   logs()[be.get()] = {d.name, path, 0};
@@ -242,6 +246,61 @@ TEST(OclgrindCoverage, TheSimulatorRunsTheGpuKernelsOnExactBuffers) {
               be.device().fp16 ? "yes" : "no (half storage through vload_half/vstore_half, native half emulated)");
 }
 
+// The CPU family's panel kernels (what PoCL runs) under the simulator's checks:
+// conv_cpu's gather from the image into local memory, the column panels, the
+// packed GEMM with k-block carries. Each work-item owns its local memory (one
+// work-item per group, on any device: a driver-chosen group would share it).
+TEST(OclgrindCpuFamily, PanelKernelsStayInBoundsAndMatchTheReference) {
+  REQUIRE_OCLGRIND();
+  const std::unique_ptr<Backend> owned = make_checked_backend(oclgrind_backend()->device(), KernelStyleChoice::cpu);
+  auto& be = dynamic_cast<opencl::OpenClBackend&>(*owned);
+  ASSERT_EQ(be.kernel_style(), opencl::KernelStyle::cpu);
+  Backend& ref = reference_backend();
+  const auto check = [&](const std::string& what, const HostTensor& got, const HostTensor& want) {
+    const std::vector<float> g = got.to_f32(), w = want.to_f32();
+    ASSERT_EQ(g.size(), w.size()) << what;
+    double scale = 0.0, worst = 0.0;
+    for (std::size_t i = 0; i < w.size(); ++i) {
+      scale = std::max(scale, std::abs(double(w[i])));
+      worst = std::max(worst, std::abs(double(g[i]) - double(w[i])));
+    }
+    EXPECT_LE(worst, 1e-5 * scale) << what;  // f32 sums against the reference's double ones
+  };
+  struct Conv {
+    std::int64_t c, h, w, o, stride;
+    bool in_kernel;  // conv_cpu; else the column panels and gemm_cpu_direct_a
+  };
+  for (const Conv& g : {Conv{4, 17, 16, 8, 1, true}, Conv{3, 6, 32, 7, 1, true}, Conv{6, 5, 7, 9, 2, false}}) {
+    const std::int64_t oh = (g.h + 2 - 3) / g.stride + 1, ow = (g.w + 2 - 3) / g.stride + 1;
+    const std::string what = "conv " + std::to_string(g.c) + "x" + std::to_string(g.h) + "x" + std::to_string(g.w) +
+                             " stride " + std::to_string(g.stride);
+    const Precision p{DType::f32};
+    EXPECT_EQ(opencl::gemm::runs_cpu_conv(be, p, {2, g.c, g.h, g.w, g.o, 3, 3, g.stride, 1, oh, ow}), g.in_kernel)
+        << what;
+    Rng rng(seed_from("oclgrind cpu family " + what));
+    const HostTensor x = random_normal(rng, {2, g.c, g.h, g.w}, DType::f32);
+    const HostTensor w = random_normal(rng, {g.o, g.c, 3, 3}, DType::f32, 0.0, 0.3);
+    const HostTensor b = random_normal(rng, {g.o}, DType::f32);
+    const auto run = [&](Backend& on) {
+      const Tensor tb = on.upload(b);
+      return on.download(ops::conv2d(make_context(on, p), on.upload(x), on.upload(w), &tb, int(g.stride), 1));
+    };
+    check(what, run(be), run(ref));
+  }
+  // The packed GEMM over two k-blocks (k 600 > kc 512 or 256) with a bias.
+  Rng rng(seed_from("oclgrind cpu family matmul"));
+  const HostTensor a = random_normal(rng, {13, 600}, DType::f32);
+  const HostTensor wt = random_normal(rng, {21, 600}, DType::f32, 0.0, 0.05);
+  const HostTensor bias = random_normal(rng, {21}, DType::f32);
+  const auto linear = [&](Backend& on) {
+    const Tensor tb = on.upload(bias);
+    return on.download(ops::linear(make_context(on, Precision{DType::f32}), on.upload(a), on.upload(wt), &tb));
+  };
+  check("linear 13x600 -> 21", linear(be), linear(ref));
+  expect_no_new_reports();  // its log, while the backend is alive (the listener runs after the test)
+  logs().erase(owned.get());
+}
+
 // Deliberately broken kernels: each must be reported, and the report must fail a test.
 const char* const kBrokenKernels = R"CLC(
 kernel void read_past_the_end(global const float* x, global float* y) {
@@ -363,10 +422,11 @@ int main(int argc, char** argv) {
   // Before anything makes an OpenCL context or gtest registers the op cases.
   configure_oclgrind();
   set_case_filter(small_cases);
-  use_simulators(make_checked_backend);
+  use_simulators(
+      [](const nanscope::DeviceInfo& d) { return make_checked_backend(d, nanscope::KernelStyleChoice::gpu); });
   ::testing::InitGoogleTest(&argc, argv);
   if (GTEST_FLAG_GET(filter) == "*") {
-    GTEST_FLAG_SET(filter, "OclgrindSelfTest.*:OclgrindCoverage.*:Ops/*.BackendVsReference/*");
+    GTEST_FLAG_SET(filter, "OclgrindSelfTest.*:OclgrindCoverage.*:OclgrindCpuFamily.*:Ops/*.BackendVsReference/*");
   }
   ::testing::UnitTest::GetInstance()->listeners().Append(new ReportChecker);
   const int result = RUN_ALL_TESTS();

@@ -507,7 +507,10 @@ void run_cpu_conv(OpenClBackend& be, const Precision& p, const ConvShape& s, cl_
       cl_uint(b.mgroup), cl_uint(b.np), bias, cl_int(bias ? kBiasRow : kBiasNone), out, cl_ulong(s.o * n),
       to_uint(s.o, op, "o"), to_uint(n, op, "oh*ow"), to_uint(k, op, "c*kh*kw"));
   const size_t global[3] = {ceil_div(b.nblk, b.np), ceil_div(b.a_blocks, b.mgroup), static_cast<size_t>(s.n)};
-  be.launch(kern, op, 3, global, nullptr);
+  // One work-item per group on any device: its local memory holds that work-item's panels and sums (a group a
+  // driver chose would share them: the CPU family forced on a GPU, NANSCOPE_KERNEL_STYLE=cpu).
+  const size_t local[3] = {1, 1, 1};
+  be.launch(kern, op, 3, global, local);
 }
 
 void run(OpenClBackend& be, const Precision& p, const Problem& pr, const char* op) {
