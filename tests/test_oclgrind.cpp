@@ -25,7 +25,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -38,6 +37,7 @@
 #include "backend/opencl/gemm.hpp"
 #include "backend/opencl/opencl_backend.hpp"
 #include "support/backends.hpp"
+#include "support/compare.hpp"
 #include "support/op_case.hpp"
 #include "support/oracle.hpp"
 
@@ -256,16 +256,7 @@ TEST(OclgrindCpuFamily, PanelKernelsStayInBoundsAndMatchTheReference) {
   auto& be = dynamic_cast<opencl::OpenClBackend&>(*owned);
   ASSERT_EQ(be.kernel_style(), opencl::KernelStyle::cpu);
   Backend& ref = reference_backend();
-  const auto check = [&](const std::string& what, const HostTensor& got, const HostTensor& want) {
-    const std::vector<float> g = got.to_f32(), w = want.to_f32();
-    ASSERT_EQ(g.size(), w.size()) << what;
-    double scale = 0.0, worst = 0.0;
-    for (std::size_t i = 0; i < w.size(); ++i) {
-      scale = std::max(scale, std::abs(double(w[i])));
-      worst = std::max(worst, std::abs(double(g[i]) - double(w[i])));
-    }
-    EXPECT_LE(worst, 1e-5 * scale) << what;  // f32 sums against the reference's double ones
-  };
+  constexpr Tolerance kF32Sums{1e-9, 1e-5};  // f32 sums against the reference's double ones
   struct Conv {
     std::int64_t c, h, w, o, stride;
     bool in_kernel;  // conv_cpu; else the column panels and gemm_cpu_direct_a
@@ -285,7 +276,7 @@ TEST(OclgrindCpuFamily, PanelKernelsStayInBoundsAndMatchTheReference) {
       const Tensor tb = on.upload(b);
       return on.download(ops::conv2d(make_context(on, p), on.upload(x), on.upload(w), &tb, int(g.stride), 1));
     };
-    check(what, run(be), run(ref));
+    EXPECT_TRUE(tensors_close(run(be), run(ref), kF32Sums)) << what;
   }
   // The packed GEMM over two k-blocks (k 600 > kc 512 or 256) with a bias.
   Rng rng(seed_from("oclgrind cpu family matmul"));
@@ -296,7 +287,7 @@ TEST(OclgrindCpuFamily, PanelKernelsStayInBoundsAndMatchTheReference) {
     const Tensor tb = on.upload(bias);
     return on.download(ops::linear(make_context(on, Precision{DType::f32}), on.upload(a), on.upload(wt), &tb));
   };
-  check("linear 13x600 -> 21", linear(be), linear(ref));
+  EXPECT_TRUE(tensors_close(linear(be), linear(ref), kF32Sums)) << "linear 13x600 -> 21";
   expect_no_new_reports();  // its log, while the backend is alive (the listener runs after the test)
   logs().erase(owned.get());
 }
