@@ -7,19 +7,24 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
+#include <thread>
 
 #include "backend/device.hpp"
 #include "backend/opencl/cache_inventory.hpp"
+#include "backend/opencl/kernel_builder.hpp"
 #include "backend/opencl/opencl_backend.hpp"
 #include "backend/opencl/program_cache.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "support/backends.hpp"
+#include "support/compare.hpp"
 #include "support/oracle.hpp"
 #include "support/small_fs.hpp"
 
@@ -532,7 +537,6 @@ TEST_F(ProgramCacheTest, ColdStartPlanCountsWhatIsNotCachedAndTracksEveryBuild) 
   opts.on_kernel_build = [&events](const KernelBuildEvent& e) { events.push_back(e); };
   const Precision f32{DType::f32, Accumulate::f32, SoftmaxPrecision::f32};
   std::size_t total = 0;
-  double first_estimate = 0;
   {
     OpenClBackend be(device_, opts);
     const KernelPlan plan = be.plan_kernels(std::span<const Precision>(&f32, 1));
@@ -540,8 +544,10 @@ TEST_F(ProgramCacheTest, ColdStartPlanCountsWhatIsNotCachedAndTracksEveryBuild) 
     total = plan.items.size();
     EXPECT_EQ(plan.to_build, total) << "an empty cache has nothing";
     EXPECT_EQ(plan.history_samples, 0u);
-    EXPECT_DOUBLE_EQ(plan.estimate_ms, 1000.0 * static_cast<double>(total)) << "1 s each without history";
-    first_estimate = plan.estimate_ms;
+    ASSERT_GE(plan.streams, 1u);
+    const double streams = plan.streams;
+    EXPECT_DOUBLE_EQ(plan.estimate_ms, std::max(1000.0 * static_cast<double>(total) / streams, 1000.0))
+        << "1 s each without history, shared by the streams";
     EXPECT_NE(plan.describe(device_.name).find("1 s each assumed"), std::string::npos) << plan.describe(device_.name);
     ASSERT_EQ(events.size(), 1u);
     EXPECT_TRUE(events[0].plan);
@@ -555,7 +561,7 @@ TEST_F(ProgramCacheTest, ColdStartPlanCountsWhatIsNotCachedAndTracksEveryBuild) 
     EXPECT_EQ(events[1].progress().rfind("building 1 of " + std::to_string(total) + " programs, about ", 0), 0u)
         << events[1].progress();
     EXPECT_TRUE(events[2].finished);
-    EXPECT_NEAR(events[2].plan_left_ms, first_estimate - 1000.0, 1e-6);
+    EXPECT_NEAR(events[2].plan_left_ms, (1000.0 * static_cast<double>(total) - 1000.0) / streams, 1e-6);
   }
   // The next process: that program is cached, and the estimate comes from its recorded build time.
   OpenClBackend be(device_, opts);
@@ -564,7 +570,7 @@ TEST_F(ProgramCacheTest, ColdStartPlanCountsWhatIsNotCachedAndTracksEveryBuild) 
   EXPECT_EQ(plan.to_build, total - 1);
   EXPECT_EQ(plan.history_samples, 1u);
   const auto recorded = list_kernel_cache(dir.path().string()).at(0).build_ms.value_or(-1);
-  EXPECT_NEAR(plan.estimate_ms, recorded * static_cast<double>(total - 1), 1e-6)
+  EXPECT_NEAR(plan.estimate_ms, std::max(recorded * static_cast<double>(total - 1) / plan.streams, recorded), 1e-6)
       << "every other program is estimated from the one past build on this device";
   EXPECT_NE(plan.describe(device_.name).find("from 1 past builds"), std::string::npos) << plan.describe(device_.name);
 }
@@ -616,6 +622,152 @@ TEST_F(ProgramCacheTest, CliListsVerifiesAndClearsTheCache) {
   const auto missing = cli({"cache", "clear", "--device", "no-such-device-xyz"});
   EXPECT_EQ(missing.exit_code, 1) << "a device that does not exist is an error listing the devices";
   EXPECT_NE(missing.err.find("matches no device"), std::string::npos) << missing.err;
+}
+
+// --- Helper processes (kernel_builder.hpp) ---
+
+// Sets an environment variable for one scope.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const std::string& value) : name_(name) {
+    if (const char* v = std::getenv(name)) old_ = v;
+    ::setenv(name, value.c_str(), 1);
+  }
+  ~ScopedEnv() {
+    if (old_) {
+      ::setenv(name_, old_->c_str(), 1);
+    } else {
+      ::unsetenv(name_);
+    }
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+// A plan of three small programs at f32 (build_planned builds what is not cached).
+KernelPlan small_plan(OpenClBackend& be) {
+  const Precision f32{DType::f32, Accumulate::f32, SoftmaxPrecision::f32};
+  KernelPlan plan;
+  for (const char* program : {"layer_norm", "elementwise", "timestep_embedding"}) {
+    plan.items.push_back({program, be.program_options(program, f32), false, 0.0});
+  }
+  plan.to_build = plan.items.size();
+  return plan;
+}
+
+// layer_norm over 3 rows of 37 values on `be`, downloaded.
+HostTensor run_layer_norm(OpenClBackend& be) {
+  std::vector<float> x(3 * 37);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37f * static_cast<float>(i)) * 3.0f + 0.5f;
+  const Tensor tx = be.upload(HostTensor::from_f32({3, 37}, x));
+  Tensor out = be.empty({3, 37}, DType::f32);
+  be.layer_norm(LayerNormArgs{tx, nullptr, nullptr, out, 3, 37, 1e-5f,
+                              Precision{DType::f32, Accumulate::f32, SoftmaxPrecision::f32}});
+  return be.download(out);
+}
+
+// A cold run's planned builds go to helper processes, one per core; the run
+// loads the entries they wrote, and the programs compute what programs built
+// in this process compute, bit for bit.
+TEST_F(ProgramCacheTest, HelperProcessesBuildThePlanAndTheRunLoadsWhatTheyWrote) {
+  if (std::thread::hardware_concurrency() < 2) GTEST_SKIP() << "one core: builds stay in the process";
+  ASSERT_FALSE(kernel_builder_path().empty()) << "nanscope-kernel-builder is built at build/libexec/nanscope/";
+  TempDir dir, here_dir;
+  BackendOptions opts;
+  opts.kernel_cache_dir = dir.path().string();
+  OpenClBackend be(device_, opts);
+  const KernelPlan plan = small_plan(be);
+  EXPECT_GE(be.plan_kernels({}).streams, 2u) << "the plan says the builds share the cores";
+  be.build_planned(plan);
+  const auto records = be.programs().records();
+  ASSERT_EQ(records.size(), plan.items.size());
+  for (const auto& r : records) {
+    EXPECT_FALSE(r.cache_hit) << r.program;
+    EXPECT_EQ(r.note, "built in a helper process") << r.program;
+    const std::string key = be.programs().cache_key(ProgramCache::full_source(r.program), r.options);
+    EXPECT_EQ(ProgramCache::check_entry(be.programs().entry_path(key), key), "") << r.program;
+  }
+  EXPECT_EQ(list_kernel_cache(dir.path().string()).size(), plan.items.size()) << "each entry with its metadata";
+
+  HostTensor here;
+  {
+    ScopedEnv off("NANSCOPE_KERNEL_BUILDER", "0");
+    BackendOptions here_opts;
+    here_opts.kernel_cache_dir = here_dir.path().string();
+    OpenClBackend in_process(device_, here_opts);
+    in_process.build_planned(small_plan(in_process));
+    for (const auto& r : in_process.programs().records()) EXPECT_EQ(r.note, "") << "NANSCOPE_KERNEL_BUILDER=0";
+    here = run_layer_norm(in_process);
+  }
+  EXPECT_TRUE(test::bitwise_equal(run_layer_norm(be), here));
+}
+
+// The run's side of the protocol against the real helper: a program that does
+// not exist is that build's error (the helper stays usable), a device the
+// helper cannot find ends it, and every later build says so at once.
+TEST_F(ProgramCacheTest, HelperReportsABadProgramAndAMissingDevice) {
+  const std::string exe = kernel_builder_path();
+  ASSERT_FALSE(exe.empty());
+  TempDir dir;
+  std::string why;
+  auto helper = KernelBuilderProcess::start(exe, device_, dir.path().string(), why);
+  ASSERT_TRUE(helper) << why;
+  const std::string bad = helper->build("no_such_program", "-DX", std::string(64, '0'));
+  EXPECT_NE(bad.find("no kernel program 'no_such_program'"), std::string::npos) << bad;
+  auto cache = this->cache(dir.path().string());
+  const std::string options = "-cl-std=CL1.2 -DSTORE_F32";
+  const std::string key = cache->cache_key(ProgramCache::full_source("elementwise"), options);
+  EXPECT_EQ(helper->build("elementwise", options, key), "");
+  EXPECT_EQ(ProgramCache::check_entry(cache->entry_path(key), key), "");
+  EXPECT_EQ(helper->build("elementwise", "a\tb", key), "the program name or options hold a tab or newline");
+
+  DeviceInfo elsewhere = device_;
+  elsewhere.id = "opencl:97:0";
+  auto lost = KernelBuilderProcess::start(exe, elsewhere, dir.path().string(), why);
+  ASSERT_TRUE(lost) << why;
+  const std::string first = lost->build("elementwise", options, key);
+  EXPECT_NE(first.find("no OpenCL device opencl:97:0"), std::string::npos) << first;
+  EXPECT_EQ(lost->build("layer_norm", options, key), first) << "a helper that failed is not asked again";
+}
+
+// Helpers that fail in every way the run can see: the run builds those
+// programs itself, says why in its log, and loses nothing but the parallelism.
+TEST_F(ProgramCacheTest, FailingHelpersLeaveTheBuildsToTheRun) {
+  if (std::thread::hardware_concurrency() < 2) GTEST_SKIP() << "one core: builds stay in the process";
+  TempDir scripts;
+  const std::string ready = "printf 'READY\\t%s\\t%s\\n' \"$NS_TEST_DEVICE\" \"$NS_TEST_DRIVER\"\n";
+  const std::vector<std::pair<std::string, std::string>> helpers = {
+      {"exit 0\n", "it ended"},
+      {ready + "while read line; do printf 'OK\\t%064d\\t1\\n' 0; done\n", "it wrote cache key 0000"},
+      {"printf 'READY\\tSome Other GPU\\tx\\n'\nwhile read line; do :; done\n", "not \"" + device_.name + "\""},
+      {ready + "while read line; do echo 'what?'; done\n", "it answered \"what?\" to a build"},
+      {ready + "read line; kill -9 $$\n", "it ended while building"},
+  };
+  ScopedEnv device_name("NS_TEST_DEVICE", device_.name);
+  ScopedEnv driver("NS_TEST_DRIVER", device_.driver_version);
+  log::set_level("debug");
+  for (std::size_t i = 0; i < helpers.size(); ++i) {
+    const fs::path script = scripts.path() / ("helper" + std::to_string(i) + ".sh");
+    std::ofstream(script) << "#!/bin/sh\n" << helpers[i].first;
+    fs::permissions(script, fs::perms::owner_all);
+    ScopedEnv use("NANSCOPE_KERNEL_BUILDER", script.string());
+    TempDir dir;
+    BackendOptions opts;
+    opts.kernel_cache_dir = dir.path().string();
+    OpenClBackend be(device_, opts);
+    LogCapture log;
+    be.build_planned(small_plan(be));
+    const auto records = be.programs().records();
+    EXPECT_EQ(records.size(), 3u) << helpers[i].first;
+    for (const auto& r : records) EXPECT_EQ(r.note, "") << r.program << ": built here, " << helpers[i].first;
+    EXPECT_NE(log.text().find(helpers[i].second), std::string::npos) << helpers[i].first << "\nlog:\n" << log.text();
+    EXPECT_EQ(run_layer_norm(be).shape, (Shape{3, 37}));
+  }
+  log::set_level("info");
 }
 
 }  // namespace

@@ -511,6 +511,7 @@ std::string KernelPlan::describe(const std::string& device) const {
   std::snprintf(secs, sizeof(secs), "%.1f s", estimate_ms / 1000.0);
   return std::to_string(to_build) + " of " + std::to_string(items.size()) +
          " kernel programs this run may use are not cached for \"" + device + "\"; building them takes about " + secs +
+         (streams > 1 ? " on " + std::to_string(streams) + " cores" : std::string()) +
          (history_samples ? " (from " + std::to_string(history_samples) + " past builds on this device)"
                           : " (no past builds on this device: 1 s each assumed)");
 }

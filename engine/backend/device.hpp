@@ -130,7 +130,8 @@ struct KernelPlanItem {
 struct KernelPlan {
   std::vector<KernelPlanItem> items;
   std::size_t to_build = 0;
-  double estimate_ms = 0.0;         // the sum over the programs to build
+  double estimate_ms = 0.0;         // wall time: the sum over the programs to build, shared by the streams
+  unsigned streams = 1;             // builds side by side (helper processes: kernel_builder.hpp)
   std::size_t history_samples = 0;  // past builds the estimate comes from (0: an assumed 1 s each)
   // "7 of 12 kernel programs are not cached on "dev"; building them takes about 9 s (from 30 past builds)".
   std::string describe(const std::string& device) const;

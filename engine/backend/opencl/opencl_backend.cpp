@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -17,6 +18,7 @@
 
 #include "backend/opencl/cache_inventory.hpp"
 #include "backend/opencl/gemm.hpp"
+#include "backend/opencl/kernel_builder.hpp"
 #include "backend/opencl/kernel_sources.hpp"
 #include "backend/opencl/launch_util.hpp"
 #include "core/error.hpp"
@@ -532,7 +534,12 @@ KernelPlan OpenClBackend::plan_kernels(std::span<const Precision> precisions) {
     }
   }
   plan.history_samples = history.samples;
-  programs_->set_plan(pending);
+  // Builds side by side take the sum over the streams, or the longest build when that is longer.
+  plan.streams = build_streams(plan.to_build);
+  double longest = 0.0;
+  for (const auto& [variant, ms] : pending) longest = std::max(longest, ms);
+  plan.estimate_ms = std::max(plan.estimate_ms / plan.streams, longest);
+  programs_->set_plan(pending, plan.streams);
   if (plan.to_build > 0 && build_listener_) {
     KernelBuildEvent e;
     e.plan = true;
@@ -543,21 +550,75 @@ KernelPlan OpenClBackend::plan_kernels(std::span<const Precision> precisions) {
   return plan;
 }
 
-std::vector<BuildRecord> OpenClBackend::build_in_parallel(
-    const std::vector<std::pair<std::string, std::string>>& jobs) {
-  // OpenCL compilers are thread-safe and a cold build is seconds of
-  // single-threaded compiler work: one worker per core (at most 4). A failed
-  // build does not stop the others; it comes back as a failed record.
-  const unsigned workers =
-      std::min<unsigned>(std::clamp(std::thread::hardware_concurrency(), 1u, 4u), static_cast<unsigned>(jobs.size()));
+unsigned OpenClBackend::build_streams(std::size_t jobs) const {
+  // Helper processes (kernel_builder.hpp), one per core (at most 4), when there are
+  // two or more builds. Not on a simulator: Oclgrind builds nothing worth a
+  // process, and its tests check this process's builds. Without helpers the
+  // builds run on threads here, but PoCL compiles one program at a time per process.
+  const unsigned cores = std::clamp(std::thread::hardware_concurrency(), 1u, 4u);
+  const unsigned streams = static_cast<unsigned>(std::min<std::size_t>(cores, jobs));
+  if (streams < 2 || info_.kind == DeviceKind::simulator || programs_->dir().empty() || kernel_builder_path().empty()) {
+    return 1;
+  }
+  return streams;
+}
+
+std::vector<BuildRecord> OpenClBackend::build_in_parallel(std::vector<std::pair<std::string, std::string>> jobs) {
+  // Longest first: the longest build alone can be most of a cold start (matmul
+  // and attention on PoCL). By the build times recorded on this device, else by
+  // source size (the two largest sources are the two longest builds there).
+  const BuildHistory history = build_history(programs_->dir(), info_);
+  std::map<std::pair<std::string, std::string>, double> cost;
+  for (const auto& j : jobs) {
+    double c = 0.0;
+    if (history.samples) {
+      c = history.estimate_ms(j.first, j.second, history.mean_ms);
+    } else {
+      try {
+        c = static_cast<double>(ProgramCache::full_source(j.first).size());
+      } catch (const Error&) {
+        // Not embedded: its build fails at once and reports it.
+      }
+    }
+    cost[j] = c;
+  }
+  std::stable_sort(jobs.begin(), jobs.end(), [&](const auto& a, const auto& b) { return cost[a] > cost[b]; });
+
+  // Each stream hands its builds to a helper process when there are helpers
+  // (build_streams), else builds here (on threads, at most 4); a stream whose
+  // helper fails builds here from then on. A failed build does not stop the
+  // others; it comes back as a failed record.
+  const unsigned helper_streams = build_streams(jobs.size());
+  const unsigned streams = helper_streams > 1
+                               ? helper_streams
+                               : std::min<unsigned>(std::clamp(std::thread::hardware_concurrency(), 1u, 4u),
+                                                    static_cast<unsigned>(jobs.size()));
+  std::vector<std::unique_ptr<KernelBuilderProcess>> helpers(streams);
+  if (helper_streams > 1) {
+    const std::string exe = kernel_builder_path();
+    for (auto& h : helpers) {
+      std::string why;
+      h = KernelBuilderProcess::start(exe, info_, programs_->dir(), why);
+      if (!h) {
+        log::debug("kernel builds stay in this process: {}", why);
+        break;
+      }
+    }
+  }
   std::atomic<std::size_t> next{0};
   std::mutex failed_mutex;
   std::vector<BuildRecord> failed;
-  auto work = [&] {
+  auto work = [&](KernelBuilderProcess* helper) {
+    ProgramCache::RemoteBuild remote;
+    if (helper) {
+      remote = [helper](const std::string& program, const std::string& options, const std::string& key) {
+        return helper->build(program, options, key);
+      };
+    }
     for (std::size_t i = next++; i < jobs.size(); i = next++) {
       const auto t0 = std::chrono::steady_clock::now();
       try {
-        programs_->get(jobs[i].first, jobs[i].second);
+        programs_->get(jobs[i].first, jobs[i].second, remote);
       } catch (const Error& e) {
         BuildRecord r{jobs[i].first, jobs[i].second, false, 0.0, "build failed", true, e.what()};
         r.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -567,8 +628,8 @@ std::vector<BuildRecord> OpenClBackend::build_in_parallel(
     }
   };
   std::vector<std::thread> threads;
-  for (unsigned t = 1; t < workers; ++t) threads.emplace_back(work);
-  work();
+  for (unsigned t = 1; t < streams; ++t) threads.emplace_back(work, helpers[t].get());
+  work(streams ? helpers[0].get() : nullptr);
   for (auto& t : threads) t.join();
   return failed;
 }

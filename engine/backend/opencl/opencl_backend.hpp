@@ -147,8 +147,10 @@ class OpenClBackend final : public Backend {
   cl_context context_ = nullptr;
   cl_command_queue queue_ = nullptr;
   std::unique_ptr<ProgramCache> programs_;
-  // Builds (program, options) jobs on a few threads; returns the failed ones as records.
-  std::vector<BuildRecord> build_in_parallel(const std::vector<std::pair<std::string, std::string>>& jobs);
+  // Builds (program, options) jobs on a few streams, longest first; returns the failed ones as records.
+  std::vector<BuildRecord> build_in_parallel(std::vector<std::pair<std::string, std::string>> jobs);
+  // How many streams build `jobs` programs side by side (1 unless helper processes can take them).
+  unsigned build_streams(std::size_t jobs) const;
   KernelBuildListener build_listener_;  // BackendOptions::on_kernel_build (plan_kernels() announces through it)
   std::shared_ptr<BufferPool> pool_;    // device buffers kept for reuse (buffer_pool.hpp)
   std::unordered_map<std::string, cl_kernel> kernels_;

@@ -201,8 +201,8 @@ std::vector<BuildRecord> ProgramCache::records() const {
   return records_;
 }
 
-cl_program ProgramCache::get(const std::string& program, const std::string& options) {
-  return get_source(program, full_source(program), options);
+cl_program ProgramCache::get(const std::string& program, const std::string& options, const RemoteBuild& remote) {
+  return get_source(program, full_source(program), options, remote);
 }
 
 namespace {
@@ -335,7 +335,37 @@ std::vector<unsigned char> program_binary(cl_program program) {
 
 }  // namespace
 
-cl_program ProgramCache::get_source(const std::string& program, const std::string& source, const std::string& options) {
+cl_program ProgramCache::load_entry(const std::string& path, const std::string& key, const std::string& program,
+                                    const std::string& options, std::string& reason) {
+  auto payload = read_entry(path, unhex(key), reason);
+  if (!payload) return nullptr;
+  const unsigned char* bin = payload->data();
+  const size_t bin_size = payload->size();
+  cl_int bin_status = CL_SUCCESS;
+  cl_int err = CL_SUCCESS;
+  cl_program p = clCreateProgramWithBinary(context_, 1, &device_, &bin_size, &bin, &bin_status, &err);
+  if (err != CL_SUCCESS || bin_status != CL_SUCCESS) {
+    reason = std::string("rejected by the driver (") + cl_status_name(err != CL_SUCCESS ? err : bin_status) +
+             " in clCreateProgramWithBinary)";
+    if (p) NS_CL_CHECK_NOTHROW(clReleaseProgram(p));
+    return nullptr;
+  }
+  // A program from a binary still needs a build call before kernels can be created.
+  err = clBuildProgram(p, 1, &device_, options.c_str(), nullptr, nullptr);
+  if (err != CL_SUCCESS) {
+    reason = std::string("rejected by the driver (") + cl_status_name(err) + " in clBuildProgram)";
+    NS_CL_CHECK_NOTHROW(clReleaseProgram(p));
+    return nullptr;
+  }
+  touch_entry(path);  // its last use, for the inventory
+  if (!fs::exists(fs::path(path).replace_extension(".json"))) {
+    write_entry_metadata(path, program, options, info_, std::nullopt);  // an entry from before metadata
+  }
+  return p;
+}
+
+cl_program ProgramCache::get_source(const std::string& program, const std::string& source, const std::string& options,
+                                    const RemoteBuild& remote) {
   const std::string key = cache_key(source, options);
   {
     std::lock_guard lock(mutex_);
@@ -362,39 +392,31 @@ cl_program ProgramCache::get_source(const std::string& program, const std::strin
 
   if (!path.empty()) {
     std::string reason;
-    auto payload = read_entry(path, key_raw, reason);
-    if (payload) {
-      const unsigned char* bin = payload->data();
-      const size_t bin_size = payload->size();
-      cl_int bin_status = CL_SUCCESS;
-      cl_int err = CL_SUCCESS;
-      cl_program p = clCreateProgramWithBinary(context_, 1, &device_, &bin_size, &bin, &bin_status, &err);
-      if (err == CL_SUCCESS && bin_status == CL_SUCCESS) {
-        // A program from a binary still needs a build call before kernels can be created.
-        err = clBuildProgram(p, 1, &device_, options.c_str(), nullptr, nullptr);
-        if (err == CL_SUCCESS) {
-          built = p;
-          record.cache_hit = true;
-          touch_entry(path);  // its last use, for the inventory
-          if (!fs::exists(fs::path(path).replace_extension(".json"))) {
-            write_entry_metadata(path, program, options, info_, std::nullopt);  // an entry from before metadata
-          }
-        } else {
-          reason = std::string("rejected by the driver (") + cl_status_name(err) + " in clBuildProgram)";
-        }
-      } else {
-        reason = std::string("rejected by the driver (") + cl_status_name(err != CL_SUCCESS ? err : bin_status) +
-                 " in clCreateProgramWithBinary)";
-      }
-      if (!built && p) NS_CL_CHECK_NOTHROW(clReleaseProgram(p));
-    }
-    if (!built && !reason.empty()) {
+    built = load_entry(path, key, program, options, reason);
+    if (built) {
+      record.cache_hit = true;
+    } else if (!reason.empty()) {
       log::warn("kernel cache entry {} for {} {} is {}; deleting it and rebuilding from source", path, program,
                 options_label(options), reason);
       std::error_code ec;
       fs::remove(path, ec);
       fs::remove(fs::path(path).replace_extension(".json"), ec);
       record.note = "cache entry " + reason + "; rebuilt";
+    }
+  }
+
+  if (!built && remote && !path.empty()) {
+    // A helper process builds it into the cache; this process loads what it wrote.
+    std::string why = remote(program, options, key);
+    if (why.empty()) {
+      std::string reason;
+      built = load_entry(path, key, program, options, reason);
+      if (!built) why = "its cache entry " + (reason.empty() ? std::string("is missing") : "is " + reason);
+    }
+    if (built) {
+      record.note = record.note.empty() ? "built in a helper process" : record.note + " in a helper process";
+    } else {
+      log::debug("helper build of {} {} not used ({}); building it here", program, options_label(options), why);
     }
   }
 
@@ -446,7 +468,8 @@ cl_program ProgramCache::get_source(const std::string& program, const std::strin
   if (record.cache_hit) {
     log::info("loaded {} {} from cache in {:.0f} ms{}", program, options_label(options), record.ms, progress);
   } else {
-    log::info("built {} {} in {:.0f} ms{}", program, options_label(options), record.ms, progress);
+    log::info("built {} {} in {:.0f} ms{}{}", program, options_label(options), record.ms,
+              record.note.empty() ? "" : " (" + record.note + ")", progress);
   }
 
   std::lock_guard lock(mutex_);
@@ -461,9 +484,10 @@ cl_program ProgramCache::get_source(const std::string& program, const std::strin
   return built;
 }
 
-void ProgramCache::set_plan(std::map<std::string, double> pending) {
+void ProgramCache::set_plan(std::map<std::string, double> pending, unsigned streams) {
   std::lock_guard lock(mutex_);
   plan_pending_ = std::move(pending);
+  plan_streams_ = std::max(1u, streams);
   plan_count_ = static_cast<int>(plan_pending_.size());
   plan_done_ = 0;
 }
@@ -480,6 +504,7 @@ void ProgramCache::plan_progress(const std::string& variant, bool finished, Kern
   if (it == plan_pending_.end()) return;  // a program the plan did not foresee: no progress to tell
   double left = 0.0;
   for (const auto& [v, ms] : plan_pending_) left += ms;
+  left /= plan_streams_;
   e.plan_count = plan_count_;
   if (!finished) {
     e.plan_index = plan_done_ + 1;
@@ -487,7 +512,7 @@ void ProgramCache::plan_progress(const std::string& variant, bool finished, Kern
     return;
   }
   e.plan_index = ++plan_done_;
-  e.plan_left_ms = left - it->second;
+  e.plan_left_ms = std::max(0.0, left - it->second / plan_streams_);
   plan_pending_.erase(it);
   if (plan_pending_.empty()) plan_count_ = plan_done_ = 0;
 }

@@ -30,11 +30,20 @@ class ProgramCache {
   ProgramCache(const ProgramCache&) = delete;
   ProgramCache& operator=(const ProgramCache&) = delete;
 
+  // Builds a program variant somewhere else (a helper process, kernel_builder.hpp)
+  // into the cache entry named by `key`: "" once that entry is written, else why
+  // not (the caller then builds in this process).
+  using RemoteBuild =
+      std::function<std::string(const std::string& program, const std::string& options, const std::string& key)>;
+
   // The built program for a kernel file and options (memoised in memory).
-  // Throws ClError with the build log when the build fails.
-  cl_program get(const std::string& program, const std::string& options);
+  // Throws ClError with the build log when the build fails. With `remote`, a
+  // program that is neither in memory nor in the cache is built through it
+  // and loaded from the entry it wrote (in this process when it cannot).
+  cl_program get(const std::string& program, const std::string& options, const RemoteBuild& remote = {});
   // The same for a source given directly (tests, tools); `program` names it in logs and records.
-  cl_program get_source(const std::string& program, const std::string& source, const std::string& options);
+  cl_program get_source(const std::string& program, const std::string& source, const std::string& options,
+                        const RemoteBuild& remote = {});
 
   // The text a kernel file is built from: common.cl + "\n" + <program>.cl (throws Error when
   // the program is not embedded).
@@ -55,8 +64,9 @@ class ProgramCache {
   std::vector<BuildRecord> records() const;
   // The cold-start plan: the program variants ("program|options" -> estimated
   // ms) a run is about to build. Until each is built (or loaded), build events
-  // carry the plan's progress. Replaces any earlier plan; empty clears it.
-  void set_plan(std::map<std::string, double> pending);
+  // carry the plan's progress, the time left shared by `streams` builds side by
+  // side. Replaces any earlier plan; empty clears it.
+  void set_plan(std::map<std::string, double> pending, unsigned streams = 1);
   // Whether a built program for these options is in memory already (no load or build needed).
   bool in_memory(const std::string& program, const std::string& options) const;
 
@@ -76,6 +86,11 @@ class ProgramCache {
   KernelBuildListener listener_;
   std::map<std::string, double> plan_pending_;  // set_plan(): variants still to build -> estimate
   int plan_count_ = 0, plan_done_ = 0;
+  unsigned plan_streams_ = 1;
+  // The program in the entry at `path` (its key `key`), loaded and built from its binary;
+  // null when there is no entry, and then `reason` says why when the entry cannot be trusted.
+  cl_program load_entry(const std::string& path, const std::string& key, const std::string& program,
+                        const std::string& options, std::string& reason);
   // Fills e's plan fields for `variant` (finished: marks it done). Needs mutex_.
   void plan_progress(const std::string& variant, bool finished, KernelBuildEvent& e);
 };
