@@ -438,8 +438,11 @@ __kernel void conv_cpu(__global const store_t* ap, __global const store_t* x, ul
 // two stored values is exact in f32), then round(alpha * acc + bias) once.
 // Grid: (ceil(N/NR), ceil(M/MR), batch), all k in one launch; panel sets as gemm_cpu.
 // One row of the block at a time keeps the register footprint small: the
-// rounding emulation, not memory, bounds this kernel.
+// rounding emulation, not memory, bounds this kernel. Only in the native
+// accumulation builds (-DACC_NATIVE): compiling it into every other matmul
+// program cost their cold builds on PoCL, which compiles every kernel of a program.
 
+#if defined(ACC_NATIVE)
 __kernel void gemm_native(__global const float* ap, ulong a_poff, ulong a_bs, uint a_blocks,
                           __global const float* bp, ulong b_poff, ulong b_bs, uint b_blocks, uint nb0, uint kc,
                           __global const store_t* bias, ulong bias_off, int bias_mode, __global store_t* c,
@@ -470,6 +473,7 @@ __kernel void gemm_native(__global const float* ap, ulong a_poff, ulong a_bs, ui
     }
   }
 }
+#endif  // ACC_NATIVE
 
 // ---------------------------------------------------------------------------
 // GPU style: f32 accumulation from the stored dtype through local tiles.

@@ -704,6 +704,39 @@ TEST_F(ProgramCacheTest, HelperProcessesBuildThePlanAndTheRunLoadsWhatTheyWrote)
     here = run_layer_norm(in_process);
   }
   EXPECT_TRUE(test::bitwise_equal(run_layer_norm(be), here));
+
+  // On PoCL's CPU device the helpers also compile the programs' one-work-item versions (below).
+  if (device_.platform_name == "Portable Computing Language" && be.kernel_style() == KernelStyle::cpu) {
+    EXPECT_EQ(be.binary_specializations("layer_norm"), "1-1-1-goffs0-smallgrid");
+    EXPECT_EQ(be.binary_specializations("elementwise"), "") << "its group sizes follow the tensor sizes";
+  }
+}
+
+// A helper asked for PoCL's one-work-item version of a program's kernels
+// builds it into the binary, where the run would otherwise compile it at the
+// first launch (kernel_builder.hpp, "Specializations"). Each helper gets an
+// empty PoCL cache of its own: PoCL puts every version its cache holds into a
+// binary.
+TEST_F(ProgramCacheTest, HelperBuildsPoclsSpecializedKernelsIntoTheBinary) {
+  if (device_.platform_name != "Portable Computing Language") GTEST_SKIP() << "PoCL only";
+  const std::string exe = kernel_builder_path();
+  ASSERT_FALSE(exe.empty());
+  const std::string options = "-cl-std=CL1.2 -DSTORE_F32";
+  auto entry_bytes = [&](const std::string& specializations) {
+    TempDir dir, pocl_cache;
+    ScopedEnv pocl("POCL_CACHE_DIR", pocl_cache.path().string());
+    std::string why;
+    auto helper = KernelBuilderProcess::start(exe, device_, dir.path().string(), why);
+    EXPECT_TRUE(helper) << why;
+    const std::string key = cache(dir.path().string())->cache_key(ProgramCache::full_source("layer_norm"), options);
+    EXPECT_EQ(helper ? helper->build("layer_norm", options, key, specializations) : why, "");
+    const auto entries = list_kernel_cache(dir.path().string());
+    return entries.size() == 1 ? entries[0].bytes : std::uint64_t{0};
+  };
+  const std::uint64_t plain = entry_bytes("");
+  const std::uint64_t specialized = entry_bytes("1-1-1-goffs0-smallgrid");
+  ASSERT_GT(plain, 0u);
+  EXPECT_GT(specialized, plain + 1000) << "a second compiled version of layer_norm in the binary";
 }
 
 // The run's side of the protocol against the real helper: a program that does

@@ -177,10 +177,10 @@ bool KernelBuilderProcess::read_line(std::string& line, std::string& why) {
   }
 }
 
-std::string KernelBuilderProcess::build(const std::string& program, const std::string& options,
-                                        const std::string& key) {
+std::string KernelBuilderProcess::build(const std::string& program, const std::string& options, const std::string& key,
+                                        const std::string& specializations) {
   if (!broken_.empty()) return broken_;
-  if (program.find_first_of("\t\n") != std::string::npos || options.find_first_of("\t\n") != std::string::npos) {
+  if ((program + options + specializations).find_first_of("\t\n") != std::string::npos) {
     return "the program name or options hold a tab or newline";
   }
   std::string line;
@@ -196,7 +196,9 @@ std::string KernelBuilderProcess::build(const std::string& program, const std::s
     }
     ready_ = true;
   }
-  if (!send_line("BUILD\t" + program + "\t" + options + "\n")) return fail("it ended (cannot send it a build)");
+  if (!send_line("BUILD\t" + program + "\t" + options + "\t" + specializations + "\n")) {
+    return fail("it ended (cannot send it a build)");
+  }
   if (std::string why; !read_line(line, why)) return fail(why + " while building " + program);
   const auto f = fields(line);
   if (f.size() == 3 && f[0] == "OK") {
@@ -257,9 +259,15 @@ int serve_kernel_builds(const std::string& device_id, const std::string& cache_d
         std::string line(raw, static_cast<std::size_t>(n));
         if (line.back() == '\n') line.pop_back();
         const auto f = fields(line);
-        if (f.size() != 3 || f[0] != "BUILD") {
+        if (f.size() != 4 || f[0] != "BUILD") {
           reply(out, "ERR\tnot a request: " + one_field(line));
           continue;
+        }
+        // This process builds one program at a time: the variable is set for this build alone.
+        if (f[3].empty()) {
+          ::unsetenv("POCL_BINARY_SPECIALIZE_WG");
+        } else {
+          ::setenv("POCL_BINARY_SPECIALIZE_WG", f[3].c_str(), 1);
         }
         const auto t0 = std::chrono::steady_clock::now();
         try {

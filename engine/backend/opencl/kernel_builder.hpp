@@ -21,9 +21,17 @@
 // Protocol (lines over a socket pair on the helper's stdin and stdout; options
 // never hold tabs or newlines):
 //   helper -> run:  READY <tab> device name <tab> driver version   (or ERR <tab> why, then it exits)
-//   run -> helper:  BUILD <tab> program <tab> options
+//   run -> helper:  BUILD <tab> program <tab> options <tab> PoCL specializations (may be empty)
 //   helper -> run:  OK <tab> cache key <tab> build ms               (or ERR <tab> why on one line)
 // The helper exits when its input closes.
+//
+// Specializations: PoCL compiles each kernel again at its first launch for the
+// launch's work-group size, global offset and grid size, into its own cache,
+// while the run waits (a second for the GEMM, the convolution and attention on
+// a cold start). A helper builds those versions into the program's binary
+// (POCL_BINARY_SPECIALIZE_WG, in PoCL's cache-directory spelling, e.g.
+// "1-1-1-goffs0-smallgrid"), beside the other builds; the run's first launch
+// then finds them. Other drivers ignore the variable.
 
 #include <sys/types.h>
 
@@ -51,13 +59,14 @@ class KernelBuilderProcess {
   // Builds one program variant in the helper: "" once it reports the cache entry
   // `key` written, else why not. After a failure of the helper itself (it ended,
   // opened another device, answered out of protocol) every later call fails at once.
-  std::string build(const std::string& program, const std::string& options, const std::string& key);
+  std::string build(const std::string& program, const std::string& options, const std::string& key,
+                    const std::string& specializations = {});
 
  private:
   KernelBuilderProcess(pid_t pid, int fd, std::string device_name, std::string driver);
   bool send_line(const std::string& line);
   bool read_line(std::string& line, std::string& why);  // false: why not
-  std::string fail(std::string why);  // marks the helper unusable; returns why
+  std::string fail(std::string why);                    // marks the helper unusable; returns why
 
   pid_t pid_;
   int fd_;

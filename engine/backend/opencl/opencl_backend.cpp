@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <iterator>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -563,6 +564,21 @@ unsigned OpenClBackend::build_streams(std::size_t jobs) const {
   return streams;
 }
 
+std::string OpenClBackend::binary_specializations(const std::string& program) const {
+  // On PoCL's CPU device these programs' kernels run one work-item per group
+  // (local size 1, no global offset, a grid PoCL calls small): the version
+  // PoCL would compile at their first launch goes into the binary a helper
+  // builds (kernel_builder.hpp). Their other kernels are compiled for it too,
+  // unused: about 1.4 s of the helpers' time against 3.4 s of first launches
+  // (embedded model, 2-core VM). Not for the element-wise programs, whose
+  // work-group sizes follow the tensor sizes (cpu_group_size).
+  if (style_ != KernelStyle::cpu || info_.platform_name != "Portable Computing Language") return {};
+  static constexpr std::string_view kSingleItem[] = {"matmul", "conv2d", "attention", "group_norm", "layer_norm"};
+  return std::find(std::begin(kSingleItem), std::end(kSingleItem), program) != std::end(kSingleItem)
+             ? "1-1-1-goffs0-smallgrid"
+             : "";
+}
+
 std::vector<BuildRecord> OpenClBackend::build_in_parallel(std::vector<std::pair<std::string, std::string>> jobs) {
   // Longest first: the longest build alone can be most of a cold start (matmul
   // and attention on PoCL). By the build times recorded on this device, else by
@@ -611,8 +627,8 @@ std::vector<BuildRecord> OpenClBackend::build_in_parallel(std::vector<std::pair<
   auto work = [&](KernelBuilderProcess* helper) {
     ProgramCache::RemoteBuild remote;
     if (helper) {
-      remote = [helper](const std::string& program, const std::string& options, const std::string& key) {
-        return helper->build(program, options, key);
+      remote = [this, helper](const std::string& program, const std::string& options, const std::string& key) {
+        return helper->build(program, options, key, binary_specializations(program));
       };
     }
     for (std::size_t i = next++; i < jobs.size(); i = next++) {

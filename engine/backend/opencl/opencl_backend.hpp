@@ -112,6 +112,10 @@ class OpenClBackend final : public Backend {
   // Builds every program in every precision variant the ops use; returns one record per
   // program variant built or loaded here (failed builds included, with failed = true).
   std::vector<BuildRecord> precompile();
+  // How many streams build `jobs` programs side by side (1 unless helper processes can take them).
+  unsigned build_streams(std::size_t jobs) const;
+  // The PoCL work-group specializations a helper builds into a program's binary ("" for none).
+  std::string binary_specializations(const std::string& program) const;
   // The build options the ops use for a program at a precision (its registered option function).
   std::string program_options(const std::string& program, const Precision& p);
   KernelPlan plan_kernels(std::span<const Precision> precisions) override;
@@ -149,8 +153,6 @@ class OpenClBackend final : public Backend {
   std::unique_ptr<ProgramCache> programs_;
   // Builds (program, options) jobs on a few streams, longest first; returns the failed ones as records.
   std::vector<BuildRecord> build_in_parallel(std::vector<std::pair<std::string, std::string>> jobs);
-  // How many streams build `jobs` programs side by side (1 unless helper processes can take them).
-  unsigned build_streams(std::size_t jobs) const;
   KernelBuildListener build_listener_;  // BackendOptions::on_kernel_build (plan_kernels() announces through it)
   std::shared_ptr<BufferPool> pool_;    // device buffers kept for reuse (buffer_pool.hpp)
   std::unordered_map<std::string, cl_kernel> kernels_;
