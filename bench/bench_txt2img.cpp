@@ -5,7 +5,14 @@
 // a row per engine and size, and how the time per step grows with the size.
 //
 //   build/bench/bench_txt2img [--device D] [--model DIR] [--steps N] [--runs N] [--sizes 64,256,1024]
-//                             [--no-torch]
+//                             [--no-torch] [--cold-start N]
+//
+// Cold start (report R4; --cold-start N pairs, default 1, 0 skips it):
+// `nanscope-cli generate` at the model's size with both kernel caches empty
+// (ours and the driver's: fresh folders for NANSCOPE_KERNEL_CACHE,
+// POCL_CACHE_DIR and CUDA_CACHE_PATH), once with the helper processes that
+// build kernels side by side and once with every build in the process
+// (NANSCOPE_KERNEL_BUILDER=0), alternating; then the same command warm.
 //
 // At 1024x1024 and above diffusers runs with attention slicing (one slice per
 // head): its classic attention would otherwise hold every head's 16384^2
@@ -15,10 +22,13 @@
 // GLIBC_TUNABLES=glibc.malloc.hugetlb=1, one thread per core, diffusers'
 // classic AttnProcessor (torch 1.13 has no SDPA).
 
+#include <stdlib.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -70,11 +80,47 @@ TorchResult run_torch(const std::string& model, int steps, double cfg, int runs,
   return r;
 }
 
+// Seconds `command` took; throws when it fails.
+double timed_command(const std::string& command) {
+  const auto t0 = Clock::now();
+  const int rc = std::system(command.c_str());
+  if (rc != 0) throw Error("cold-start run failed (exit status " + std::to_string(rc) + "): " + command);
+  return seconds_since(t0);
+}
+
+struct ColdStart {
+  std::vector<double> cold, warm;
+};
+
+// One cold run of `nanscope-cli generate` in fresh cache folders, then a warm one in the same folders.
+void cold_start_pair(const std::string& model, const std::string& pin, int steps, bool helpers, ColdStart& out) {
+  char tmpl[] = "/tmp/nanscope-cold-XXXXXX";
+  const char* dir = ::mkdtemp(tmpl);
+  if (!dir) throw Error("cold start: cannot create a temporary folder in /tmp");
+  const std::filesystem::path root(dir);
+  for (const char* sub : {"kernels", "driver"}) std::filesystem::create_directory(root / sub);
+  const std::string env = "NANSCOPE_KERNEL_CACHE='" + (root / "kernels").string() + "' POCL_CACHE_DIR='" +
+                          (root / "driver").string() + "' CUDA_CACHE_PATH='" + (root / "driver").string() + "'" +
+                          (helpers ? "" : " NANSCOPE_KERNEL_BUILDER=0");
+  const std::string command = env + " '" NANSCOPE_CLI_PATH "' generate --model '" + model + "'" +
+                              (pin.empty() ? std::string() : " --device '" + pin + "'") + " --steps " +
+                              std::to_string(steps) + " -p 'a red fox' -o '" + (root / "out.png").string() +
+                              "' >/dev/null 2>&1";
+  try {
+    out.cold.push_back(timed_command(command));
+    out.warm.push_back(timed_command(command));
+  } catch (...) {
+    std::filesystem::remove_all(root);
+    throw;
+  }
+  std::filesystem::remove_all(root);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string pin, model;
-  int steps = 20, runs = 5;
+  int steps = 20, runs = 5, cold_pairs = 1;
   bool torch = true;
   std::vector<int> sizes;  // image sizes; empty: the model's own
   for (int i = 1; i < argc; ++i) {
@@ -92,9 +138,12 @@ int main(int argc, char** argv) {
       for (std::string v; std::getline(ss, v, ',');) sizes.push_back(std::atoi(v.c_str()));
     } else if (a == "--no-torch")
       torch = false;
+    else if (a == "--cold-start" && i + 1 < argc)
+      cold_pairs = std::max(0, std::atoi(argv[++i]));
     else {
       std::fprintf(stderr,
-                   "usage: %s [--device D] [--model DIR] [--steps N] [--runs N] [--sizes 64,256,1024] [--no-torch]\n",
+                   "usage: %s [--device D] [--model DIR] [--steps N] [--runs N] [--sizes 64,256,1024] [--no-torch] "
+                   "[--cold-start N]\n",
                    argv[0]);
       return 2;
     }
@@ -166,6 +215,26 @@ int main(int argc, char** argv) {
       std::printf("\n");
     }
     std::printf("\nTarget: end to end under 2 s at the embedded model's 64x64.\n");
+
+    if (cold_pairs > 0) {
+      // Alternating, so that a busy moment of the host does not land on one side only.
+      ColdStart helpers, in_process;
+      for (int i = 0; i < cold_pairs; ++i) {
+        cold_start_pair(model, pin, steps, true, helpers);
+        cold_start_pair(model, pin, steps, false, in_process);
+      }
+      std::printf(
+          "\nCold start (report R4): nanscope-cli generate, %d steps at the model's size, both kernel caches "
+          "empty (median of %d):\n\n",
+          steps, cold_pairs);
+      std::printf("| | cold s | warm s |\n|---|---:|---:|\n");
+      std::printf("| kernel builds in helper processes | %.2f | %.2f |\n", median(helpers.cold), median(helpers.warm));
+      std::printf("| every build in the process (NANSCOPE_KERNEL_BUILDER=0) | %.2f | %.2f |\n", median(in_process.cold),
+                  median(in_process.warm));
+      std::printf(
+          "\nTarget: cold under 10 s, warm under 0.3 s (the warm time includes starting the process and "
+          "loading the model).\n");
+    }
     if (torch) std::printf("%s.\n", bench::best_openblas_coretype().report.c_str());
     return 0;
   } catch (const std::exception& e) {
