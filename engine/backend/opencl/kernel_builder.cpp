@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "backend/opencl/opencl_backend.hpp"
 #include "backend/opencl/program_cache.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
@@ -235,11 +236,8 @@ int serve_kernel_builds(const std::string& device_id, const std::string& cache_d
     return 2;
   }
   auto dev = static_cast<cl_device_id>(device->cl_device);
-  const cl_context_properties props[] = {CL_CONTEXT_PLATFORM,
-                                         reinterpret_cast<cl_context_properties>(device->cl_platform), 0};
   cl_int err = CL_SUCCESS;
-  // As OpenClBackend does: a platform the ICD loader did not list must not be named.
-  cl_context context = clCreateContext(device->via_icd_loader ? props : nullptr, 1, &dev, nullptr, nullptr, &err);
+  cl_context context = create_device_context(*device, err);
   if (err != CL_SUCCESS) {
     reply(out, std::string("ERR\tclCreateContext failed: ") + cl_status_name(err));
     return 2;

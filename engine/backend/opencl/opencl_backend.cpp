@@ -159,20 +159,23 @@ void register_program_options(const std::string& program, ProgramOptionsFn fn) {
   r.fns[program] = fn;
 }
 
+cl_context create_device_context(const DeviceInfo& device, cl_int& err) {
+  auto dev = static_cast<cl_device_id>(device.cl_device);
+  const cl_context_properties props[] = {CL_CONTEXT_PLATFORM,
+                                         reinterpret_cast<cl_context_properties>(device.cl_platform), 0};
+  return clCreateContext(device.via_icd_loader ? props : nullptr, 1, &dev, nullptr, nullptr, &err);
+}
+
 OpenClBackend::OpenClBackend(const DeviceInfo& device, const BackendOptions& options)
     : info_(limited_device(device, options.memory_limit_bytes, options.max_alloc_limit_bytes)) {
   if (info_.kind == DeviceKind::reference || !info_.cl_device) {
     throw DeviceError("OpenClBackend: device \"" + info_.name + "\" (" + info_.id + ") is not an OpenCL device");
   }
   auto dev = static_cast<cl_device_id>(info_.cl_device);
-  const cl_context_properties props[] = {CL_CONTEXT_PLATFORM,
-                                         reinterpret_cast<cl_context_properties>(info_.cl_platform), 0};
   const std::string where = "creating an OpenCL context on \"" + info_.name + "\" (" + info_.id + ")";
   cl_int err = CL_SUCCESS;
   // The context holds the chosen device only: work can never land on another one.
-  // A platform the ICD loader did not list (Oclgrind loaded directly) must not be
-  // named in the properties: the loader rejects it; the device alone finds it.
-  context_ = clCreateContext(info_.via_icd_loader ? props : nullptr, 1, &dev, nullptr, nullptr, &err);
+  context_ = create_device_context(info_, err);
   if (err != CL_SUCCESS) throw_cl_error(err, "clCreateContext", where);
   // In-order queue; profiling on so launch() can time kernels when asked.
   // On a simulator every buffer has its exact size: an access past a tensor's end is then reported.
@@ -551,13 +554,17 @@ KernelPlan OpenClBackend::plan_kernels(std::span<const Precision> precisions) {
   return plan;
 }
 
+namespace {
+// Builds side by side: one per core, at most 4.
+unsigned build_cores() { return std::clamp(std::thread::hardware_concurrency(), 1u, 4u); }
+}  // namespace
+
 unsigned OpenClBackend::build_streams(std::size_t jobs) const {
   // Helper processes (kernel_builder.hpp), one per core (at most 4), when there are
   // two or more builds. Not on a simulator: Oclgrind builds nothing worth a
   // process, and its tests check this process's builds. Without helpers the
   // builds run on threads here, but PoCL compiles one program at a time per process.
-  const unsigned cores = std::clamp(std::thread::hardware_concurrency(), 1u, 4u);
-  const unsigned streams = static_cast<unsigned>(std::min<std::size_t>(cores, jobs));
+  const unsigned streams = static_cast<unsigned>(std::min<std::size_t>(build_cores(), jobs));
   if (streams < 2 || info_.kind == DeviceKind::simulator || programs_->dir().empty() || kernel_builder_path().empty()) {
     return 1;
   }
@@ -605,10 +612,8 @@ std::vector<BuildRecord> OpenClBackend::build_in_parallel(std::vector<std::pair<
   // helper fails builds here from then on. A failed build does not stop the
   // others; it comes back as a failed record.
   const unsigned helper_streams = build_streams(jobs.size());
-  const unsigned streams = helper_streams > 1
-                               ? helper_streams
-                               : std::min<unsigned>(std::clamp(std::thread::hardware_concurrency(), 1u, 4u),
-                                                    static_cast<unsigned>(jobs.size()));
+  const unsigned streams =
+      helper_streams > 1 ? helper_streams : static_cast<unsigned>(std::min<std::size_t>(build_cores(), jobs.size()));
   std::vector<std::unique_ptr<KernelBuilderProcess>> helpers(streams);
   if (helper_streams > 1) {
     const std::string exe = kernel_builder_path();

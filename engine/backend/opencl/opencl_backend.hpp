@@ -44,6 +44,11 @@ struct GuardLog;  // opencl_backend.cpp
 using ProgramOptionsFn = std::string (*)(OpenClBackend& be, const Precision& p);
 void register_program_options(const std::string& program, ProgramOptionsFn fn);
 
+// A context holding only this device (err: the status; null unless CL_SUCCESS).
+// A platform the ICD loader did not list (Oclgrind loaded directly) is not named
+// in the properties: the loader rejects it; the device alone finds it.
+cl_context create_device_context(const DeviceInfo& device, cl_int& err);
+
 class OpenClBackend final : public Backend {
  public:
   OpenClBackend(const DeviceInfo& device, const BackendOptions& options);
