@@ -21,15 +21,18 @@ mkdir -p "$out/bin" "$out/lib" "$out/whl" "$out/oracle-whl/fallback"
 # the pipeline suites and the benches.
 bins=(cli/nanscope-cli bench/bench_unet bench/bench_ops)
 for src in tests/ops/test_*.cpp; do bins+=("tests/$(basename "$src" .cpp)"); done
-bins+=(tests/test_devices tests/test_device_inspect tests/test_embedded_model
+bins+=(tests/test_devices tests/test_device_inspect tests/test_probe tests/test_embedded_model
   tests/test_pipeline tests/test_scenarios tests/test_inspect_pipeline tests/test_faults)
 for b in "${bins[@]}"; do
   strip -o "$out/bin/$(basename "$b")" "$build/$b"
 done
+# The kernel-build helper where the programs look for it: <exe dir>/../libexec/nanscope.
+mkdir -p "$out/libexec/nanscope"
+strip -o "$out/libexec/nanscope/nanscope-kernel-builder" "$build/libexec/nanscope/nanscope-kernel-builder"
 
 # Shared libraries beyond glibc and the C++ runtime (a newer one of each is on
 # any machine that can run a current CUDA driver).
-for b in "$out"/bin/*; do ldd "$b"; done | awk '/=> \//{print $3}' | sort -u | while read -r lib; do
+for b in "$out"/bin/* "$out"/libexec/nanscope/*; do ldd "$b"; done | awk '/=> \//{print $3}' | sort -u | while read -r lib; do
   case "$(basename "$lib")" in
     libc.so*|libm.so*|libstdc++*|libgcc_s*|ld-linux*|libpthread*|libdl*|librt*|libz.so*) ;;
     *) cp -L "$lib" "$out/lib/" ;;

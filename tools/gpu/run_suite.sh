@@ -8,26 +8,39 @@
 # usage: tools/gpu/run_suite.sh [env] [devices] [ops] [scenarios] [bench] [torch] ...
 #   env        the driver, libraries and ICD files found (always runs first)
 #   devices    nanscope-cli devices
-#   ops        the op suite (tests/ops) and the device suites on the GPU
-#   pipeline   the whole-pipeline suites, their oracles on the versions
+#   ops        the op suite (tests/ops) and the device suites on the GPU, OPS_JOBS
+#              test programs at a time [6], test_attention split into
+#              OPS_SHARDS pieces [4] (NVIDIA's compiler takes seconds per
+#              attention program; the pieces compile in parallel), GTEST_FILTER
+#              from OPS_FILTER [-*ReferenceVsTorch*: those cases compare the
+#              CPU reference with CPU PyTorch, no GPU in them]
+#   pipeline   the whole-pipeline suites and test_probe, their oracles on the versions
 #              tools/setup.sh pins (diffusers 0.31, transformers 4.47, ...),
 #              installed from the bundle into their own folder for this stage
-#   scenarios  generate on the embedded model, then R0-R4 and their fixed twins
+#   scenarios  generate on the embedded model, then R0-R4 and their fixed twins,
+#              then the device probe (nanscope-cli probe)
+#   coldstart  the embedded model's R4 run (64x64, 20 steps) with an empty
+#              kernel cache and an empty NVIDIA compute cache: kernel builds in
+#              helper processes, then in-process (NANSCOPE_KERNEL_BUILDER=0),
+#              then warm
 #   bench      bench_unet, f32 and f16, on the GPU, with PyTorch CUDA (diffusers)
-#              on the same weights as the baseline: the SD 1.5 UNet at latent 64
-#              and 128, then the SDXL UNet at 128 (1024x1024, its native size)
-# Stage time limits are set by STAGE_LIMIT (seconds, default 240). The bench
-# stage takes (defaults in brackets):
-#   BENCH_SIZES       SD 1.5 latent sizes ["64 128"]; empty: no SD 1.5
-#   BENCH_SDXL_SIZES  SDXL latent sizes ["128"]; empty: no SDXL
-#   BENCH_SDXL_LIMIT  seconds for making the SDXL folder (10.3 GB), for each
-#                     SDXL profiled call and for each SDXL size [240]
+#              on the same weights as the baseline, in the order of BENCH_PLAN
+# Stages joined by "+" (ops+pipeline+scenarios) run at the same time and end
+# together; GROUP_LIMIT (seconds) stops a group's stragglers [none]. Timings
+# belong in a stage of their own (bench).
+# Time limits: STAGE_LIMIT (seconds, default 240) for each program a stage
+# runs. The bench stage takes (defaults in brackets):
+#   BENCH_PLAN        what to measure, in order: MODEL:LATENT for a bench_unet
+#                     table (f32 and f16, NaNscope and PyTorch), and
+#                     profile:MODEL:DTYPE:LATENT:ROWS for one call under
+#                     NANSCOPE_PROFILE (the slowest ROWS ops' kernel time);
+#                     MODEL is sd15 or sdxl
+#                     ["sd15:128 sd15:64 sdxl:128 profile:sd15:f32:128:12"]
+#   BENCH_SDXL_LIMIT  seconds for making the SDXL folder (10.3 GB) and for each
+#                     SDXL table or profiled call [240]
 #   BENCH_RUNS        timed calls per configuration (the median is printed) [3]
 #   BENCH_PREMAKE     models whose folders are made in the background from the
 #                     start, e.g. "sd15 sdxl" (while the op suite runs) [none]
-#   BENCH_PROFILE     profiled calls, MODEL:DTYPE:LATENT:ROWS each (MODEL sd15 or
-#                     sdxl; the slowest ROWS ops' kernel time) ["sd15:f32:128:12"];
-#                     empty: none; e.g. "sd15:f16:64:30 sd15:f32:128:12 sdxl:f16:128:20"
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 dest=${OUT:-$repo/gpu-out}
@@ -87,28 +100,46 @@ stage_devices() {
   timeout "$limit" "$cli" -v devices
 }
 
-# One test executable: full output to its own log, the failures and the
-# summary to the stage log.
+# One test executable (or one shard of it: SHARD/SHARDS): full output to its
+# own log, the failures and the summary to the stage log in one piece.
 run_test() {
-  local t=$1 name
-  name=$(basename "$t")
-  echo "--- $name"
-  timeout "$limit" "$t" --gtest_brief=1 > "$out/$name.log" 2>&1
-  echo "exit $?"
-  grep -E '^\[  (FAILED|PASSED|SKIPPED) |Failure$|nmse|worst finite|error:' "$out/$name.log" | head -40
+  local t=$1 shard=${2:-} shards=${3:-} name rc
+  name=$(basename "$t")${shard:+.$shard}
+  if [ -n "$shard" ]; then
+    GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$shard timeout "$limit" "$t" --gtest_brief=1 > "$out/$name.log" 2>&1
+  else
+    timeout "$limit" "$t" --gtest_brief=1 > "$out/$name.log" 2>&1
+  fi
+  rc=$?
+  { echo "--- $name: exit $rc"
+    grep -E '^\[  (FAILED|PASSED|SKIPPED) |Failure$|nmse|worst finite|error:' "$out/$name.log" | head -40; } > "$out/$name.sum"
+  cat "$out/$name.sum"
 }
 
 stage_ops() {
   step ops
-  local t
+  export GTEST_FILTER=${OPS_FILTER--*ReferenceVsTorch*}
+  local t name jobs=() shards=${OPS_SHARDS:-4} i j
   for t in "$ns"/bin/test_*; do
-    case "$(basename "$t")" in
-      test_embedded_model|test_pipeline|test_scenarios|test_inspect_pipeline|test_faults) continue ;;
+    name=$(basename "$t")
+    case "$name" in
+      test_embedded_model|test_pipeline|test_scenarios|test_inspect_pipeline|test_faults|test_probe) continue ;;
     esac
     # OPS_TESTS="test_matmul test_attention" runs only those.
-    if [ -n "${OPS_TESTS:-}" ] && [[ " $OPS_TESTS " != *" $(basename "$t") "* ]]; then continue; fi
-    run_test "$t"
+    if [ -n "${OPS_TESTS:-}" ] && [[ " $OPS_TESTS " != *" $name "* ]]; then continue; fi
+    if [ "$name" = test_attention ] && [ "$shards" -gt 1 ]; then
+      for ((i = 0; i < shards; i++)); do jobs+=("$t $i $shards"); done
+    else
+      jobs+=("$t")
+    fi
   done
+  # The longest first: the attention pieces, then the rest.
+  for j in "${jobs[@]}"; do
+    while [ "$(jobs -rp | wc -l)" -ge "${OPS_JOBS:-6}" ]; do wait -n; done
+    # shellcheck disable=SC2086 # program and shard are words
+    run_test $j &
+  done
+  wait
 }
 
 # The pipeline suites compare with diffusers/transformers through the test
@@ -143,7 +174,7 @@ stage_pipeline() {
 print("oracles: python", sys.version.split()[0], "torch", torch.__version__, "diffusers", diffusers.__version__,
       "transformers", transformers.__version__, "tokenizers", tokenizers.__version__, "hub", huggingface_hub.__version__,
       "safetensors", safetensors.__version__, "peft", peft.__version__, "accelerate", accelerate.__version__)' 2>&1 | tail -3
-  for t in test_embedded_model test_pipeline test_inspect_pipeline test_faults; do run_test "$ns/bin/$t"; done
+  for t in test_pipeline test_embedded_model test_inspect_pipeline test_probe test_faults; do run_test "$ns/bin/$t"; done
 }
 
 stage_scenarios() {
@@ -158,6 +189,30 @@ stage_scenarios() {
     echo "--- $r --fixed"
     timeout "$limit" "$cli" --device "$dev" scenario run "$r" --fixed --json "$out/$r-fixed.json" 2>&1 | tail -12
   done
+  echo "--- probe (embedded model, every distinct op against the reference backend)"
+  timeout "$limit" "$cli" --device "$dev" probe --json "$out/probe.json" 2>&1 | tail -25
+}
+
+# R4's run with both kernel caches empty (ours and NVIDIA's compute cache),
+# builds in helper processes and then in-process, then warm.
+stage_coldstart() {
+  step coldstart
+  local dev=${GPU_DEVICE:-NVIDIA} mode dir t0 t1
+  for mode in helpers in-process warm; do
+    dir=$ns/cold-$mode
+    [ "$mode" = warm ] && dir=$ns/cold-helpers
+    [ "$mode" = warm ] || rm -rf "$dir"
+    mkdir -p "$dir/kernels" "$dir/nv"
+    t0=$(date +%s.%N)
+    NANSCOPE_KERNEL_CACHE=$dir/kernels CUDA_CACHE_PATH=$dir/nv \
+      NANSCOPE_KERNEL_BUILDER=$([ "$mode" = in-process ] && echo 0 || echo "") \
+      timeout "$limit" "$cli" --device "$dev" generate --prompt "a red fox" --size 64x64 --steps 20 \
+      -o "$out/cold-$mode.png" > "$out/cold-$mode.log" 2>&1
+    local rc=$?
+    t1=$(date +%s.%N)
+    echo "$mode: exit $rc, $(awk "BEGIN{printf \"%.2f\", $t1 - $t0}") s"
+    grep -i -E 'error|helper|plan' "$out/cold-$mode.log" | head -5
+  done
 }
 
 # One UNet call under NANSCOPE_PROFILE: MODEL DTYPE LATENT ROWS LIMIT (the slowest
@@ -170,47 +225,83 @@ profile_call() {
   grep ' profile ' "$log" | awk '{print $(NF-1), $0}' | sort -rn | head -"$4" | cut -d' ' -f2-
 }
 
-# One model: make its folder (seeded random weights, once), its profiled calls
-# (those of BENCH_PROFILE naming it), then bench_unet at each latent size.
-# MODEL SIZES LIMIT
-bench_model() {
-  local model=$1 sizes=$2 lim=$3 p m d l r size
-  [ -n "$sizes" ] || return 0
-  # A folder being made in the background (BENCH_PREMAKE) is waited for.
-  while [ -e "$ns/$model-unet.making" ]; do sleep 1; done
-  echo "--- making the $model UNet"
-  timeout "$lim" python3 "$repo/bench/make_sd15_unet.py" --config "$model" "$ns/$model-unet" 2>&1 | tail -2
-  for p in ${BENCH_PROFILE-sd15:f32:128:12}; do
-    IFS=: read -r m d l r <<<"$p"
-    if [ "$m" = "$model" ]; then profile_call "$m" "$d" "$l" "${r:-20}" "$lim"; fi
-  done
-  for size in $sizes; do
-    echo "--- $model latent $size"
-    timeout "$lim" "$ns/bin/bench_unet" --device "$dev" --model "$ns/$model-unet" --size "$size" \
+# A model's folder (seeded random weights), made once; one being made in the
+# background (BENCH_PREMAKE) is waited for. MODEL LIMIT
+ensure_model() {
+  while [ -e "$ns/$1-unet.making" ]; do sleep 1; done
+  [ -e "$ns/$1-unet.made" ] && return 0
+  echo "--- making the $1 UNet"
+  timeout "$2" python3 "$repo/bench/make_sd15_unet.py" --config "$1" "$ns/$1-unet" 2>&1 | tail -2
+  touch "$ns/$1-unet.made"
+}
+
+stage_bench() {
+  step bench
+  local dev=${GPU_DEVICE:-NVIDIA} item a b c d e lim
+  for item in ${BENCH_PLAN-sd15:128 sd15:64 sdxl:128 profile:sd15:f32:128:12}; do
+    IFS=: read -r a b c d e <<<"$item"
+    if [ "$a" = profile ]; then
+      lim=$limit; [ "$b" = sdxl ] && lim=${BENCH_SDXL_LIMIT:-240}
+      ensure_model "$b" "$lim"
+      profile_call "$b" "$c" "$d" "${e:-20}" "$lim"
+      continue
+    fi
+    lim=$limit; [ "$a" = sdxl ] && lim=${BENCH_SDXL_LIMIT:-240}
+    ensure_model "$a" "$lim"
+    echo "--- $a latent $b"
+    timeout "$lim" "$ns/bin/bench_unet" --device "$dev" --model "$ns/$a-unet" --size "$b" \
       --runs "${BENCH_RUNS:-3}" --dtypes f32,f16 --torch-device cuda 2>&1 |
       grep --line-buffered -v -E '\] \[info\] (loaded|built) '  # rows as they come: a cut-short run keeps them
   done
 }
 
-stage_bench() {
-  step bench
-  local dev=${GPU_DEVICE:-NVIDIA}
-  bench_model sd15 "${BENCH_SIZES-64 128}" "$limit"
-  bench_model sdxl "${BENCH_SDXL_SIZES-128}" "${BENCH_SDXL_LIMIT:-240}"
+# A process and everything it started (timeout puts its command in a process
+# group of its own, so a group kill would miss them).
+kill_tree() {
+  local c
+  for c in $(ps -o pid= --ppid "$1"); do kill_tree "$c"; done
+  kill "$1" 2>/dev/null
+}
+
+# Stages joined by "+" at the same time; GROUP_LIMIT stops a straggler with
+# everything it started.
+run_group() {
+  local IFS=+ s p alive end pids=()
+  read -r -a stages <<<"$1"
+  unset IFS
+  for s in "${stages[@]}"; do
+    ("stage_$s" 2>&1 | tee "$out/$s.log" | tee -a "$dest/all.log") &
+    pids+=($!)
+  done
+  end=$(($(date +%s) + ${GROUP_LIMIT:-1000000}))
+  while :; do
+    alive=0
+    for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+    [ "$alive" = 0 ] && break
+    if [ "$(date +%s)" -ge "$end" ]; then
+      echo "=== $1: GROUP_LIMIT reached, stopping what still runs" | tee -a "$dest/all.log"
+      for p in "${pids[@]}"; do kill_tree "$p"; done
+      break
+    fi
+    sleep 2
+  done
+  wait
 }
 
 stage_env
 # BENCH_PREMAKE="sd15 sdxl": make those UNet folders in the background now (CPU
-# work), while the stages before the bench run; bench_model waits for them.
+# work), while the stages before the bench run; ensure_model waits for them.
 for m in ${BENCH_PREMAKE:-}; do
   touch "$ns/$m-unet.making"
-  (python3 "$repo/bench/make_sd15_unet.py" --config "$m" "$ns/$m-unet" > "$out/make-$m.log" 2>&1
+  (python3 "$repo/bench/make_sd15_unet.py" --config "$m" "$ns/$m-unet" > "$out/make-$m.log" 2>&1 &&
+     touch "$ns/$m-unet.made"
    rm -f "$ns/$m-unet.making") &
 done
 for s in "$@"; do
   case "$s" in
     env) ;;
-    devices|ops|pipeline|scenarios|bench) "stage_$s" 2>&1 | tee "$out/$s.log" | tee -a "$dest/all.log" ;;
+    *+*) run_group "$s" ;;
+    devices|ops|pipeline|scenarios|coldstart|bench) "stage_$s" 2>&1 | tee "$out/$s.log" | tee -a "$dest/all.log" ;;
     *) echo "unknown stage $s" ;;
   esac
 done
