@@ -275,14 +275,24 @@ TEST(Devices, PrecisionOptionsAreExactAndIeee) {
   opts.use_kernel_cache = false;
   opencl::OpenClBackend be(*dev, opts);
   const std::string fp16 = dev->fp16 ? " -DHAS_FP16" : "";
+  // What a device adds on top: its half units where native half arithmetic runs
+  // on them (an NVIDIA GPU: -DHW_HALF_PTX ...), and the GPU family's f16
+  // conversion instructions.
+  const auto device_part = [&](const Precision& p) {
+    std::string o = fp16;
+    if (be.native_half_in_hardware(p)) o += " " + be.half_unit_options();
+    if (be.kernel_style() == opencl::KernelStyle::gpu && p.dtype == DType::f16) o += " -DF16_CVT";
+    return o;
+  };
   const std::string std_opt = be.precision_options(Precision{}).substr(0, 13);
   EXPECT_EQ(std_opt.rfind("-cl-std=CL1.", 0), 0u);
-  EXPECT_EQ(be.precision_options(Precision{DType::f32, Accumulate::native, SoftmaxPrecision::native}),
-            std_opt + " -DSTORE_F32" + fp16);
-  EXPECT_EQ(be.precision_options(Precision{DType::f16, Accumulate::native, SoftmaxPrecision::f32}),
-            std_opt + " -DSTORE_F16 -DACC_NATIVE" + fp16);
-  EXPECT_EQ(be.precision_options(Precision{DType::bf16, Accumulate::f32, SoftmaxPrecision::native}),
-            std_opt + " -DSTORE_BF16 -DSOFTMAX_NATIVE" + fp16);
+  const Precision f32_native{DType::f32, Accumulate::native, SoftmaxPrecision::native};
+  const Precision f16_acc_native{DType::f16, Accumulate::native, SoftmaxPrecision::f32};
+  const Precision bf16_softmax_native{DType::bf16, Accumulate::f32, SoftmaxPrecision::native};
+  EXPECT_EQ(be.precision_options(f32_native), std_opt + " -DSTORE_F32" + device_part(f32_native));
+  EXPECT_EQ(be.precision_options(f16_acc_native), std_opt + " -DSTORE_F16 -DACC_NATIVE" + device_part(f16_acc_native));
+  EXPECT_EQ(be.precision_options(bf16_softmax_native),
+            std_opt + " -DSTORE_BF16 -DSOFTMAX_NATIVE" + device_part(bf16_softmax_native));
   for (DType t : {DType::f32, DType::f16, DType::bf16}) {
     const std::string o = be.precision_options(Precision{t, Accumulate::native, SoftmaxPrecision::native});
     EXPECT_EQ(o.find("fast-relaxed"), std::string::npos) << o;

@@ -111,6 +111,9 @@ class OpenClBackend final : public Backend {
   // The half units native half arithmetic runs on, in words ("" when it is
   // emulated: no half units reachable, turned off, or the probe failed).
   const std::string& half_units() const { return half_units_; }
+  // The build options that select them (-DHW_HALF_PTX ..., -DHW_HALF_CL), added to
+  // precision_options() where native_half_in_hardware() holds.
+  const std::string& half_unit_options() const { return half_unit_options_; }
   // Records a fallback (logged once, listed by kernel_notes()).
   void note_fallback(const std::string& note);
 
