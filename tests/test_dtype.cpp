@@ -14,6 +14,7 @@
 #include <limits>
 #include <random>
 #include <stdexcept>
+#include <vector>
 
 #include "core/dtype.hpp"
 #include "io/safetensors.hpp"
@@ -201,6 +202,58 @@ TEST(DType, KnownValues) {
   EXPECT_EQ(f32_to_bf16_bits(from_bits(0x7f7f8000u)), 0x7f80u);  // past bf16 max: Inf
   EXPECT_EQ(dtype_max(DType::f16), 65504.0f);
   EXPECT_EQ(round_to(DType::f32, 0.1f), 0.1f);
+}
+
+// convert_elements (the loader's bulk path, F16C instructions where the CPU has
+// them) against the scalar conversions above, bit for bit: every 61st f32
+// pattern (70M, every exponent and sign, NaN payloads, subnormals), every f16
+// value's neighbourhood (the midpoints to the next value and the floats beside
+// them: the ties), every 16-bit pattern decoded, and lengths that leave a tail
+// after the 8-wide blocks.
+TEST(DType, BulkConversionMatchesTheScalarOnes) {
+  std::vector<float> f;
+  for (std::uint64_t b = 0; b <= 0xffffffffull; b += 61) f.push_back(from_bits(static_cast<std::uint32_t>(b)));
+  for (std::uint32_t h = 0; h < 0x7c00u; ++h) {
+    const std::uint32_t mid = (bits(f16_bits_to_f32(static_cast<std::uint16_t>(h))) + (h < 0x400u ? 0u : 0x1000u));
+    for (const std::uint32_t x : {mid - 1, mid, mid + 1}) {
+      f.push_back(from_bits(x));
+      f.push_back(-from_bits(x));
+    }
+  }
+  for (std::uint32_t h = 0; h < 0x400u; ++h) {  // subnormal halves: midpoints at (h + 1/2) * 2^-24
+    const float mid = (static_cast<float>(h) + 0.5f) * 0x1p-24f;
+    for (const float x : {std::nextafter(mid, 0.0f), mid, std::nextafter(mid, 1.0f)}) f.push_back(x);
+  }
+  for (const std::size_t n : {f.size(), std::size_t{13}, std::size_t{8}, std::size_t{7}, std::size_t{0}}) {
+    std::vector<std::uint16_t> h(n + 1, 0xabcd), b(n + 1, 0xabcd);
+    convert_elements(f.data(), DType::f32, h.data(), DType::f16, n);
+    convert_elements(f.data(), DType::f32, b.data(), DType::bf16, n);
+    std::size_t bad_h = 0, bad_b = 0, first_h = n, first_b = n;
+    for (std::size_t i = 0; i < n; ++i) {
+      if (h[i] != f32_to_f16_bits(f[i]) && bad_h++ == 0) first_h = i;
+      if (b[i] != f32_to_bf16_bits(f[i]) && bad_b++ == 0) first_b = i;
+    }
+    EXPECT_EQ(bad_h, 0u) << "f32->f16, n " << n << ", first at " << std::hex << bits(f[first_h % f.size()]);
+    EXPECT_EQ(bad_b, 0u) << "f32->bf16, n " << n << ", first at " << std::hex << bits(f[first_b % f.size()]);
+    EXPECT_EQ(h[n], 0xabcdu) << "wrote past the end";
+    EXPECT_EQ(b[n], 0xabcdu) << "wrote past the end";
+  }
+  std::vector<std::uint16_t> all(65536);
+  for (std::uint32_t i = 0; i < 65536u; ++i) all[i] = static_cast<std::uint16_t>(i);
+  std::vector<float> out(all.size());
+  std::vector<std::uint16_t> across(all.size());
+  for (const DType t : {DType::f16, DType::bf16}) {
+    convert_elements(all.data(), t, out.data(), DType::f32, all.size());
+    const DType other = t == DType::f16 ? DType::bf16 : DType::f16;
+    convert_elements(all.data(), t, across.data(), other, all.size());
+    for (std::uint32_t i = 0; i < 65536u; ++i) {
+      const auto p = static_cast<std::uint16_t>(i);
+      const float v = t == DType::f16 ? f16_bits_to_f32(p) : bf16_bits_to_f32(p);
+      ASSERT_EQ(bits(out[i]), bits(v)) << dtype_name(t) << " pattern " << std::hex << i;
+      const std::uint16_t want = other == DType::f16 ? f32_to_f16_bits(v) : f32_to_bf16_bits(v);
+      ASSERT_EQ(across[i], want) << dtype_name(t) << " -> " << dtype_name(other) << " pattern " << std::hex << i;
+    }
+  }
 }
 
 // The correctly rounded 16-bit value of d, found by search: the neighbours lo <= |d| <= hi

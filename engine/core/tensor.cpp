@@ -110,7 +110,7 @@ std::vector<float> HostTensor::to_f32() const {
 HostTensor HostTensor::converted(DType t) const {
   if (t == dtype) return *this;
   HostTensor out(shape, t);
-  for (std::int64_t i = 0; i < numel(); ++i) out.set(i, get(i));
+  convert_elements(data.data(), dtype, out.data.data(), t, static_cast<std::size_t>(numel()));
   return out;
 }
 

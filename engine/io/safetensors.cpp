@@ -174,25 +174,10 @@ nlohmann::json parse_header(const std::filesystem::path& path, const char* begin
 }
 
 void convert(std::span<const std::uint8_t> src, FileDType from, HostTensor& out) {
-  const std::size_t n = static_cast<std::size_t>(out.numel());
-  const DType from_dtype = *to_dtype(from);
-  if (from_dtype == out.dtype) {
-    // An empty tensor has no buffer to copy into (memcpy must not see a null pointer).
-    if (!src.empty()) std::memcpy(out.data.data(), src.data(), src.size());
-    return;
-  }
-  for (std::size_t i = 0; i < n; ++i) {
-    float f = 0.0f;
-    if (from == FileDType::F32) {
-      std::memcpy(&f, src.data() + 4 * i, 4);
-    } else {
-      std::uint16_t b;
-      std::memcpy(&b, src.data() + 2 * i, 2);
-      f = from == FileDType::F16 ? f16_bits_to_f32(b) : bf16_bits_to_f32(b);
-    }
-    // f16/bf16 -> f32 is exact, so this is a single RNE rounding into the target.
-    out.set(static_cast<std::int64_t>(i), f);
-  }
+  // An empty tensor has no buffer to copy into (memcpy must not see a null pointer).
+  if (out.numel() == 0) return;
+  // f16/bf16 -> f32 is exact, so every element is a single RNE rounding into the target.
+  convert_elements(src.data(), *to_dtype(from), out.data.data(), out.dtype, static_cast<std::size_t>(out.numel()));
 }
 
 }  // namespace
