@@ -539,7 +539,7 @@ TEST_F(ProgramCacheTest, ColdStartPlanCountsWhatIsNotCachedAndTracksEveryBuild) 
   std::size_t total = 0;
   {
     OpenClBackend be(device_, opts);
-    const KernelPlan plan = be.plan_kernels(std::span<const Precision>(&f32, 1));
+    const KernelPlan plan = be.plan_kernels(std::span<const Precision>(&f32, 1), {});
     ASSERT_FALSE(plan.items.empty());
     total = plan.items.size();
     EXPECT_EQ(plan.to_build, total) << "an empty cache has nothing";
@@ -565,7 +565,7 @@ TEST_F(ProgramCacheTest, ColdStartPlanCountsWhatIsNotCachedAndTracksEveryBuild) 
   }
   // The next process: that program is cached, and the estimate comes from its recorded build time.
   OpenClBackend be(device_, opts);
-  const KernelPlan plan = be.plan_kernels(std::span<const Precision>(&f32, 1));
+  const KernelPlan plan = be.plan_kernels(std::span<const Precision>(&f32, 1), {});
   EXPECT_EQ(plan.items.size(), total);
   EXPECT_EQ(plan.to_build, total - 1);
   EXPECT_EQ(plan.history_samples, 1u);
@@ -681,7 +681,7 @@ TEST_F(ProgramCacheTest, HelperProcessesBuildThePlanAndTheRunLoadsWhatTheyWrote)
   opts.kernel_cache_dir = dir.path().string();
   OpenClBackend be(device_, opts);
   const KernelPlan plan = small_plan(be);
-  EXPECT_GE(be.plan_kernels({}).streams, 2u) << "the plan says the builds share the cores";
+  EXPECT_GE(be.plan_kernels({}, {}).streams, 2u) << "the plan says the builds share the cores";
   be.build_planned(plan);
   const auto records = be.programs().records();
   ASSERT_EQ(records.size(), plan.items.size());

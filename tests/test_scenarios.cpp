@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <vector>
 
 #include "backend/device.hpp"
 #include "config/module_pattern.hpp"
@@ -339,6 +340,39 @@ TEST(Scenarios, R4AColdKernelCacheIsASlowStartAndAWarmOneIsNot) {
   const ScenarioRun warm = run_scenario(*find_scenario("R4"), true, o);
   EXPECT_EQ(warm.run.verdict, Verdict::clean) << warm.note;
   EXPECT_EQ(warm.run.report["kernel_build"]["built"].get<int>(), 0) << warm.note;
+}
+
+// A cold run builds what its kernel plan listed and nothing after it: the
+// plan takes the variants the GPU family picks by shape (GEMM tiles, flash
+// tiles per head size, the causal text encoder's fused kernel) from the memory
+// plan's dry run. On the H200 the plan had missed four programs, 11 s of
+// builds one after another (the GPU style forced here on PoCL shows the same).
+TEST(Scenarios, R4ColdRunBuildsOnlyWhatItsPlanListed) {
+  REQUIRE_EMBEDDED_MODEL();
+  const DeviceList devices = enumerate_devices();
+  if (select_device(devices, device_pin_from_env()).id == "reference")
+    GTEST_SKIP() << "the default device is the reference device: it compiles no kernels";
+  for (const KernelStyleChoice style : {KernelStyleChoice::cpu, KernelStyleChoice::gpu}) {
+    SCOPED_TRACE(style == KernelStyleChoice::cpu ? "cpu-style kernels" : "gpu-style kernels");
+    test::TempDir work;
+    ScenarioOptions o;
+    o.work_dir = work.path();
+    o.sets = {"steps=2"};
+    o.backend.kernel_style = style;
+    std::vector<KernelBuildEvent> events;
+    o.backend.on_kernel_build = [&events](const KernelBuildEvent& e) { events.push_back(e); };
+    const ScenarioRun cold = run_scenario(*find_scenario("R4"), false, o);
+    ASSERT_EQ(cold.run.report["kernel_build"]["cached"].get<int>(), 0) << cold.note;
+    int planned = 0, built = 0;
+    for (const KernelBuildEvent& e : events) {
+      if (e.plan) planned = e.plan_count;
+      if (!e.finished || e.plan) continue;
+      ++built;
+      EXPECT_GT(e.plan_count, 0) << e.program << " [" << e.options << "] was built outside the plan";
+    }
+    EXPECT_GT(planned, 0);
+    EXPECT_EQ(built, planned) << "every planned program built once, nothing else";
+  }
 }
 
 }  // namespace

@@ -64,10 +64,13 @@ class Backend {
   virtual std::vector<KernelBuildRecord> kernel_builds() const { return {}; }
   virtual std::string kernel_cache_dir() const { return {}; }
   // The programs a run in these precisions needs and which must be built
-  // first, with an estimate (KernelPlan). Until every planned program is
-  // built, each build event carries its place in the plan (KernelBuildEvent::
-  // progress). Empty for a backend without kernels.
-  virtual KernelPlan plan_kernels(std::span<const Precision> /*precisions*/) { return {}; }
+  // first, with an estimate (KernelPlan). `calls` (a dry run's, when
+  // recorded) picks the variants that follow the shapes. Until every planned
+  // program is built, each build event carries its place in the plan
+  // (KernelBuildEvent::progress). Empty for a backend without kernels.
+  virtual KernelPlan plan_kernels(std::span<const Precision> /*precisions*/, const KernelCalls& /*calls*/) {
+    return {};
+  }
   // Builds the plan's programs that are not cached yet, several at once where
   // the driver allows (a cold build is seconds of single-threaded compiler
   // work each; built lazily they would run one after another). A failed build

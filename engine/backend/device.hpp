@@ -4,6 +4,7 @@
 // built-in `reference` device (plain C++, f64 accumulation). The user may pin
 // one; a pinned device that is missing is an error listing what exists (report R3).
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -11,6 +12,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "core/precision.hpp"
 
 namespace nanscope {
 
@@ -116,6 +119,42 @@ struct KernelBuildRecord {
   std::string note;     // e.g. "cache entry corrupt (checksum mismatch); rebuilt"
   bool failed = false;  // precompile(): the build failed; `error` holds the message with the build log
   std::string error;
+};
+
+// A run's GEMM, convolution and attention calls with what chooses their
+// kernel variants: on GPU-style backends the tile sizes, the tensor cores and
+// the flash tiles follow the shapes, and fused attention never needs the
+// softmax program. A dry run of the run's models records them
+// (pipeline/memory_plan.hpp) for Backend::plan_kernels; without them
+// (`recorded` false) the plan takes each program's default variant in every
+// precision, which misses the GPU family's shape-dependent variants.
+struct KernelCalls {
+  struct Gemm {  // C[m x n] = A[m x k] B[k x n], `batch` times (a 1x1 unpadded stride-1 conv included)
+    Precision precision;
+    std::int64_t batch = 1, m = 0, n = 0, k = 0;
+    friend bool operator==(const Gemm&, const Gemm&) = default;
+  };
+  struct Conv {  // any other convolution, as the GEMM it is: out_channels x positions, k = c * kh * kw
+    Precision precision;
+    std::int64_t images = 1, out_channels = 0, positions = 0, k = 0;
+    friend bool operator==(const Conv&, const Conv&) = default;
+  };
+  struct Attention {
+    Precision precision;
+    std::int64_t batch = 1, heads = 1, sq = 0, sk = 0, d = 0, dv = 0;
+    bool causal = false;
+    AttentionImpl impl = AttentionImpl::fused;
+    friend bool operator==(const Attention&, const Attention&) = default;
+  };
+  bool recorded = false;
+  std::vector<Gemm> gemm;
+  std::vector<Conv> conv;
+  std::vector<Attention> attention;
+  // Each distinct call once.
+  template <class Call>
+  static void add(std::vector<Call>& calls, const Call& c) {
+    if (std::find(calls.begin(), calls.end(), c) == calls.end()) calls.push_back(c);
+  }
 };
 
 // The kernel programs a run needs before it starts (report R4's cold-start

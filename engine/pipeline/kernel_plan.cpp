@@ -28,9 +28,9 @@ std::vector<Precision> run_precisions(const RunConfig& config) {
   return out;
 }
 
-KernelPlan plan_run_kernels(Backend& be, const RunConfig& config) {
+KernelPlan plan_run_kernels(Backend& be, const RunConfig& config, const KernelCalls& calls) {
   const std::vector<Precision> ps = run_precisions(config);
-  KernelPlan plan = be.plan_kernels(ps);
+  KernelPlan plan = be.plan_kernels(ps, calls);
   if (plan.items.empty()) return plan;
   if (plan.to_build > 0) {
     log::info("kernels: {}", plan.describe(be.device().name));

@@ -17,7 +17,9 @@ namespace nanscope::pipeline {
 // dtype, as mixed-precision modules cast on use).
 std::vector<Precision> run_precisions(const RunConfig& config);
 
-// Plans the run's programs on `be` (logged at info when some must be built).
-KernelPlan plan_run_kernels(Backend& be, const RunConfig& config);
+// Plans the run's programs on `be` (logged at info when some must be built);
+// `calls`: the run's GEMM, convolution and attention calls from the memory
+// plan's dry run (pipeline/memory_plan.hpp), whose shapes pick the variants.
+KernelPlan plan_run_kernels(Backend& be, const RunConfig& config, const KernelCalls& calls);
 
 }  // namespace nanscope::pipeline

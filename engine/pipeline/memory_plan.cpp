@@ -34,6 +34,26 @@ class PlanBackend final : public DryRunBackend {
     return t;
   }
 
+  // The GEMM, convolution and attention calls, when asked for (the kernel plan's; KernelCalls).
+  void record_calls(KernelCalls* calls) { calls_ = calls; }
+  void matmul(const MatmulArgs& a) override {
+    if (calls_) KernelCalls::add(calls_->gemm, {a.precision, a.batch, a.m, a.n, a.k});
+  }
+  void conv2d(const Conv2dArgs& a) override {
+    if (!calls_) return;
+    if (a.kh == 1 && a.kw == 1 && a.stride == 1 && a.padding == 0) {  // a GEMM (OpenClBackend::conv2d)
+      KernelCalls::add(calls_->gemm, {a.precision, a.n, a.o, a.oh * a.ow, a.c});
+    } else {
+      KernelCalls::add(calls_->conv, {a.precision, a.n, a.o, a.oh * a.ow, a.c * a.kh * a.kw});
+    }
+  }
+  void attention(const AttentionArgs& a) override {
+    if (calls_) {
+      KernelCalls::add(calls_->attention,
+                       {a.precision, a.batch, a.heads, a.sq, a.sk, a.d, a.dv, a.causal, a.config.impl});
+    }
+  }
+
   // Names the largest buffer when it turns out to be an op's output.
   void on_output(const OpContext& ctx, std::string_view op, const Tensor& out) {
     if (largest_.op.empty() && out.storage() == largest_storage_.lock().get()) {
@@ -58,6 +78,7 @@ class PlanBackend final : public DryRunBackend {
   std::weak_ptr<Storage> largest_storage_;
   std::optional<PlannedBuffer> too_long_;  // the first buffer with more elements than the kernels index
   std::weak_ptr<Storage> too_long_storage_;
+  KernelCalls* calls_ = nullptr;
 };
 
 class PlanTracer final : public OpTracer {
@@ -81,7 +102,7 @@ OpContext on_plan(const OpContext& run, PlanBackend& be, PlanTracer& tracer) {
   return c;
 }
 
-MemoryPlan plan_memory_impl(const PlanRequest& r);
+MemoryPlan plan_memory_impl(const PlanRequest& r, KernelCalls* calls = nullptr);
 
 // When the decode is what does not fit: the largest VAE tile (a multiple of
 // 8 latent pixels, or any size on a small latent) whose plan fits, found by
@@ -151,16 +172,17 @@ std::string PlannedBuffer::describe() const {
   return s + " " + shape_str(shape) + " " + std::string(dtype_name(dtype)) + " (" + mib_text(bytes) + ")";
 }
 
-MemoryPlan plan_memory(const PlanRequest& r) { return plan_memory_impl(r); }
+MemoryPlan plan_memory(const PlanRequest& r, KernelCalls* calls) { return plan_memory_impl(r, calls); }
 
 namespace {
 
-MemoryPlan plan_memory_impl(const PlanRequest& r) {
+MemoryPlan plan_memory_impl(const PlanRequest& r, KernelCalls* calls) {
   const SdModel& m = *r.model;
   Backend& real = r.unet.be();
   const DeviceInfo& dev = real.device();
   PlanBackend be(real);
   PlanTracer tracer(be);
+  be.record_calls(calls);
   MemoryPlan plan;
   plan.width = r.width;
   plan.height = r.height;
@@ -193,6 +215,16 @@ MemoryPlan plan_memory_impl(const PlanRequest& r) {
   run_state.push_back(be.empty(in, DType::f32));
   const Tensor unet_in = be.empty(in, unet_dtype);
   const std::vector<float> ts(static_cast<std::size_t>(rows), 999.0f);
+  // The text encoders' calls, for the kernel plan only (their buffers are
+  // small and gone before the UNet runs).
+  if (calls && r.text_encoder) {
+    be.set_component("text encoder");
+    const std::vector<std::vector<int>> ids(static_cast<std::size_t>(rows), std::vector<int>(77, 0));
+    const OpContext te = on_plan(*r.text_encoder, be, tracer);
+    if (m.text_encoder) m.text_encoder->forward(te, ids);
+    if (m.text_encoder_2) m.text_encoder_2->forward(te, ids);
+    be.set_component("unet");
+  }
   std::uint64_t peak = 0;
   {
     const Tensor pred =
@@ -232,6 +264,7 @@ MemoryPlan plan_memory_impl(const PlanRequest& r) {
       plan.peak_component = "vae encoder";
     }
   }
+  if (calls) calls->recorded = true;
   plan.largest = be.largest();
   const std::optional<PlannedBuffer> too_long = be.too_long();
   plan.peak_bytes = peak;

@@ -102,12 +102,17 @@ struct PlanRequest {
   // naming the encoder's buffer, and no decode tiling is offered for it.
   const models::Vae* encoder = nullptr;
   int encode_width = 0, encode_height = 0;
+  // The run's text-encoder context: with plan_memory's `calls`, the text
+  // encoders run on the stand-in too (for their calls; not in the memory plan).
+  const OpContext* text_encoder = nullptr;
 };
 
 // Plans a run (see above). Allocates nothing on the device. Throws only for a
 // request the models themselves reject (a size that is not a multiple of the
-// model's factor: check that first).
-MemoryPlan plan_memory(const PlanRequest& request);
+// model's factor: check that first). `calls` (optional): receives the dry
+// run's GEMM, convolution and attention calls for the kernel plan
+// (Backend::plan_kernels), added to what it holds.
+MemoryPlan plan_memory(const PlanRequest& request, KernelCalls* calls = nullptr);
 
 // Whether decoding a latent of `latent_shape` with `vae` in ctx fits the
 // device untiled, on top of `resident_bytes` (vae.tiling=auto asks this).

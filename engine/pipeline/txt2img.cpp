@@ -229,9 +229,11 @@ namespace {
 // Refuses a size the device cannot hold before any work: the memory plan
 // (memory_plan.hpp) names the buffer, and the message the largest size that fits.
 // `encoder`: the VAE with its encoder when the pass first encodes an image of its size (img2img, Lanczos hires).
+// `calls`: receives the pass's GEMM, convolution and attention calls (text encoders included) for the kernel plan.
 void require_memory(const SdModel& m, const ComponentContexts& cc, int width, int height, bool cfg,
-                    const RunConfig& config, const models::Vae* encoder = nullptr) {
+                    const RunConfig& config, const models::Vae* encoder, KernelCalls& calls) {
   PlanRequest r{&m, cc.unet, cc.vae, width, height, cfg, cc.unet.be().allocated_bytes()};
+  r.text_encoder = &cc.te;
   if (encoder) {
     r.encoder = encoder;
     r.encode_width = width;
@@ -242,7 +244,7 @@ void require_memory(const SdModel& m, const ComponentContexts& cc, int width, in
     r.vae_tiles = models::vae_tiles(config.vae_tile_size, config.vae_tile_overlap, m.vae->config().downscale());
   }
   r.tile_overlap_px = config.vae_tile_overlap;
-  const MemoryPlan plan = plan_memory(r);
+  const MemoryPlan plan = plan_memory(r, &calls);
   log::debug("memory plan {}x{} on \"{}\": largest buffer {}, peak {} ({}), resident {}", width, height, plan.device,
              plan.largest.describe(), mib_text(plan.peak_bytes), plan.peak_component, mib_text(plan.resident_bytes));
   if (plan.fits()) return;
@@ -392,11 +394,12 @@ class Txt2ImgRun {
     sdxl_ = m.family() == ModelFamily::sdxl;
     const bool lanczos = config_.hires() && config_.hires_upscaler == HiresUpscaler::lanczos;
     const models::Vae* encoder = init_image_ || lanczos ? &session_.encoder_vae(config_) : nullptr;
-    require_memory(m, cc_, width_, height_, cfg_, config_, init_image_ ? encoder : nullptr);
+    KernelCalls calls;
+    require_memory(m, cc_, width_, height_, cfg_, config_, init_image_ ? encoder : nullptr, calls);
     if (config_.hires()) {
       try {
         require_memory(m, cc_, hires_w_, hires_h_, config_.hires_cfg_or_first() > 1.0, config_,
-                       lanczos ? encoder : nullptr);
+                       lanczos ? encoder : nullptr, calls);
       } catch (const MemoryPlanError& e) {
         throw MemoryPlanError("hires fix, pass 2 at " + std::to_string(hires_w_) + "x" + std::to_string(hires_h_) +
                                   ": " + e.what() +
@@ -405,7 +408,7 @@ class Txt2ImgRun {
       }
     }
     // Report R4: what must be compiled before the run can go, and about how long it takes.
-    if (const KernelPlan kp = plan_run_kernels(*be_, config_); kp.to_build > 0) {
+    if (const KernelPlan kp = plan_run_kernels(*be_, config_, calls); kp.to_build > 0) {
       obs_.on_status(kp.describe(be_->device().name));
       be_->build_planned(kp);
     }

@@ -122,11 +122,15 @@ stage_ops() {
   local t name jobs=() shards=${OPS_SHARDS:-4} i j
   for t in "$ns"/bin/test_*; do
     name=$(basename "$t")
-    case "$name" in
-      test_embedded_model|test_pipeline|test_scenarios|test_inspect_pipeline|test_faults|test_probe) continue ;;
-    esac
-    # OPS_TESTS="test_matmul test_attention" runs only those.
-    if [ -n "${OPS_TESTS:-}" ] && [[ " $OPS_TESTS " != *" $name "* ]]; then continue; fi
+    # OPS_TESTS="test_matmul test_attention" runs only those (any test program
+    # of the bundle, e.g. test_scenarios with OPS_FILTER='*R4*').
+    if [ -n "${OPS_TESTS:-}" ]; then
+      [[ " $OPS_TESTS " == *" $name "* ]] || continue
+    else
+      case "$name" in
+        test_embedded_model|test_pipeline|test_scenarios|test_inspect_pipeline|test_faults|test_probe) continue ;;
+      esac
+    fi
     if [ "$name" = test_attention ] && [ "$shards" -gt 1 ]; then
       for ((i = 0; i < shards; i++)); do jobs+=("$t $i $shards"); done
     else

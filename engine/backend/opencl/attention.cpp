@@ -35,18 +35,23 @@ std::string softmax_options(OpenClBackend& be, const Precision& p) {
 
 [[maybe_unused]] const bool kRegistered = (register_program_options("attention", attention_options), true);
 
+// attention_fused's options. Private row buffers: the 512-wide default on CPUs (one program for
+// every head size); GPUs get them sized to the head (a power of two from 64) since private memory
+// there is scarce.
+std::string fused_options(OpenClBackend& be, const Precision& p, std::int64_t d, std::int64_t dv) {
+  std::string opts = attention_options(be, p);
+  if (be.kernel_style() != KernelStyle::cpu) {
+    std::int64_t width = 64;
+    while (width < std::max(d, dv)) width *= 2;
+    opts += " -DATTN_MAX_D=" + std::to_string(width);
+  }
+  return opts;
+}
+
 void fused(OpenClBackend& be, const AttentionArgs& a) {
   const char* op = "ATTENTION";
   const bool cpu = be.kernel_style() == KernelStyle::cpu;
-  // Private row buffers: the 512-wide default on CPUs (one program for every head size); GPUs get
-  // them sized to the head (a power of two from 64) since private memory there is scarce.
-  std::string opts = attention_options(be, a.precision);
-  if (!cpu) {
-    std::int64_t width = 64;
-    while (width < std::max(a.d, a.dv)) width *= 2;
-    opts += " -DATTN_MAX_D=" + std::to_string(width);
-  }
-  cl_kernel k = be.kernel("attention", "attention_fused", opts);
+  cl_kernel k = be.kernel("attention", "attention_fused", fused_options(be, a.precision, a.d, a.dv));
   OpenClBackend::set_args(k, be.buffer(a.q), be.buffer(a.k), be.buffer(a.v), be.buffer(a.out), to_uint(a.sq, op, "sq"),
                           to_uint(a.sk, op, "sk"), to_uint(a.heads, op, "heads"), to_uint(a.d, op, "d"),
                           to_uint(a.dv, op, "dv"), a.scale, cl_int(a.causal ? 1 : 0));
@@ -120,10 +125,10 @@ struct FlashTiles {
 };
 constexpr std::int64_t kFlashMaxHead = 160;
 
-FlashTiles flash_tiles(const AttentionArgs& a) {
+FlashTiles flash_tiles(std::int64_t d, std::int64_t dv) {
   FlashTiles t;
-  t.d = static_cast<std::int64_t>(ceil_div(a.d, 4)) * 4;
-  t.dj = static_cast<std::int64_t>(ceil_div(a.dv, 16));
+  t.d = static_cast<std::int64_t>(ceil_div(d, 4)) * 4;
+  t.dj = static_cast<std::int64_t>(ceil_div(dv, 16));
   const std::int64_t width = std::max(t.d, 16 * t.dj);
   t.ty = width <= 96 ? 8 : 4;
   t.kn = width <= 48 ? 4 : 2;
@@ -137,18 +142,18 @@ std::size_t flash_local_bytes(const FlashTiles& t) {
   return sizeof(float) * static_cast<std::size_t>(t.d * bq + kv + bk * (bq + 4) + 2 * bq);
 }
 
-// Why the flash kernel cannot take these arguments on this backend (empty: it can).
-std::string flash_refusal(const OpenClBackend& be, const AttentionArgs& a) {
+// Why the flash kernel cannot take attention of this kind on this backend (empty: it can).
+std::string flash_refusal(const OpenClBackend& be, const Precision& p, bool causal, std::int64_t d, std::int64_t dv) {
   if (be.kernel_style() != KernelStyle::gpu) return "cpu-style kernels";
-  if (a.precision.native_accumulation() || a.precision.native_softmax()) {
+  if (p.native_accumulation() || p.native_softmax()) {
     return "native accumulation or softmax (the exact emulation runs in attention_fused)";
   }
-  if (a.causal) return "causal mask";
-  if (a.d > kFlashMaxHead || a.dv > kFlashMaxHead) {
-    return "head size above " + std::to_string(kFlashMaxHead) + " (d=" + std::to_string(a.d) +
-           " dv=" + std::to_string(a.dv) + ")";
+  if (causal) return "causal mask";
+  if (d > kFlashMaxHead || dv > kFlashMaxHead) {
+    return "head size above " + std::to_string(kFlashMaxHead) + " (d=" + std::to_string(d) +
+           " dv=" + std::to_string(dv) + ")";
   }
-  const FlashTiles t = flash_tiles(a);
+  const FlashTiles t = flash_tiles(d, dv);
   const std::size_t need = flash_local_bytes(t);
   if (be.device().local_mem_bytes && be.device().local_mem_bytes < need) {
     return "local memory " + std::to_string(be.device().local_mem_bytes) + " bytes < " + std::to_string(need);
@@ -160,13 +165,15 @@ std::string flash_refusal(const OpenClBackend& be, const AttentionArgs& a) {
   return {};
 }
 
+std::string flash_options(OpenClBackend& be, const Precision& p, const FlashTiles& t) {
+  return attention_options(be, p) + " -DFL_TY=" + std::to_string(t.ty) + " -DFL_KN=" + std::to_string(t.kn) +
+         " -DFL_D=" + std::to_string(t.d) + " -DFL_DJ=" + std::to_string(t.dj);
+}
+
 void flash(OpenClBackend& be, const AttentionArgs& a) {
   const char* op = "ATTENTION";
-  const FlashTiles t = flash_tiles(a);
-  const std::string opts = attention_options(be, a.precision) + " -DFL_TY=" + std::to_string(t.ty) +
-                           " -DFL_KN=" + std::to_string(t.kn) + " -DFL_D=" + std::to_string(t.d) +
-                           " -DFL_DJ=" + std::to_string(t.dj);
-  cl_kernel k = be.kernel("attention", "attention_flash", opts);
+  const FlashTiles t = flash_tiles(a.d, a.dv);
+  cl_kernel k = be.kernel("attention", "attention_flash", flash_options(be, a.precision, t));
   OpenClBackend::set_args(k, be.buffer(a.q), be.buffer(a.k), be.buffer(a.v), be.buffer(a.out), to_uint(a.sq, op, "sq"),
                           to_uint(a.sk, op, "sk"), to_uint(a.heads, op, "heads"), to_uint(a.d, op, "d"),
                           to_uint(a.dv, op, "dv"), a.scale);
@@ -276,11 +283,40 @@ void materialised(OpenClBackend& be, const AttentionArgs& a) {
 
 }  // namespace
 
+void attention_call_variants(OpenClBackend& be, const KernelCalls& calls, ProgramVariants& out) {
+  const auto add = [&out](const char* program, std::string options) {
+    auto& v = out[program];
+    if (std::find(v.begin(), v.end(), options) == v.end()) v.push_back(std::move(options));
+  };
+  for (const KernelCalls::Attention& a : calls.attention) {
+    const bool fits_fused = a.d <= kFusedMaxHead && a.dv <= kFusedMaxHead;
+    if (a.impl == AttentionImpl::fused && be.kernel_style() == KernelStyle::gpu &&
+        flash_refusal(be, a.precision, a.causal, a.d, a.dv).empty()) {
+      add("attention", flash_options(be, a.precision, flash_tiles(a.d, a.dv)));
+    } else if (a.impl == AttentionImpl::fused && fits_fused) {
+      // attention_fused, and on CPUs attention_flash_cpu with its packing kernels (the same options).
+      add("attention", fused_options(be, a.precision, a.d, a.dv));
+    } else {
+      // materialised(): Q and K packed in the storage dtype, the scores' GEMM, the softmax, P.V.
+      const DType t = a.precision.dtype;
+      const Precision& p = a.precision;
+      const bool scores_f32 = !p.native_accumulation() && !p.native_softmax();
+      const Precision score_prec = p.native_accumulation() ? Precision{t, Accumulate::native, SoftmaxPrecision::f32}
+                                                           : Precision{scores_f32 ? DType::f32 : t};
+      add("matmul", gemm::options(be, detail::storage_only(t)));
+      add("matmul", gemm::options(be, score_prec));
+      add("matmul", gemm::run_options(be, Precision{t, p.accumulate, SoftmaxPrecision::f32}, a.batch * a.heads, a.sq,
+                                      a.dv, a.sk));
+      add("softmax", softmax_options(be, p));
+    }
+  }
+}
+
 void OpenClBackend::attention(const AttentionArgs& args) {
   if (args.batch * args.sq * args.heads * args.dv == 0) return;
   if (args.config.impl == AttentionImpl::fused) {
     if (kernel_style() == KernelStyle::gpu) {
-      const std::string why = flash_refusal(*this, args);
+      const std::string why = flash_refusal(*this, args.precision, args.causal, args.d, args.dv);
       if (why.empty()) {
         flash(*this, args);
         return;

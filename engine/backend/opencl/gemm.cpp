@@ -513,6 +513,15 @@ void run_cpu_conv(OpenClBackend& be, const Precision& p, const ConvShape& s, cl_
   be.launch(kern, op, 3, global, local);
 }
 
+std::string run_options(OpenClBackend& be, const Precision& p, std::int64_t batch, std::int64_t m, std::int64_t n,
+                        std::int64_t k) {
+  if (uses_panels(be, p)) return options(be, p);
+  if (const std::optional<MmaTiles> t = mma_tiles_for(be, p, batch, m, n, k)) return mma_options(be, p, *t);
+  Problem pr;
+  pr.batch = batch, pr.m = m, pr.n = n, pr.k = k;
+  return options_with(be, p, tiles_for(be, pr));
+}
+
 void run(OpenClBackend& be, const Precision& p, const Problem& pr, const char* op) {
   if (pr.batch * pr.m * pr.n == 0) return;
   if (!uses_panels(be, p) && !pr.b_panels) {

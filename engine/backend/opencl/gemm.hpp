@@ -87,6 +87,13 @@ bool uses_panels(const OpenClBackend& be, const Precision& p);
 // Runs the problem (packing as needed, in chunks that bound the scratch memory).
 void run(OpenClBackend& be, const Precision& p, const Problem& pr, const char* op);
 
+// The "matmul" program options run() builds for a problem of this shape (A
+// with unit column stride), which are also run_implicit_conv's for a
+// convolution (batch = images, m = output channels, n = positions, k =
+// c * kh * kw): the variant the kernel plan lists for a recorded call.
+std::string run_options(OpenClBackend& be, const Precision& p, std::int64_t batch, std::int64_t m, std::int64_t n,
+                        std::int64_t k);
+
 // The tile tuner (`nanscope-cli tune`): GPU-style tile shapes the device can
 // run, each timed on one f32 GEMM; the winner is stored per device (id, name,
 // driver) in <kernel cache>/gemm-tuning.json and taken by later runs in place

@@ -507,11 +507,32 @@ std::string OpenClBackend::program_options(const std::string& program, const Pre
   return fn ? fn(*this, p) : precision_options(p);
 }
 
-KernelPlan OpenClBackend::plan_kernels(std::span<const Precision> precisions) {
+KernelPlan OpenClBackend::plan_kernels(std::span<const Precision> precisions, const KernelCalls& calls) {
   // Every program in each precision (the same option functions the ops use);
   // f32 storage always: the sampler's state, the latent and the inspector's maps are f32.
   std::vector<Precision> ps(precisions.begin(), precisions.end());
   ps.push_back(Precision{DType::f32, Accumulate::f32, SoftmaxPrecision::f32});
+  // With a dry run's calls, the GEMM, convolution and attention programs are
+  // the variants those calls take (the ops' own choice functions): on GPUs the
+  // tiles, tensor cores and flash tiles follow the shapes, and a run without
+  // materialised attention needs no softmax program.
+  ProgramVariants from_calls;
+  if (calls.recorded) {
+    for (const char* program : {"matmul", "conv2d", "attention", "softmax"}) from_calls[program];
+    const auto add = [&from_calls](const char* program, std::string options) {
+      auto& v = from_calls[program];
+      if (std::find(v.begin(), v.end(), options) == v.end()) v.push_back(std::move(options));
+    };
+    for (const KernelCalls::Gemm& g : calls.gemm) {
+      add("matmul", gemm::run_options(*this, g.precision, g.batch, g.m, g.n, g.k));
+    }
+    for (const KernelCalls::Conv& c : calls.conv) {
+      add("matmul", gemm::run_options(*this, c.precision, c.images, c.out_channels, c.positions, c.k));
+      // The panel path's im2col (on CPUs only where conv_cpu does not run: planned either way).
+      if (gemm::uses_panels(*this, c.precision)) add("conv2d", gemm::options(*this, c.precision));
+    }
+    attention_call_variants(*this, calls, from_calls);
+  }
   const BuildHistory history = build_history(programs_->dir(), info_);
   constexpr double kAssumedMs = 1000.0;  // docs/DESIGN: about 1 s per program cold on PoCL
   KernelPlan plan;
@@ -519,8 +540,13 @@ KernelPlan OpenClBackend::plan_kernels(std::span<const Precision> precisions) {
   std::map<std::string, double> pending;
   for (const auto& k : kernel_sources()) {
     if (!runs_ops(k.name)) continue;
-    for (const Precision& p : ps) {
-      std::string o = program_options(k.name, p);
+    std::vector<std::string> variants;
+    if (const auto it = from_calls.find(k.name); it != from_calls.end()) {
+      variants = it->second;
+    } else {
+      for (const Precision& p : ps) variants.push_back(program_options(k.name, p));
+    }
+    for (std::string& o : variants) {
       if (!seen.insert(k.name + "|" + o).second) continue;
       KernelPlanItem item{k.name, std::move(o), false, 0.0};
       item.cached = programs_->in_memory(item.program, item.options);

@@ -44,6 +44,14 @@ struct GuardLog;  // opencl_backend.cpp
 using ProgramOptionsFn = std::string (*)(OpenClBackend& be, const Precision& p);
 void register_program_options(const std::string& program, ProgramOptionsFn fn);
 
+// Build options per program, each once.
+using ProgramVariants = std::map<std::string, std::vector<std::string>>;
+// The "attention" variants a run's recorded attention calls need (flash tiles
+// or fused row buffers per head size), and for calls that run materialised
+// (bmm, sliced, heads above 512) "softmax" and their GEMMs' "matmul" variants
+// (attention.cpp; OpenClBackend::plan_kernels).
+void attention_call_variants(OpenClBackend& be, const KernelCalls& calls, ProgramVariants& out);
+
 // A context holding only this device (err: the status; null unless CL_SUCCESS).
 // A platform the ICD loader did not list (Oclgrind loaded directly) is not named
 // in the properties: the loader rejects it; the device alone finds it.
@@ -126,7 +134,7 @@ class OpenClBackend final : public Backend {
   std::string binary_specializations(const std::string& program) const;
   // The build options the ops use for a program at a precision (its registered option function).
   std::string program_options(const std::string& program, const Precision& p);
-  KernelPlan plan_kernels(std::span<const Precision> precisions) override;
+  KernelPlan plan_kernels(std::span<const Precision> precisions, const KernelCalls& calls) override;
   void build_planned(const KernelPlan& plan) override;
   // The option strings precompile() builds for a program (one per distinct precision variant).
   std::vector<std::string> precompile_variants(const std::string& program);
