@@ -35,6 +35,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -372,24 +373,29 @@ int main(int argc, char** argv) {
     // The call's FLOPs from the first NaNscope row (the same count for every engine); peak measured now.
     const double gflop = rows.empty() ? 0.0 : rows.front().r.value("gflop", 0.0);
     const double peak = torch_device == "cpu" ? std::max(peak_before, bench::measure_peak_flops()) : 0.0;
+    // The CPU's measured peak (a GPU run's share of its peak is not measured here: the column is left out).
+    const std::string peak_text = peak > 0 ? "; FP32 peak of this CPU " + std::to_string(std::lround(peak / 1e9)) +
+                                                 " GFLOP/s"
+                                           : "";
     std::printf(
         "\nbench_unet: %s; %.0f GFLOP per call (multiply-adds x 2 of its GEMMs, convolutions and attention);\n"
-        "%s; FP32 peak of this CPU %.0f GFLOP/s; median of %d calls\n\n",
+        "%s%s; median of %d calls\n\n",
         what.c_str(), gflop,
         rows.empty() || !rows.front().r.contains("device") ? "" : rows.front().r["device"].get<std::string>().c_str(),
-        peak / 1e9, runs);
-    std::printf(
-        "| | load s | first call s | call s | GFLOP/s | %% of peak | cores busy | RSS after load MB | peak RSS MB | "
-        "PyTorch call / this |\n"
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+        peak_text.c_str(), runs);
+    std::printf("| | load s | first call s | call s | GFLOP/s |%s cores busy | RSS after load MB | peak RSS MB | "
+                "PyTorch call / this |\n"
+                "|---|---:|---:|---:|---:|%s---:|---:|---:|---:|\n",
+                peak > 0 ? " % of peak |" : "", peak > 0 ? "---:|" : "");
     for (const auto& [name, r, dt] : rows) {
       const double call = r.at("call").get<double>();
       const nlohmann::json* b = base_for(dt);
       const double gfs = gflop / call;
-      std::printf("| %s | %.2f | %.2f | %.4f | %.1f | %.0f%% | %.2f | %.0f | %.0f | %s |\n", name.c_str(),
-                  r.at("load").get<double>(), r.at("first").get<double>(), call, gfs,
-                  peak > 0 ? 100.0 * gfs * 1e9 / peak : 0.0, r.value("cores", 0.0), r.value("loaded_rss_mb", 0.0),
-                  r.at("peak_rss_mb").get<double>(),
+      char share[32] = "";
+      if (peak > 0) std::snprintf(share, sizeof share, " %.0f%% |", 100.0 * gfs * 1e9 / peak);
+      std::printf("| %s | %.2f | %.2f | %.4f | %.1f |%s %.2f | %.0f | %.0f | %s |\n", name.c_str(),
+                  r.at("load").get<double>(), r.at("first").get<double>(), call, gfs, share, r.value("cores", 0.0),
+                  r.value("loaded_rss_mb", 0.0), r.at("peak_rss_mb").get<double>(),
                   b ? (std::to_string(b->at("call").get<double>() / call).substr(0, 5) + "x").c_str() : "");
     }
     // NaNscope f32 against the fastest peer and the peer with the lowest peak RSS.
@@ -430,9 +436,15 @@ int main(int argc, char** argv) {
           "OpenVINO with inference precision f32; relative L2 error of their output against PyTorch's: %s.\n",
           threads, errors.c_str());
     }
-    std::printf(
-        "\nf16 on a device without cl_khr_fp16 stores f16 and computes in f32 (conversions on every load/store);\n"
-        "PyTorch 1.13 has no f16 convolution on the CPU, so its baseline is f32.\n");
+    if (torch_device == "cpu") {
+      std::printf(
+          "\nf16 on a device without cl_khr_fp16 stores f16 and computes in f32 (conversions on every load/store);\n"
+          "PyTorch 1.13 has no f16 convolution on the CPU, so its baseline is f32.\n");
+    } else {
+      std::printf(
+          "\nf16: f16 storage; NVIDIA GPUs from compute capability 8.0 run its GEMMs and convolutions on the tensor\n"
+          "cores (f32 accumulation, docs/gpu.md), the rest computes in f32. PyTorch f16: cuBLAS/cuDNN and SDPA.\n");
+    }
     if (torch && torch_device == "cpu") std::printf("%s.\n", bench::best_openblas_coretype().report.c_str());
     return 0;
   } catch (const std::exception& e) {
