@@ -374,19 +374,19 @@ int main(int argc, char** argv) {
     const double gflop = rows.empty() ? 0.0 : rows.front().r.value("gflop", 0.0);
     const double peak = torch_device == "cpu" ? std::max(peak_before, bench::measure_peak_flops()) : 0.0;
     // The CPU's measured peak (a GPU run's share of its peak is not measured here: the column is left out).
-    const std::string peak_text = peak > 0 ? "; FP32 peak of this CPU " + std::to_string(std::lround(peak / 1e9)) +
-                                                 " GFLOP/s"
-                                           : "";
+    const std::string peak_text =
+        peak > 0 ? "; FP32 peak of this CPU " + std::to_string(std::lround(peak / 1e9)) + " GFLOP/s" : "";
     std::printf(
         "\nbench_unet: %s; %.0f GFLOP per call (multiply-adds x 2 of its GEMMs, convolutions and attention);\n"
         "%s%s; median of %d calls\n\n",
         what.c_str(), gflop,
         rows.empty() || !rows.front().r.contains("device") ? "" : rows.front().r["device"].get<std::string>().c_str(),
         peak_text.c_str(), runs);
-    std::printf("| | load s | first call s | call s | GFLOP/s |%s cores busy | RSS after load MB | peak RSS MB | "
-                "PyTorch call / this |\n"
-                "|---|---:|---:|---:|---:|%s---:|---:|---:|---:|\n",
-                peak > 0 ? " % of peak |" : "", peak > 0 ? "---:|" : "");
+    std::printf(
+        "| | load s | first call s | call s | GFLOP/s |%s cores busy | RSS after load MB | peak RSS MB | "
+        "PyTorch call / this |\n"
+        "|---|---:|---:|---:|---:|%s---:|---:|---:|---:|\n",
+        peak > 0 ? " % of peak |" : "", peak > 0 ? "---:|" : "");
     for (const auto& [name, r, dt] : rows) {
       const double call = r.at("call").get<double>();
       const nlohmann::json* b = base_for(dt);
