@@ -59,7 +59,8 @@ std::vector<CacheEntryInfo> verify_kernel_cache(const std::string& dir, const De
 std::size_t clear_kernel_cache(const std::string& dir, const DeviceInfo* device);
 
 // Past build times on a device from the metadata: per "program|options" the
-// newest recorded build time, and per program the mean over its variants.
+// newest recorded build time, and per program the mean over its variants
+// (the runs' programs only: not the half-unit probe).
 struct BuildHistory {
   std::map<std::string, double> by_variant;  // "program|options" -> ms
   std::map<std::string, double> by_program;  // program -> mean ms
