@@ -183,6 +183,13 @@ void flash(OpenClBackend& be, const AttentionArgs& a) {
   be.launch(k, op, 2, global, local);
 }
 
+// The materialised path's scores GEMM: rounded to the dtype by the native GEMM, or f32 (stored in
+// the dtype when softmax=native).
+Precision score_precision(const Precision& p) {
+  if (p.native_accumulation()) return Precision{p.dtype, Accumulate::native, SoftmaxPrecision::f32};
+  return Precision{!p.native_softmax() ? DType::f32 : p.dtype};
+}
+
 // The materialised path for query rows [i0, i0 + rows) of the pairs [bh0, bh0 + count).
 struct Unit {
   std::int64_t bh0, count, i0, rows;
@@ -194,10 +201,8 @@ void materialised_unit(OpenClBackend& be, const AttentionArgs& a, const Unit& u,
   const Precision& p = a.precision;
   const gemm::Tuning& tune = gemm::tuning(be.device());
   const std::string pack_opts = gemm::options(be, detail::storage_only(t));
-  // Scores: rounded to the dtype by the native GEMM, or f32 (stored in the dtype when softmax=native).
   const bool scores_f32 = !p.native_accumulation() && !p.native_softmax();
-  const Precision score_prec = p.native_accumulation() ? Precision{t, Accumulate::native, SoftmaxPrecision::f32}
-                                                       : Precision{scores_f32 ? DType::f32 : t};
+  const Precision score_prec = score_precision(p);
   const std::int64_t qs = a.heads * a.d, vs = a.heads * a.dv, ss = u.rows * a.sk;
 
   const std::int64_t qa = gemm::a_panel_floats(tune, u.rows, a.d), kb = gemm::b_panel_floats(tune, a.sk, a.d);
@@ -284,10 +289,7 @@ void materialised(OpenClBackend& be, const AttentionArgs& a) {
 }  // namespace
 
 void attention_call_variants(OpenClBackend& be, const KernelCalls& calls, ProgramVariants& out) {
-  const auto add = [&out](const char* program, std::string options) {
-    auto& v = out[program];
-    if (std::find(v.begin(), v.end(), options) == v.end()) v.push_back(std::move(options));
-  };
+  const auto add = [&out](const char* program, std::string options) { add_variant(out, program, std::move(options)); };
   for (const KernelCalls::Attention& a : calls.attention) {
     const bool fits_fused = a.d <= kFusedMaxHead && a.dv <= kFusedMaxHead;
     if (a.impl == AttentionImpl::fused && be.kernel_style() == KernelStyle::gpu &&
@@ -300,11 +302,8 @@ void attention_call_variants(OpenClBackend& be, const KernelCalls& calls, Progra
       // materialised(): Q and K packed in the storage dtype, the scores' GEMM, the softmax, P.V.
       const DType t = a.precision.dtype;
       const Precision& p = a.precision;
-      const bool scores_f32 = !p.native_accumulation() && !p.native_softmax();
-      const Precision score_prec = p.native_accumulation() ? Precision{t, Accumulate::native, SoftmaxPrecision::f32}
-                                                           : Precision{scores_f32 ? DType::f32 : t};
       add("matmul", gemm::options(be, detail::storage_only(t)));
-      add("matmul", gemm::options(be, score_prec));
+      add("matmul", gemm::options(be, score_precision(p)));
       add("matmul", gemm::run_options(be, Precision{t, p.accumulate, SoftmaxPrecision::f32}, a.batch * a.heads, a.sq,
                                       a.dv, a.sk));
       add("softmax", softmax_options(be, p));

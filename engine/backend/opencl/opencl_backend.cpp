@@ -507,6 +507,11 @@ std::string OpenClBackend::program_options(const std::string& program, const Pre
   return fn ? fn(*this, p) : precision_options(p);
 }
 
+void add_variant(ProgramVariants& variants, const std::string& program, std::string options) {
+  auto& v = variants[program];
+  if (std::find(v.begin(), v.end(), options) == v.end()) v.push_back(std::move(options));
+}
+
 KernelPlan OpenClBackend::plan_kernels(std::span<const Precision> precisions, const KernelCalls& calls) {
   // Every program in each precision (the same option functions the ops use);
   // f32 storage always: the sampler's state, the latent and the inspector's maps are f32.
@@ -520,8 +525,7 @@ KernelPlan OpenClBackend::plan_kernels(std::span<const Precision> precisions, co
   if (calls.recorded) {
     for (const char* program : {"matmul", "conv2d", "attention", "softmax"}) from_calls[program];
     const auto add = [&from_calls](const char* program, std::string options) {
-      auto& v = from_calls[program];
-      if (std::find(v.begin(), v.end(), options) == v.end()) v.push_back(std::move(options));
+      add_variant(from_calls, program, std::move(options));
     };
     for (const KernelCalls::Gemm& g : calls.gemm) {
       add("matmul", gemm::run_options(*this, g.precision, g.batch, g.m, g.n, g.k));

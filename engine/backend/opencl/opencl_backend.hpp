@@ -46,6 +46,8 @@ void register_program_options(const std::string& program, ProgramOptionsFn fn);
 
 // Build options per program, each once.
 using ProgramVariants = std::map<std::string, std::vector<std::string>>;
+// Adds `options` to the program's list unless it is there.
+void add_variant(ProgramVariants& variants, const std::string& program, std::string options);
 // The "attention" variants a run's recorded attention calls need (flash tiles
 // or fused row buffers per head size), and for calls that run materialised
 // (bmm, sliced, heads above 512) "softmax" and their GEMMs' "matmul" variants
