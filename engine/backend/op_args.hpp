@@ -42,6 +42,9 @@ struct Conv2dArgs {
   int stride, padding;
   Precision precision;
   // Native accumulation order: k = (ci * kh + ky) * kw + kx ascending, bias last.
+
+  // A 1x1, stride-1, unpadded convolution is a plain GEMM per image (o x c times c x h*w).
+  bool is_gemm() const { return kh == 1 && kw == 1 && stride == 1 && padding == 0; }
 };
 
 struct GroupNormArgs {

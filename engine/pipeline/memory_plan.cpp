@@ -41,7 +41,7 @@ class PlanBackend final : public DryRunBackend {
   }
   void conv2d(const Conv2dArgs& a) override {
     if (!calls_) return;
-    if (a.kh == 1 && a.kw == 1 && a.stride == 1 && a.padding == 0) {  // a GEMM (OpenClBackend::conv2d)
+    if (a.is_gemm()) {
       KernelCalls::add(calls_->gemm, {a.precision, a.n, a.o, a.oh * a.ow, a.c});
     } else {
       KernelCalls::add(calls_->conv, {a.precision, a.n, a.o, a.oh * a.ow, a.c * a.kh * a.kw});

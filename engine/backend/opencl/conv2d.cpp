@@ -39,7 +39,7 @@ void OpenClBackend::conv2d(const Conv2dArgs& a) {
   pr.m = a.o;
   pr.k = k;
 
-  if (a.kh == 1 && a.kw == 1 && a.stride == 1 && a.padding == 0) {
+  if (a.is_gemm()) {
     pr.b = {buffer(a.x), 0, a.c * a.h * a.w_in, a.h * a.w_in, 1};
     pr.batch = a.n;
     pr.n = p;
