@@ -200,6 +200,10 @@ struct BackendOptions {
   std::optional<std::uint64_t> pool_keep_bytes;
   bool profile = false;  // time every launch per op and kernel (OpenCL events)
   KernelStyleChoice kernel_style = KernelStyleChoice::by_device;
+  // The CPU flash attention's query rows per work-item, its vector lanes (8 or
+  // 16; 0: by the device's native float vector width, 16 on AVX-512): tests
+  // run both geometries on any CPU.
+  int attention_cpu_lanes = 0;
   // Fault injection for tests: called before every device allocation with
   // its size; returning true makes that allocation fail as the driver would
   // (CL_MEM_OBJECT_ALLOCATION_FAILURE). Empty: never.

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <limits>
 #include <memory>
+#include <utility>
 
 #include "support/backends.hpp"
 #include "support/op_case.hpp"
@@ -205,18 +206,64 @@ TEST(AttentionImpls, SlicedEqualsBmmBitForBit) {
 void expect_flash_nonfinite_like(const std::vector<HostTensor>& qkv, const HostTensor& want, int heads, float scale,
                                  const std::string& trace) {
   for (Backend* be : all_backends()) {
-    for (const KernelStyleChoice style : {KernelStyleChoice::cpu, KernelStyleChoice::gpu}) {
+    // The GPU style, and the CPU style at both of its flash kernel's geometries (16 and 8 lanes).
+    for (const auto& [style, lanes] : {std::pair{KernelStyleChoice::cpu, 16}, std::pair{KernelStyleChoice::cpu, 8},
+                                       std::pair{KernelStyleChoice::gpu, 0}}) {
       if (be->device().kind == DeviceKind::reference) continue;
       BackendOptions options = test_backend_options();
       options.kernel_style = style;
+      options.attention_cpu_lanes = lanes;
       const std::unique_ptr<Backend> own = make_backend(be->device(), options);
       SCOPED_TRACE(trace + "device \"" + be->device().name +
-                   (style == KernelStyleChoice::cpu ? "\" cpu style" : "\" gpu style"));
+                   (style == KernelStyleChoice::cpu ? "\" cpu style, " + std::to_string(lanes) + " lanes"
+                                                    : std::string("\" gpu style")));
       const HostTensor got = run_attention(*own, qkv, {DType::f32}, {AttentionImpl::fused, 1}, heads, scale);
       EXPECT_TRUE(tensors_close(got, want, tolerance("attention_fused", Precision{DType::f32}, Check::backend), true));
       const CompareStats st = compare_stats(got, want);
       EXPECT_EQ(st.nonfinite_mismatches, 0) << "first at " << multi_index(want.shape, st.first_mismatch);
       expect_no_guard_violations(*own);
+    }
+  }
+}
+
+// The CPU flash kernel's two geometries (16 query rows x 16 keys per block on
+// AVX-512, 8 x 12 on AVX2; the op suite runs the device's own) against the
+// reference on every CPU-style OpenCL device: ragged query and key blocks,
+// d != dv, dv not a multiple of the 8-column pass, the SD head sizes, batch and
+// heads above 1, f32 and f16 storage.
+TEST(AttentionFlashCpu, BothGeometriesMatchTheReference) {
+  Rng rng(seed_from("attention flash cpu geometries"));
+  const AttnShape shapes[] = {{2, 37, 29, 3, 24, 20, false},
+                              {1, 100, 130, 2, 64, 64, false},
+                              {1, 70, 77, 2, 40, 40, false},
+                              {1, 33, 45, 1, 160, 160, false},
+                              {1, 9, 200, 2, 80, 80, false}};
+  for (Backend* be : all_backends()) {
+    if (be->device().kind == DeviceKind::reference || be->device().kind == DeviceKind::simulator) continue;
+    for (const int lanes : {16, 8}) {
+      BackendOptions options = test_backend_options();
+      options.kernel_style = KernelStyleChoice::cpu;
+      options.attention_cpu_lanes = lanes;
+      const std::unique_ptr<Backend> own = make_backend(be->device(), options);
+      for (const AttnShape& s : shapes) {
+        const std::vector<HostTensor> qkv{random_normal(rng, {s.batch, s.sq, s.heads * s.d}, DType::f32),
+                                          random_normal(rng, {s.batch, s.sk, s.heads * s.d}, DType::f32),
+                                          random_normal(rng, {s.batch, s.sk, s.heads * s.dv}, DType::f32)};
+        const float scale = static_cast<float>(1.0 / std::sqrt(double(s.d)));
+        for (const Precision& p : {Precision{DType::f32}, Precision{DType::f16}}) {
+          SCOPED_TRACE("device \"" + be->device().name + "\" " + std::to_string(lanes) + " lanes, " + s.tag() + " " +
+                       std::string(dtype_name(p.dtype)));
+          const HostTensor want =
+              run_attention(reference_backend(), qkv, p, {AttentionImpl::fused, 1}, int(s.heads), scale);
+          const HostTensor got = run_attention(*own, qkv, p, {AttentionImpl::fused, 1}, int(s.heads), scale);
+          EXPECT_TRUE(tensors_close(got, want, tolerance("attention_fused", p, Check::backend)));
+          expect_no_guard_violations(*own);
+        }
+      }
+      bool flash = true;
+      for (const std::string& n : own->kernel_notes())
+        flash = flash && n.find("flash attention not used") == std::string::npos;
+      EXPECT_TRUE(flash) << "the CPU flash kernel must have run every case";
     }
   }
 }

@@ -23,11 +23,24 @@ namespace {
 
 constexpr std::int64_t kFusedQueryRows = 4;  // ATTN_QB in attention.cl
 constexpr std::int64_t kFusedMaxHead = 512;  // ATTN_MAX_D in attention.cl
-constexpr std::int64_t kFlashCpuRows = 8;    // FQB in attention.cl
-constexpr std::int64_t kFlashCpuKeys = 32;   // FKB in attention.cl
+constexpr std::int64_t kFlashCpuCols = 8;    // FV in attention.cl: the packed V's rows are whole passes
+
+// attention_flash_cpu's geometry: 16 query rows (the lanes) x 16 keys per block on 16-wide float
+// vectors (AVX-512), 8 x 12 on narrower ones (AVX2), -DFLW in attention.cl.
+struct FlashCpuGeometry {
+  std::int64_t rows, keys;
+};
+FlashCpuGeometry flash_cpu_geometry(const OpenClBackend& be) {
+  const int lanes = be.attention_cpu_lanes()                      ? be.attention_cpu_lanes()
+                    : gemm::native_float_width(be.device()) >= 16 ? 16
+                                                                  : 8;
+  return lanes == 16 ? FlashCpuGeometry{16, 16} : FlashCpuGeometry{8, 12};
+}
 
 std::string attention_options(OpenClBackend& be, const Precision& p) {
-  return be.precision_options(p) + detail::exact_math_options(be.device());
+  std::string o = be.precision_options(p) + detail::exact_math_options(be.device());
+  if (be.kernel_style() == KernelStyle::cpu && flash_cpu_geometry(be).rows != 16) o += " -DFLW=8";
+  return o;
 }
 std::string softmax_options(OpenClBackend& be, const Precision& p) {
   return be.precision_options(Precision{p.dtype, Accumulate::f32, p.softmax}) + detail::exact_math_options(be.device());
@@ -64,34 +77,40 @@ void fused(OpenClBackend& be, const AttentionArgs& a) {
   be.launch(k, op, 3, global, local);
 }
 
+// The packed V's row width: dv rounded up to whole passes of the kernel's column loop.
+std::int64_t flash_cpu_columns(std::int64_t dv) {
+  return static_cast<std::int64_t>(ceil_div(dv, kFlashCpuCols)) * kFlashCpuCols;
+}
+
 // Why the CPU flash kernel cannot take these arguments (empty: it can).
 std::string flash_cpu_refusal(const OpenClBackend& be, const AttentionArgs& a) {
   if (a.precision.native_accumulation() || a.precision.native_softmax()) {
     return "native accumulation or softmax (the exact emulation runs in attention_fused)";
   }
   if (a.causal) return "causal mask";
+  const std::int64_t keys = flash_cpu_geometry(be).keys;
   // The packed V (the larger of the two packs) must fit one allocation.
-  const auto packed =
-      static_cast<std::uint64_t>(a.batch * a.heads * static_cast<std::int64_t>(ceil_div(a.sk, kFlashCpuKeys)) *
-                                 kFlashCpuKeys * static_cast<std::int64_t>(ceil_div(std::max(a.d, a.dv), 16)) * 16) *
-      sizeof(float);
+  const auto packed = static_cast<std::uint64_t>(a.batch * a.heads * static_cast<std::int64_t>(ceil_div(a.sk, keys)) *
+                                                 keys * std::max(a.d, flash_cpu_columns(a.dv))) *
+                      sizeof(float);
   if (be.device().max_alloc_bytes && packed > be.device().max_alloc_bytes) {
     return "packed keys and values (" + std::to_string(packed >> 20) + " MiB) above the device's allocation limit";
   }
   return {};
 }
 
-// attention_flash_cpu: K and V packed once per call (f32, keys in blocks of 32), then
-// one work-item per 8 query rows of a (batch, head).
+// attention_flash_cpu: K and V packed once per call (f32, keys in blocks), then one
+// work-item per block of query rows of a (batch, head) (flash_cpu_geometry).
 void flash_cpu(OpenClBackend& be, const AttentionArgs& a) {
   const char* op = "ATTENTION";
+  const FlashCpuGeometry g = flash_cpu_geometry(be);
   const std::string opts = attention_options(be, a.precision);
-  const std::int64_t nkb = static_cast<std::int64_t>(ceil_div(a.sk, kFlashCpuKeys));
-  const std::int64_t dvp = static_cast<std::int64_t>(ceil_div(a.dv, 16)) * 16;
+  const std::int64_t nkb = static_cast<std::int64_t>(ceil_div(a.sk, g.keys));
+  const std::int64_t dvp = flash_cpu_columns(a.dv);
   const std::int64_t pairs = a.batch * a.heads;
-  detail::ScratchBuffer kt(be, static_cast<std::size_t>(pairs * nkb * kFlashCpuKeys * a.d) * sizeof(float),
+  detail::ScratchBuffer kt(be, static_cast<std::size_t>(pairs * nkb * g.keys * a.d) * sizeof(float),
                            "ATTENTION packed K");
-  detail::ScratchBuffer vp(be, static_cast<std::size_t>(pairs * nkb * kFlashCpuKeys * dvp) * sizeof(float),
+  detail::ScratchBuffer vp(be, static_cast<std::size_t>(pairs * nkb * g.keys * dvp) * sizeof(float),
                            "ATTENTION packed V");
   const size_t pack_global[3] = {static_cast<size_t>(nkb), static_cast<size_t>(a.heads), static_cast<size_t>(a.batch)};
   cl_kernel pk = be.kernel("attention", "attn_pack_kt", opts);
@@ -106,7 +125,7 @@ void flash_cpu(OpenClBackend& be, const AttentionArgs& a) {
   OpenClBackend::set_args(k, be.buffer(a.q), kt.mem(), vp.mem(), be.buffer(a.out), to_uint(a.sq, op, "sq"),
                           to_uint(a.sk, op, "sk"), to_uint(a.heads, op, "heads"), to_uint(a.d, op, "d"),
                           to_uint(a.dv, op, "dv"), to_uint(dvp, op, "dvp"), a.scale);
-  const size_t global[3] = {ceil_div(a.sq, kFlashCpuRows), static_cast<size_t>(a.heads), static_cast<size_t>(a.batch)};
+  const size_t global[3] = {ceil_div(a.sq, g.rows), static_cast<size_t>(a.heads), static_cast<size_t>(a.batch)};
   const size_t local[3] = {1, 1, 1};
   be.launch(k, op, 3, global, local);
 }

@@ -60,15 +60,11 @@ Tuning lookup(const DeviceInfo& device) {
   const DeviceKind kind = device.kind == DeviceKind::accelerator ? DeviceKind::gpu
                           : device.kind == DeviceKind::gpu       ? DeviceKind::gpu
                                                                  : DeviceKind::cpu;
-  cl_uint width = 0;
-  if (device.cl_device) {
-    clGetDeviceInfo(static_cast<cl_device_id>(device.cl_device), CL_DEVICE_NATIVE_VECTOR_WIDTH_FLOAT, sizeof(width),
-                    &width, nullptr);
-  }
+  const int width = native_float_width(device);
   Tuning t = kDefaults;
   for (const Entry& e : kTable) {
     if (e.kind != kind || !vendor_matches(device.vendor, e.vendor)) continue;
-    if (e.native_float_width && static_cast<int>(width) < e.native_float_width) continue;
+    if (e.native_float_width && width < e.native_float_width) continue;
     t = e.t;
     break;
   }
@@ -82,6 +78,16 @@ Tuning lookup(const DeviceInfo& device) {
 }
 
 }  // namespace
+
+int native_float_width(const DeviceInfo& device) {
+  cl_uint width = 0;
+  if (!device.cl_device ||
+      clGetDeviceInfo(static_cast<cl_device_id>(device.cl_device), CL_DEVICE_NATIVE_VECTOR_WIDTH_FLOAT, sizeof(width),
+                      &width, nullptr) != CL_SUCCESS) {
+    return 0;
+  }
+  return static_cast<int>(width);
+}
 
 const Tuning& tuning(const DeviceInfo& device) {
   // One lookup per device for the process (the table is static).

@@ -39,6 +39,9 @@ struct Tuning {
   int nr() const { return 16 * nv; }
 };
 const Tuning& tuning(const DeviceInfo& device);
+// CL_DEVICE_NATIVE_VECTOR_WIDTH_FLOAT (0 when the device cannot say): 16 on
+// PoCL over AVX-512, 8 over AVX2. The CPU kernels size their register blocks by it.
+int native_float_width(const DeviceInfo& device);
 // The -D set of a tuning (empty for the kernel file's defaults).
 std::string tuning_options(const Tuning& t);
 

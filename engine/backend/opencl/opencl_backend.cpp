@@ -205,6 +205,11 @@ OpenClBackend::OpenClBackend(const DeviceInfo& device, const BackendOptions& opt
   fail_allocation_ = options.fail_allocation;
   guard_bytes_ = options.guard_bytes;
   tensor_cores_ = options.tensor_cores;
+  if (options.attention_cpu_lanes != 0 && options.attention_cpu_lanes != 8 && options.attention_cpu_lanes != 16) {
+    throw Error("attention_cpu_lanes must be 8 or 16 (0: by the device); got " +
+                std::to_string(options.attention_cpu_lanes));
+  }
+  attention_cpu_lanes_ = options.attention_cpu_lanes;
   guard_log_ = std::make_shared<GuardLog>();
   switch (options.kernel_style) {
     case KernelStyleChoice::cpu: style_ = KernelStyle::cpu; break;
