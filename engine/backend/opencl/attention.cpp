@@ -31,10 +31,7 @@ struct FlashCpuGeometry {
   std::int64_t rows, keys;
 };
 FlashCpuGeometry flash_cpu_geometry(const OpenClBackend& be) {
-  const int lanes = be.attention_cpu_lanes()                      ? be.attention_cpu_lanes()
-                    : gemm::native_float_width(be.device()) >= 16 ? 16
-                                                                  : 8;
-  return lanes == 16 ? FlashCpuGeometry{16, 16} : FlashCpuGeometry{8, 12};
+  return be.attention_cpu_lanes() == 16 ? FlashCpuGeometry{16, 16} : FlashCpuGeometry{8, 12};
 }
 
 std::string attention_options(OpenClBackend& be, const Precision& p) {

@@ -209,7 +209,10 @@ OpenClBackend::OpenClBackend(const DeviceInfo& device, const BackendOptions& opt
     throw Error("attention_cpu_lanes must be 8 or 16 (0: by the device); got " +
                 std::to_string(options.attention_cpu_lanes));
   }
-  attention_cpu_lanes_ = options.attention_cpu_lanes;
+  // Resolved once: the device's width does not change (one driver query, not one per attention call).
+  attention_cpu_lanes_ = options.attention_cpu_lanes             ? options.attention_cpu_lanes
+                         : gemm::native_float_width(info_) >= 16 ? 16
+                                                                 : 8;
   guard_log_ = std::make_shared<GuardLog>();
   switch (options.kernel_style) {
     case KernelStyleChoice::cpu: style_ = KernelStyle::cpu; break;

@@ -111,7 +111,8 @@ class OpenClBackend final : public Backend {
   // (work-groups sharing local-memory tiles). Chosen by device kind unless
   // BackendOptions::kernel_style forces one (to test the GPU kernels on a CPU).
   KernelStyle kernel_style() const { return style_; }
-  // BackendOptions::attention_cpu_lanes (0: by the device).
+  // The CPU flash attention's lanes, 8 or 16: BackendOptions::attention_cpu_lanes, else by the
+  // device's native float vector width.
   int attention_cpu_lanes() const { return attention_cpu_lanes_; }
   // BackendOptions::tensor_cores: whether the GEMM may use NVIDIA's tensor cores (gemm.hpp).
   bool tensor_cores_allowed() const { return tensor_cores_; }
@@ -182,7 +183,7 @@ class OpenClBackend final : public Backend {
   bool profile_ = false;
   KernelStyle style_ = KernelStyle::cpu;
   bool tensor_cores_ = true;  // BackendOptions::tensor_cores
-  int attention_cpu_lanes_ = 0;
+  int attention_cpu_lanes_ = 8;
   mutable std::mutex notes_mutex_;
   std::vector<std::string> fallbacks_;                            // note_fallback()
   std::function<bool(std::size_t)> fail_allocation_;              // BackendOptions::fail_allocation
