@@ -47,8 +47,9 @@ const Tuning kSmallGroups{6, 1, 256, 32, 32, 8, 4, 4, "small work-groups (64)"};
 // GPU tiles for problems too small to fill the device with the table's tiles.
 const Tuning kSmallTiles{6, 1, 256, 64, 64, 16, 4, 4, "gpu, small problems"};
 // GPU tiles where the GPU style runs on a device that is not a GPU (forced on a
-// CPU to test the GPU kernels there; the Oclgrind simulator): the largest
-// tiles of the table, so they are the ones tested.
+// CPU to test the GPU kernels there; the Oclgrind simulator): the largest tiles
+// of the table, so they are the ones tested, for the problems that fill them
+// (tiles_for).
 const Tuning kForcedGpuTiles{6, 1, 256, 128, 128, 16, 8, 8, "gpu style forced on a CPU device"};
 const Tuning kDefaults{};  // kernels/matmul.cl's defaults: no -D needed
 
@@ -300,10 +301,18 @@ bool tiles_valid(const DeviceInfo& d, const Tuning& t) {
 
 // The tiles for one problem: the tuned or the table's, unless they would leave
 // compute units idle where the smaller tiles would not (fewer groups than units).
+// The GPU style forced on a device that is not a GPU has no units to fill: the
+// largest tiles where the problem is larger than the small tiles both ways, the
+// small tiles otherwise, as a GPU with tens of units picks for such problems.
+// (Both are tested; the simulator does not interpret a 128x128 tile that is
+// nine tenths padding for a 13 x 77 problem.)
 Tuning tiles_for(const OpenClBackend& be, const Problem& pr) {
   const std::optional<Tuning> tuned = tuned_tiles(be);
   const bool gpu_device = be.device().kind == DeviceKind::gpu || be.device().kind == DeviceKind::accelerator;
-  const Tuning t = tuned ? *tuned : gpu_device ? tuning(be.device()) : kForcedGpuTiles;
+  if (!tuned && !gpu_device) {
+    return pr.m > kSmallTiles.ts_m && pr.n > kSmallTiles.ts_n ? kForcedGpuTiles : kSmallTiles;
+  }
+  const Tuning t = tuned ? *tuned : tuning(be.device());
   const auto groups = [&](const Tuning& x) {
     return static_cast<std::int64_t>(ceil_div(pr.m, x.ts_m) * ceil_div(pr.n, x.ts_n)) * pr.batch;
   };
