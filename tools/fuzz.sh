@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (tests/fuzz, docs/fuzzing.md) with clang, ASan
-# and UBSan into build-fuzz/ and runs each over its corpus for a fixed time.
+# and UBSan in the sanitizer build (build-asan/, tools/configure_sanitize.sh)
+# and runs each over its corpus for a fixed time.
 # Fails on any finding (a crash, a sanitizer report, an exception outside the
 # engine's error family, a broken check, a leak, a timeout); the input that
-# found it is left in build-fuzz/findings/<target>/ to add to
+# found it is left in build-asan/findings/<target>/ to add to
 # tests/fuzz/corpus/<target>/ once fixed.
 #
 # Usage: tools/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]
@@ -13,13 +14,13 @@
 #   NANSCOPE_FUZZ_MERGE=1   merge the new inputs that add coverage into
 #                           tests/fuzz/corpus/<target>/ (libFuzzer -merge=1)
 #   NANSCOPE_FUZZ_JOBS=N    targets run N at a time (default: the core count)
-#   NANSCOPE_FUZZ_BUILD_DIR build folder (default build-fuzz)
+#   NANSCOPE_SANITIZE_BUILD_DIR build folder (default build-asan)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-20}
 shift || true
 tools/setup.sh --no-python >/dev/null
-build_dir=${NANSCOPE_FUZZ_BUILD_DIR:-build-fuzz}
+build_dir=${NANSCOPE_SANITIZE_BUILD_DIR:-build-asan}
 corpus_root=tests/fuzz/corpus
 
 all_targets=$(sed -n '/^set(NANSCOPE_FUZZ_TARGETS/,/)/p' tests/fuzz/CMakeLists.txt |
@@ -27,11 +28,7 @@ all_targets=$(sed -n '/^set(NANSCOPE_FUZZ_TARGETS/,/)/p' tests/fuzz/CMakeLists.t
 targets=("$@")
 [ "${#targets[@]}" -eq 0 ] && read -r -a targets <<<"$all_targets"
 
-if [ ! -f "$build_dir/CMakeCache.txt" ]; then
-  # No hardening flags here: _FORTIFY_SOURCE and ASan replace the same libc functions.
-  cmake -S . -B "$build_dir" -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=None \
-    -DNANSCOPE_BUILD_FUZZERS=ON -DNANSCOPE_HARDENING=OFF
-fi
+tools/configure_sanitize.sh "$build_dir"
 start=$(date +%s)
 cmake --build "$build_dir" -j "$(nproc)" --target $(printf 'fuzz_%s ' "${targets[@]}")
 echo "fuzz: built ${#targets[@]} targets in $(($(date +%s) - start)) s"
@@ -52,7 +49,7 @@ run_one() {
   mkdir -p "$new" "$found"
   local dict=()
   [ -f "tests/fuzz/dict/$t.dict" ] && dict=(-dict="tests/fuzz/dict/$t.dict")
-  # New inputs go to build-fuzz/fuzz-corpus/<t> (first folder); the seeds are read only.
+  # New inputs go to build-asan/fuzz-corpus/<t> (first folder); the seeds are read only.
   "$build_dir/tests/fuzz/fuzz_$t" "$new" "$seeds" "${dict[@]}" -max_total_time="$seconds" -timeout=30 -rss_limit_mb=2048 \
     -max_len=16384 -print_final_stats=1 -artifact_prefix="$found/" >"$log_dir/$t.log" 2>&1
 }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the suites that fit CI's time under AddressSanitizer and
-# UndefinedBehaviorSanitizer (CMAKE_BUILD_TYPE=Sanitize) and runs them:
+# UndefinedBehaviorSanitizer (clang, CMAKE_BUILD_TYPE=Sanitize) and runs them:
 # the file parsers (safetensors, PNG, presets, the settings table, the CLIP
 # tokenizer), dtypes, the kernel cache, the buffer pool, the inspector, the
 # device reductions, the memory plan and the fault tests (out of memory
@@ -11,9 +11,7 @@ tools/setup.sh
 build_dir=${NANSCOPE_SANITIZE_BUILD_DIR:-build-asan}
 suites=(test_safetensors test_png test_run_config test_settings_table test_clip_tokenizer test_dtype
         test_program_cache test_buffer_pool test_inspect test_sizes test_device_inspect test_faults)
-if [ ! -f "$build_dir/CMakeCache.txt" ]; then
-  cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Sanitize -DNANSCOPE_BUILD_GUI=OFF -DNANSCOPE_BUILD_BENCH=OFF
-fi
+tools/configure_sanitize.sh "$build_dir"
 cmake --build "$build_dir" -j "$(nproc)" --target nanscope-cli "${suites[@]}"
 export HF_HUB_OFFLINE=1
 export NANSCOPE_KERNEL_CACHE=${NANSCOPE_KERNEL_CACHE:-$PWD/$build_dir/test-kernel-cache}

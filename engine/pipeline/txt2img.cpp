@@ -473,10 +473,7 @@ class Txt2ImgRun {
       if (!same_text || (g2 > 1.0) != cfg_) {
         cfg_ = g2 > 1.0;
         encode_prompt(config_.hires_prompt_or_first(), config_.hires_negative_or_first(), false);
-        hires_cond_.emplace();
-        hires_cond_->context = context_;
-        hires_cond_->added = added_;
-        hires_cond_->cfg = cfg_;
+        hires_cond_ = Conditioning{context_, added_, cfg_};
         cfg_ = config_.cfg_scale > 1.0;
       }
     }
