@@ -442,8 +442,9 @@ int main(int argc, char** argv) {
           "PyTorch 1.13 has no f16 convolution on the CPU, so its baseline is f32.\n");
     } else {
       std::printf(
-          "\nf16: f16 storage; NVIDIA GPUs from compute capability 8.0 run its GEMMs and convolutions on the tensor\n"
-          "cores (f32 accumulation, docs/gpu.md), the rest computes in f32. PyTorch f16: cuBLAS/cuDNN and SDPA.\n");
+          "\nf16: f16 storage; NVIDIA GPUs from compute capability 8.0 run its GEMMs, convolutions and attention on\n"
+          "the tensor cores (f32 accumulation, docs/gpu.md), the rest computes in f32. PyTorch f16: cuBLAS/cuDNN and\n"
+          "SDPA.\n");
     }
     if (torch && torch_device == "cpu") std::printf("%s.\n", bench::best_openblas_coretype().report.c_str());
     return 0;

@@ -727,12 +727,9 @@ __kernel __attribute__((reqd_work_group_size(RTS_N, RTS_M, 1))) void conv_implic
 #error "gemm_mma: the tiles must be a whole number of loads per work-item"
 #endif
 
-// D (4 f32) += A (16x16, 4 pairs) . B (16x8, 2 pairs).
-#define MMA_16816(D, A, B)                                                                                  \
-  NS_ASM volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "        \
-                   "{%8,%9}, {%0,%1,%2,%3};"                                                                \
-                   : "+f"((D)[0]), "+f"((D)[1]), "+f"((D)[2]), "+f"((D)[3])                                 \
-                   : "r"((A)[0]), "r"((A)[1]), "r"((A)[2]), "r"((A)[3]), "r"((B)[0]), "r"((B)[1]))
+#if !defined(MMA_PTX) && !defined(MMA_EMULATE)
+#error "GEMM_MMA: give -DMMA_PTX (NVIDIA) or -DMMA_EMULATE (tests)"
+#endif
 
 // The raw half of im2col element (k, n) (conv_x_index), +0 outside the image;
 // o: conv_origin(n), computed once per work-item before the k loop.
@@ -741,19 +738,23 @@ inline uint conv_b_bits(__global const ushort* x, uint k, int2 o, ConvGeom g) {
   return i < 0 ? 0u : (uint)x[i];
 }
 
-// The pair (k, k+1) of row m of A, +0 past M or K.
-inline uint mma_pair_a(__global const ushort* a, ulong lda, uint m, uint k, uint M, uint K) {
+// The pair (k, k+1) of row m of A, +0 past M or K. words: the pair is one
+// aligned 32-bit word (A's offset, lda and K even; k is even).
+inline uint mma_pair_a(__global const ushort* a, ulong lda, const bool words, uint m, uint k, uint M, uint K) {
   if (m >= M || k >= K) return 0u;
+  if (words) return ((__global const uint*)a)[(m * lda + k) >> 1];
   __global const ushort* row = a + m * lda;
   return (uint)row[k] | (k + 1u < K ? (uint)row[k + 1u] << 16 : 0u);
 }
 
-// The pair (k, k+1) of column n of B, +0 past N or K.
-inline uint mma_pair_b(__global const ushort* bm, ulong ldbk, ulong ldbn, const int implicit, ConvGeom g, int2 o,
-                       uint k, uint n, uint N, uint K) {
+// The pair (k, k+1) of column n of B, +0 past N or K. words: as for A (B's k
+// is contiguous: ldbk 1, with the offset, ldbn and K even).
+inline uint mma_pair_b(__global const ushort* bm, ulong ldbk, ulong ldbn, const int implicit, const bool words,
+                       ConvGeom g, int2 o, uint k, uint n, uint N, uint K) {
   if (n >= N || k >= K) return 0u;
   if (implicit) return conv_b_bits(bm, k, o, g) | (k + 1u < K ? conv_b_bits(bm, k + 1u, o, g) << 16 : 0u);
   const ulong col = n * ldbn;
+  if (words) return ((__global const uint*)bm)[(col + k) >> 1];
   return (uint)bm[col + k * ldbk] | (k + 1u < K ? (uint)bm[col + (k + 1u) * ldbk] << 16 : 0u);
 }
 
@@ -761,26 +762,28 @@ inline uint mma_pair_b(__global const ushort* bm, ulong ldbk, ulong ldbn, const 
 // the local tiles take them (A: [m][pair], consecutive work-items along k;
 // B: consecutive work-items along n where b_rows, else along k).
 inline __attribute__((always_inline)) void mma_load_tiles(uint* ra, uint* rb, __global const ushort* a, ulong lda,
-                                                          __global const ushort* bm, ulong ldbk, ulong ldbn,
-                                                          const int implicit, const bool b_rows, ConvGeom g,
-                                                          const int2* b_origin, uint tid, uint m0, uint n0, uint k0,
-                                                          uint M, uint N, uint K) {
+                                                          const bool a_words, __global const ushort* bm, ulong ldbk,
+                                                          ulong ldbn, const int implicit, const bool b_rows,
+                                                          const bool b_words, ConvGeom g, const int2* b_origin,
+                                                          uint tid, uint m0, uint n0, uint k0, uint M, uint N, uint K) {
 #pragma unroll
   for (uint l = 0; l < MMA_LOADS_A; ++l) {
     const uint i = tid + l * MMA_THREADS;
-    ra[l] = mma_pair_a(a, lda, m0 + i / MMA_KP, k0 + 2u * (i % MMA_KP), M, K);
+    ra[l] = mma_pair_a(a, lda, a_words, m0 + i / MMA_KP, k0 + 2u * (i % MMA_KP), M, K);
   }
 #pragma unroll
   for (uint l = 0; l < MMA_LOADS_B; ++l) {
     const uint i = tid + l * MMA_THREADS;
     const uint kp = b_rows ? i / MMA_TN : i % MMA_KP, nn = b_rows ? i % MMA_TN : i / MMA_KP;
-    rb[l] = mma_pair_b(bm, ldbk, ldbn, implicit, g, implicit ? b_origin[l] : (int2)(0, 0), k0 + 2u * kp, n0 + nn, N, K);
+    rb[l] = mma_pair_b(bm, ldbk, ldbn, implicit, b_words, g, implicit ? b_origin[l] : (int2)(0, 0), k0 + 2u * kp,
+                       n0 + nn, N, K);
   }
 }
 
 inline __attribute__((always_inline)) void gemm_mma_body(
-    __local uint (*as)[MMA_PITCH], __local uint (*bs)[MMA_PITCH], __global const ushort* a, ulong lda,
-    __global const ushort* bm, ulong ldbk, ulong ldbn, const int implicit, ConvGeom g, __global const store_t* bias,
+    __local uint (*as)[MMA_PITCH], __local uint (*bs)[MMA_PITCH], __local uint* mma_x, __global const ushort* a,
+    ulong lda, const bool a_words, __global const ushort* bm, ulong ldbk, ulong ldbn, const int implicit,
+    const bool b_words, ConvGeom g, __global const store_t* bias,
     int bias_mode, __global store_t* c, ulong cbase, ulong ldc, uint M, uint N, uint K, float alpha) {
   const uint tid = (uint)get_local_id(0);
   const uint lane = tid & 31u, warp = tid >> 5;
@@ -807,8 +810,9 @@ inline __attribute__((always_inline)) void gemm_mma_body(
 #pragma unroll
     for (uint l = 0; l < MMA_LOADS_B; ++l) b_origin[l] = conv_origin(n0 + (tid + l * MMA_THREADS) % MMA_TN, g);
   }
-#define GEMM_MMA_LOAD(K0) \
-  mma_load_tiles(ra, rb, a, lda, bm, ldbk, ldbn, implicit, b_rows, g, b_origin, tid, m0, n0, (K0), M, N, K)
+#define GEMM_MMA_LOAD(K0)                                                                                        \
+  mma_load_tiles(ra, rb, a, lda, a_words, bm, ldbk, ldbn, implicit, b_rows, b_words, g, b_origin, tid, m0, n0, (K0), \
+                 M, N, K)
   GEMM_MMA_LOAD(0u);
 
   for (uint k0 = 0; k0 < K; k0 += MMA_TK) {
@@ -827,6 +831,17 @@ inline __attribute__((always_inline)) void gemm_mma_body(
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     if (k0 + MMA_TK < K) GEMM_MMA_LOAD(k0 + MMA_TK);
+#if defined(MMA_EMULATE)
+    // One loop around the emulated mma.sync (two barriers each): PoCL takes minutes to compile
+    // barriers nested three loops deep. Each (i, j) still takes its k16 steps in ascending order.
+    for (uint q = 0; q < MMA_KP / 8u * 16u; ++q) {
+      const uint kp = q / 16u * 8u, i = q / 4u % 4u, j = q % 4u;
+      const uint r = wm + i * 16u + g8, col = wn + j * 8u + g8;
+      const uint af[4] = {as[r][kp + t4], as[r + 8u][kp + t4], as[r][kp + 4u + t4], as[r + 8u][kp + 4u + t4]};
+      const uint bf[2] = {bs[col][kp + t4], bs[col][kp + 4u + t4]};
+      MMA_16816(acc[i][j], af, bf, mma_x);
+    }
+#else
 #pragma unroll
     for (uint kp = 0; kp < MMA_KP; kp += 8u) {  // one k16 step = 8 pairs
       uint af[4][4], bf[4][2];
@@ -847,8 +862,9 @@ inline __attribute__((always_inline)) void gemm_mma_body(
 #pragma unroll
       for (uint i = 0; i < 4u; ++i)
 #pragma unroll
-        for (uint j = 0; j < 4u; ++j) MMA_16816(acc[i][j], af[i], bf[j]);
+        for (uint j = 0; j < 4u; ++j) MMA_16816(acc[i][j], af[i], bf[j], mma_x);
     }
+#endif
     barrier(CLK_LOCAL_MEM_FENCE);
   }
 #undef GEMM_MMA_LOAD
@@ -880,11 +896,14 @@ __kernel __attribute__((reqd_work_group_size(MMA_THREADS, 1, 1))) void gemm_mma(
     __global store_t* c, ulong c_off, ulong c_bs, ulong ldc, uint M, uint N, uint K, float alpha) {
   __local uint as[MMA_TM][MMA_PITCH];
   __local uint bs[MMA_TN][MMA_PITCH];
+  __local uint mma_x[MMA_X_WORDS(MMA_THREADS)];
   const ulong bt = get_global_id(2);
   const ConvGeom none = {0u, 0u, 0u, 0u, 0u, 0u, 0u, 1u};
-  gemm_mma_body(as, bs, (__global const ushort*)a + a_off + bt * a_bs, lda,
-                (__global const ushort*)bm + b_off + bt * b_bs, ldbk, ldbn, 0, none, bias + bias_off, bias_mode, c,
-                c_off + bt * c_bs, ldc, M, N, K, alpha);
+  // Pairs (k, k+1) are read as one 32-bit word where they are aligned words.
+  const ulong a0 = a_off + bt * a_bs, b0 = b_off + bt * b_bs;
+  const bool a_words = ((a0 | lda | K) & 1u) == 0u, b_words = ldbk == 1u && ((b0 | ldbn | K) & 1u) == 0u;
+  gemm_mma_body(as, bs, mma_x, (__global const ushort*)a + a0, lda, a_words, (__global const ushort*)bm + b0, ldbk,
+                ldbn, 0, b_words, none, bias + bias_off, bias_mode, c, c_off + bt * c_bs, ldc, M, N, K, alpha);
 }
 
 // conv_implicit_gemm's arguments; grid as gemm_mma's with the images as the batch.
@@ -894,10 +913,11 @@ __kernel __attribute__((reqd_work_group_size(MMA_THREADS, 1, 1))) void conv_impl
     uint OH, uint OW) {
   __local uint as[MMA_TM][MMA_PITCH];
   __local uint bs[MMA_TN][MMA_PITCH];
+  __local uint mma_x[MMA_X_WORDS(MMA_THREADS)];
   const ulong img = get_global_id(2);
   const ConvGeom g = {C, H, W, KH, KW, stride, pad, OW};
   const uint K = C * KH * KW, N = OH * OW;
-  gemm_mma_body(as, bs, (__global const ushort*)w, K, (__global const ushort*)x + img * x_bs, 0, 1, 1, g, bias,
-                bias_mode, out, img * out_bs, N, O, N, K, 1.0f);
+  gemm_mma_body(as, bs, mma_x, (__global const ushort*)w, K, (K & 1u) == 0u, (__global const ushort*)x + img * x_bs, 0,
+                1, 1, false, g, bias, bias_mode, out, img * out_bs, N, O, N, K, 1.0f);
 }
 #endif

@@ -25,6 +25,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -114,11 +115,14 @@ void configure_oclgrind() {
 
 // A simulator backend with its own Oclgrind log: the GPU kernels (the op
 // suite's), or the CPU family's (OclgrindCpuFamily).
-std::unique_ptr<Backend> make_checked_backend(const DeviceInfo& d, KernelStyleChoice style) {
+std::unique_ptr<Backend> make_checked_backend(const DeviceInfo& d, KernelStyleChoice style,
+                                              bool emulate_tensor_cores = false) {
   const auto path = log_dir().path() / ("oclgrind-" + std::to_string(logs().size()) + ".log");
   ::setenv("OCLGRIND_LOG", path.c_str(), 1);  // read once, by the context the backend creates
   BackendOptions o;
   o.kernel_style = style;
+  o.emulate_tensor_cores = emulate_tensor_cores;
+  o.profile = emulate_tensor_cores;  // OclgrindTensorCores checks which kernels ran
   std::unique_ptr<Backend> be = make_backend(d, o);
   ::unsetenv("OCLGRIND_LOG");
   logs()[be.get()] = {d.name, path, 0};
@@ -292,6 +296,64 @@ TEST(OclgrindCpuFamily, PanelKernelsStayInBoundsAndMatchTheReference) {
   logs().erase(owned.get());
 }
 
+// The tensor-core kernels (gemm_mma, conv_implicit_mma, attention_flash_mma)
+// with mma.sync and the warp shuffles emulated through local memory: their
+// local tiles, fragment layouts and bounds under the simulator's checks, on
+// shapes that end in partial tiles (m, n, k, query rows, keys, head sizes).
+TEST(OclgrindTensorCores, EmulatedMmaKernelsStayInBoundsAndMatchTheReference) {
+  REQUIRE_OCLGRIND();
+  const std::unique_ptr<Backend> owned =
+      make_checked_backend(oclgrind_backend()->device(), KernelStyleChoice::gpu, /*emulate_tensor_cores=*/true);
+  auto& be = dynamic_cast<opencl::OpenClBackend&>(*owned);
+  Backend& ref = reference_backend();
+  const Precision p{DType::f16, Accumulate::f32, SoftmaxPrecision::f32};
+  Rng rng(seed_from("oclgrind tensor cores"));
+
+  // Few k-tiles (every emulated mma.sync is two barriers and 64 local reads per work-item here):
+  // the smallest shapes the tensor cores take (m, n >= 64, k >= 32), partial tiles.
+  const HostTensor a = random_normal(rng, {66, 32}, DType::f16);
+  const HostTensor wt = random_normal(rng, {65, 32}, DType::f16, 0.0, 0.2);
+  const HostTensor bias = random_normal(rng, {65}, DType::f16);
+  const auto linear = [&](Backend& on) {
+    const Tensor tb = on.upload(bias);
+    return on.download(ops::linear(make_context(on, p), on.upload(a), on.upload(wt), &tb));
+  };
+  EXPECT_TRUE(tensors_close(linear(be), linear(ref), tolerance("matmul", p, Check::backend))) << "linear 66x32 -> 65";
+
+  const HostTensor x = random_normal(rng, {1, 4, 9, 8}, DType::f16);
+  const HostTensor w = random_normal(rng, {64, 4, 3, 3}, DType::f16, 0.0, 0.3);
+  const HostTensor cb = random_normal(rng, {64}, DType::f16);
+  const auto conv = [&](Backend& on) {
+    const Tensor tb = on.upload(cb);
+    return on.download(ops::conv2d(make_context(on, p), on.upload(x), on.upload(w), &tb, 1, 1));
+  };
+  EXPECT_TRUE(tensors_close(conv(be), conv(ref), tolerance("conv2d", p, Check::backend))) << "conv 4x9x8 -> 64";
+
+  struct Attn {
+    std::int64_t sq, sk, heads, d, dv;
+  };
+  // Ragged query blocks and key tiles, padded head sizes (40 -> 48 and 40, 8 -> 16 and 6 -> 8).
+  for (const Attn& s : {Attn{20, 45, 1, 40, 40}, Attn{5, 9, 2, 8, 6}}) {
+    const HostTensor q = random_normal(rng, {1, s.sq, s.heads * s.d}, DType::f16);
+    const HostTensor k = random_normal(rng, {1, s.sk, s.heads * s.d}, DType::f16);
+    const HostTensor v = random_normal(rng, {1, s.sk, s.heads * s.dv}, DType::f16);
+    const float scale = static_cast<float>(1.0 / std::sqrt(double(s.d)));
+    const auto attention = [&](Backend& on) {
+      return on.download(ops::attention(make_context(on, p, {AttentionImpl::fused, 1}), on.upload(q), on.upload(k),
+                                        on.upload(v), int(s.heads), scale, false));
+    };
+    EXPECT_TRUE(tensors_close(attention(be), attention(ref), tolerance("attention_fused", p, Check::backend)))
+        << "attention q" << s.sq << " k" << s.sk << " d" << s.d << " dv" << s.dv;
+  }
+  std::set<std::string> ran;
+  for (const opencl::OpTiming& t : be.profile()) ran.insert(t.op.substr(t.op.find(' ') + 1));
+  for (const char* kernel : {"gemm_mma", "conv_implicit_mma", "attention_flash_mma"}) {
+    EXPECT_TRUE(ran.count(kernel)) << kernel << " did not run";
+  }
+  expect_no_new_reports();  // its log, while the backend is alive (the listener runs after the test)
+  logs().erase(owned.get());
+}
+
 // Deliberately broken kernels: each must be reported, and the report must fail a test.
 const char* const kBrokenKernels = R"CLC(
 kernel void read_past_the_end(global const float* x, global float* y) {
@@ -417,7 +479,9 @@ int main(int argc, char** argv) {
       [](const nanscope::DeviceInfo& d) { return make_checked_backend(d, nanscope::KernelStyleChoice::gpu); });
   ::testing::InitGoogleTest(&argc, argv);
   if (GTEST_FLAG_GET(filter) == "*") {
-    GTEST_FLAG_SET(filter, "OclgrindSelfTest.*:OclgrindCoverage.*:OclgrindCpuFamily.*:Ops/*.BackendVsReference/*");
+    GTEST_FLAG_SET(filter,
+                   "OclgrindSelfTest.*:OclgrindCoverage.*:OclgrindCpuFamily.*:OclgrindTensorCores.*:"
+                   "Ops/*.BackendVsReference/*");
   }
   ::testing::UnitTest::GetInstance()->listeners().Append(new ReportChecker);
   const int result = RUN_ALL_TESTS();

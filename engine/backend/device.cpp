@@ -477,7 +477,11 @@ BackendOptions backend_options_from_environment(BackendOptions o) {
     }
   }
   if (const char* v = std::getenv("NANSCOPE_PROFILE"); v && *v) o.profile = std::string_view(v) == "1";
-  env_switch("NANSCOPE_TENSOR_CORES", "1", "0", o.tensor_cores);
+  if (const char* v = std::getenv("NANSCOPE_TENSOR_CORES"); v && std::string_view(v) == "emulate") {
+    o.tensor_cores = o.emulate_tensor_cores = true;
+  } else {
+    env_switch("NANSCOPE_TENSOR_CORES", "1", "0", o.tensor_cores);
+  }
   if (const char* v = std::getenv("NANSCOPE_KERNEL_STYLE"); v && *v) {
     const std::string_view s(v);
     if (s == "cpu") {

@@ -221,6 +221,11 @@ struct BackendOptions {
   // accumulation in the GPU kernel family (kernels/matmul.cl gemm_mma); false
   // keeps them on the CUDA-core tiles (gemm_tiled), to compare the two.
   bool tensor_cores = true;
+  // Test setting: the tensor-core kernels on any device in the GPU style, each
+  // mma.sync (and the warp shuffles beside it) emulated through local memory
+  // (kernels/common.cl, -DMMA_EMULATE), so PoCL and Oclgrind run their tiling,
+  // fragment layouts and bounds; f32 sums in k order. Slow: tests only.
+  bool emulate_tensor_cores = false;
 };
 
 // The options the environment asks for, on top of `base`. The engine reads no
@@ -231,7 +236,7 @@ struct BackendOptions {
 //   NANSCOPE_KERNEL_STYLE=cpu|gpu   kernel_style
 //   NANSCOPE_MAX_ALLOC_MB=N  max_alloc_limit_bytes = N MiB
 //   NANSCOPE_NATIVE_HALF=hardware|emulated   half_units
-//   NANSCOPE_TENSOR_CORES=0|1  tensor_cores
+//   NANSCOPE_TENSOR_CORES=0|1|emulate  tensor_cores (emulate: emulate_tensor_cores)
 // A value that cannot be used is logged as a warning and ignored.
 BackendOptions backend_options_from_environment(BackendOptions base = {});
 // The device as a backend with options.memory_limit_bytes sees it: global

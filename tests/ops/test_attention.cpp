@@ -11,6 +11,7 @@
 #include <memory>
 #include <utility>
 
+#include "backend/opencl/opencl_backend.hpp"
 #include "support/backends.hpp"
 #include "support/op_case.hpp"
 
@@ -226,6 +227,35 @@ void expect_flash_nonfinite_like(const std::vector<HostTensor>& qkv, const HostT
   }
 }
 
+// The tensor-core flash kernel (attention_flash_mma, mma.sync emulated through
+// local memory on any OpenCL device) in f16 against the reference's fused f16:
+// close where finite, NaN / Inf exactly where the reference has them.
+void expect_tensor_core_flash_nonfinite_like(const std::vector<HostTensor>& qkv, int heads, float scale) {
+  const Precision p{DType::f16, Accumulate::f32, SoftmaxPrecision::f32};
+  const HostTensor want = run_attention(reference_backend(), qkv, p, {AttentionImpl::fused, 1}, heads, scale);
+  ASSERT_GT(count_nonfinite(want), 0);
+  for (Backend* be : all_backends()) {
+    if (be->device().kind == DeviceKind::reference) continue;
+    BackendOptions options = test_backend_options();
+    options.kernel_style = KernelStyleChoice::gpu;
+    options.emulate_tensor_cores = true;
+    options.profile = true;
+    const std::unique_ptr<Backend> own = make_backend(be->device(), options);
+    SCOPED_TRACE("device \"" + be->device().name + "\" tensor cores emulated");
+    const HostTensor got = run_attention(*own, qkv, p, {AttentionImpl::fused, 1}, heads, scale);
+    EXPECT_TRUE(tensors_close(got, want, tolerance("attention_fused", p, Check::backend), true));
+    const CompareStats st = compare_stats(got, want);
+    EXPECT_EQ(st.nonfinite_mismatches, 0) << "first at " << multi_index(want.shape, st.first_mismatch);
+    expect_no_guard_violations(*own);
+    bool ran = false;
+    if (auto* ocl = dynamic_cast<opencl::OpenClBackend*>(own.get())) {
+      for (const opencl::OpTiming& t : ocl->profile())
+        ran = ran || t.op.find("attention_flash_mma") != std::string::npos;
+    }
+    EXPECT_TRUE(ran) << "attention_flash_mma did not run";
+  }
+}
+
 // The CPU flash kernel's two geometries (16 query rows x 16 keys per block on
 // AVX-512, 8 x 12 on AVX2; the op suite runs the device's own) against the
 // reference on every CPU-style OpenCL device: ragged query and key blocks,
@@ -291,6 +321,7 @@ TEST(AttentionNonFinite, FlashKernelsPutNanAndInfWhereTheReferenceDoes) {
       run_attention(reference_backend(), {q, k, v}, {DType::f32}, {AttentionImpl::fused, 1}, int(heads), scale);
   ASSERT_GT(count_nonfinite(want), 0);
   expect_flash_nonfinite_like({q, k, v}, want, int(heads), scale, "");
+  expect_tensor_core_flash_nonfinite_like({q, k, v}, int(heads), scale);
 }
 
 // A row whose scores are -Inf over a whole first tile of keys (64 on the GPU

@@ -1,13 +1,12 @@
 // ATTENTION host side. fused: kernels/attention.cl (online softmax, no score
 // matrix): where the precision is f32 accumulation and f32 softmax and there
 // is no causal mask, a flash kernel: attention_flash (local-memory tiles) on
-// GPU-style backends, attention_flash_cpu (keys along the vector lanes, K and V
-// packed per call) on CPU-style ones; else the per-work-item kernel
-// (attention_fused, which also carries the exact native-precision emulation). bmm and sliced: per group of (batch,
-// head) pairs, scores = scale * Q.K^T on the GEMM panels, softmax rows (kernels/softmax.cl) into the probabilities P in
-// the storage dtype, then out = P.V on the GEMM. sliced takes slice_size pairs at a time; both split further (whole
-// pairs, else query rows) to keep the scratch within budget, which cannot change a result: every query row is computed
-// the same way in any split.
+// GPU-style backends (attention_flash_mma on NVIDIA's tensor cores for f16 storage), attention_flash_cpu (keys along
+// the vector lanes, K and V packed per call) on CPU-style ones; else the per-work-item kernel (attention_fused, which
+// also carries the exact native-precision emulation). bmm and sliced: per group of (batch, head) pairs, scores = scale
+// * Q.K^T on the GEMM panels, softmax rows (kernels/softmax.cl) into the probabilities P in the storage dtype, then out
+// = P.V on the GEMM. sliced takes slice_size pairs at a time; both split further (whole pairs, else query rows) to keep
+// the scratch within budget, which cannot change a result: every query row is computed the same way in any split.
 #include <algorithm>
 
 #include "backend/opencl/gemm.hpp"
@@ -199,6 +198,61 @@ void flash(OpenClBackend& be, const AttentionArgs& a) {
   be.launch(k, op, 2, global, local);
 }
 
+// attention_flash_mma (tensor cores, kernels/attention.cl): 4 warps of 16 query
+// rows (64 rows, 128 work-items per group), key tiles of 64 (32 above head size
+// 96: the scores of a smaller tile leave registers for the larger Q and O), the
+// head padded to whole mma steps: -DFM_DK (d rounded up to 16), -DFM_DV (dv
+// rounded up to 8), -DFM_BK.
+constexpr std::int64_t kFlashMmaRows = 64, kFlashMmaThreads = 128;
+struct FlashMmaTiles {
+  std::int64_t dk = 0, dv = 0, keys = 64;
+};
+FlashMmaTiles flash_mma_tiles(std::int64_t d, std::int64_t dv) {
+  FlashMmaTiles t;
+  t.dk = static_cast<std::int64_t>(ceil_div(d, 16)) * 16;
+  t.dv = static_cast<std::int64_t>(ceil_div(dv, 8)) * 8;
+  t.keys = std::max(t.dk, t.dv) > 96 ? 32 : 64;
+  return t;
+}
+// The K tile [key][channel pair] and the V tile [column][key pair] (4 pairs of
+// padding a row), and the emulation's exchange words (kernels/common.cl).
+std::size_t flash_mma_local_bytes(const OpenClBackend& be, const FlashMmaTiles& t) {
+  const std::int64_t exchange = be.tensor_cores_emulated() ? 6 * kFlashMmaThreads : 1;
+  return sizeof(std::uint32_t) * static_cast<std::size_t>(t.keys * (t.dk / 2 + 4) + t.dv * (t.keys / 2 + 4) + exchange);
+}
+
+// Why attention_flash_mma cannot take what attention_flash can (empty: it can).
+std::string flash_mma_refusal(const OpenClBackend& be, const Precision& p, std::int64_t d, std::int64_t dv) {
+  if (!gemm::tensor_cores_for(be, p)) return "no tensor cores for this precision or device";
+  if (d % 2 != 0 || dv % 2 != 0) return "odd head size (pairs of halves are read as 32-bit words)";
+  const std::size_t need = flash_mma_local_bytes(be, flash_mma_tiles(d, dv));
+  if (be.device().local_mem_bytes && be.device().local_mem_bytes < need) {
+    return "local memory " + std::to_string(be.device().local_mem_bytes) + " bytes < " + std::to_string(need);
+  }
+  if (be.device().max_work_group_size && be.device().max_work_group_size < kFlashMmaThreads) {
+    return "work-groups under " + std::to_string(kFlashMmaThreads);
+  }
+  return {};
+}
+
+std::string flash_mma_options(OpenClBackend& be, const Precision& p, const FlashMmaTiles& t) {
+  return attention_options(be, p) + gemm::tensor_core_options(be) + " -DFM_DK=" + std::to_string(t.dk) +
+         " -DFM_DV=" + std::to_string(t.dv) + " -DFM_BK=" + std::to_string(t.keys);
+}
+
+void flash_mma(OpenClBackend& be, const AttentionArgs& a) {
+  const char* op = "ATTENTION";
+  cl_kernel k =
+      be.kernel("attention", "attention_flash_mma", flash_mma_options(be, a.precision, flash_mma_tiles(a.d, a.dv)));
+  OpenClBackend::set_args(k, be.buffer(a.q), be.buffer(a.k), be.buffer(a.v), be.buffer(a.out), to_uint(a.sq, op, "sq"),
+                          to_uint(a.sk, op, "sk"), to_uint(a.heads, op, "heads"), to_uint(a.d, op, "d"),
+                          to_uint(a.dv, op, "dv"), a.scale);
+  const size_t global[2] = {static_cast<size_t>(kFlashMmaThreads) * ceil_div(a.sq, kFlashMmaRows),
+                            static_cast<size_t>(a.batch * a.heads)};
+  const size_t local[2] = {static_cast<size_t>(kFlashMmaThreads), 1};
+  be.launch(k, op, 2, global, local);
+}
+
 // The materialised path's scores GEMM: rounded to the dtype by the native GEMM, or f32 (stored in
 // the dtype when softmax=native).
 Precision score_precision(const Precision& p) {
@@ -310,7 +364,11 @@ void attention_call_variants(OpenClBackend& be, const KernelCalls& calls, Progra
     const bool fits_fused = a.d <= kFusedMaxHead && a.dv <= kFusedMaxHead;
     if (a.impl == AttentionImpl::fused && be.kernel_style() == KernelStyle::gpu &&
         flash_refusal(be, a.precision, a.causal, a.d, a.dv).empty()) {
-      add("attention", flash_options(be, a.precision, flash_tiles(a.d, a.dv)));
+      if (flash_mma_refusal(be, a.precision, a.d, a.dv).empty()) {
+        add("attention", flash_mma_options(be, a.precision, flash_mma_tiles(a.d, a.dv)));
+      } else {
+        add("attention", flash_options(be, a.precision, flash_tiles(a.d, a.dv)));
+      }
     } else if (a.impl == AttentionImpl::fused && fits_fused) {
       // attention_fused, and on CPUs attention_flash_cpu with its packing kernels (the same options).
       add("attention", fused_options(be, a.precision, a.d, a.dv));
@@ -333,7 +391,10 @@ void OpenClBackend::attention(const AttentionArgs& args) {
     if (kernel_style() == KernelStyle::gpu) {
       const std::string why = flash_refusal(*this, args.precision, args.causal, args.d, args.dv);
       if (why.empty()) {
-        flash(*this, args);
+        if (!flash_mma_refusal(*this, args.precision, args.d, args.dv).empty() ||
+            !gemm::try_tensor_cores(*this, "ATTENTION", [&] { flash_mma(*this, args); })) {
+          flash(*this, args);
+        }
         return;
       }
       if (!args.precision.native_accumulation() && !args.precision.native_softmax()) {

@@ -351,7 +351,7 @@ std::optional<MmaTiles> mma_tiles_for(OpenClBackend& be, const Precision& p, std
   TensorCoreCase c;
   c.gpu_style = be.kernel_style() == KernelStyle::gpu;
   c.allowed = be.tensor_cores_allowed();
-  c.nv_compute_capability = d.nv_compute_capability;
+  c.nv_compute_capability = be.tensor_cores_emulated() ? 80 : d.nv_compute_capability;
   c.dtype = p.dtype;
   c.native_accumulation = p.native_accumulation();
   c.batch = batch, c.m = m, c.n = n, c.k = k;
@@ -366,36 +366,14 @@ std::optional<MmaTiles> mma_tiles_for(OpenClBackend& be, const Precision& p, std
 }
 
 std::string mma_options(OpenClBackend& be, const Precision& p, const MmaTiles& t) {
-  return options(be, p) + " -DGEMM_MMA -DNS_ASM=asm -DMMA_WARPS_M=" + std::to_string(t.warps_m) +
+  return options(be, p) + " -DGEMM_MMA" + tensor_core_options(be) + " -DMMA_WARPS_M=" + std::to_string(t.warps_m) +
          " -DMMA_WARPS_N=" + std::to_string(t.warps_n);
-}
-
-// Runs `launch_mma` (build, arguments, enqueue); on an OpenCL error there, notes why
-// once, stops using the tensor cores on this device and returns false: the
-// caller then runs the CUDA-core kernel, whose numerics are the same contract
-// (f32 accumulation, one rounding).
-template <class F>
-bool try_mma(OpenClBackend& be, const char* op, F&& launch_mma) {
-  try {
-    launch_mma();
-    return true;
-  } catch (const ClError& e) {  // build or enqueue failure; bad arguments (OpError) are not the kernel's fault
-    std::string why = e.what();
-    if (const auto nl = why.find('\n'); nl != std::string::npos) why.resize(nl);
-    if (why.size() > 300) why = why.substr(0, 300) + "...";
-    {
-      std::lock_guard lock(mma_failed_mutex);
-      mma_failed.push_back(device_key(be.device()));
-    }
-    be.note_fallback(std::string("tensor-core GEMM not used (") + op + " and later GEMMs run gemm_tiled): " + why);
-    return false;
-  }
 }
 
 bool run_mma(OpenClBackend& be, const Precision& p, const Problem& pr, const char* op) {
   const std::optional<MmaTiles> t = mma_tiles_for(be, p, pr.batch, pr.m, pr.n, pr.k);
   if (!t || pr.a.cs != 1) return false;
-  return try_mma(be, op, [&] {
+  return try_tensor_cores(be, op, [&] {
     cl_kernel kern = be.kernel("matmul", "gemm_mma", mma_options(be, p, *t));
     OpenClBackend::set_args(kern, pr.a.mem, cl_ulong(pr.a.off), cl_ulong(pr.a.bs), cl_ulong(pr.a.rs), pr.b.mem,
                             cl_ulong(pr.b.off), cl_ulong(pr.b.bs), cl_ulong(pr.b.rs), cl_ulong(pr.b.cs), pr.bias,
@@ -427,6 +405,38 @@ std::optional<MmaTiles> tensor_core_tiles(const TensorCoreCase& c) {
   return std::nullopt;
 }
 
+std::string tensor_core_options(const OpenClBackend& be) {
+  return be.tensor_cores_emulated() ? " -DMMA_EMULATE" : " -DNS_ASM=asm -DMMA_PTX";
+}
+
+bool tensor_cores_for(const OpenClBackend& be, const Precision& p) {
+  const DeviceInfo& d = be.device();
+  if (be.kernel_style() != KernelStyle::gpu || !be.tensor_cores_allowed() || p.dtype != DType::f16 ||
+      p.native_accumulation() || (!be.tensor_cores_emulated() && d.nv_compute_capability < 80)) {
+    return false;
+  }
+  std::lock_guard lock(mma_failed_mutex);
+  return std::find(mma_failed.begin(), mma_failed.end(), device_key(d)) == mma_failed.end();
+}
+
+bool try_tensor_cores(OpenClBackend& be, const char* op, const std::function<void()>& launch) {
+  try {
+    launch();
+    return true;
+  } catch (const ClError& e) {  // build or enqueue failure; bad arguments (OpError) are not the kernel's fault
+    std::string why = e.what();
+    if (const auto nl = why.find('\n'); nl != std::string::npos) why.resize(nl);
+    if (why.size() > 300) why = why.substr(0, 300) + "...";
+    {
+      std::lock_guard lock(mma_failed_mutex);
+      mma_failed.push_back(device_key(be.device()));
+    }
+    be.note_fallback(std::string("tensor cores not used (") + op +
+                     " and later f16 work run the CUDA-core kernels gemm_tiled and attention_flash): " + why);
+    return false;
+  }
+}
+
 void run_implicit_conv(OpenClBackend& be, const Precision& p, const ConvShape& s, cl_mem w, cl_mem x, cl_mem bias,
                        cl_mem out, const char* op) {
   Problem shape;  // for the tile choice: M = output channels, N = output positions, per image
@@ -436,7 +446,7 @@ void run_implicit_conv(OpenClBackend& be, const Precision& p, const ConvShape& s
   shape.k = s.c * s.kh * s.kw;
   to_uint(shape.k, op, "c*kh*kw");
   if (const std::optional<MmaTiles> mt = mma_tiles_for(be, p, shape.batch, shape.m, shape.n, shape.k)) {
-    const bool ran = try_mma(be, op, [&] {
+    const bool ran = try_tensor_cores(be, op, [&] {
       cl_kernel kern = be.kernel("matmul", "conv_implicit_mma", mma_options(be, p, *mt));
       OpenClBackend::set_args(kern, w, x, cl_ulong(s.c * s.h * s.w), bias, cl_int(bias ? kBiasRow : kBiasNone), out,
                               cl_ulong(s.o * s.oh * s.ow), to_uint(s.o, op, "o"), to_uint(s.c, op, "c"),

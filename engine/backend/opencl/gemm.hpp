@@ -20,6 +20,7 @@
 // Internal to engine/backend/opencl/.
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -158,6 +159,19 @@ struct TensorCoreCase {
 // compute unit a block, else 64 x 128 (4 warps). ptxas for sm_90: at most 252 registers, no spills
 // (tools/gpu/check_mma_ptx.sh).
 std::optional<MmaTiles> tensor_core_tiles(const TensorCoreCase& c);
+// The options that select the tensor-core primitives of kernels/common.cl:
+// inline PTX on NVIDIA (" -DNS_ASM=asm -DMMA_PTX"), or their emulation through
+// local memory with BackendOptions::emulate_tensor_cores (" -DMMA_EMULATE").
+std::string tensor_core_options(const OpenClBackend& be);
+// Whether f16 work with precision p may run on the tensor cores here: GPU
+// style, sm_80+ (or emulated), allowed by the options, f16 storage with f32
+// accumulation, and no earlier build or launch failure on this device.
+bool tensor_cores_for(const OpenClBackend& be, const Precision& p);
+// Runs `launch` (build, arguments, enqueue). On an OpenCL error there it notes
+// why once, stops using the tensor cores on this device and returns false:
+// the caller then runs its CUDA-core kernel, whose numerics are the same
+// contract (f32 accumulation, one rounding).
+bool try_tensor_cores(OpenClBackend& be, const char* op, const std::function<void()>& launch);
 
 // Only the compute step on panels already packed (a_panels and pr.b_panels both set).
 void compute_panels(OpenClBackend& be, const Precision& p, cl_mem a_panels, std::int64_t a_panels_off,

@@ -205,6 +205,7 @@ OpenClBackend::OpenClBackend(const DeviceInfo& device, const BackendOptions& opt
   fail_allocation_ = options.fail_allocation;
   guard_bytes_ = options.guard_bytes;
   tensor_cores_ = options.tensor_cores;
+  emulate_tensor_cores_ = options.tensor_cores && options.emulate_tensor_cores;
   if (options.attention_cpu_lanes != 0 && options.attention_cpu_lanes != 8 && options.attention_cpu_lanes != 16) {
     throw Error("attention_cpu_lanes must be 8 or 16 (0: by the device); got " +
                 std::to_string(options.attention_cpu_lanes));
@@ -340,12 +341,15 @@ std::vector<std::string> OpenClBackend::kernel_notes() const {
     notes.push_back(info_.fp16 ? "half storage; native half accumulation emulated exactly (the device has cl_khr_fp16)"
                                : "half storage; native half accumulation emulated exactly (no half units reachable)");
   }
-  if (style_ == KernelStyle::gpu && info_.nv_compute_capability >= 80) {
+  if (style_ == KernelStyle::gpu && emulate_tensor_cores_) {
+    notes.push_back(
+        "tensor-core kernels with mma.sync emulated through local memory (test setting NANSCOPE_TENSOR_CORES=emulate)");
+  } else if (style_ == KernelStyle::gpu && info_.nv_compute_capability >= 80) {
     const std::string sm = "sm_" + std::to_string(info_.nv_compute_capability);
     notes.push_back(tensor_cores_
-                        ? "f16 GEMMs and convolutions with f32 accumulation on the tensor cores (" + sm +
-                              ", mma.sync m16n8k16; NANSCOPE_TENSOR_CORES=0 keeps them on gemm_tiled)"
-                        : "tensor cores (" + sm + ") off by NANSCOPE_TENSOR_CORES=0: f16 GEMMs on gemm_tiled");
+                        ? "f16 GEMMs, convolutions and flash attention with f32 accumulation on the tensor cores (" +
+                              sm + ", mma.sync m16n8k16; NANSCOPE_TENSOR_CORES=0 keeps them on the CUDA cores)"
+                        : "tensor cores (" + sm + ") off by NANSCOPE_TENSOR_CORES=0: f16 work on the CUDA cores");
   }
   std::lock_guard lock(notes_mutex_);
   notes.insert(notes.end(), fallbacks_.begin(), fallbacks_.end());

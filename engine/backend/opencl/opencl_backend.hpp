@@ -116,6 +116,8 @@ class OpenClBackend final : public Backend {
   int attention_cpu_lanes() const { return attention_cpu_lanes_; }
   // BackendOptions::tensor_cores: whether the GEMM may use NVIDIA's tensor cores (gemm.hpp).
   bool tensor_cores_allowed() const { return tensor_cores_; }
+  // BackendOptions::emulate_tensor_cores: the tensor-core kernels with mma.sync emulated (tests).
+  bool tensor_cores_emulated() const { return emulate_tensor_cores_; }
   std::vector<KernelBuildRecord> kernel_builds() const override;
   std::string kernel_cache_dir() const override;
   std::vector<std::string> kernel_notes() const override;
@@ -183,6 +185,7 @@ class OpenClBackend final : public Backend {
   bool profile_ = false;
   KernelStyle style_ = KernelStyle::cpu;
   bool tensor_cores_ = true;  // BackendOptions::tensor_cores
+  bool emulate_tensor_cores_ = false;
   int attention_cpu_lanes_ = 8;
   mutable std::mutex notes_mutex_;
   std::vector<std::string> fallbacks_;                            // note_fallback()
