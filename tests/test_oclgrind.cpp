@@ -10,7 +10,8 @@
 // barrier divergence, and API misuse (OCLGRIND_CHECK_API). What Oclgrind reports
 // goes to a log file per backend (OCLGRIND_LOG); a test during which the log
 // grew fails with the report. OclgrindCpuFamily runs the CPU family's panel
-// kernels (what PoCL runs: conv_cpu's gather, the packed GEMM) the same way.
+// kernels (what PoCL runs: conv_cpu's gather, the packed GEMM) the same way,
+// OclgrindTensorCores the tensor-core kernels with mma.sync emulated.
 //
 // OclgrindSelfTest runs deliberately broken kernels (a read past the end of a
 // buffer, a race on local memory, a barrier only half the work-group reaches)
