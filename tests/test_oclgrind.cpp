@@ -251,6 +251,13 @@ TEST(OclgrindCoverage, TheSimulatorRunsTheGpuKernelsOnExactBuffers) {
               be.device().fp16 ? "yes" : "no (half storage through vload_half/vstore_half, native half emulated)");
 }
 
+// linear(x, w, bias) at precision p on a backend, downloaded.
+HostTensor linear_on(Backend& on, const Precision& p, const HostTensor& x, const HostTensor& w,
+                     const HostTensor& bias) {
+  const Tensor tb = on.upload(bias);
+  return on.download(ops::linear(make_context(on, p), on.upload(x), on.upload(w), &tb));
+}
+
 // The CPU family's panel kernels (what PoCL runs) under the simulator's checks:
 // conv_cpu's gather from the image into local memory, the column panels, the
 // packed GEMM with k-block carries. Each work-item owns its local memory (one
@@ -288,11 +295,9 @@ TEST(OclgrindCpuFamily, PanelKernelsStayInBoundsAndMatchTheReference) {
   const HostTensor a = random_normal(rng, {13, 600}, DType::f32);
   const HostTensor wt = random_normal(rng, {21, 600}, DType::f32, 0.0, 0.05);
   const HostTensor bias = random_normal(rng, {21}, DType::f32);
-  const auto linear = [&](Backend& on) {
-    const Tensor tb = on.upload(bias);
-    return on.download(ops::linear(make_context(on, Precision{DType::f32}), on.upload(a), on.upload(wt), &tb));
-  };
-  EXPECT_TRUE(tensors_close(linear(be), linear(ref), kF32Sums)) << "linear 13x600 -> 21";
+  const Precision f32{DType::f32};
+  EXPECT_TRUE(tensors_close(linear_on(be, f32, a, wt, bias), linear_on(ref, f32, a, wt, bias), kF32Sums))
+      << "linear 13x600 -> 21";
   expect_no_new_reports();  // its log, while the backend is alive (the listener runs after the test)
   logs().erase(owned.get());
 }
@@ -315,11 +320,9 @@ TEST(OclgrindTensorCores, EmulatedMmaKernelsStayInBoundsAndMatchTheReference) {
   const HostTensor a = random_normal(rng, {66, 32}, DType::f16);
   const HostTensor wt = random_normal(rng, {65, 32}, DType::f16, 0.0, 0.2);
   const HostTensor bias = random_normal(rng, {65}, DType::f16);
-  const auto linear = [&](Backend& on) {
-    const Tensor tb = on.upload(bias);
-    return on.download(ops::linear(make_context(on, p), on.upload(a), on.upload(wt), &tb));
-  };
-  EXPECT_TRUE(tensors_close(linear(be), linear(ref), tolerance("matmul", p, Check::backend))) << "linear 66x32 -> 65";
+  EXPECT_TRUE(tensors_close(linear_on(be, p, a, wt, bias), linear_on(ref, p, a, wt, bias),
+                            tolerance("matmul", p, Check::backend)))
+      << "linear 66x32 -> 65";
 
   const HostTensor x = random_normal(rng, {1, 4, 9, 8}, DType::f16);
   const HostTensor w = random_normal(rng, {64, 4, 3, 3}, DType::f16, 0.0, 0.3);
