@@ -302,8 +302,12 @@ __kernel void attention_fused(__global const store_t* q, __global const store_t*
 #define FV_COLS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
 
 // K of one (batch, head) as [ceil(sk/FK)][d][FK] f32, keys past sk zero.
-// Grid: (ceil(sk/FK), heads, batch).
-#if !defined(FL_D) && !defined(FM_DK)
+// Grid: (ceil(sk/FK), heads, batch). The CPU flash kernel and its packing
+// kernels are left out of the GPU family's programs (-DGPU_KERNELS): a GPU
+// compiler builds every kernel of a program, and attention_flash_cpu's
+// 16-wide vectors were four fifths of the GPU-style fused attention program
+// (the text encoder's, the longest build of a cold start on NVIDIA).
+#if !defined(FL_D) && !defined(FM_DK) && !defined(GPU_KERNELS)
 __kernel void attn_pack_kt(__global const store_t* k, __global float* kt, uint sk, uint heads, uint d) {
   const uint jb = (uint)get_global_id(0);
   const uint h = (uint)get_global_id(1);
@@ -333,7 +337,7 @@ __kernel void attn_pack_v(__global const store_t* v, __global float* vp, uint sk
     for (uint c = 0; c < dvp; ++c) dst[jj * dvp + c] = j < sk && c < dv ? ld(vr, c) : 0.0f;
   }
 }
-#endif  // !FL_D && !FM_DK
+#endif  // !FL_D && !FM_DK && !GPU_KERNELS
 
 #define FL_DECL_S(j) floatw s##j = 0.0f;
 #define FL_QK(j) s##j = fma(qc, (floatw)(kc[j]), s##j);
@@ -358,7 +362,7 @@ __kernel void attn_pack_v(__global const store_t* v, __global float* vp, uint sk
 #define FL_SAVE_O(x) vstorew(o##x, x, oc);
 
 // Grid: (ceil(sq / FR), heads, batch); one work-item per group.
-#if !defined(FL_D) && !defined(FM_DK)
+#if !defined(FL_D) && !defined(FM_DK) && !defined(GPU_KERNELS)
 __kernel void attention_flash_cpu(__global const store_t* q, __global const float* kt, __global const float* vp,
                                   __global store_t* out, uint sq, uint sk, uint heads, uint d, uint dv, uint dvp,
                                   float scale) {
@@ -431,7 +435,7 @@ __kernel void attention_flash_cpu(__global const store_t* q, __global const floa
     for (uint c = 0; c < dv; ++c) st(orow, c, ot[c * FR + r] / lv[r]);
   }
 }
-#endif  // !FL_D && !FM_DK
+#endif  // !FL_D && !FM_DK && !GPU_KERNELS
 
 // ---------------------------------------------------------------------------
 // GPU style (attention_flash): f32 accumulation and f32 softmax, no causal

@@ -33,9 +33,13 @@ FlashCpuGeometry flash_cpu_geometry(const OpenClBackend& be) {
   return be.attention_cpu_lanes() == 16 ? FlashCpuGeometry{16, 16} : FlashCpuGeometry{8, 12};
 }
 
+// The CPU family's programs carry attention_flash_cpu's geometry; the GPU family's leave
+// that kernel and its packers out (-DGPU_KERNELS: a GPU compiler builds every kernel of a
+// program, and it was most of the fused attention program's build on NVIDIA).
 std::string attention_options(OpenClBackend& be, const Precision& p) {
   std::string o = be.precision_options(p) + detail::exact_math_options(be.device());
   if (be.kernel_style() == KernelStyle::cpu && flash_cpu_geometry(be).rows != 16) o += " -DFLW=8";
+  if (be.kernel_style() == KernelStyle::gpu) o += " -DGPU_KERNELS";
   return o;
 }
 std::string softmax_options(OpenClBackend& be, const Precision& p) {
