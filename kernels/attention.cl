@@ -849,7 +849,9 @@ __kernel __attribute__((reqd_work_group_size(FM_NT, 1, 1))) void attention_flash
     }
     // O += P_hi.V + P_lo.V. A V tile with an Inf or NaN: P_hi.V first, then P_lo
     // times V with those values zeroed (P_lo is 0 where P is a half, and 0 * Inf
-    // would turn the reference's Inf into NaN).
+    // would turn the reference's Inf into NaN). A probability under 2^-25 is 0
+    // in P_hi too: its key's Inf then gives NaN where the reference's f32 p
+    // gives Inf (both non-finite).
     if (!v_bad) {
       fm_pv(o, s, vs, g8, t4, 3u, mma_x);
     } else {
