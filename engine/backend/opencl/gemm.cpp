@@ -347,6 +347,7 @@ std::vector<std::string> mma_failed;
 
 std::optional<MmaTiles> mma_tiles_for(OpenClBackend& be, const Precision& p, std::int64_t batch, std::int64_t m,
                                       std::int64_t n, std::int64_t k) {
+  if (!tensor_cores_for(be, p)) return std::nullopt;  // the device, precision and failure checks
   const DeviceInfo& d = be.device();
   TensorCoreCase c;
   c.gpu_style = be.kernel_style() == KernelStyle::gpu;
@@ -357,12 +358,7 @@ std::optional<MmaTiles> mma_tiles_for(OpenClBackend& be, const Precision& p, std
   c.batch = batch, c.m = m, c.n = n, c.k = k;
   c.compute_units = d.compute_units;
   c.max_work_group_size = d.max_work_group_size;
-  std::optional<MmaTiles> t = tensor_core_tiles(c);
-  if (t) {
-    std::lock_guard lock(mma_failed_mutex);
-    if (std::find(mma_failed.begin(), mma_failed.end(), device_key(d)) != mma_failed.end()) t.reset();
-  }
-  return t;
+  return tensor_core_tiles(c);
 }
 
 std::string mma_options(OpenClBackend& be, const Precision& p, const MmaTiles& t) {
