@@ -5,7 +5,7 @@
 // (inspect.decode_every). Prints tables. Budget: at most 3% of step time.
 //
 //   build/bench/bench_inspect [--device D] [--model DIR] [--sizes 64,128,256] [--steps N] [--decode-every N]
-//                             [--rounds N]
+//                             [--rounds N] [--json FILE]
 //
 // The statistics are reduced on the device, where the latent and the UNet
 // output stay between steps, and read back as a few KB (StepReport::
@@ -20,6 +20,8 @@
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "backend/backend.hpp"
 #include "bench_util.hpp"
@@ -69,6 +71,7 @@ double sum(const std::vector<double>& v) {
 int main(int argc, char** argv) {
   std::string pin, model, sizes = "64,128,256";
   int steps = 10, decode_every = 5, rounds = 5;
+  std::string json_path;  // --json: the overhead per size (bench_report reads it)
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--device" && i + 1 < argc)
@@ -83,10 +86,13 @@ int main(int argc, char** argv) {
       decode_every = std::max(1, std::atoi(argv[++i]));
     else if (a == "--rounds" && i + 1 < argc)
       rounds = std::max(1, std::atoi(argv[++i]));
+    else if (a == "--json" && i + 1 < argc)
+      json_path = argv[++i];
     else {
       std::fprintf(
           stderr,
-          "usage: %s [--device D] [--model DIR] [--sizes 64,128,256] [--steps N] [--decode-every N] [--rounds N]\n",
+          "usage: %s [--device D] [--model DIR] [--sizes 64,128,256] [--steps N] [--decode-every N] [--rounds N] "
+          "[--json FILE]\n",
           argv[0]);
       return 2;
     }
@@ -103,6 +109,11 @@ int main(int argc, char** argv) {
         decode_every);
     std::printf("|---|---|---:|---:|---:|---:|---:|---:|---:|\n");
     std::vector<Shape> shapes;
+    nlohmann::json out = {{"bench", "inspect"},
+                          {"device", device},
+                          {"steps", steps},
+                          {"rounds", rounds},
+                          {"sizes", nlohmann::json::array()}};
     std::stringstream ss(sizes);
     for (std::string tok; std::getline(ss, tok, ',');) {
       const int size = std::atoi(tok.c_str());
@@ -151,6 +162,12 @@ int main(int argc, char** argv) {
                   step_bare * 1e3, step * 1e3, 100.0 * (bench::median(ratios) - 1.0), insp * 1e3,
                   static_cast<double>(plain.bytes) / 1024.0, dec_total * 1e3, 100.0 * dec_total / step_dec);
       shapes.push_back(plain.latent);
+      out["sizes"].push_back({{"size", size},
+                              {"step_ms_bare", step_bare * 1e3},
+                              {"step_ms", step * 1e3},
+                              {"overhead_pct", 100.0 * (bench::median(ratios) - 1.0)},
+                              {"inspector_host_ms", insp * 1e3},
+                              {"decode_share_pct", 100.0 * dec_total / step_dec}});
     }
     // Baseline in the same run: one step's maps (latent f32, both CFG branches f16, SD 1.x preview
     // factors) reduced where they are, against read back whole and reduced on the host.
@@ -188,7 +205,7 @@ int main(int argc, char** argv) {
         "\nBudget: overhead <= 3%% (step time with statistics against without: the median of the rounds'\n"
         "ratios). Inspector host ms: its own host time per step, waits excluded (its kernels run in the\n"
         "step's queue). The full-decode preview is opt-in and costs one VAE decode per N steps.\n");
-    return 0;
+    return bench::write_json_file(json_path, out) ? 0 : 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_inspect: %s\n", e.what());
     return 1;

@@ -2,7 +2,7 @@
 // in the same bench and the machine's measured FP32 peak. Prints a table.
 //
 //   build/bench/bench_ops [--device D] [--no-torch] [--dtype f32|f16|bf16] [--only NAME_PREFIX]
-//                         [--shapes sd15 [--latent 64]]
+//                         [--shapes sd15 [--latent 64]] [--json FILE]
 //
 // The default set: GEMMs, 3x3 convs at the UNet's and the VAE's shapes (the
 // VAE's 128-512 channels at 64-512 px of a 512x512 decode), attention, and the
@@ -103,6 +103,7 @@ int main(int argc, char** argv) {
   std::string only;    // run only the ops whose name starts with this
   std::string shapes;  // "sd15": the UNet's own shapes
   std::int64_t latent = 64;
+  std::string json_path;  // --json: the rows, the peak and the bandwidth (bench_report reads it)
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--device" && i + 1 < argc)
@@ -117,10 +118,12 @@ int main(int argc, char** argv) {
       latent = std::max(8, std::atoi(argv[++i]));
     else if (a == "--dtype" && i + 1 < argc)
       dtype = parse_dtype(argv[++i]).value_or(DType::f32);
+    else if (a == "--json" && i + 1 < argc)
+      json_path = argv[++i];
     else {
       std::fprintf(stderr,
                    "usage: bench_ops [--device D] [--no-torch] [--dtype f32|f16|bf16] [--only NAME_PREFIX] "
-                   "[--shapes sd15 [--latent 64]]\n");
+                   "[--shapes sd15 [--latent 64]] [--json FILE]\n");
       return 2;
     }
   }
@@ -304,6 +307,29 @@ int main(int argc, char** argv) {
     }
     std::printf("\n(PyTorch / ours > 1 means NaNscope is faster.)\n");
     if (torch) std::printf("%s.\n", bench::best_openblas_coretype().report.c_str());
+
+    nlohmann::json out = {{"bench", "ops"},
+                          {"device", dev.name},
+                          {"dtype", std::string(dtype_name(dtype))},
+                          {"shapes", shapes},
+                          {"peak_gflops", peak / 1e9},
+                          {"bandwidth_gbs", bandwidth / 1e9},
+                          {"rows", nlohmann::json::array()}};
+    for (const auto& r : rows) {
+      nlohmann::json row = {{"name", r.name}, {"ms", r.ours * 1e3}};
+      if (r.bytes > 0) {
+        row["gbs"] = r.bytes / r.ours / 1e9;
+        if (bandwidth > 0) row["pct_bandwidth"] = 100.0 * r.bytes / r.ours / bandwidth;
+      } else {
+        row["gflops"] = r.flops / r.ours / 1e9;
+        row["pct_peak"] = 100.0 * r.flops / r.ours / peak;
+      }
+      if (r.count) row["count"] = r.count;
+      if (const auto it = ref.find(r.name.substr(0, r.name.find(' '))); it != ref.end())
+        row["torch_ms"] = it->second * 1e3;
+      out["rows"].push_back(row);
+    }
+    if (!bench::write_json_file(json_path, out)) return 1;
   } catch (const Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;

@@ -13,6 +13,7 @@
 //
 //   build/bench/bench_unet [--component unet|vae] [--config sd15|sdxl] [--device D] [--model DIR] [--size LATENT]
 //                          [--runs N] [--dtypes f32,f16] [--no-torch | --torch-device cuda] [--no-peers]
+//                          [--json FILE]
 //
 // --torch-device cuda times diffusers on the GPU instead, in f32 (TF32 off)
 // and f16, each NaNscope dtype against PyTorch's of the same dtype.
@@ -230,6 +231,7 @@ std::optional<nlohmann::json> run_child(const std::string& component, const std:
 int main(int argc, char** argv) {
   std::string pin, model, child_dtype, dtypes = "f32,f16";
   std::string torch_device = "cpu", component = "unet", unet_config;
+  std::string json_path;  // --json: every row and the peak (bench_report reads it)
   int size = 64, runs = 2;
   bool torch = true, peers = true;
   for (int i = 1; i < argc; ++i) {
@@ -256,10 +258,12 @@ int main(int argc, char** argv) {
       torch_device = argv[++i];
     else if (a == "--no-peers")
       peers = false;
+    else if (a == "--json" && i + 1 < argc)
+      json_path = argv[++i];
     else {
       std::fprintf(stderr,
                    "usage: %s [--component unet|vae] [--config sd15|sdxl] [--device D] [--model DIR] [--size LATENT] "
-                   "[--runs N] [--dtypes f32,f16] [--no-torch | --torch-device cuda] [--no-peers]\n",
+                   "[--runs N] [--dtypes f32,f16] [--no-torch | --torch-device cuda] [--no-peers] [--json FILE]\n",
                    argv[0]);
       return 2;
     }
@@ -447,6 +451,31 @@ int main(int argc, char** argv) {
           "SDPA.\n");
     }
     if (torch && torch_device == "cpu") std::printf("%s.\n", bench::best_openblas_coretype().report.c_str());
+
+    // Rows by engine: "nanscope" (name "NaNscope DTYPE"), "torch" and "peer", each with the child's measurements.
+    nlohmann::json out = {{"bench", "unet"},
+                          {"component", component},
+                          {"config", vae                            ? "sd-vae"
+                                     : what.rfind("SDXL", 0) == 0   ? "sdxl"
+                                     : what.rfind("SD 1.5", 0) == 0 ? "sd15"
+                                                                    : "other"},
+                          {"size", size},
+                          {"runs", runs},
+                          {"what", what},
+                          {"gflop", gflop},
+                          {"peak_gflops", peak / 1e9},
+                          {"cpus", threads},
+                          {"torch_device", torch_device},
+                          {"rows", nlohmann::json::array()}};
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      const bool peer = std::any_of(peer_rows.begin(), peer_rows.end(), [&](const auto& p) { return p.second == i; });
+      nlohmann::json row = rows[i].r;
+      row["name"] = rows[i].name;
+      row["dtype"] = rows[i].dtype;
+      row["engine"] = peer ? "peer" : rows[i].name.rfind("NaNscope", 0) == 0 ? "nanscope" : "torch";
+      out["rows"].push_back(row);
+    }
+    if (!bench::write_json_file(json_path, out)) return 1;
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_unet: %s\n", e.what());

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <optional>
 #include <string>
 #include <vector>
@@ -24,6 +25,20 @@ inline double seconds_since(Clock::time_point t0) { return std::chrono::duration
 inline double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+// --json FILE of every bench: its measurements as one JSON object (what
+// bench_report reads to judge the speed targets). False, with a message on
+// stderr, when the file cannot be written.
+inline bool write_json_file(const std::string& path, const nlohmann::json& j) {
+  if (path.empty()) return true;
+  std::ofstream f(path);
+  f << j.dump(2) << "\n";
+  if (!f) {
+    std::fprintf(stderr, "cannot write the results to %s\n", path.c_str());
+    return false;
+  }
+  return true;
 }
 
 // Runs a shell command and returns the last JSON object it printed (on a line

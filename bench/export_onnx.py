@@ -25,7 +25,9 @@ diffusers' baddbmm(torch.empty(...), q, k^T, beta=0) is exported as a zero
 tensor the size of the scores that torch's constant folding stores in the
 graph (1 GB per self-attention of the 512x512 UNet: the export ran out of
 17 GB), and on torch 1.13's CPU it lets NaNs in the uninitialised tensor
-through (0 x NaN): seen here in the output of the tiny UNet.
+through (0 x NaN): seen here in the output of the tiny UNet. From latent 128
+the UNet's attention is sliced one head at a time (set_attention_slice(1)), as
+in bench/torch_unet.py: unsliced, its scores alone would be 17 GB per layer.
 Prints {"dir": EXPORT_DIR, "made": bool}."""
 import json
 import os
@@ -66,6 +68,9 @@ st = os.stat(weights)
 key = {"format": FORMAT, "component": component, "size": size, "opset": OPSET, "config": config,
        "weights_bytes": st.st_size, "weights_mtime_ns": st.st_mtime_ns, "torch": torch.__version__,
        "diffusers": diffusers.__version__}
+sliced = component == "unet" and size >= 128
+if sliced:
+    key["attention_slice"] = 1
 try:
     with open(os.path.join(out, "key.json")) as f:
         if json.load(f) == json.loads(json.dumps(key)):
@@ -82,6 +87,8 @@ if component == "unet":
                  "SDXL UNet after 10 minutes); no ONNX Runtime / OpenVINO rows for SDXL")
     model = diffusers.UNet2DConditionModel.from_pretrained(folder, torch_dtype=torch.float32)
     model.set_attn_processor(AttnProcessor())
+    if sliced:
+        model.set_attention_slice(1)
     cfg = model.config
     # The same draws, in the same order, as bench/torch_unet.py.
     inputs = {"sample": torch.randn(2, 4, size, size, generator=g),

@@ -4,9 +4,10 @@ usage: torch_txt2img.py MODEL_DIR STEPS CFG RUNS THREADS [SIZE]
 SIZE: the image's width and height (0 or absent: the model's own); from 1024
 on with attention slicing (one head at a time), as diffusers' docs advise for
 large images: the classic processor would hold every head's score matrix.
-Prints one JSON object: {"end_to_end": s, "per_step": s, "load": s}. Run by
+Prints one JSON object: {"end_to_end": s, "per_step": s, "load": s, "peak_rss_mb": MB}. Run by
 bench_txt2img with OpenBLAS and malloc set up as a well-set-up user would."""
 import json
+import resource
 import sys
 import time
 
@@ -55,4 +56,4 @@ for r in range(runs):
     totals.append(a)
     steps_s.append(b)
 print(json.dumps({"end_to_end": sorted(totals)[len(totals) // 2], "per_step": sorted(steps_s)[len(steps_s) // 2],
-                  "load": load}))
+                  "load": load, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0}))

@@ -9,7 +9,10 @@ Prints one JSON object: {"load": s, "first": s, "call": s (median), "peak_rss_mb
 (on CUDA also "peak_device_mb").
 Runs in its own process so that the peak resident memory is this baseline's alone.
 DEVICE cpu (default): PyTorch 1.13 on the CPU has no f16 convolution, so the
-baseline is f32, with diffusers' classic AttnProcessor (no SDPA in 1.13).
+baseline is f32, with diffusers' classic AttnProcessor (no SDPA in 1.13); from
+latent 128 (1024x1024) sliced one head at a time (set_attention_slice(1)), as
+diffusers advises there: the classic processor would hold the scores of every
+head at once (2 x 8 x 16384^2 floats, 17 GB).
 DEVICE cuda: PyTorch at its best on the GPU: diffusers' default attention
 (scaled_dot_product_attention, flash/memory-efficient kernels), cuDNN
 autotuning on, and TF32 off for f32 (so f32 is f32)."""
@@ -43,6 +46,8 @@ t0 = time.perf_counter()
 unet = UNet2DConditionModel.from_pretrained(folder, torch_dtype=dtype)
 if not cuda:
     unet.set_attn_processor(AttnProcessor())
+    if size >= 128:
+        unet.set_attention_slice(1)
 unet.eval().to(device)
 sync()
 load = time.perf_counter() - t0

@@ -1,0 +1,116 @@
+// bench_report's judgement of the speed targets (bench/targets.hpp) on
+// hand-made bench results: each target met, missed (with the gap) or not
+// measured, from the fields the benches write with --json.
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "../bench/targets.hpp"
+
+namespace nanscope::bench {
+namespace {
+
+const Target& find(const std::vector<Target>& ts, const std::string& goal_part) {
+  for (const Target& t : ts)
+    if (t.goal.find(goal_part) != std::string::npos) return t;
+  static const Target none{"(no target matches)", "", Verdict::not_measured};
+  ADD_FAILURE() << "no target mentions \"" << goal_part << "\"";
+  return none;
+}
+
+nlohmann::json component(const std::string& name, double ours_f32, double ours_f16, double torch, double ov,
+                         double ort, double our_rss, double ov_rss) {
+  nlohmann::json rows = nlohmann::json::array();
+  rows.push_back({{"engine", "nanscope"}, {"dtype", "f32"}, {"name", "NaNscope f32"}, {"call", ours_f32},
+                  {"first", ours_f32 * 1.1}, {"cores", 1.95}, {"peak_rss_mb", our_rss}});
+  if (ours_f16 > 0) {
+    rows.push_back({{"engine", "nanscope"}, {"dtype", "f16"}, {"name", "NaNscope f16"}, {"call", ours_f16},
+                    {"first", ours_f16 * 1.5}, {"cores", 1.9}, {"peak_rss_mb", our_rss / 2}});
+  }
+  rows.push_back({{"engine", "torch"}, {"dtype", "f32"}, {"name", "diffusers f32"}, {"call", torch},
+                  {"first", torch}, {"peak_rss_mb", 6000.0}});
+  rows.push_back({{"engine", "peer"}, {"dtype", "f32"}, {"name", "OpenVINO f32 (CPU)"}, {"call", ov},
+                  {"first", ov}, {"peak_rss_mb", ov_rss}});
+  rows.push_back({{"engine", "peer"}, {"dtype", "f32"}, {"name", "ONNX Runtime f32 (CPU)"}, {"call", ort},
+                  {"first", ort}, {"peak_rss_mb", ov_rss + 100}});
+  return {{"component", name}, {"gflop", 1600.0}, {"peak_gflops", 200.0}, {"cpus", 2}, {"rows", rows}};
+}
+
+TEST(BenchTargets, JudgesEveryTargetFromTheBenchResults) {
+  nlohmann::json r;
+  r["ops"] = {{"peak_gflops", 200.0},
+              {"rows",
+               {{{"name", "gemm_1024"}, {"pct_peak", 88.0}},
+                {{"name", "gemm_2048"}, {"pct_peak", 91.0}},
+                {{"name", "conv3x3_320_64"}, {"pct_peak", 86.0}},
+                {{"name", "conv3x3_128_512"}, {"pct_peak", 80.0}},
+                {{"name", "attention_4096x8x40 (fused)"}, {"pct_peak", 55.0}},
+                {{"name", "attention_4096x8x40 (bmm)"}, {"pct_peak", 20.0}},
+                {{"name", "attention_16384x8x40 (fused)"}, {"pct_peak", 45.0}},
+                {{"name", "layer_norm_2x4096x320"}, {"pct_bandwidth", 82.0}},
+                {{"name", "geglu_2x4096x2560"}, {"pct_bandwidth", 19.0}}}}};
+  // UNet: 8 s a call = 1600 GFLOP / 8 s = 200 GFLOP/s = 100% of peak; PyTorch 20 s: 2.5x.
+  r["unet"] = component("unet", 8.0, 8.4, 20.0, 7.6, 9.0, 4000, 6900);
+  r["vae"] = component("vae", 12.0, 11.0, 13.0, 12.5, 13.5, 1200, 1300);
+  r["txt2img"] = {{"sizes", {{{"size", 0}, {"total", 0.45}}}},
+                  {"cold_start", {{"helpers", {{"cold", 12.5}, {"warm", 0.8}, {"warm_kernel_s", 0.05}}}}}};
+  r["growth"] = {{"sizes",
+                  {{{"size", 256}, {"per_step", 0.1}, {"peak_rss_mb", 300.0}, {"torch", {{"peak_rss_mb", 600.0}}}},
+                   {{"size", 512}, {"per_step", 0.45}, {"peak_rss_mb", 700.0}, {"torch", {{"peak_rss_mb", 650.0}}}}}}};
+  r["inspect"] = {{"sizes", {{{"size", 64}, {"overhead_pct", 1.0}}, {{"size", 256}, {"overhead_pct", -0.5}}}}};
+
+  const std::vector<Target> ts = evaluate_targets(r);
+  EXPECT_EQ(find(ts, "GEMM").verdict, Verdict::met);
+  const Target& conv = find(ts, "3x3 convolution");
+  EXPECT_EQ(conv.verdict, Verdict::missed);
+  EXPECT_NE(conv.measured.find("short by 5 points (conv3x3_128_512)"), std::string::npos) << conv.measured;
+  EXPECT_EQ(find(ts, "4096 tokens").verdict, Verdict::met);  // the bmm row is not the fused kernel's
+  EXPECT_EQ(find(ts, "16384 tokens").verdict, Verdict::missed);
+  const Target& mem = find(ts, "memory-bound");
+  EXPECT_EQ(mem.verdict, Verdict::missed);
+  EXPECT_NE(mem.measured.find("1 of 2"), std::string::npos) << mem.measured;
+  EXPECT_NE(mem.measured.find("geglu_2x4096x2560 19%"), std::string::npos) << mem.measured;
+
+  EXPECT_EQ(find(ts, "latent 64, f32: >= 60% of peak").verdict, Verdict::met);
+  EXPECT_EQ(find(ts, "latent 64, f32: >= 2x PyTorch").verdict, Verdict::met);
+  const Target& peer = find(ts, "latent 64, f32: faster than");
+  EXPECT_EQ(peer.verdict, Verdict::missed);  // OpenVINO 7.6 s against 8.0 s
+  EXPECT_NE(peer.measured.find("0.95x the speed of OpenVINO"), std::string::npos) << peer.measured;
+  EXPECT_EQ(find(ts, "latent 64: f16 storage").verdict, Verdict::missed);  // 8.4 s against 8.0 s
+  EXPECT_EQ(find(ts, "latent 128").verdict, Verdict::not_measured);       // no unet_128 stage
+
+  EXPECT_EQ(find(ts, "VAE decode, 512x512: >= 2x").verdict, Verdict::missed);
+  EXPECT_EQ(find(ts, "VAE decode, 512x512: faster").verdict, Verdict::met);  // 12.5 s against 12.0 s
+  EXPECT_EQ(find(ts, "VAE decode, 512x512: all cores").verdict, Verdict::met);
+  EXPECT_EQ(find(ts, "VAE decode, 1024x1024: >= 2x").verdict, Verdict::not_measured);
+
+  const Target& first = find(ts, "first call");
+  EXPECT_EQ(first.verdict, Verdict::missed);  // the f16 rows' first calls took 1.5x
+  EXPECT_NE(first.measured.find("unet f16 1.50x"), std::string::npos) << first.measured;
+  EXPECT_EQ(find(ts, "peak RSS <= the lowest peer").verdict, Verdict::met);  // 4000/6900, 1200/1300
+
+  EXPECT_EQ(find(ts, "every image size runs").verdict, Verdict::met);
+  const Target& grow_mem = find(ts, "txt2img peak RSS");
+  EXPECT_EQ(grow_mem.verdict, Verdict::missed);  // 700 MB against 650 at 512
+  EXPECT_EQ(find(ts, "end to end: < 2 s").verdict, Verdict::met);
+  const Target& cold = find(ts, "cold start");
+  EXPECT_EQ(cold.verdict, Verdict::missed);
+  EXPECT_NE(cold.measured.find("short by 2.50 s"), std::string::npos) << cold.measured;
+  EXPECT_EQ(find(ts, "warm start").verdict, Verdict::met);
+  EXPECT_EQ(find(ts, "inspector").verdict, Verdict::met);
+}
+
+TEST(BenchTargets, NothingMeasuredIsSaidSo) {
+  const std::vector<Target> ts = evaluate_targets(nlohmann::json::object());
+  ASSERT_FALSE(ts.empty());
+  for (const Target& t : ts) {
+    EXPECT_EQ(t.verdict, Verdict::not_measured) << t.goal;
+    EXPECT_TRUE(t.measured.empty()) << t.goal;
+  }
+}
+
+}  // namespace
+}  // namespace nanscope::bench
