@@ -87,8 +87,8 @@ std::string read_file(const fs::path& p) {
 bool run_stage(const Stage& st, const fs::path& bench_dir, const fs::path& dir, const std::string& extra) {
   const fs::path json = dir / (std::string(st.name) + ".json");
   fs::remove(json);
-  std::string cmd = quote((bench_dir / st.program).string()) + " " + st.args + extra + " --json " + quote(json.string()) +
-                    " > " + quote((dir / (std::string(st.name) + ".md")).string()) + " 2> " +
+  std::string cmd = quote((bench_dir / st.program).string()) + (*st.args ? " " : "") + st.args + extra + " --json " +
+                    quote(json.string()) + " > " + quote((dir / (std::string(st.name) + ".md")).string()) + " 2> " +
                     quote((dir / (std::string(st.name) + ".log")).string());
   std::fprintf(stderr, "bench_report: %s (%s): %s\n", st.name, st.what, cmd.c_str());
   const auto t0 = nanscope::bench::Clock::now();
@@ -138,8 +138,10 @@ int main(int argc, char** argv) {
     for (const Stage& st : kStages) wanted.push_back(st.name);
   for (const std::string& w : wanted) {
     if (std::none_of(std::begin(kStages), std::end(kStages), [&](const Stage& st) { return w == st.name; })) {
-      std::fprintf(stderr, "bench_report: unknown stage \"%s\" (ops, unet, vae, unet_128, vae_128, txt2img, growth, "
-                   "inspect)\n", w.c_str());
+      std::fprintf(stderr,
+                   "bench_report: unknown stage \"%s\" (ops, unet, vae, unet_128, vae_128, txt2img, growth, "
+                   "inspect)\n",
+                   w.c_str());
       return 2;
     }
   }

@@ -145,8 +145,8 @@ inline std::vector<Target> evaluate_targets(const nlohmann::json& results) {
   }
 
   // Whole components against PyTorch and the peers.
-  for (const auto& [key, label] : {std::pair{"unet", "SD 1.5 UNet call, latent 64"},
-                                   std::pair{"unet_128", "SD 1.5 UNet call, latent 128"}}) {
+  for (const auto& [key, label] :
+       {std::pair{"unet", "SD 1.5 UNet call, latent 64"}, std::pair{"unet_128", "SD 1.5 UNet call, latent 128"}}) {
     const nlohmann::json& s = stage(key);
     const nlohmann::json* f32 = ours(s, "f32");
     const double peak = s.is_object() ? s.value("peak_gflops", 0.0) : 0.0;
@@ -223,8 +223,8 @@ inline std::vector<Target> evaluate_targets(const nlohmann::json& results) {
         if (r.value("engine", "") != "nanscope") continue;
         const double ratio = r.at("first").get<double>() / r.at("call").get<double>();
         worst_first = std::max(worst_first, ratio);
-        first_text += (first_text.empty() ? "" : ", ") + std::string(key) + " " + r.value("dtype", "") + " " +
-                      times(ratio);
+        first_text +=
+            (first_text.empty() ? "" : ", ") + std::string(key) + " " + r.value("dtype", "") + " " + times(ratio);
       }
       const nlohmann::json* f32 = ours(s, "f32");
       const nlohmann::json* lean = best_peer(s, "peak_rss_mb");
@@ -265,14 +265,19 @@ inline std::vector<Target> evaluate_targets(const nlohmann::json& results) {
           const double ratio = r["peak_rss_mb"].get<double>() / r["torch"]["peak_rss_mb"].get<double>();
           mem_any = true;
           mem_missed = mem_missed || ratio > 1.0;
-          mem += (mem.empty() ? "" : ", ") + std::to_string(r["size"].get<int>()) + " " + times(ratio);
+          mem += (mem.empty() ? "" : ", ") + std::to_string(r["size"].get<int>()) + ": " + times(ratio);
+        } else if (r.value("torch_failed", false)) {
+          // diffusers did not finish that size (out of memory): ours ran, at this peak.
+          mem_any = true;
+          mem += (mem.empty() ? "" : ", ") + std::to_string(r["size"].get<int>()) + ": diffusers failed, ours " +
+                 format("%.0f MB", r["peak_rss_mb"].get<double>());
         }
       }
       runs.verdict = Verdict::met;  // a size that crashed or failed ends the stage without its JSON
       runs.measured = text;
       if (mem_any) {
         memory.verdict = mem_missed ? Verdict::missed : Verdict::met;
-        memory.measured = mem + " of diffusers'";
+        memory.measured = mem + " (ours / diffusers')";
       }
     }
     out.push_back(runs);

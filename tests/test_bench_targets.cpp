@@ -21,21 +21,43 @@ const Target& find(const std::vector<Target>& ts, const std::string& goal_part) 
   return none;
 }
 
-nlohmann::json component(const std::string& name, double ours_f32, double ours_f16, double torch, double ov,
-                         double ort, double our_rss, double ov_rss) {
+nlohmann::json component(const std::string& name, double ours_f32, double ours_f16, double torch, double ov, double ort,
+                         double our_rss, double ov_rss) {
   nlohmann::json rows = nlohmann::json::array();
-  rows.push_back({{"engine", "nanscope"}, {"dtype", "f32"}, {"name", "NaNscope f32"}, {"call", ours_f32},
-                  {"first", ours_f32 * 1.1}, {"cores", 1.95}, {"peak_rss_mb", our_rss}});
+  rows.push_back({{"engine", "nanscope"},
+                  {"dtype", "f32"},
+                  {"name", "NaNscope f32"},
+                  {"call", ours_f32},
+                  {"first", ours_f32 * 1.1},
+                  {"cores", 1.95},
+                  {"peak_rss_mb", our_rss}});
   if (ours_f16 > 0) {
-    rows.push_back({{"engine", "nanscope"}, {"dtype", "f16"}, {"name", "NaNscope f16"}, {"call", ours_f16},
-                    {"first", ours_f16 * 1.5}, {"cores", 1.9}, {"peak_rss_mb", our_rss / 2}});
+    rows.push_back({{"engine", "nanscope"},
+                    {"dtype", "f16"},
+                    {"name", "NaNscope f16"},
+                    {"call", ours_f16},
+                    {"first", ours_f16 * 1.5},
+                    {"cores", 1.9},
+                    {"peak_rss_mb", our_rss / 2}});
   }
-  rows.push_back({{"engine", "torch"}, {"dtype", "f32"}, {"name", "diffusers f32"}, {"call", torch},
-                  {"first", torch}, {"peak_rss_mb", 6000.0}});
-  rows.push_back({{"engine", "peer"}, {"dtype", "f32"}, {"name", "OpenVINO f32 (CPU)"}, {"call", ov},
-                  {"first", ov}, {"peak_rss_mb", ov_rss}});
-  rows.push_back({{"engine", "peer"}, {"dtype", "f32"}, {"name", "ONNX Runtime f32 (CPU)"}, {"call", ort},
-                  {"first", ort}, {"peak_rss_mb", ov_rss + 100}});
+  rows.push_back({{"engine", "torch"},
+                  {"dtype", "f32"},
+                  {"name", "diffusers f32"},
+                  {"call", torch},
+                  {"first", torch},
+                  {"peak_rss_mb", 6000.0}});
+  rows.push_back({{"engine", "peer"},
+                  {"dtype", "f32"},
+                  {"name", "OpenVINO f32 (CPU)"},
+                  {"call", ov},
+                  {"first", ov},
+                  {"peak_rss_mb", ov_rss}});
+  rows.push_back({{"engine", "peer"},
+                  {"dtype", "f32"},
+                  {"name", "ONNX Runtime f32 (CPU)"},
+                  {"call", ort},
+                  {"first", ort},
+                  {"peak_rss_mb", ov_rss + 100}});
   return {{"component", name}, {"gflop", 1600.0}, {"peak_gflops", 200.0}, {"cpus", 2}, {"rows", rows}};
 }
 
@@ -59,7 +81,8 @@ TEST(BenchTargets, JudgesEveryTargetFromTheBenchResults) {
                   {"cold_start", {{"helpers", {{"cold", 12.5}, {"warm", 0.8}, {"warm_kernel_s", 0.05}}}}}};
   r["growth"] = {{"sizes",
                   {{{"size", 256}, {"per_step", 0.1}, {"peak_rss_mb", 300.0}, {"torch", {{"peak_rss_mb", 600.0}}}},
-                   {{"size", 512}, {"per_step", 0.45}, {"peak_rss_mb", 700.0}, {"torch", {{"peak_rss_mb", 650.0}}}}}}};
+                   {{"size", 512}, {"per_step", 0.45}, {"peak_rss_mb", 700.0}, {"torch", {{"peak_rss_mb", 650.0}}}},
+                   {{"size", 1024}, {"per_step", 8.0}, {"peak_rss_mb", 1200.0}, {"torch_failed", true}}}}};
   r["inspect"] = {{"sizes", {{{"size", 64}, {"overhead_pct", 1.0}}, {{"size", 256}, {"overhead_pct", -0.5}}}}};
 
   const std::vector<Target> ts = evaluate_targets(r);
@@ -80,7 +103,7 @@ TEST(BenchTargets, JudgesEveryTargetFromTheBenchResults) {
   EXPECT_EQ(peer.verdict, Verdict::missed);  // OpenVINO 7.6 s against 8.0 s
   EXPECT_NE(peer.measured.find("0.95x the speed of OpenVINO"), std::string::npos) << peer.measured;
   EXPECT_EQ(find(ts, "latent 64: f16 storage").verdict, Verdict::missed);  // 8.4 s against 8.0 s
-  EXPECT_EQ(find(ts, "latent 128").verdict, Verdict::not_measured);       // no unet_128 stage
+  EXPECT_EQ(find(ts, "latent 128").verdict, Verdict::not_measured);        // no unet_128 stage
 
   EXPECT_EQ(find(ts, "VAE decode, 512x512: >= 2x").verdict, Verdict::missed);
   EXPECT_EQ(find(ts, "VAE decode, 512x512: faster").verdict, Verdict::met);  // 12.5 s against 12.0 s
@@ -95,6 +118,8 @@ TEST(BenchTargets, JudgesEveryTargetFromTheBenchResults) {
   EXPECT_EQ(find(ts, "every image size runs").verdict, Verdict::met);
   const Target& grow_mem = find(ts, "txt2img peak RSS");
   EXPECT_EQ(grow_mem.verdict, Verdict::missed);  // 700 MB against 650 at 512
+  EXPECT_NE(grow_mem.measured.find("512: 1.08x"), std::string::npos) << grow_mem.measured;
+  EXPECT_NE(grow_mem.measured.find("1024: diffusers failed, ours 1200 MB"), std::string::npos) << grow_mem.measured;
   EXPECT_EQ(find(ts, "end to end: < 2 s").verdict, Verdict::met);
   const Target& cold = find(ts, "cold start");
   EXPECT_EQ(cold.verdict, Verdict::missed);
