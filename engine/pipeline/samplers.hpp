@@ -1,6 +1,8 @@
 #pragma once
 // The samplers behind make_sampler() (scheduler.hpp). Each file-local class
-// holds its schedule rules and a short step function; see samplers.cpp.
+// holds its schedule rules and a short step function: samplers.cpp (Euler,
+// Euler ancestral, DDIM), samplers_dpm.cpp, samplers_kdiffusion.cpp and
+// samplers_timestep.cpp.
 
 #include <memory>
 
