@@ -101,6 +101,25 @@ inline void share_of_peak(std::vector<Target>& out, const nlohmann::json& ops, c
   out.push_back(t);
 }
 
+// A component's f32 call against PyTorch (>= 2x) and against the fastest peer (faster), as two targets.
+inline void against_baselines(std::vector<Target>& out, const nlohmann::json& s, const std::string& label) {
+  const nlohmann::json* f32 = ours(s, "f32");
+  Target vs{label + ": >= 2x PyTorch", "", Verdict::not_measured};
+  if (const nlohmann::json* pt = pytorch(s); f32 && pt) {
+    const double r = pt->at("call").get<double>() / f32->at("call").get<double>();
+    vs.verdict = at_least(r, 2.0);
+    vs.measured = times(r);
+  }
+  out.push_back(vs);
+  Target peer{label + ": faster than the fastest of ONNX Runtime and OpenVINO", "", Verdict::not_measured};
+  if (const nlohmann::json* p = best_peer(s, "call"); f32 && p) {
+    const double r = p->at("call").get<double>() / f32->at("call").get<double>();
+    peer.verdict = r > 1.0 ? Verdict::met : Verdict::missed;
+    peer.measured = times(r) + " the speed of " + p->value("name", "?");
+  }
+  out.push_back(peer);
+}
+
 }  // namespace detail
 
 inline std::vector<Target> evaluate_targets(const nlohmann::json& results) {
@@ -157,21 +176,7 @@ inline std::vector<Target> evaluate_targets(const nlohmann::json& results) {
       share.measured = with_gap(pct(p), share.verdict, format("%.0f points", 60 - p));
     }
     out.push_back(share);
-    Target vs{std::string(label) + ", f32: >= 2x PyTorch", "", Verdict::not_measured};
-    if (const nlohmann::json* pt = pytorch(s); f32 && pt) {
-      const double r = pt->at("call").get<double>() / f32->at("call").get<double>();
-      vs.verdict = at_least(r, 2.0);
-      vs.measured = times(r);
-    }
-    out.push_back(vs);
-    Target peer{std::string(label) + ", f32: faster than the fastest of ONNX Runtime and OpenVINO", "",
-                Verdict::not_measured};
-    if (const nlohmann::json* p = best_peer(s, "call"); f32 && p) {
-      const double r = p->at("call").get<double>() / f32->at("call").get<double>();
-      peer.verdict = r > 1.0 ? Verdict::met : Verdict::missed;
-      peer.measured = times(r) + " the speed of " + p->value("name", "?");
-    }
-    out.push_back(peer);
+    against_baselines(out, s, std::string(label) + ", f32");
     Target half{std::string(label) + ": f16 storage no slower than f32", "", Verdict::not_measured};
     if (const nlohmann::json* f16 = ours(s, "f16"); f32 && f16) {
       const double r = f16->at("call").get<double>() / f32->at("call").get<double>();
@@ -184,21 +189,7 @@ inline std::vector<Target> evaluate_targets(const nlohmann::json& results) {
        {std::pair{"vae", "VAE decode, 512x512"}, std::pair{"vae_128", "VAE decode, 1024x1024"}}) {
     const nlohmann::json& s = stage(key);
     const nlohmann::json* f32 = ours(s, "f32");
-    Target vs{std::string(label) + ": >= 2x PyTorch", "", Verdict::not_measured};
-    if (const nlohmann::json* pt = pytorch(s); f32 && pt) {
-      const double r = pt->at("call").get<double>() / f32->at("call").get<double>();
-      vs.verdict = at_least(r, 2.0);
-      vs.measured = times(r);
-    }
-    out.push_back(vs);
-    Target peer{std::string(label) + ": faster than the fastest of ONNX Runtime and OpenVINO", "",
-                Verdict::not_measured};
-    if (const nlohmann::json* p = best_peer(s, "call"); f32 && p) {
-      const double r = p->at("call").get<double>() / f32->at("call").get<double>();
-      peer.verdict = r > 1.0 ? Verdict::met : Verdict::missed;
-      peer.measured = times(r) + " the speed of " + p->value("name", "?");
-    }
-    out.push_back(peer);
+    against_baselines(out, s, label);
     Target busy{std::string(label) + ": all cores busy (CPU time / wall time >= 90% of the cores)", "",
                 Verdict::not_measured};
     if (f32 && s.value("cpus", 0) > 0) {
