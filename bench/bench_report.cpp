@@ -17,9 +17,9 @@
 //   growth    bench_txt2img --sizes 256,512,768,1024     step time and peak RSS per image size, 2 steps
 //   inspect   bench_inspect                              the inspector's share of a step
 // A stage that fails is reported as such and its targets as not measured; the
-// others still run. On this project's 2-core VMs the whole report takes about
-// an hour (the 1024x1024 stages most of it); --quick about 25 minutes once
-// the models and their ONNX exports are made.
+// others still run. On a 2-core AVX2 VM (2026-11-28): --quick 19 minutes,
+// growth 8, unet_128 41 (23 of them the once-only ONNX export of the sliced
+// UNet); the whole report about 90 minutes the first time, an hour after.
 
 #include <unistd.h>
 
