@@ -58,6 +58,14 @@ class CumprodNoiseSampler : public Sampler {
     const float a = alpha_of(alphas_cumprod_, static_cast<int>(timesteps_.at(static_cast<std::size_t>(i))));
     apply(be, LatentOp::dpm1, x, &noise, x, {std::sqrt(a), -std::sqrt(1.0f - a)});
   }
+
+ protected:
+  // Timestep t on the schedule, with the sigma its alpha implies.
+  void push_timestep(int t) {
+    timesteps_.push_back(static_cast<float>(t));
+    const float a = alpha_of(alphas_cumprod_, t);
+    sigmas_.push_back(std::sqrt((1.0f - a) / a));
+  }
 };
 
 // DDPM (DDPMScheduler, variance_type fixed_small): the posterior mean of x_{t-1}
@@ -75,9 +83,7 @@ class DdpmSampler final : public CumprodNoiseSampler {
                           " and " + std::to_string(n) + " steps reaches timestep " + std::to_string(t) +
                           ", outside num_train_timesteps; use fewer steps");
       }
-      timesteps_.push_back(static_cast<float>(t));
-      const float a = alpha_of(alphas_cumprod_, t);
-      sigmas_.push_back(std::sqrt((1.0f - a) / a));
+      push_timestep(t);
     }
     sigmas_.push_back(0.0f);
     init_noise_sigma_ = 1.0f;
@@ -136,9 +142,7 @@ class LcmSampler final : public CumprodNoiseSampler {
     const std::vector<double> idx = schedule::numpy_linspace(0.0, static_cast<double>(origin.size()), n + 1);
     for (int j = 0; j < n; ++j) {
       const int t = origin[static_cast<std::size_t>(std::floor(idx[static_cast<std::size_t>(j)]))];
-      timesteps_.push_back(static_cast<float>(t));
-      const float a = alpha_of(alphas_cumprod_, t);
-      sigmas_.push_back(std::sqrt((1.0f - a) / a));
+      push_timestep(t);
     }
     sigmas_.push_back(0.0f);
     init_noise_sigma_ = 1.0f;
