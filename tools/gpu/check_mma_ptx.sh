@@ -64,14 +64,16 @@ for warps in "2 4" "1 4"; do
   fi
 done
 # attention_flash_mma per head size (FM_DK: d rounded up to 16, FM_DV: dv to 8):
-# FM_BK/8 key blocks x FM_DK/16 steps for Q.K^T, FM_BK/16 key steps x FM_DV/8 blocks x 2 (P_hi, P_lo) for P.V.
+# FM_BK/8 key blocks x FM_DK/16 steps for Q.K^T; FM_BK/16 key steps x FM_DV/8 blocks for each P.V product, of
+# which the kernel has four: P_lo and P_hi where V is finite, and each alone where V holds an Inf or NaN (fm_pv's
+# three call sites).
 # Tiles of FM_BK keys: 64, 32 above head size 96 (attention.cpp flash_mma_tiles).
 for head in "40 48 40 64" "64 64 64 64" "80 80 80 64" "160 160 160 32"; do
   set -- $head
   d=(-DSTORE_F16 -DMMA_PTX -DFM_DK="$2" -DFM_DV="$3" -DFM_BK="$4")
   "$clang" "${cl[@]}" -Werror "${d[@]}" -DF16_CVT -S -o "$tmp/a.ptx" "$tmp/attn.cl"
   n=$(awk '/\.entry attention_flash_mma\(/,/^}/' "$tmp/a.ptx" | grep -c 'mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32' || true)
-  want=$(($4 / 8 * $2 / 16 + 2 * $4 / 16 * $3 / 8))
+  want=$(($4 / 8 * $2 / 16 + 4 * $4 / 16 * $3 / 8))
   echo "head $1 attention_flash_mma: $n mma.sync (expected $want)"
   [ "$n" = "$want" ] || status=1
   if command -v ptxas >/dev/null; then

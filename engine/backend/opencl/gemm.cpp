@@ -295,7 +295,9 @@ bool tiles_valid(const DeviceInfo& d, const Tuning& t) {
   const std::int64_t group = static_cast<std::int64_t>(t.ts_m / t.wpt_m) * (t.ts_n / t.wpt_n);
   if (d.max_work_group_size && static_cast<std::size_t>(group) > d.max_work_group_size) return false;
   if ((t.ts_m * t.ts_k) % group || (t.ts_n * t.ts_k) % group) return false;
-  const std::uint64_t local = sizeof(float) * static_cast<std::uint64_t>(t.ts_k * (t.ts_m + t.ts_n + 2));
+  // kernels/matmul.cl TS_PM, TS_PN: rows padded by 4 floats with register blocks in multiples of 4, else by 1.
+  const int pad = t.wpt_m % 4 == 0 && t.wpt_n % 4 == 0 ? 4 : 1;
+  const std::uint64_t local = sizeof(float) * static_cast<std::uint64_t>(t.ts_k * (t.ts_m + t.ts_n + 2 * pad));
   return !d.local_mem_bytes || local <= d.local_mem_bytes;
 }
 
@@ -433,6 +435,22 @@ bool try_tensor_cores(OpenClBackend& be, const char* op, const std::function<voi
   }
 }
 
+namespace {
+
+// dst[o][t][c] = src[o][c][t] for f16 weights (o < o_count, c < c_count, t < taps): kernels/shape_ops.cl
+// permute4 on the shape [o, c, taps, 1] with the axes (0, 2, 1, 3).
+void transpose_taps(OpenClBackend& be, cl_mem src, cl_mem dst, std::int64_t o_count, std::int64_t c_count,
+                    std::int64_t taps, const char* op) {
+  cl_kernel k = be.kernel("shape_ops", "permute4", be.precision_options(detail::storage_only(DType::f16)));
+  OpenClBackend::set_args(k, src, dst, to_uint(taps, op, "taps"), to_uint(c_count, op, "c"), cl_uint(1),
+                          cl_ulong(c_count * taps), cl_ulong(1), cl_ulong(taps), cl_ulong(1));
+  to_uint(o_count * taps, op, "o*taps");
+  const size_t global[3] = {1, static_cast<size_t>(c_count), static_cast<size_t>(o_count * taps)};
+  be.launch(k, op, 3, global, nullptr);
+}
+
+}  // namespace
+
 void run_implicit_conv(OpenClBackend& be, const Precision& p, const ConvShape& s, cl_mem w, cl_mem x, cl_mem bias,
                        cl_mem out, const char* op) {
   Problem shape;  // for the tile choice: M = output channels, N = output positions, per image
@@ -441,10 +459,24 @@ void run_implicit_conv(OpenClBackend& be, const Precision& p, const ConvShape& s
   shape.n = s.oh * s.ow;
   shape.k = s.c * s.kh * s.kw;
   to_uint(shape.k, op, "c*kh*kw");
-  if (const std::optional<MmaTiles> mt = mma_tiles_for(be, p, shape.batch, shape.m, shape.n, shape.k)) {
+  const std::int64_t taps = s.kh * s.kw;
+  // conv_implicit_mma's image offsets are 32-bit: 33 channel planes from a tile's first channel.
+  const bool mma_fits = s.h * s.w * 33 < (std::int64_t{1} << 32);
+  const std::optional<MmaTiles> mt =
+      mma_fits ? mma_tiles_for(be, p, shape.batch, shape.m, shape.n, shape.k) : std::nullopt;
+  if (mt) {
+    // conv_implicit_mma takes the weights tap-major, w[o][tap][c]: a copy per call (a transpose of
+    // each output channel's C x taps block; a few milliseconds per SD UNet call on a GPU).
+    std::optional<detail::ScratchBuffer> tap_major;
+    if (taps > 1) tap_major.emplace(be, static_cast<std::size_t>(s.o * shape.k) * 2, std::string(op) + " weights");
     const bool ran = try_tensor_cores(be, op, [&] {
+      cl_mem wt = w;
+      if (tap_major) {
+        wt = tap_major->mem();
+        transpose_taps(be, w, wt, s.o, s.c, taps, op);
+      }
       cl_kernel kern = be.kernel("matmul", "conv_implicit_mma", mma_options(be, p, *mt));
-      OpenClBackend::set_args(kern, w, x, cl_ulong(s.c * s.h * s.w), bias, cl_int(bias ? kBiasRow : kBiasNone), out,
+      OpenClBackend::set_args(kern, wt, x, cl_ulong(s.c * s.h * s.w), bias, cl_int(bias ? kBiasRow : kBiasNone), out,
                               cl_ulong(s.o * s.oh * s.ow), to_uint(s.o, op, "o"), to_uint(s.c, op, "c"),
                               to_uint(s.h, op, "h"), to_uint(s.w, op, "w"), to_uint(s.kh, op, "kh"),
                               to_uint(s.kw, op, "kw"), to_uint(s.stride, op, "stride"),
