@@ -37,6 +37,18 @@ __kernel void permute4(__global const word_t* src, __global word_t* dst, uint o1
   }
 }
 
+// A convolution's weights tap-major, dst[o][t][c] = src[o][c][t] (conv_implicit_mma's layout):
+// a work-item per (c, o) reads its taps (contiguous) and writes them C apart, so a warp's reads
+// and each of its writes are contiguous. Grid (c_count, o_count).
+__kernel void conv_weights_tap_major(__global const word_t* src, __global word_t* dst, uint c_count, uint taps) {
+  const uint c = (uint)get_global_id(0);
+  const ulong o = get_global_id(1);
+  if (c >= c_count) return;
+  __global const word_t* const s = src + (o * c_count + c) * taps;
+  __global word_t* const d = dst + o * c_count * taps + c;
+  for (uint t = 0; t < taps; ++t) d[(ulong)t * c_count] = s[t];
+}
+
 // Nearest-neighbour 2x: out[p, 2y + dy, 2x + dx] = in[p, y, x]. Grid: (chunks of 8 along w, h, planes).
 __kernel void upsample_nearest2x(__global const word_t* src, __global word_t* dst, uint h, uint w) {
   const uint x0 = (uint)get_global_id(0) * 8u;

@@ -438,15 +438,15 @@ bool try_tensor_cores(OpenClBackend& be, const char* op, const std::function<voi
 namespace {
 
 // dst[o][t][c] = src[o][c][t] for f16 weights (o < o_count, c < c_count, t < taps): kernels/shape_ops.cl
-// permute4 on the shape [o, c, taps, 1] with the axes (0, 2, 1, 3).
+// conv_weights_tap_major.
 void transpose_taps(OpenClBackend& be, cl_mem src, cl_mem dst, std::int64_t o_count, std::int64_t c_count,
                     std::int64_t taps, const char* op) {
-  cl_kernel k = be.kernel("shape_ops", "permute4", be.precision_options(detail::storage_only(DType::f16)));
-  OpenClBackend::set_args(k, src, dst, to_uint(taps, op, "taps"), to_uint(c_count, op, "c"), cl_uint(1),
-                          cl_ulong(c_count * taps), cl_ulong(1), cl_ulong(taps), cl_ulong(1));
-  to_uint(o_count * taps, op, "o*taps");
-  const size_t global[3] = {1, static_cast<size_t>(c_count), static_cast<size_t>(o_count * taps)};
-  be.launch(k, op, 3, global, nullptr);
+  cl_kernel k =
+      be.kernel("shape_ops", "conv_weights_tap_major", be.precision_options(detail::storage_only(DType::f16)));
+  OpenClBackend::set_args(k, src, dst, to_uint(c_count, op, "c"), to_uint(taps, op, "taps"));
+  to_uint(o_count * c_count * taps, op, "o*c*taps");
+  const size_t global[2] = {static_cast<size_t>(c_count), static_cast<size_t>(o_count)};
+  be.launch(k, op, 2, global, nullptr);
 }
 
 }  // namespace
@@ -465,8 +465,8 @@ void run_implicit_conv(OpenClBackend& be, const Precision& p, const ConvShape& s
   const std::optional<MmaTiles> mt =
       mma_fits ? mma_tiles_for(be, p, shape.batch, shape.m, shape.n, shape.k) : std::nullopt;
   if (mt) {
-    // conv_implicit_mma takes the weights tap-major, w[o][tap][c]: a copy per call (a transpose of
-    // each output channel's C x taps block; a few milliseconds per SD UNet call on a GPU).
+    // conv_implicit_mma takes the weights tap-major, w[o][tap][c]: a copy per call (one read and one
+    // write of the weights).
     std::optional<detail::ScratchBuffer> tap_major;
     if (taps > 1) tap_major.emplace(be, static_cast<std::size_t>(s.o * shape.k) * 2, std::string(op) + " weights");
     const bool ran = try_tensor_cores(be, op, [&] {
