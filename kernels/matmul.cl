@@ -303,6 +303,7 @@ __kernel void gemm_cpu(__global const float* ap, ulong a_poff, ulong a_bs, uint 
     }                               \
   }
 
+#if !defined(GPU_KERNELS)  // CPU family only (reads_a_directly): not in the GPU family's programs
 __kernel void gemm_cpu_direct_a(__global const store_t* ap, ulong a_off, ulong a_bs, ulong lda,
                                 __global const float* bp, ulong b_poff, ulong b_bs, uint b_blocks, uint nb0,
                                 __global float* part, ulong part_bs, uint k0, uint kc, int flags, uint mgroup,
@@ -334,6 +335,7 @@ __kernel void gemm_cpu_direct_a(__global const store_t* ap, ulong a_off, ulong a
     }
   }
 }
+#endif  // !GPU_KERNELS
 
 // Convolution on the CPU family with f32 accumulation, without a column
 // matrix: gemm_cpu_direct_a (weights W [M][K] read where they lie as A) whose
@@ -350,6 +352,7 @@ __kernel void gemm_cpu_direct_a(__global const store_t* ap, ulong a_off, ulong a
 // out[b][m][n] = sum_k W[m][k] * im2col(x[b])[k][n] + bias[m], n = oy*OW + ox < N.
 // Grid: (ceil(ceil(N/NR) / np), ceil(ceil(M/MR) / mgroup), images), local size 1.
 // bl: np x kc x NR floats; pl: mgroup x np x MR x NR floats.
+#if !defined(GPU_KERNELS)  // CPU family only (reads_a_directly): not in the GPU family's programs
 __kernel void conv_cpu(__global const store_t* ap, __global const store_t* x, ulong x_bs, uint H, uint W, uint KH,
                        uint KW, uint stride, uint pad, uint OW, __local float* bl, __local float* pl, uint kc,
                        uint mgroup, uint np, __global const store_t* bias, int bias_mode, __global store_t* c,
@@ -432,6 +435,7 @@ __kernel void conv_cpu(__global const store_t* ap, __global const store_t* x, ul
     }
   }
 }
+#endif  // !GPU_KERNELS
 
 // ---------------------------------------------------------------------------
 // Native accumulation: acc = round(acc + a*b) for k ascending (the product of

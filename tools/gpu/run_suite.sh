@@ -3,7 +3,8 @@
 # tools/gpu/bundle.sh (no build tree needed there): makes NVIDIA's OpenCL
 # reachable, then runs the stages named on the command line and writes one log
 # per stage, packed at the end into $OUT/gpu-run.tar.gz (with all.log beside
-# it: the device tool brings back few files).
+# it: the device tool brings back few files), and the kernel cache into
+# $OUT/kernel-cache.tar.xz (tools/gpu/ptx_report.sh reads it).
 #
 # usage: tools/gpu/run_suite.sh [env] [devices] [ops] [scenarios] [bench] [torch] ...
 #   env        the driver, libraries and ICD files found (always runs first)
@@ -48,7 +49,16 @@ ns=/tmp/nanscope-gpu
 out=$ns/out
 mkdir -p "$out" "$dest"
 limit=${STAGE_LIMIT:-240}
-pack() { tar -C "$out" -czf "$dest/gpu-run.tar.gz" .; }
+# The logs, and the kernel cache: on NVIDIA its binaries are the driver
+# compiler's PTX, for tools/gpu/ptx_report.sh here (registers, spills).
+pack() {
+  tar -C "$out" -czf "$dest/gpu-run.tar.gz" .
+  if [ -d "$ns/kernel-cache" ]; then
+    tar -C "$ns" -cJf "$dest/kernel-cache.tar.xz" kernel-cache
+    # The device tool brings back files of up to 16 MiB.
+    [ "$(stat -c %s "$dest/kernel-cache.tar.xz")" -lt $((15 << 20)) ] || rm -f "$dest/kernel-cache.tar.xz"
+  fi
+}
 trap pack EXIT
 
 step() { echo; echo "=== $* ($(date +%T))"; }

@@ -137,12 +137,16 @@ namespace {
 
 // The GEMM program options for a precision and a tile set. GEMM and im2col
 // kernels never touch softmax values: one program serves both softmax settings
-// (precompile built four redundant matmul and conv2d variants). The CPU kernel
-// family's programs leave the GPU-tiled kernels out (matmul.cl CPU_KERNELS).
+// (precompile built four redundant matmul and conv2d variants). Each kernel
+// family's programs leave the other family's compute kernels out (matmul.cl
+// CPU_KERNELS, GPU_KERNELS): a compiler builds every kernel of a program (PoCL
+// when the cache asks for the binary; NVIDIA's always). gemm_cpu stays in both:
+// the attention's bmm path multiplies packed panels with it in either family.
 std::string options_with(const OpenClBackend& be, const Precision& p, const Tuning& t) {
   Precision q = p;
   q.softmax = SoftmaxPrecision::f32;
-  return be.precision_options(q) + tuning_options(t) + (be.kernel_style() == KernelStyle::cpu ? " -DCPU_KERNELS" : "");
+  return be.precision_options(q) + tuning_options(t) +
+         (be.kernel_style() == KernelStyle::cpu ? " -DCPU_KERNELS" : " -DGPU_KERNELS");
 }
 
 }  // namespace
