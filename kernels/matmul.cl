@@ -529,59 +529,31 @@ __kernel void gemm_native(__global const float* ap, ulong a_poff, ulong a_bs, ui
 #define TILE_THREADS (RTS_M * RTS_N)
 #define LOADS_A (TS_M * TS_K / TILE_THREADS)
 #define LOADS_B (TS_N * TS_K / TILE_THREADS)
-#if LOADS_A * TILE_THREADS != TS_M * TS_K || LOADS_B * TILE_THREADS != TS_N * TS_K
-#error "gemm_tiled: the tiles must be a whole number of loads per work-item"
+#if LOADS_A * TILE_THREADS != TS_M * TS_K || LOADS_B * TILE_THREADS != TS_N * TS_K || TILE_THREADS % TS_N != 0
+#error "gemm_tiled: the tiles must be a whole number of loads per work-item, each in one column of B"
 #endif
 
 // Where B comes from: a stored matrix (gemm_tiled), or the input image of a
-// convolution read through im2col indexing on the fly (conv_implicit_gemm: B
-// element (k, n) is x[ci][oy*stride + ky - pad][ox*stride + kx - pad] for
-// k = (ci*KH + ky)*KW + kx and n = oy*OW + ox; zero outside the image), so no
-// column matrix is ever stored.
+// convolution read on the fly (conv_implicit_gemm), so no column matrix is
+// ever stored. The convolution's k loop runs over blocks of TS_K input
+// channels and, inside each, over the KH*KW taps: a k-tile is TS_K channels
+// at one tap (ky, kx), B element (kk, n) = x[cb + kk][oy*stride + ky - pad]
+// [ox*stride + kx - pad] (zero outside the image), and A comes tap-major,
+// w[o][ky*KW + kx][c] (the host transposes the weights), so the tile's A rows
+// are TS_K consecutive values. Each work-item's B column is checked against
+// the image once per tap and its loads walk the channels by adding H*W.
+// With fewer than TS_K channels (a first layer's 3 or 4) such tiles would be
+// mostly padding: the k-tiles then run over the tap-major k = tap*C + c
+// straight, each element's tap and channel found by division.
 typedef struct {
   uint c, h, w, kh, kw, stride, pad, ow;
 } ConvGeom;
 
-// Where B element (k, n) of the implicit GEMM lies in the image (-1: in the
-// padding), for a work-item whose column n was decomposed once, before the k
-// loop (conv_origin: iy0 = oy*stride - pad, ix0 likewise).
-// The k decomposition divides by constants for 3x3 and 1x1 kernels (multiply
-// and shift, not the tens of instructions of a division by a run-time value on
-// GPUs); other kernel sizes take the general path.
-inline long conv_x_index(uint k, int iy0, int ix0, ConvGeom g) {
-  uint ci, ky, kx;
-  if (g.kh == 3u && g.kw == 3u) {
-    ci = k / 9u;
-    const uint r = k - ci * 9u;
-    ky = r / 3u;
-    kx = r - ky * 3u;
-  } else if (g.kh == 1u && g.kw == 1u) {
-    ci = k;
-    ky = 0u;
-    kx = 0u;
-  } else {
-    kx = k % g.kw;
-    ky = (k / g.kw) % g.kh;
-    ci = k / (g.kw * g.kh);
-  }
-  const int iy = iy0 + (int)ky, ix = ix0 + (int)kx;
-  if (iy < 0 || iy >= (int)g.h || ix < 0 || ix >= (int)g.w) return -1;
-  return (long)(((ulong)ci * g.h + (uint)iy) * g.w + (uint)ix);
-}
-inline float conv_b_elem(__global const store_t* x, uint k, int iy0, int ix0, ConvGeom g) {
-  const long i = conv_x_index(k, iy0, ix0, g);
-  return i < 0 ? 0.0f : ld(x, (ulong)i);
-}
-// The origin (iy0, ix0) of output position n in the input image.
-inline int2 conv_origin(uint n, ConvGeom g) {
-  const uint oy = n / g.ow, ox = n - oy * g.ow;
-  return (int2)((int)(oy * g.stride) - (int)g.pad, (int)(ox * g.stride) - (int)g.pad);
-}
-
-inline void gemm_tiled_body(__local float (*as)[TS_PM], __local float (*bs)[TS_PN], __global const store_t* a,
-                            ulong lda, __global const store_t* bm, ulong ldbk, ulong ldbn, const int implicit,
-                            ConvGeom g, __global const store_t* bias, int bias_mode, __global store_t* c, ulong cbase,
-                            ulong ldc, uint M, uint N, uint K, float alpha) {
+inline __attribute__((always_inline)) void gemm_tiled_body(
+    __local float (*as)[TS_PM], __local float (*bs)[TS_PN], __global const store_t* a, ulong lda,
+    __global const store_t* bm, ulong ldbk, ulong ldbn, const int implicit, ConvGeom g,
+    __global const store_t* bias, int bias_mode, __global store_t* c, ulong cbase, ulong ldc, uint M, uint N, uint K,
+    float alpha) {
   const uint tn = (uint)get_local_id(0), tm = (uint)get_local_id(1);
   const uint tid = tm * RTS_N + tn;
   const uint n0 = (uint)get_group_id(0) * TS_N, m0 = (uint)get_group_id(1) * TS_M;
@@ -596,35 +568,66 @@ inline void gemm_tiled_body(__local float (*as)[TS_PM], __local float (*bs)[TS_P
     for (uint j = 0; j < WPT_N; ++j) acc[i][j] = 0.0f;
 
   float ra[LOADS_A], rb[LOADS_B];
-  // Implicit GEMM: each B load's column (output position) is the same for every
-  // k-tile, so its input-image origin is computed once here.
-  int b_iy0[LOADS_B], b_ix0[LOADS_B];
+  // Convolution: every B load of a work-item is in the same column (b_rows:
+  // n = n0 + tid % TS_N, as TILE_THREADS is a multiple of TS_N or the loads
+  // stride by whole rows), whose image origin is computed once here.
+  const uint bn = n0 + tid % TS_N;
+  const uint hw = g.h * g.w;
+  int iy0 = 0, ix0 = 0;
   if (implicit) {
-#pragma unroll
-    for (uint l = 0; l < LOADS_B; ++l) {
-      const int2 o = conv_origin(n0 + (tid + l * TILE_THREADS) % TS_N, g);
-      b_iy0[l] = o.x;
-      b_ix0[l] = o.y;
-    }
+    const uint oy = bn / g.ow, ox = bn - oy * g.ow;
+    iy0 = (int)(oy * g.stride) - (int)g.pad;
+    ix0 = (int)(ox * g.stride) - (int)g.pad;
   }
-#define GEMM_TILED_LOAD(K0)                                                                    \
-  {                                                                                            \
-    _Pragma("unroll") for (uint l = 0; l < LOADS_A; ++l) {                                     \
-      const uint i = tid + l * TILE_THREADS, kk = i % TS_K, mm = i / TS_K;                     \
-      const uint m = m0 + mm, k = (K0) + kk;                                                   \
-      ra[l] = (m < M && k < K) ? ld(a, m * lda + k) : 0.0f;                                    \
-    }                                                                                          \
-    _Pragma("unroll") for (uint l = 0; l < LOADS_B; ++l) {                                     \
-      const uint i = tid + l * TILE_THREADS;                                                   \
-      const uint kk = b_rows ? i / TS_N : i % TS_K, nn = b_rows ? i % TS_N : i / TS_K;         \
-      const uint n = n0 + nn, k = (K0) + kk;                                                   \
-      rb[l] = (n < N && k < K) ? (implicit ? conv_b_elem(bm, k, b_iy0[l], b_ix0[l], g) : ld(bm, k * ldbk + n * ldbn)) \
-                               : 0.0f;                                                                                \
-    }                                                                                          \
+  const uint taps = g.kh * g.kw;
+  const bool blocks = implicit && g.c >= TS_K;  // else k-tiles over k straight
+  const uint tiles = blocks ? (g.c + TS_K - 1u) / TS_K * taps : (K + TS_K - 1u) / TS_K;
+  // Tile (cb, tap) of the convolution; k0 = t * TS_K of the GEMM.
+#define GEMM_TILED_LOAD(K0, CB, TAP, KY, KX)                                                                    \
+  {                                                                                                             \
+    _Pragma("unroll") for (uint l = 0; l < LOADS_A; ++l) {                                                      \
+      const uint i = tid + l * TILE_THREADS, kk = i % TS_K, m = m0 + i / TS_K;                                  \
+      if (blocks) {                                                                                             \
+        const uint ch = (CB) + kk;                                                                              \
+        const bool in = m < M && ch < g.c;                                                                      \
+        const float v = ld(a, in ? m * lda + (TAP) * g.c + ch : 0u);                                            \
+        ra[l] = in ? v : 0.0f;                                                                                  \
+      } else {                                                                                                  \
+        const uint k = (K0) + kk;                                                                               \
+        ra[l] = (m < M && k < K) ? ld(a, m * lda + k) : 0.0f;                                                   \
+      }                                                                                                         \
+    }                                                                                                           \
+    if (blocks) {                                                                                               \
+      const int iy = iy0 + (int)(KY), ix = ix0 + (int)(KX);                                                     \
+      const bool inside = bn < N && (uint)iy < g.h && (uint)ix < g.w;                                           \
+      const uint at = inside ? (uint)iy * g.w + (uint)ix : 0u;                                                  \
+      _Pragma("unroll") for (uint l = 0; l < LOADS_B; ++l) {                                                    \
+        const uint ch = (CB) + (tid + l * TILE_THREADS) / TS_N;                                                 \
+        const bool in = inside && ch < g.c;                                                                     \
+        const float v = ld(bm, in ? (ulong)ch * hw + at : 0u);                                                  \
+        rb[l] = in ? v : 0.0f;                                                                                  \
+      }                                                                                                         \
+    } else {                                                                                                    \
+      _Pragma("unroll") for (uint l = 0; l < LOADS_B; ++l) {                                                    \
+        const uint i = tid + l * TILE_THREADS;                                                                  \
+        const uint kk = b_rows ? i / TS_N : i % TS_K, nn = b_rows ? i % TS_N : i / TS_K;                        \
+        const uint n = n0 + nn, k = (K0) + kk;                                                                  \
+        if (implicit) {                                                                                         \
+          const uint tp = k / g.c, ch = k - tp * g.c, ty = tp / g.kw;                                           \
+          const int iy = iy0 + (int)ty, ix = ix0 + (int)(tp - ty * g.kw);                                       \
+          const bool in = n < N && k < K && (uint)iy < g.h && (uint)ix < g.w;                                   \
+          const float v = ld(bm, in ? (ulong)ch * hw + (uint)iy * g.w + (uint)ix : 0u);                         \
+          rb[l] = in ? v : 0.0f;                                                                                \
+        } else {                                                                                                \
+          rb[l] = (n < N && k < K) ? ld(bm, k * ldbk + n * ldbn) : 0.0f;                                        \
+        }                                                                                                       \
+      }                                                                                                         \
+    }                                                                                                           \
   }
-  GEMM_TILED_LOAD(0u)
+  uint cb = 0, tap = 0, ky = 0, kx = 0;
+  GEMM_TILED_LOAD(0u, 0u, 0u, 0u, 0u)
 
-  for (uint k0 = 0; k0 < K; k0 += TS_K) {
+  for (uint t = 0; t < tiles; ++t) {
 #pragma unroll
     for (uint l = 0; l < LOADS_A; ++l) {
       const uint i = tid + l * TILE_THREADS;
@@ -639,7 +642,17 @@ inline void gemm_tiled_body(__local float (*as)[TS_PM], __local float (*bs)[TS_P
         bs[i % TS_K][i / TS_K] = rb[l];
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    if (k0 + TS_K < K) GEMM_TILED_LOAD(k0 + TS_K)
+    if (blocks) {
+      if (++kx == g.kw) {
+        kx = 0;
+        if (++ky == g.kh) ky = 0;
+      }
+      if (++tap == taps) {
+        tap = 0;
+        cb += TS_K;
+      }
+    }
+    if (t + 1u < tiles) GEMM_TILED_LOAD((t + 1u) * TS_K, cb, tap, ky, kx)
 #pragma unroll
     for (uint kk = 0; kk < TS_K; ++kk) {
       float av[WPT_M], bv[WPT_N];
@@ -941,7 +954,9 @@ __kernel __attribute__((reqd_work_group_size(MMA_THREADS, 1, 1))) void gemm_mma(
 // the same image rows. The weights come tap-major, w[o][ky*KW + kx][c] (the
 // host transposes them), so a tile's A rows are 32 consecutive halves, read as
 // 32-bit pairs where C is even. Each work-item's B pairs are one column's
-// consecutive channel pairs, stored to local memory as 64-bit words.
+// consecutive channel pairs, stored to local memory as 64-bit words. The host
+// gives it convolutions of at least 32 input channels (fewer would make the
+// blocks mostly padding: conv_implicit_gemm takes those).
 #define MMA_B_PARTS (MMA_THREADS / MMA_TN)     // work-items per column of the B tile
 #define MMA_B_PAIRS (MMA_KP / MMA_B_PARTS)     // pairs each of them loads
 #if MMA_B_PARTS * MMA_TN != MMA_THREADS || MMA_B_PAIRS % 8 != 0

@@ -65,15 +65,16 @@ std::vector<OpCasePtr> cases() {
   add(mid, matrix);
   add(conv_case({1, 320, 64, 64}, 320, 3, 1, 1, true), {Precision{DType::f32}});  // SD down_blocks.0 resnet conv
   // f16 with f32 accumulation runs on NVIDIA's tensor cores (gemm.hpp tensor_core_tiles: at least
-  // 64 outputs x 64 positions x 32 deep): stride 2 and 1x1 stride 2 with ragged tiles, and one
-  // big enough for the 128 x 128 blocks on a 132-unit GPU (2 x 24 blocks x 3 images), O = 130
-  // leaving a 2-row edge. The tensor-core convolution's k loop walks blocks of 32 channels tap by tap:
-  // 40 channels end in a partial block, and 35 (odd) also read the weights' channel pairs half by half.
+  // 64 outputs x 64 positions x 32 deep; convolutions with 32 input channels or more): stride 2 and
+  // 1x1 stride 2 with ragged tiles, and one big enough for the 128 x 128 blocks on a 132-unit GPU
+  // (2 x 24 blocks x 3 images), O = 130 leaving a 2-row edge. The tensor-core convolution's k loop
+  // walks blocks of 32 channels tap by tap: 40 channels end in a partial block, and 35 (odd) also
+  // read the weights' channel pairs half by half.
   const std::vector<Precision> f16{Precision{DType::f16}};
   add(conv_case({2, 40, 17, 15}, 72, 3, 2, 1, true), f16);
   add(conv_case({1, 35, 12, 14}, 70, 3, 1, 1, true), f16);
   add(conv_case({1, 64, 18, 18}, 80, 1, 2, 0, false), f16);
-  add(conv_case({3, 16, 48, 64}, 130, 3, 1, 1, true), f16);
+  add(conv_case({3, 32, 48, 64}, 130, 3, 1, 1, true), f16);
   return all;
 }
 

@@ -120,7 +120,9 @@ struct ConvShape {
   std::int64_t n, c, h, w, o, kh, kw, stride, padding, oh, ow;
 };
 // out[img] (o x oh*ow) = w (o x c*kh*kw) . im2col(x[img]) + bias per row, the
-// columns read from x on the fly (kernels/matmul.cl conv_implicit_gemm).
+// columns read from x on the fly (kernels/matmul.cl conv_implicit_gemm, or
+// conv_implicit_mma on the tensor cores), k walked in blocks of input channels
+// tap by tap: the weights are copied tap-major (w[o][tap][c]) for the call.
 void run_implicit_conv(OpenClBackend& be, const Precision& p, const ConvShape& s, cl_mem w, cl_mem x, cl_mem bias,
                        cl_mem out, const char* op);
 
