@@ -549,6 +549,22 @@ typedef struct {
   uint c, h, w, kh, kw, stride, pad, ow;
 } ConvGeom;
 
+// The k-tile after (cb, ky, kx) in that order: the next tap, after the last
+// tap the first one of the next block of `block` channels (tap = ky*KW + kx).
+typedef struct {
+  uint cb, ky, kx;
+} ConvTile;
+inline ConvTile conv_next_tile(ConvTile t, uint kh, uint kw, uint block) {
+  if (++t.kx == kw) {
+    t.kx = 0;
+    if (++t.ky == kh) {
+      t.ky = 0;
+      t.cb += block;
+    }
+  }
+  return t;
+}
+
 inline __attribute__((always_inline)) void gemm_tiled_body(
     __local float (*as)[TS_PM], __local float (*bs)[TS_PN], __global const store_t* a, ulong lda,
     __global const store_t* bm, ulong ldbk, ulong ldbn, const int implicit, ConvGeom g,
@@ -624,7 +640,7 @@ inline __attribute__((always_inline)) void gemm_tiled_body(
       }                                                                                                         \
     }                                                                                                           \
   }
-  uint cb = 0, tap = 0, ky = 0, kx = 0;
+  ConvTile tile = {0u, 0u, 0u};
   GEMM_TILED_LOAD(0u, 0u, 0u, 0u, 0u)
 
   for (uint t = 0; t < tiles; ++t) {
@@ -642,17 +658,8 @@ inline __attribute__((always_inline)) void gemm_tiled_body(
         bs[i % TS_K][i / TS_K] = rb[l];
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    if (blocks) {
-      if (++kx == g.kw) {
-        kx = 0;
-        if (++ky == g.kh) ky = 0;
-      }
-      if (++tap == taps) {
-        tap = 0;
-        cb += TS_K;
-      }
-    }
-    if (t + 1u < tiles) GEMM_TILED_LOAD((t + 1u) * TS_K, cb, tap, ky, kx)
+    if (blocks) tile = conv_next_tile(tile, g.kh, g.kw, TS_K);
+    if (t + 1u < tiles) GEMM_TILED_LOAD((t + 1u) * TS_K, tile.cb, tile.ky * g.kw + tile.kx, tile.ky, tile.kx)
 #pragma unroll
     for (uint kk = 0; kk < TS_K; ++kk) {
       float av[WPT_M], bv[WPT_N];
@@ -1019,7 +1026,7 @@ __kernel __attribute__((reqd_work_group_size(MMA_THREADS, 1, 1))) void conv_impl
     }                                                                                                       \
   }
   const uint tiles = (C + MMA_TK - 1u) / MMA_TK * taps;
-  uint cb = 0, tap = 0, ky = 0, kx = 0;
+  ConvTile tile = {0u, 0u, 0u};
   CONV_MMA_LOAD(0u, 0u, 0u, 0u)
   for (uint t = 0; t < tiles; ++t) {
 #pragma unroll
@@ -1034,15 +1041,8 @@ __kernel __attribute__((reqd_work_group_size(MMA_THREADS, 1, 1))) void conv_impl
       for (uint q = 0; q < 4u; ++q)
         *(__local uint2*)&bs[bcol][mma_slot(bcol, bpair + j + q)] = (uint2)(rb[j + q], rb[j + q + 4u]);
     barrier(CLK_LOCAL_MEM_FENCE);
-    if (++kx == KW) {
-      kx = 0;
-      if (++ky == KH) ky = 0;
-    }
-    if (++tap == taps) {
-      tap = 0;
-      cb += MMA_TK;
-    }
-    if (t + 1u < tiles) CONV_MMA_LOAD(cb, tap, ky, kx)
+    tile = conv_next_tile(tile, KH, KW, MMA_TK);
+    if (t + 1u < tiles) CONV_MMA_LOAD(tile.cb, tile.ky * KW + tile.kx, tile.ky, tile.kx)
     mma_tile_product(acc, as, bs, mma_x, wm, wn, g8, t4);
     barrier(CLK_LOCAL_MEM_FENCE);
   }
