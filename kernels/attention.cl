@@ -103,9 +103,9 @@ inline float attn_score(float dot, float scale) {
 // (-DFL_D ...: one program per tile set): a GPU compiler builds every kernel
 // of a program, seconds each on NVIDIA.
 #if !defined(FL_D) && !defined(FM_DK)
-__kernel void attention_fused(__global const store_t* q, __global const store_t* k, __global const store_t* v,
-                              __global store_t* out, uint sq, uint sk, uint heads, uint d, uint dv, float scale,
-                              int causal) {
+__kernel CPU_ONE_ITEM void attention_fused(__global const store_t* q, __global const store_t* k,
+                                           __global const store_t* v, __global store_t* out, uint sq, uint sk,
+                                           uint heads, uint d, uint dv, float scale, int causal) {
   const uint i0 = (uint)get_global_id(0) * ATTN_QB;
   const uint h = (uint)get_global_id(1);
   const ulong b = get_global_id(2);
@@ -308,7 +308,7 @@ __kernel void attention_fused(__global const store_t* q, __global const store_t*
 // 16-wide vectors were four fifths of the GPU-style fused attention program
 // (the text encoder's, the longest build of a cold start on NVIDIA).
 #if !defined(FL_D) && !defined(FM_DK) && !defined(GPU_KERNELS)
-__kernel void attn_pack_kt(__global const store_t* k, __global float* kt, uint sk, uint heads, uint d) {
+__kernel CPU_ONE_ITEM void attn_pack_kt(__global const store_t* k, __global float* kt, uint sk, uint heads, uint d) {
   const uint jb = (uint)get_global_id(0);
   const uint h = (uint)get_global_id(1);
   const ulong b = get_global_id(2);
@@ -324,7 +324,8 @@ __kernel void attn_pack_kt(__global const store_t* k, __global float* kt, uint s
 
 // V of one (batch, head) as [ceil(sk/FK)*FK][dvp] f32, zero-padded.
 // Grid: (ceil(sk/FK), heads, batch).
-__kernel void attn_pack_v(__global const store_t* v, __global float* vp, uint sk, uint heads, uint dv, uint dvp) {
+__kernel CPU_ONE_ITEM void attn_pack_v(__global const store_t* v, __global float* vp, uint sk, uint heads, uint dv,
+                                       uint dvp) {
   const uint jb = (uint)get_global_id(0);
   const uint h = (uint)get_global_id(1);
   const ulong b = get_global_id(2);
@@ -363,9 +364,9 @@ __kernel void attn_pack_v(__global const store_t* v, __global float* vp, uint sk
 
 // Grid: (ceil(sq / FR), heads, batch); one work-item per group.
 #if !defined(FL_D) && !defined(FM_DK) && !defined(GPU_KERNELS)
-__kernel void attention_flash_cpu(__global const store_t* q, __global const float* kt, __global const float* vp,
-                                  __global store_t* out, uint sq, uint sk, uint heads, uint d, uint dv, uint dvp,
-                                  float scale) {
+__kernel CPU_ONE_ITEM void attention_flash_cpu(__global const store_t* q, __global const float* kt,
+                                               __global const float* vp, __global store_t* out, uint sq, uint sk,
+                                               uint heads, uint d, uint dv, uint dvp, float scale) {
   const uint i0 = (uint)get_global_id(0) * FR;
   const uint h = (uint)get_global_id(1);
   const ulong b = get_global_id(2);

@@ -35,6 +35,18 @@
 #define NS_ASM __asm__
 #endif
 
+// The CPU family's kernels that run one work-item per group (launch_util.cpp
+// runs_whole_blocks, and the attention kernels launched with groups of 1)
+// declare it: their work-group function is then built for that size once. The
+// backend turns PoCL's per-launch specialization off (device.cpp,
+// pocl_environment), so the version in the program binary is the one every
+// launch runs, with no compile at a first launch.
+#if defined(CPU_KERNELS)
+#define CPU_ONE_ITEM __attribute__((reqd_work_group_size(1, 1, 1)))
+#else
+#define CPU_ONE_ITEM
+#endif
+
 // The emulation below relies on every f32 operation being rounded on its own.
 #pragma OPENCL FP_CONTRACT OFF
 

@@ -22,9 +22,9 @@
 
 // Grid: (K, ceil(pc / NR), images). Image b is read at x_off + b * x_bs and its
 // panels start at b * dst_bs floats.
-__kernel void conv_im2col_panels(__global const store_t* x, ulong x_off, ulong x_bs, __global float* dst,
-                                 ulong dst_bs, uint C, uint H, uint W, uint KH, uint KW, uint stride, uint pad,
-                                 uint OW, uint p0, uint pc, uint kc) {
+__kernel CPU_ONE_ITEM void conv_im2col_panels(__global const store_t* x, ulong x_off, ulong x_bs, __global float* dst,
+                                              ulong dst_bs, uint C, uint H, uint W, uint KH, uint KW, uint stride,
+                                              uint pad, uint OW, uint p0, uint pc, uint kc) {
   const uint k = (uint)get_global_id(0);
   const uint nb = (uint)get_global_id(1);
   const ulong b = get_global_id(2);

@@ -70,8 +70,8 @@ inline float16 ld16_masked(__global const store_t* src, ulong base, ulong step, 
 
 // A panels (k-blocked by kc): row r of panel mb = element (m = mb*MR + r, k) at
 // src[src_off + b*sbs + m*rs + k*cs]; rows past M are zero. Grid: (ceil(K/16), ceil(M/MR), batch).
-__kernel void gemm_pack_a(__global const store_t* src, ulong src_off, ulong sbs, ulong rs, ulong cs,
-                          __global float* dst, ulong dbs, uint M, uint K, uint kc) {
+__kernel CPU_ONE_ITEM void gemm_pack_a(__global const store_t* src, ulong src_off, ulong sbs, ulong rs, ulong cs,
+                                       __global float* dst, ulong dbs, uint M, uint K, uint kc) {
   const uint k0 = (uint)get_global_id(0) * 16u;
   const uint mb = (uint)get_global_id(1);
   const ulong b = get_global_id(2);
@@ -93,8 +93,8 @@ __kernel void gemm_pack_a(__global const store_t* src, ulong src_off, ulong sbs,
 
 // B panels (k-blocked by kc): column j of panel nb = element (k, n = nb*NR + j) at
 // src[src_off + b*sbs + k*ks + n*ns]; columns past N are zero. Grid: (ceil(K/16), ceil(N/NR), batch).
-__kernel void gemm_pack_b(__global const store_t* src, ulong src_off, ulong sbs, ulong ks, ulong ns,
-                          __global float* dst, ulong dbs, uint N, uint K, uint kc) {
+__kernel CPU_ONE_ITEM void gemm_pack_b(__global const store_t* src, ulong src_off, ulong sbs, ulong ks, ulong ns,
+                                       __global float* dst, ulong dbs, uint N, uint K, uint kc) {
   const uint k0 = (uint)get_global_id(0) * 16u;
   const uint nb = (uint)get_global_id(1);
   const ulong b = get_global_id(2);
@@ -204,11 +204,11 @@ inline float16 gemm_bias16(__global const store_t* bias, int mode, uint m, uint 
 #define GEMM_STORE(r) GEMM_STORE_V(r, 0) GEMM_STORE_V(r, 1)
 #endif
 
-__kernel void gemm_cpu(__global const float* ap, ulong a_poff, ulong a_bs, uint a_blocks, __global const float* bp,
-                       ulong b_poff, ulong b_bs, uint b_blocks, uint nb0, __global float* part, ulong part_bs,
-                       uint k0, uint kc, int flags, uint mgroup, __global const store_t* bias, ulong bias_off,
-                       int bias_mode, __global store_t* c, ulong c_off, ulong c_bs, ulong ldc, uint M, uint N,
-                       float alpha) {
+__kernel CPU_ONE_ITEM void gemm_cpu(__global const float* ap, ulong a_poff, ulong a_bs, uint a_blocks,
+                                    __global const float* bp, ulong b_poff, ulong b_bs, uint b_blocks, uint nb0,
+                                    __global float* part, ulong part_bs, uint k0, uint kc, int flags, uint mgroup,
+                                    __global const store_t* bias, ulong bias_off, int bias_mode, __global store_t* c,
+                                    ulong c_off, ulong c_bs, ulong ldc, uint M, uint N, float alpha) {
   const uint nb = (uint)get_global_id(0);
   const ulong bt = get_global_id(2);
   const uint n0 = nb * GEMM_NR;
@@ -304,11 +304,12 @@ __kernel void gemm_cpu(__global const float* ap, ulong a_poff, ulong a_bs, uint 
   }
 
 #if !defined(GPU_KERNELS)  // CPU family only (reads_a_directly): not in the GPU family's programs
-__kernel void gemm_cpu_direct_a(__global const store_t* ap, ulong a_off, ulong a_bs, ulong lda,
-                                __global const float* bp, ulong b_poff, ulong b_bs, uint b_blocks, uint nb0,
-                                __global float* part, ulong part_bs, uint k0, uint kc, int flags, uint mgroup,
-                                __global const store_t* bias, ulong bias_off, int bias_mode, __global store_t* c,
-                                ulong c_off, ulong c_bs, ulong ldc, uint M, uint N, float alpha) {
+__kernel CPU_ONE_ITEM void gemm_cpu_direct_a(__global const store_t* ap, ulong a_off, ulong a_bs, ulong lda,
+                                             __global const float* bp, ulong b_poff, ulong b_bs, uint b_blocks,
+                                             uint nb0, __global float* part, ulong part_bs, uint k0, uint kc, int flags,
+                                             uint mgroup, __global const store_t* bias, ulong bias_off, int bias_mode,
+                                             __global store_t* c, ulong c_off, ulong c_bs, ulong ldc, uint M, uint N,
+                                             float alpha) {
   const uint nb = (uint)get_global_id(0);
   const ulong bt = get_global_id(2);
   const uint n0 = nb * GEMM_NR;
@@ -353,10 +354,10 @@ __kernel void gemm_cpu_direct_a(__global const store_t* ap, ulong a_off, ulong a
 // Grid: (ceil(ceil(N/NR) / np), ceil(ceil(M/MR) / mgroup), images), local size 1.
 // bl: np x kc x NR floats; pl: mgroup x np x MR x NR floats.
 #if !defined(GPU_KERNELS)  // CPU family only (reads_a_directly): not in the GPU family's programs
-__kernel void conv_cpu(__global const store_t* ap, __global const store_t* x, ulong x_bs, uint H, uint W, uint KH,
-                       uint KW, uint stride, uint pad, uint OW, __local float* bl, __local float* pl, uint kc,
-                       uint mgroup, uint np, __global const store_t* bias, int bias_mode, __global store_t* c,
-                       ulong c_bs, uint M, uint N, uint K) {
+__kernel CPU_ONE_ITEM void conv_cpu(__global const store_t* ap, __global const store_t* x, ulong x_bs, uint H, uint W,
+                                    uint KH, uint KW, uint stride, uint pad, uint OW, __local float* bl,
+                                    __local float* pl, uint kc, uint mgroup, uint np, __global const store_t* bias,
+                                    int bias_mode, __global store_t* c, ulong c_bs, uint M, uint N, uint K) {
   const ulong bt = get_global_id(2);
   const uint mblocks = (M + GEMM_MR - 1) / GEMM_MR;
   const uint nblocks = (N + GEMM_NR - 1) / GEMM_NR;
@@ -447,10 +448,11 @@ __kernel void conv_cpu(__global const store_t* ap, __global const store_t* x, ul
 // program cost their cold builds on PoCL, which compiles every kernel of a program.
 
 #if defined(ACC_NATIVE)
-__kernel void gemm_native(__global const float* ap, ulong a_poff, ulong a_bs, uint a_blocks,
-                          __global const float* bp, ulong b_poff, ulong b_bs, uint b_blocks, uint nb0, uint kc,
-                          __global const store_t* bias, ulong bias_off, int bias_mode, __global store_t* c,
-                          ulong c_off, ulong c_bs, ulong ldc, uint M, uint N, uint K, float alpha) {
+__kernel CPU_ONE_ITEM void gemm_native(__global const float* ap, ulong a_poff, ulong a_bs, uint a_blocks,
+                                       __global const float* bp, ulong b_poff, ulong b_bs, uint b_blocks, uint nb0,
+                                       uint kc, __global const store_t* bias, ulong bias_off, int bias_mode,
+                                       __global store_t* c, ulong c_off, ulong c_bs, ulong ldc, uint M, uint N, uint K,
+                                       float alpha) {
   const uint nb = (uint)get_global_id(0);
   const uint mb = (uint)get_global_id(1);
   const ulong bt = get_global_id(2);

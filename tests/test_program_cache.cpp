@@ -718,10 +718,65 @@ TEST_F(ProgramCacheTest, HelperProcessesBuildThePlanAndTheRunLoadsWhatTheyWrote)
   }
   EXPECT_TRUE(test::bitwise_equal(run_layer_norm(be), here));
 
-  // On PoCL's CPU device the helpers also compile the programs' one-work-item versions (below).
+  // On PoCL's CPU device the helpers also compile the programs' one-work-item versions (below), where the
+  // user turned PoCL's launch specialization on; by default it is off and the binary's versions are the ones run.
   if (device_.platform_name == "Portable Computing Language" && be.kernel_style() == KernelStyle::cpu) {
-    EXPECT_EQ(be.binary_specializations("layer_norm"), "1-1-1-goffs0-smallgrid");
-    EXPECT_EQ(be.binary_specializations("elementwise"), "") << "its group sizes follow the tensor sizes";
+    {
+      ScopedEnv on("POCL_WORK_GROUP_SPECIALIZATION", "1");
+      EXPECT_EQ(be.binary_specializations("layer_norm"), "1-1-1-goffs0-smallgrid");
+      EXPECT_EQ(be.binary_specializations("elementwise"), "") << "its group sizes follow the tensor sizes";
+    }
+    ScopedEnv off("POCL_WORK_GROUP_SPECIALIZATION", "0");
+    EXPECT_EQ(be.binary_specializations("layer_norm"), "");
+  }
+}
+
+// Device enumeration turns PoCL's per-launch specialization off before PoCL
+// loads (device.hpp, pocl_specializes_launches) unless the environment set it.
+TEST_F(ProgramCacheTest, PoclLaunchSpecializationIsOffUnlessTheUserSetIt) {
+  const char* v = std::getenv("POCL_WORK_GROUP_SPECIALIZATION");
+  ASSERT_NE(v, nullptr) << "enumerate_devices (SetUp) sets it";
+  if (std::string_view(v) == "0") EXPECT_FALSE(pocl_specializes_launches());
+  ScopedEnv on("POCL_WORK_GROUP_SPECIALIZATION", "1");
+  EXPECT_TRUE(pocl_specializes_launches());
+  enumerate_devices();
+  EXPECT_STREQ(std::getenv("POCL_WORK_GROUP_SPECIALIZATION"), "1") << "a value the user set stays";
+}
+
+// The CPU family's kernels that run one work-item per group declare it
+// (common.cl CPU_ONE_ITEM): the work-group function in the binary, which every
+// launch runs with PoCL's specialization off, is then built for that size. The
+// GPU family's programs leave the attribute out.
+TEST_F(ProgramCacheTest, CpuFamilyWholeBlockKernelsAreBuiltForGroupsOfOne) {
+  const std::pair<const char*, const char*> kernels[] = {
+      {"matmul", "gemm_pack_a"},        {"matmul", "gemm_pack_b"},    {"matmul", "gemm_cpu"},
+      {"matmul", "gemm_cpu_direct_a"},  {"matmul", "conv_cpu"},       {"conv2d", "conv_im2col_panels"},
+      {"attention", "attn_pack_kt"},    {"attention", "attn_pack_v"}, {"attention", "attention_flash_cpu"},
+      {"attention", "attention_fused"},
+  };
+  const Precision f32{DType::f32};
+  for (const KernelStyle style : {KernelStyle::cpu, KernelStyle::gpu}) {
+    BackendOptions opts;
+    opts.use_kernel_cache = false;
+    opts.kernel_style = style == KernelStyle::cpu ? KernelStyleChoice::cpu : KernelStyleChoice::gpu;
+    OpenClBackend be(device_, opts);
+    for (const auto& [program, name] : kernels) {
+      const std::string_view n(name);
+      if (style == KernelStyle::gpu &&
+          (n == "gemm_cpu_direct_a" || n == "conv_cpu" || n.starts_with("attn_pack") || n == "attention_flash_cpu")) {
+        continue;  // CPU family only
+      }
+      cl_kernel k = be.kernel(program, name, be.program_options(program, f32));
+      size_t compiled[3] = {7, 7, 7};
+      ASSERT_EQ(clGetKernelWorkGroupInfo(k, static_cast<cl_device_id>(device_.cl_device),
+                                         CL_KERNEL_COMPILE_WORK_GROUP_SIZE, sizeof(compiled), compiled, nullptr),
+                CL_SUCCESS)
+          << name;
+      const size_t want = style == KernelStyle::cpu ? 1 : 0;  // 0: no reqd_work_group_size
+      EXPECT_EQ(compiled[0], want) << program << " " << name;
+      EXPECT_EQ(compiled[1], want) << program << " " << name;
+      EXPECT_EQ(compiled[2], want) << program << " " << name;
+    }
   }
 }
 
@@ -735,6 +790,9 @@ TEST_F(ProgramCacheTest, HelperBuildsPoclsSpecializedKernelsIntoTheBinary) {
   const std::string exe = kernel_builder_path();
   ASSERT_FALSE(exe.empty());
   const std::string options = "-cl-std=CL1.2 -DSTORE_F32";
+  // Asked for where the user turned PoCL's launch specialization on (it is off by default, and PoCL then
+  // builds no specialized versions); the helpers inherit the environment.
+  ScopedEnv launch_specialization("POCL_WORK_GROUP_SPECIALIZATION", "1");
   auto entry_bytes = [&](const std::string& specializations) {
     TempDir dir, pocl_cache;
     ScopedEnv pocl("POCL_CACHE_DIR", pocl_cache.path().string());

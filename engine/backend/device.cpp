@@ -10,7 +10,9 @@
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
+#include <mutex>
 #include <sstream>
+#include <string_view>
 
 #include "backend/opencl/cl_check.hpp"
 #include "backend/opencl/opencl_backend.hpp"
@@ -349,7 +351,28 @@ std::string device_table(const DeviceList& list) {
 
 }  // namespace
 
+namespace {
+
+// Before the first OpenCL call (PoCL reads its options from the environment);
+// the kernel builder helpers inherit it. A value the user set stays.
+void pocl_environment() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    if (::setenv("POCL_WORK_GROUP_SPECIALIZATION", "0", 0) != 0) {
+      log::debug("could not set POCL_WORK_GROUP_SPECIALIZATION; PoCL compiles kernels at their first launches");
+    }
+  });
+}
+
+}  // namespace
+
+bool pocl_specializes_launches() {
+  const char* v = std::getenv("POCL_WORK_GROUP_SPECIALIZATION");
+  return v == nullptr || std::string_view(v) != "0";
+}
+
 DeviceList enumerate_devices() {
+  pocl_environment();
   DeviceList list;
   cl_uint nplat = 0;
   const cl_int err = clGetPlatformIDs(0, nullptr, &nplat);

@@ -39,7 +39,7 @@ FlashCpuGeometry flash_cpu_geometry(const OpenClBackend& be) {
 std::string attention_options(OpenClBackend& be, const Precision& p) {
   std::string o = be.precision_options(p) + detail::exact_math_options(be.device());
   if (be.kernel_style() == KernelStyle::cpu && flash_cpu_geometry(be).rows != 16) o += " -DFLW=8";
-  if (be.kernel_style() == KernelStyle::gpu) o += " -DGPU_KERNELS";
+  o += be.kernel_style() == KernelStyle::gpu ? " -DGPU_KERNELS" : " -DCPU_KERNELS";  // CPU: common.cl CPU_ONE_ITEM
   return o;
 }
 std::string softmax_options(OpenClBackend& be, const Precision& p) {

@@ -31,7 +31,8 @@
 // a cold start). A helper builds those versions into the program's binary
 // (POCL_BINARY_SPECIALIZE_WG, in PoCL's cache-directory spelling, e.g.
 // "1-1-1-goffs0-smallgrid"), beside the other builds; the run's first launch
-// then finds them. Other drivers ignore the variable.
+// then finds them. Other drivers ignore the variable. Asked for only where PoCL's
+// launch specialization is on (device.hpp, pocl_specializes_launches: off by default).
 
 #include <sys/types.h>
 

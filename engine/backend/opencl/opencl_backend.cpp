@@ -17,6 +17,7 @@
 #include <thread>
 #include <utility>
 
+#include "backend/device.hpp"
 #include "backend/opencl/cache_inventory.hpp"
 #include "backend/opencl/gemm.hpp"
 #include "backend/opencl/kernel_builder.hpp"
@@ -410,9 +411,15 @@ cl_kernel OpenClBackend::kernel(std::string_view program, std::string_view name,
 
 void OpenClBackend::launch(cl_kernel k, std::string_view op, cl_uint dims, const size_t* global, const size_t* local) {
   size_t chosen[3] = {1, 1, 1};
-  if (local == nullptr && info_.kind == DeviceKind::cpu && dims <= 3) {
-    if (!whole_block_kernels_.count(k)) chosen[0] = detail::cpu_group_size(global[0]);
-    local = chosen;
+  if (local == nullptr && dims <= 3) {
+    // The CPU family's whole-block kernels are built for groups of one (common.cl CPU_ONE_ITEM), on any
+    // device that runs that family; other kernels on CPUs get groups that divide the grid.
+    if (style_ == KernelStyle::cpu && whole_block_kernels_.count(k)) {
+      local = chosen;
+    } else if (info_.kind == DeviceKind::cpu) {
+      if (!whole_block_kernels_.count(k)) chosen[0] = detail::cpu_group_size(global[0]);
+      local = chosen;
+    }
   }
   cl_event ev = nullptr;
   const cl_int err =
@@ -621,7 +628,13 @@ std::string OpenClBackend::binary_specializations(const std::string& program) co
   // unused; still, the embedded model's cold start went 11.9 -> 11.3 s and its
   // first step 3.1 -> 0.75 s (2-core VM). Not for the element-wise programs,
   // whose work-group sizes follow the tensor sizes (cpu_group_size).
-  if (style_ != KernelStyle::cpu || info_.platform_name != "Portable Computing Language") return {};
+  // With PoCL's launch specialization off (device.hpp, pocl_specializes_launches: the default) the
+  // launches run the binary's generic functions, built for groups of one where the kernel says so
+  // (common.cl CPU_ONE_ITEM): nothing more to build.
+  if (style_ != KernelStyle::cpu || info_.platform_name != "Portable Computing Language" ||
+      !pocl_specializes_launches()) {
+    return {};
+  }
   static constexpr std::string_view kSingleItem[] = {"matmul", "conv2d", "attention", "group_norm", "layer_norm"};
   return std::find(std::begin(kSingleItem), std::end(kSingleItem), program) != std::end(kSingleItem)
              ? "1-1-1-goffs0-smallgrid"
