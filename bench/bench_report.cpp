@@ -11,15 +11,16 @@
 //   ops       bench_ops                                  kernels against the peak and the bandwidth
 //   unet      bench_unet --size 64 (f32, f16)            SD 1.5 UNet call at 512x512, PyTorch, peers
 //   vae       bench_unet --component vae --size 64       VAE decode at 512x512
-//   unet_128  bench_unet --size 128 (f32)                the same at 1024x1024
+//   unet_128  bench_unet --size 128 (f32, f16)           the same at 1024x1024
 //   vae_128   bench_unet --component vae --size 128      VAE decode at 1024x1024
 //   txt2img   bench_txt2img --cold-start 1               embedded model end to end; cold and warm start
 //   growth    bench_txt2img --sizes 256,512,768,1024     step time and peak RSS per image size, 2 steps
 //   inspect   bench_inspect                              the inspector's share of a step
 // A stage that fails is reported as such and its targets as not measured; the
 // others still run. On a 2-core AVX2 VM (2026-11-28): --quick 19 minutes,
-// growth 8, unet_128 41 (23 of them the once-only ONNX export of the sliced
-// UNet); the whole report about 90 minutes the first time, an hour after.
+// growth 8, unet_128 41 with f32 only (23 of them the once-only ONNX export of
+// the sliced UNet; f16 adds two more calls, about 4 minutes); the whole report
+// about 95 minutes the first time, an hour after.
 
 #include <unistd.h>
 
@@ -55,7 +56,7 @@ constexpr Stage kStages[] = {
     {"ops", "bench_ops", "", "kernels at the models' shapes"},
     {"unet", "bench_unet", "--size 64 --dtypes f32,f16 --runs 2", "SD 1.5 UNet call, 512x512"},
     {"vae", "bench_unet", "--component vae --size 64 --dtypes f32,f16 --runs 2", "VAE decode, 512x512"},
-    {"unet_128", "bench_unet", "--size 128 --dtypes f32 --runs 1", "SD 1.5 UNet call, 1024x1024"},
+    {"unet_128", "bench_unet", "--size 128 --dtypes f32,f16 --runs 1", "SD 1.5 UNet call, 1024x1024"},
     {"vae_128", "bench_unet", "--component vae --size 128 --dtypes f32 --runs 1", "VAE decode, 1024x1024"},
     {"txt2img", "bench_txt2img", "--runs 3 --cold-start 1", "embedded model end to end, cold start"},
     {"growth", "bench_txt2img", "--sizes 256,512,768,1024 --steps 2 --runs 1 --cold-start 0",

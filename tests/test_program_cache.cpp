@@ -736,7 +736,9 @@ TEST_F(ProgramCacheTest, HelperProcessesBuildThePlanAndTheRunLoadsWhatTheyWrote)
 TEST_F(ProgramCacheTest, PoclLaunchSpecializationIsOffUnlessTheUserSetIt) {
   const char* v = std::getenv("POCL_WORK_GROUP_SPECIALIZATION");
   ASSERT_NE(v, nullptr) << "enumerate_devices (SetUp) sets it";
-  if (std::string_view(v) == "0") EXPECT_FALSE(pocl_specializes_launches());
+  if (std::string_view(v) == "0") {
+    EXPECT_FALSE(pocl_specializes_launches());
+  }
   ScopedEnv on("POCL_WORK_GROUP_SPECIALIZATION", "1");
   EXPECT_TRUE(pocl_specializes_launches());
   enumerate_devices();
