@@ -349,10 +349,6 @@ std::string device_table(const DeviceList& list) {
                     "; nanscope-cli devices lists them.");
 }
 
-}  // namespace
-
-namespace {
-
 // Before the first OpenCL call (PoCL reads its options from the environment);
 // the kernel builder helpers inherit it. A value the user set stays.
 void pocl_environment() {

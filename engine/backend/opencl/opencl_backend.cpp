@@ -412,12 +412,12 @@ cl_kernel OpenClBackend::kernel(std::string_view program, std::string_view name,
 void OpenClBackend::launch(cl_kernel k, std::string_view op, cl_uint dims, const size_t* global, const size_t* local) {
   size_t chosen[3] = {1, 1, 1};
   if (local == nullptr && dims <= 3) {
-    // The CPU family's whole-block kernels are built for groups of one (common.cl CPU_ONE_ITEM), on any
-    // device that runs that family; other kernels on CPUs get groups that divide the grid.
-    if (style_ == KernelStyle::cpu && whole_block_kernels_.count(k)) {
-      local = chosen;
-    } else if (info_.kind == DeviceKind::cpu) {
-      if (!whole_block_kernels_.count(k)) chosen[0] = detail::cpu_group_size(global[0]);
+    // Whole-block kernels run in groups of one: on CPUs always, and on any device running the CPU family,
+    // whose programs declare that size (common.cl CPU_ONE_ITEM). Other kernels on CPUs get groups that
+    // divide the grid.
+    const bool whole_block = whole_block_kernels_.count(k) != 0;
+    if (info_.kind == DeviceKind::cpu || (whole_block && style_ == KernelStyle::cpu)) {
+      if (!whole_block) chosen[0] = detail::cpu_group_size(global[0]);
       local = chosen;
     }
   }
