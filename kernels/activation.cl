@@ -5,15 +5,17 @@
 // Each work-item handles 16 consecutive elements (vector math), the tail one by one.
 
 // silu16 / silu1: common.cl (GROUP_NORM's fused SILU uses them too).
-inline float16 gelu_erf16(float16 x) { return 0.5f * x * (1.0f + erf(x * M_SQRT1_2_F)); }
-inline float gelu_erf1(float x) { return 0.5f * x * (1.0f + erf(x * M_SQRT1_2_F)); }
+static inline float16 gelu_erf16(float16 x) { return 0.5f * x * (1.0f + erf(x * M_SQRT1_2_F)); }
+static inline float gelu_erf1(float x) { return 0.5f * x * (1.0f + erf(x * M_SQRT1_2_F)); }
 // torch's approximate='tanh': 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
 #define NS_GELU_K 0.7978845608028654f
-inline float16 gelu_tanh16(float16 x) { return 0.5f * x * (1.0f + tanh(NS_GELU_K * (x + 0.044715f * x * x * x))); }
-inline float gelu_tanh1(float x) { return 0.5f * x * (1.0f + tanh(NS_GELU_K * (x + 0.044715f * x * x * x))); }
+static inline float16 gelu_tanh16(float16 x) {
+  return 0.5f * x * (1.0f + tanh(NS_GELU_K * (x + 0.044715f * x * x * x)));
+}
+static inline float gelu_tanh1(float x) { return 0.5f * x * (1.0f + tanh(NS_GELU_K * (x + 0.044715f * x * x * x))); }
 // CLIP's quick_gelu: x * sigmoid(1.702 x).
-inline float16 quick_gelu16(float16 x) { return x / (1.0f + exp(-1.702f * x)); }
-inline float quick_gelu1(float x) { return x / (1.0f + exp(-1.702f * x)); }
+static inline float16 quick_gelu16(float16 x) { return x / (1.0f + exp(-1.702f * x)); }
+static inline float quick_gelu1(float x) { return x / (1.0f + exp(-1.702f * x)); }
 
 #define NS_UNARY_KERNEL(NAME, F16, F1)                                                        \
   __kernel void NAME(__global const store_t* x, __global store_t* out, ulong n, float param) { \

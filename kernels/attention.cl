@@ -24,7 +24,7 @@
 #endif
 
 // q.k for one query row held in registers/private memory and one stored key row.
-inline float attn_dot(const float* qv, __global const store_t* kr, uint d) {
+static inline float attn_dot(const float* qv, __global const store_t* kr, uint d) {
 #ifdef ACC_NATIVE
   float acc = 0.0f;
   for (uint c = 0; c < d; ++c) acc = nat_fma(qv[c], ld(kr, c), acc);
@@ -48,7 +48,7 @@ inline float attn_dot(const float* qv, __global const store_t* kr, uint d) {
 #endif
 
 // q.k of the 4 query rows against one key row (each k element loaded once).
-inline float4 attn_dot4(float qv[ATTN_QB][ATTN_MAX_D], __global const store_t* kr, uint d) {
+static inline float4 attn_dot4(float qv[ATTN_QB][ATTN_MAX_D], __global const store_t* kr, uint d) {
 #ifdef ACC_NATIVE
   float4 acc = 0.0f;  // the 4 rows' sums, each rounded after every term, c ascending
   for (uint c = 0; c < d; ++c) {
@@ -77,20 +77,20 @@ inline float4 attn_dot4(float qv[ATTN_QB][ATTN_MAX_D], __global const store_t* k
 }
 
 // NaN-propagating maximum and the sum of the 16 lanes.
-inline float max16_nan(float16 x) {
+static inline float max16_nan(float16 x) {
   if (any(isnan(x))) return NAN;
   const float8 a = fmax(x.lo, x.hi);
   const float4 b = fmax(a.lo, a.hi);
   const float2 c = fmax(b.lo, b.hi);
   return fmax(c.x, c.y);
 }
-inline float sum16(float16 x) {
+static inline float sum16(float16 x) {
   const float8 a = x.lo + x.hi;
   const float4 b = a.lo + a.hi;
   return (b.x + b.y) + (b.z + b.w);
 }
 
-inline float attn_score(float dot, float scale) {
+static inline float attn_score(float dot, float scale) {
 #if defined(ACC_NATIVE) || defined(SOFTMAX_NATIVE)
   return round_affine(scale, dot, -0.0f);  // round_dtype(scale * dot), one rounding
 #else
@@ -101,8 +101,12 @@ inline float attn_score(float dot, float scale) {
 // Grid: (ceil(sq / QB), heads, batch).
 // The kernels other than attention_flash are left out of the flash programs
 // (-DFL_D ...: one program per tile set): a GPU compiler builds every kernel
-// of a program, seconds each on NVIDIA.
-#if !defined(FL_D) && !defined(FM_DK)
+// of a program, seconds each on NVIDIA. In the CPU family this kernel has a
+// program of its own (-DATTN_FUSED): there it only runs native precision (and
+// the rare call whose packed K and V would not fit one allocation), while
+// every other attention takes attention_flash_cpu; apart, a default run does
+// not build it (1.8 s of a 2-core cold start's compiler time).
+#if !defined(FL_D) && !defined(FM_DK) && (!defined(CPU_KERNELS) || defined(ATTN_FUSED))
 __kernel CPU_ONE_ITEM void attention_fused(__global const store_t* q, __global const store_t* k,
                                            __global const store_t* v, __global store_t* out, uint sq, uint sk,
                                            uint heads, uint d, uint dv, float scale, int causal) {
@@ -240,11 +244,11 @@ __kernel CPU_ONE_ITEM void attention_fused(__global const store_t* q, __global c
     for (uint c = 0; c < dv; ++c) st(orow, c, o[r][c] / l[r]);
   }
 }
-#endif  // !FL_D && !FM_DK
+#endif  // !FL_D && !FM_DK && (!CPU_KERNELS || ATTN_FUSED)
 
 // ---------------------------------------------------------------------------
 // CPU style, flash-blocked (attention_flash_cpu): f32 accumulation and f32
-// softmax, no causal mask. Query rows run along the vector lanes (FR per
+// softmax, with or without a causal mask. Query rows run along the vector lanes (FR per
 // work-item) and the FK keys of a block along registers, so both products are
 // GEMM-shaped micro-kernels that broadcast one stored value against a vector
 // of FR rows, and the softmax needs no horizontal reductions:
@@ -268,7 +272,10 @@ __kernel CPU_ONE_ITEM void attention_fused(__global const store_t* q, __global c
 // whose scores have all been -Inf so far takes none of the block's keys (its P
 // are exp2(-Inf - 0) = 0 and its O is kept, as the reference skips them: an
 // Inf in their V must not reach it). A NaN score makes its row's maximum NaN
-// (nan_max), as the reference: the whole row comes out NaN.
+// (nan_max), as the reference: the whole row comes out NaN. With `causal`,
+// row i takes keys 0..i (attention_fused's mask): the blocks past the last
+// row's key are not visited, and in the blocks that reach past a row's own
+// index those keys score -Inf, lane by lane.
 // Each work-item streams its head's packed K and V once for FR query rows.
 
 // The lanes follow the device's native float vectors (-DFLW, attention.cpp):
@@ -284,6 +291,7 @@ __kernel CPU_ONE_ITEM void attention_fused(__global const store_t* q, __global c
 #define FL_PSUM (((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))) + (((s8 + s9) + (s10 + s11)) + ((s12 + s13) + (s14 + s15)))
 #define floatw float16
 #define intw int16
+#define FL_LANES (int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)
 #define vloadw vload16
 #define vstorew vstore16
 #elif FLW == 8
@@ -293,6 +301,7 @@ __kernel CPU_ONE_ITEM void attention_fused(__global const store_t* q, __global c
 #define FL_PSUM (((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))) + ((s8 + s9) + (s10 + s11))
 #define floatw float8
 #define intw int8
+#define FL_LANES (int8)(0, 1, 2, 3, 4, 5, 6, 7)
 #define vloadw vload8
 #define vstorew vstore8
 #else
@@ -307,7 +316,7 @@ __kernel CPU_ONE_ITEM void attention_fused(__global const store_t* q, __global c
 // compiler builds every kernel of a program, and attention_flash_cpu's
 // 16-wide vectors were four fifths of the GPU-style fused attention program
 // (the text encoder's, the longest build of a cold start on NVIDIA).
-#if !defined(FL_D) && !defined(FM_DK) && !defined(GPU_KERNELS)
+#if !defined(FL_D) && !defined(FM_DK) && !defined(GPU_KERNELS) && !defined(ATTN_FUSED)
 __kernel CPU_ONE_ITEM void attn_pack_kt(__global const store_t* k, __global float* kt, uint sk, uint heads, uint d) {
   const uint jb = (uint)get_global_id(0);
   const uint h = (uint)get_global_id(1);
@@ -338,12 +347,13 @@ __kernel CPU_ONE_ITEM void attn_pack_v(__global const store_t* v, __global float
     for (uint c = 0; c < dvp; ++c) dst[jj * dvp + c] = j < sk && c < dv ? ld(vr, c) : 0.0f;
   }
 }
-#endif  // !FL_D && !FM_DK && !GPU_KERNELS
+#endif  // !FL_D && !FM_DK && !GPU_KERNELS && !ATTN_FUSED
 
 #define FL_DECL_S(j) floatw s##j = 0.0f;
 #define FL_QK(j) s##j = fma(qc, (floatw)(kc[j]), s##j);
 #define FL_MASK(j) \
   if (jb * FK + (j) >= sk) s##j = (floatw)(-INFINITY);
+#define FL_CAUSAL(j) s##j = select(s##j, (floatw)(-INFINITY), (intw)((int)(jb * FK + (j))) > last);
 #define FL_MAX(j) mx = fmax(mx, s##j);
 #define FL_SUM(j) +s##j
 #define FL_NAN(j) | isnan(s##j)
@@ -363,10 +373,10 @@ __kernel CPU_ONE_ITEM void attn_pack_v(__global const store_t* v, __global float
 #define FL_SAVE_O(x) vstorew(o##x, x, oc);
 
 // Grid: (ceil(sq / FR), heads, batch); one work-item per group.
-#if !defined(FL_D) && !defined(FM_DK) && !defined(GPU_KERNELS)
+#if !defined(FL_D) && !defined(FM_DK) && !defined(GPU_KERNELS) && !defined(ATTN_FUSED)
 __kernel CPU_ONE_ITEM void attention_flash_cpu(__global const store_t* q, __global const float* kt,
                                                __global const float* vp, __global store_t* out, uint sq, uint sk,
-                                               uint heads, uint d, uint dv, uint dvp, float scale) {
+                                               uint heads, uint d, uint dv, uint dvp, float scale, int causal) {
   const uint i0 = (uint)get_global_id(0) * FR;
   const uint h = (uint)get_global_id(1);
   const ulong b = get_global_id(2);
@@ -375,6 +385,8 @@ __kernel CPU_ONE_ITEM void attention_flash_cpu(__global const store_t* q, __glob
   const uint rows = min((uint)FR, sq - i0);
   const ulong qstride = (ulong)heads * d, vstride = (ulong)heads * dv;
   const uint nkb = (sk + FK - 1u) / FK;
+  const uint nkb_run = causal ? min(nkb, (i0 + rows - 1u) / FK + 1u) : nkb;  // blocks with a key some row takes
+  const intw last = (intw)((int)i0) + FL_LANES;                                // causal: each lane's last key
   const ulong bh = b * heads + h;
 
   float qt[ATTN_MAX_D * FR];  // Q^T, scaled: the FR values of channel c are adjacent
@@ -388,7 +400,7 @@ __kernel CPU_ONE_ITEM void attention_flash_cpu(__global const store_t* q, __glob
 
   const __global float* kp = kt + bh * nkb * (ulong)d * FK;
   const __global float* vb = vp + bh * nkb * FK * (ulong)dvp;
-  for (uint jb = 0; jb < nkb; ++jb, kp += d * FK) {
+  for (uint jb = 0; jb < nkb_run; ++jb, kp += d * FK) {
     FK_KEYS(FL_DECL_S)
     for (uint c = 0; c < d; ++c) {
       const floatw qc = vloadw(c, qt);
@@ -397,6 +409,9 @@ __kernel CPU_ONE_ITEM void attention_flash_cpu(__global const store_t* q, __glob
     }
     if (jb * FK + FK > sk) {
       FK_KEYS(FL_MASK)
+    }
+    if (causal && jb * FK + FK - 1u > i0) {
+      FK_KEYS(FL_CAUSAL)
     }
     floatw mx = m;
     FK_KEYS(FL_MAX)
@@ -436,7 +451,7 @@ __kernel CPU_ONE_ITEM void attention_flash_cpu(__global const store_t* q, __glob
     for (uint c = 0; c < dv; ++c) st(orow, c, ot[c * FR + r] / lv[r]);
   }
 }
-#endif  // !FL_D && !FM_DK && !GPU_KERNELS
+#endif  // !FL_D && !FM_DK && !GPU_KERNELS && !ATTN_FUSED
 
 // ---------------------------------------------------------------------------
 // GPU style (attention_flash): f32 accumulation and f32 softmax, no causal
@@ -705,7 +720,7 @@ __kernel __attribute__((reqd_work_group_size(FL_NT, 1, 1))) void attention_flash
 #define FM_KS (FM_DK / 16)      // k16 steps of Q.K^T
 
 // Whether a half word pair holds an Inf or NaN (exponent all ones), per half.
-inline uint fm_nonfinite_halves(uint w) {
+static inline uint fm_nonfinite_halves(uint w) {
   return ((w & 0x7c00u) == 0x7c00u ? 0xffffu : 0u) | ((w & 0x7c000000u) == 0x7c000000u ? 0xffff0000u : 0u);
 }
 
@@ -713,8 +728,8 @@ inline uint fm_nonfinite_halves(uint w) {
 // halves P_hi + P_lo; parts: 1 P_lo, 2 P_hi, 3 both (P_lo first). Keys 16 ks4
 // .. 16 ks4 + 15 are the score blocks 2 ks4 and 2 ks4 + 1 (fragment registers:
 // block 2 ks4 elements 0,1 | 2,3, then block 2 ks4 + 1 elements 0,1 | 2,3).
-inline __attribute__((always_inline)) void fm_pv(float (*o)[4], float (*s)[4], __local uint (*vs)[FM_VPITCH],
-                                                 uint g8, uint t4, uint parts, __local uint* mma_x) {
+static inline __attribute__((always_inline)) void fm_pv(float (*o)[4], float (*s)[4], __local uint (*vs)[FM_VPITCH],
+                                                        uint g8, uint t4, uint parts, __local uint* mma_x) {
   MMA_UNROLL
   for (uint ks4 = 0; ks4 < FM_BK / 16u; ++ks4) {
     uint p_hi[4], p_lo[4];

@@ -13,6 +13,14 @@
 // when the device has cl_khr_fp16: a device's half adder may flush subnormals
 // or differ in other details, and the point of native mode is a result that
 // is the same on every device (and bit-equal to the reference backend).
+//
+// Helpers in every .cl file are `static inline`: PoCL compiles programs with
+// -Dinline=, so a plain `inline` helper is an external function that its
+// front end emits and optimises in every program, used or not (about 0.2 s
+// of each program's build on a 2-core host; bench/README.md, cold start).
+// Helpers that reach a barrier are also always_inline: PoCL needs every
+// barrier in the kernel's own body, and a static helper it left uninlined
+// broke the emulated tensor-core attention.
 
 #ifdef HAS_FP16
 #pragma OPENCL EXTENSION cl_khr_fp16 : enable
@@ -71,7 +79,7 @@ typedef float store_t;
 // f16: round-to-nearest-even at 11 significant bits; values at or past 65520
 // become +-Inf; below 2^-14 the grid is 2^-24 (subnormals); NaN stays NaN.
 #define NS_DEFINE_ROUND_F16(NAME, F, U, AS_F, AS_U)                            \
-  inline F NAME(F x) {                                                         \
+  static inline F NAME(F x) {                                                  \
     const U u = AS_U(x);                                                       \
     const U a = u & (U)(0x7fffffffu);                                          \
     const U sign = u & (U)(0x80000000u);                                       \
@@ -85,7 +93,7 @@ typedef float store_t;
 
 // bf16: round-to-nearest-even at 8 significant bits; NaN stays (quiet) NaN.
 #define NS_DEFINE_ROUND_BF16(NAME, F, U, AS_F, AS_U)                           \
-  inline F NAME(F x) {                                                         \
+  static inline F NAME(F x) {                                                  \
     const U u = AS_U(x);                                                       \
     U r = (u + (U)(0x7fffu) + ((u >> 16) & (U)(1u))) & (U)(0xffff0000u);       \
     r = select(r, u | (U)(0x00400000u), (u & (U)(0x7fffffffu)) > (U)(0x7f800000u)); \
@@ -130,7 +138,7 @@ NS_DEFINE_ROUND_BF16(ns_round_bf16_16, float16, uint16, as_float16, as_uint16)
 //
 // tie: s is a midpoint of the storage grid; toward: e points towards zero.
 #define NS_DEFINE_ROUND_EXACT(NAME, ROUND, F, U, AS_F, AS_U, TIE)              \
-  inline F NAME(F s, F e) {                                                    \
+  static inline F NAME(F s, F e) {                                             \
     const U u = AS_U(s);                                                       \
     const U a = u & (U)(0x7fffffffu);                                          \
     const U tie = TIE;                                                         \
@@ -185,14 +193,14 @@ NS_DEFINE_ROUND_EXACT(ns_round_exact_bf16_16, ns_round_bf16_16, float16, uint16,
 
 // round_dtype(a + b) of the exact sum (two-sum gives the remainder). A
 // non-finite sum needs no remainder: round_exact ignores e there.
-inline float round_sum(float a, float b) {
+static inline float round_sum(float a, float b) {
   const float s = a + b;
   const float bb = s - a;
   const float e = (a - (s - bb)) + (b - bb);
   return round_exact(s, e);
 }
 #define NS_DEFINE_ROUND_SUM(NAME, F, EXACT)        \
-  inline F NAME(F a, F b) {                         \
+  static inline F NAME(F a, F b) {                  \
     const F s = a + b;                              \
     const F bb = s - a;                             \
     const F e = (a - (s - bb)) + (b - bb);          \
@@ -205,7 +213,7 @@ NS_DEFINE_ROUND_SUM(round_sum16, float16, round_exact16)
 // round_dtype(alpha * acc + bias) with one rounding: alpha * acc is split
 // exactly into p + ep with fma, the sum with bias into s + es; the remainder
 // (ep + es) is renormalised against s so that round_exact can break ties.
-inline float round_affine(float alpha, float acc, float bias) {
+static inline float round_affine(float alpha, float acc, float bias) {
   const float p = alpha * acc;
   const float ep = fma(alpha, acc, -p);
   const float s = p + bias;
@@ -217,7 +225,7 @@ inline float round_affine(float alpha, float acc, float bias) {
   return isfinite(s2) ? round_exact(s2, e2) : round_store(s);
 }
 
-inline float16 round_affine16(float16 alpha, float16 acc, float16 bias) {
+static inline float16 round_affine16(float16 alpha, float16 acc, float16 bias) {
   const float16 p = alpha * acc;
   const float16 ep = fma(alpha, acc, -p);
   const float16 s = p + bias;
@@ -264,7 +272,7 @@ inline float16 round_affine16(float16 alpha, float16 acc, float16 bias) {
 #if defined(STORE_F16) && defined(HW_HALF_PTX)
 // One half-unit operation on two operands: OP is the PTX instruction.
 #define NS_HW_BINARY(NAME, OP)                                  \
-  inline float NAME(float a, float b) {                         \
+  static inline float NAME(float a, float b) {                  \
     float r;                                                    \
     NS_ASM("{ .reg .b16 ha, hb, hd;\n\t"                         \
            "cvt.rn.f16.f32 ha, %1;\n\tcvt.rn.f16.f32 hb, %2;\n\t" \
@@ -275,7 +283,7 @@ inline float16 round_affine16(float16 alpha, float16 acc, float16 bias) {
   }
 NS_HW_BINARY(hw_add, "add.rn.f16")
 NS_HW_BINARY(hw_mul, "mul.rn.f16")
-inline float hw_fma(float a, float b, float c) {
+static inline float hw_fma(float a, float b, float c) {
   float r;
   NS_ASM("{ .reg .b16 ha, hb, hc, hd;\n\t"
          "cvt.rn.f16.f32 ha, %1;\n\tcvt.rn.f16.f32 hb, %2;\n\tcvt.rn.f16.f32 hc, %3;\n\t"
@@ -288,7 +296,7 @@ inline float hw_fma(float a, float b, float c) {
 #define NS_HEXP_FIX(SPC, ULP) \
   "{ .reg .b16 spc, ulp, p;\n\tmov.b16 spc, " SPC ";\n\tmov.b16 ulp, " ULP ";\n\t" \
   "set.eq.f16.f16 p, h, spc;\n\tfma.rn.f16 r, p, ulp, r; }\n\t"
-inline float hw_exp(float x) {
+static inline float hw_exp(float x) {
   float y;
   NS_ASM("{ .reg .f32 f;\n\t.reg .b16 h, r;\n\t"
          "cvt.rn.f16.f32 h, %1;\n\tcvt.f32.f16 f, h;\n\t"
@@ -304,19 +312,19 @@ inline float hw_exp(float x) {
 // -DHW_HALF_CL: devices with cl_khr_fp16 (after the same probe): OpenCL C half
 // arithmetic. Conversions to half round to nearest even, fma is correctly
 // rounded, FP_CONTRACT is off (above); exp is the driver's half exp.
-inline float hw_add(float a, float b) { return (float)((half)a + (half)b); }
-inline float hw_fma(float a, float b, float c) { return (float)fma((half)a, (half)b, (half)c); }
-inline float hw_mul(float a, float b) { return (float)((half)a * (half)b); }
-inline float hw_exp(float x) { return (float)exp((half)x); }
+static inline float hw_add(float a, float b) { return (float)((half)a + (half)b); }
+static inline float hw_fma(float a, float b, float c) { return (float)fma((half)a, (half)b, (half)c); }
+static inline float hw_mul(float a, float b) { return (float)((half)a * (half)b); }
+static inline float hw_exp(float x) { return (float)exp((half)x); }
 #endif
 #if defined(STORE_F16) && (defined(HW_HALF_PTX) || (defined(HW_HALF_CL) && defined(HAS_FP16)))
 #define NS_HW4(F, a, b, c) (float4)(F((a).s0, (b).s0, (c).s0), F((a).s1, (b).s1, (c).s1), \
                                     F((a).s2, (b).s2, (c).s2), F((a).s3, (b).s3, (c).s3))
 #define NS_HW8(F, a, b, c) (float8)(NS_HW4(F, (a).lo, (b).lo, (c).lo), NS_HW4(F, (a).hi, (b).hi, (c).hi))
 #define NS_HW16(F, a, b, c) (float16)(NS_HW8(F, (a).lo, (b).lo, (c).lo), NS_HW8(F, (a).hi, (b).hi, (c).hi))
-inline float4 hw_fma4(float4 a, float4 b, float4 c) { return NS_HW4(hw_fma, a, b, c); }
-inline float8 hw_fma8(float8 a, float8 b, float8 c) { return NS_HW8(hw_fma, a, b, c); }
-inline float16 hw_fma16(float16 a, float16 b, float16 c) { return NS_HW16(hw_fma, a, b, c); }
+static inline float4 hw_fma4(float4 a, float4 b, float4 c) { return NS_HW4(hw_fma, a, b, c); }
+static inline float8 hw_fma8(float8 a, float8 b, float8 c) { return NS_HW8(hw_fma, a, b, c); }
+static inline float16 hw_fma16(float16 a, float16 b, float16 c) { return NS_HW16(hw_fma, a, b, c); }
 #define nat_add(a, b) hw_add((a), (b))
 #define nat_fma(a, b, c) hw_fma((a), (b), (c))
 #define nat_fma4(a, b, c) hw_fma4((a), (b), (c))
@@ -337,13 +345,13 @@ inline float16 hw_fma16(float16 a, float16 b, float16 c) { return NS_HW16(hw_fma
 // consecutive elements starting at element i (no alignment beyond the
 // element's own is required).
 
-inline float bf16_to_f32(ushort b) { return as_float((uint)b << 16); }
-inline ushort f32_to_bf16(float f) { return (ushort)(as_uint(ns_round_bf16(f)) >> 16); }
+static inline float bf16_to_f32(ushort b) { return as_float((uint)b << 16); }
+static inline ushort f32_to_bf16(float f) { return (ushort)(as_uint(ns_round_bf16(f)) >> 16); }
 
 // Scalar f16 conversions in integer arithmetic: PoCL's scalar vload_half /
 // vstore_half are slow library routines, while the vector forms map to the
 // CPU's conversion instructions. Both are exact (RNE, Inf, NaN, subnormals).
-inline float f16_to_f32(ushort h) {
+static inline float f16_to_f32(ushort h) {
   const uint em = (uint)h & 0x7fffu;
   const uint sign = ((uint)h & 0x8000u) << 16;
   uint bits = (em << 13) + 0x38000000u;                              // normal: rebias 15 -> 127
@@ -351,7 +359,7 @@ inline float f16_to_f32(ushort h) {
   bits = em < 0x0400u ? as_uint((float)em * 0x1p-24f) : bits;         // zero / subnormal
   return as_float(bits | sign);
 }
-inline ushort f32_to_f16(float f) {
+static inline ushort f32_to_f16(float f) {
   const uint u = as_uint(ns_round_f16(f));  // now exactly representable (or Inf / NaN)
   const uint a = u & 0x7fffffffu;
   const uint sign = (u >> 16) & 0x8000u;
@@ -437,19 +445,19 @@ typedef ushort word_t;
                    : "+f"((D)[0]), "+f"((D)[1]), "+f"((D)[2]), "+f"((D)[3])                                 \
                    : "r"((A)[0]), "r"((A)[1]), "r"((A)[2]), "r"((A)[3]), "r"((B)[0]), "r"((B)[1]))
 // The value of the work-item whose lane is this one's xor mask (mask < 32).
-inline float warp_xor(float v, uint mask, __local uint* x) {
+static inline __attribute__((always_inline)) float warp_xor(float v, uint mask, __local uint* x) {
   uint r;
   NS_ASM volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=r"(r) : "r"(as_uint(v)), "r"(mask));
   return as_float(r);
 }
 // Two f32 values rounded to half (nearest even) as one pair.
-inline uint pack_half2(float lo, float hi) {
+static inline uint pack_half2(float lo, float hi) {
   uint r;
   NS_ASM("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));  // %1 goes to the upper half
   return r;
 }
 // A pair back in f32 (exact): (low, high).
-inline float2 unpack_half2(uint w) {
+static inline float2 unpack_half2(uint w) {
   float lo, hi;
   NS_ASM("{ .reg .b16 l, h;\n\tmov.b32 {l, h}, %2;\n\tcvt.f32.f16 %0, l;\n\tcvt.f32.f16 %1, h; }"
          : "=f"(lo), "=f"(hi)
@@ -459,7 +467,8 @@ inline float2 unpack_half2(uint w) {
 #elif defined(MMA_EMULATE)
 #define MMA_UNROLL _Pragma("unroll 1")
 #define MMA_X_WORDS(threads) (6 * (threads))
-inline void mma_emulated_16816(float* d, const uint* a, const uint* b, __local uint* x) {
+static inline __attribute__((always_inline)) void mma_emulated_16816(float* d, const uint* a, const uint* b,
+                                                                     __local uint* x) {
   const uint lid = (uint)get_local_id(0), lane = lid & 31u;
   __local uint* const mine = x + 6u * lid;
   for (uint r = 0; r < 4u; ++r) mine[r] = a[r];
@@ -483,7 +492,7 @@ inline void mma_emulated_16816(float* d, const uint* a, const uint* b, __local u
   barrier(CLK_LOCAL_MEM_FENCE);
 }
 #define MMA_16816(D, A, B, X) mma_emulated_16816((D), (A), (B), (X))
-inline float warp_xor(float v, uint mask, __local uint* x) {
+static inline __attribute__((always_inline)) float warp_xor(float v, uint mask, __local uint* x) {
   const uint lid = (uint)get_local_id(0);
   x[lid] = as_uint(v);
   barrier(CLK_LOCAL_MEM_FENCE);
@@ -491,21 +500,23 @@ inline float warp_xor(float v, uint mask, __local uint* x) {
   barrier(CLK_LOCAL_MEM_FENCE);
   return r;
 }
-inline uint pack_half2(float lo, float hi) { return (uint)f32_to_f16(lo) | ((uint)f32_to_f16(hi) << 16); }
-inline float2 unpack_half2(uint w) { return (float2)(f16_to_f32((ushort)(w & 0xffffu)), f16_to_f32((ushort)(w >> 16))); }
+static inline uint pack_half2(float lo, float hi) { return (uint)f32_to_f16(lo) | ((uint)f32_to_f16(hi) << 16); }
+static inline float2 unpack_half2(uint w) {
+  return (float2)(f16_to_f32((ushort)(w & 0xffffu)), f16_to_f32((ushort)(w >> 16)));
+}
 #endif
 
 // ---------------------------------------------------------------------------
 // Softmax helpers.
 
 // NaN-propagating maximum (fmax would drop a NaN), as the reference's nan_max.
-inline float nan_max(float a, float b) { return isnan(a) ? a : ((isnan(b) || b > a) ? b : a); }
+static inline float nan_max(float a, float b) { return isnan(a) ? a : ((isnan(b) || b > a) ? b : a); }
 
 // round_dtype(exp(x)) for native softmax. With doubles (-DHAS_FP64), exp is
 // taken in double and rounded once through round_exact, so the result matches
 // the reference's correctly rounded value; otherwise the device's f32 exp
 // (a few ulp) is rounded, which can differ from it by one unit near ties.
-inline float exp_round(float x) {
+static inline float exp_round(float x) {
 #ifdef HAS_FP64
   const double e = exp((double)x);
   const float hi = (float)e;
@@ -520,12 +531,12 @@ inline float exp_round(float x) {
 // goes through the vector form too: a driver's vector and scalar exp may
 // differ in the last bit (PoCL's do), and which elements fall in a tail
 // differs between the two kernels.
-inline float16 silu16(float16 x) { return x / (1.0f + exp(-x)); }
-inline float silu1(float x) { return silu16((float16)(x)).s0; }
+static inline float16 silu16(float16 x) { return x / (1.0f + exp(-x)); }
+static inline float silu1(float x) { return silu16((float16)(x)).s0; }
 
 // Work-group reductions through a __local scratch of get_local_size(0) floats.
 // Every work-item of the group must call them.
-inline float wg_sum(float v, __local float* scratch) {
+static inline __attribute__((always_inline)) float wg_sum(float v, __local float* scratch) {
   const uint lid = (uint)get_local_id(0), n = (uint)get_local_size(0);
   scratch[lid] = v;
   barrier(CLK_LOCAL_MEM_FENCE);
@@ -539,7 +550,7 @@ inline float wg_sum(float v, __local float* scratch) {
   barrier(CLK_LOCAL_MEM_FENCE);
   return r;
 }
-inline float wg_max(float v, __local float* scratch) {
+static inline __attribute__((always_inline)) float wg_max(float v, __local float* scratch) {
   const uint lid = (uint)get_local_id(0), n = (uint)get_local_size(0);
   scratch[lid] = v;
   barrier(CLK_LOCAL_MEM_FENCE);
@@ -561,7 +572,8 @@ inline float wg_max(float v, __local float* scratch) {
 // memory order, every partial sum rounded to the dtype (op_args.hpp), then
 // mean = sum / n, var = max(sumsq / n - mean^2, 0) in f32 as the reference.
 // scratch: max(2, local size) floats.
-inline float2 norm_stats(__global const store_t* x, ulong base, ulong count, float eps, __local float* scratch) {
+static inline __attribute__((always_inline)) float2 norm_stats(__global const store_t* x, ulong base, ulong count,
+                                                               float eps, __local float* scratch) {
   const uint lid = (uint)get_local_id(0), nl = (uint)get_local_size(0);
 #ifdef ACC_NATIVE
   if (lid == 0) {
@@ -627,7 +639,7 @@ inline float2 norm_stats(__global const store_t* x, ulong base, ulong count, flo
 // ---------------------------------------------------------------------------
 // GEMM panels (matmul.cl, conv2d.cl): float offset of row k of panel p in a
 // k-blocked panel set of `panels` panels of width W (layout in matmul.cl).
-inline ulong panel_row(uint p, uint panels, uint k, uint K, uint kc, uint width) {
+static inline ulong panel_row(uint p, uint panels, uint k, uint K, uint kc, uint width) {
   const uint k0 = (k / kc) * kc;
   const uint kcb = min(kc, K - k0);
   return ((ulong)k0 * panels + (ulong)p * kcb + (k - k0)) * width;
@@ -641,8 +653,9 @@ inline ulong panel_row(uint p, uint panels, uint k, uint K, uint kc, uint width)
 // the image, a padding row, or one column over the left or right edge (3x3
 // with padding 1: one vector load and a lane shift). The general case stays
 // out of line so the gather loops that inline the fast paths stay small.
-__attribute__((noinline)) float16 im2col_row16_any(__global const store_t* xp, uint H, uint W, uint stride, uint pad,
-                                                   uint OW, uint oy, uint ox, uint ky, uint kx, uint count) {
+static __attribute__((noinline)) float16 im2col_row16_any(__global const store_t* xp, uint H, uint W, uint stride,
+                                                          uint pad, uint OW, uint oy, uint ox, uint ky, uint kx,
+                                                          uint count) {
   float t[16];
   for (uint j = 0; j < 16u; ++j) {
     float val = 0.0f;
@@ -657,9 +670,9 @@ __attribute__((noinline)) float16 im2col_row16_any(__global const store_t* xp, u
   return vload16(0, t);
 }
 
-__attribute__((always_inline)) inline float16 im2col_row16(__global const store_t* xp, uint H, uint W, uint stride,
-                                                            uint pad, uint OW, uint oy, uint ox, uint ky, uint kx,
-                                                            uint count) {
+static __attribute__((always_inline)) inline float16 im2col_row16(__global const store_t* xp, uint H, uint W,
+                                                                   uint stride, uint pad, uint OW, uint oy, uint ox,
+                                                                   uint ky, uint kx, uint count) {
   if (stride == 1u && count >= 16u && ox + 16u <= OW && W >= 16u) {
     const int iy = (int)(oy + ky) - (int)pad;
     const int ix = (int)(ox + kx) - (int)pad;
@@ -684,9 +697,9 @@ __attribute__((always_inline)) inline float16 im2col_row16(__global const store_
 // and 2 the same 16 values shifted by one with their neighbours): one vector
 // load instead of three. Anything but 16 positions in one output row of an
 // image at least 16 wide takes im2col_row16 three times.
-__attribute__((always_inline)) inline void im2col_taps3(__global const store_t* xp, uint H, uint W, uint OW, uint oy,
-                                                        uint ox, uint ky, uint count, float16* r0, float16* r1,
-                                                        float16* r2) {
+static __attribute__((always_inline)) inline void im2col_taps3(__global const store_t* xp, uint H, uint W, uint OW,
+                                                               uint oy, uint ox, uint ky, uint count, float16* r0,
+                                                               float16* r1, float16* r2) {
   if (count >= 16u && ox + 16u <= OW && ox + 16u <= W) {
     const int iy = (int)(oy + ky) - 1;
     if (iy < 0 || iy >= (int)H) {

@@ -13,7 +13,7 @@
 #define NS_NSTAT 8  // uint counters per record: finite, nan, +inf, -inf, near, over, clipped, (pad)
 
 // Line g of the map at element offset `base`: its first element and stride.
-inline void ns_line(uint g, uint c_h, uint h, uint w, ulong base, ulong* first, ulong* stride, uint* len) {
+static inline void ns_line(uint g, uint c_h, uint h, uint w, ulong base, ulong* first, ulong* stride, uint* len) {
   if (g < c_h) {
     const uint c = g / h, y = g % h;
     *first = base + ((ulong)c * h + y) * w;
@@ -36,7 +36,7 @@ typedef struct {
   float sum, lo, hi;
 } ns_line_acc;
 
-inline void ns_acc_init(ns_line_acc* a) {
+static inline void ns_acc_init(ns_line_acc* a) {
   a->fin = a->nan = a->pinf = a->ninf = a->near = a->over = a->clip = 0;
   a->sum = 0.0f;
   a->lo = INFINITY;
@@ -44,7 +44,7 @@ inline void ns_acc_init(ns_line_acc* a) {
 }
 
 // Branch-free on purpose: CPU drivers vectorise it across work-items.
-inline void ns_acc_add(ns_line_acc* a, float v, float near, float over) {
+static inline void ns_acc_add(ns_line_acc* a, float v, float near, float over) {
   const int fin = isfinite(v);
   const float m = fabs(v);
   a->nan += isnan(v) ? 1u : 0u;
@@ -60,8 +60,8 @@ inline void ns_acc_add(ns_line_acc* a, float v, float near, float over) {
 }
 
 // The first pass over elements begin, begin + step, ... of a line.
-inline ns_line_acc ns_first_pass(__global const store_t* x, ulong first, ulong stride, uint begin, uint len, uint step,
-                                 float near, float over) {
+static inline ns_line_acc ns_first_pass(__global const store_t* x, ulong first, ulong stride, uint begin, uint len,
+                                        uint step, float near, float over) {
   ns_line_acc acc;
   ns_acc_init(&acc);
   for (uint i = begin; i < len; i += step) ns_acc_add(&acc, ld(x, first + i * stride), near, over);
@@ -69,7 +69,8 @@ inline ns_line_acc ns_first_pass(__global const store_t* x, ulong first, ulong s
 }
 
 // Sum of squared deviations from `mean` of the finite values (second pass).
-inline float ns_m2(__global const store_t* x, ulong first, ulong stride, uint begin, uint len, uint step, float mean) {
+static inline float ns_m2(__global const store_t* x, ulong first, ulong stride, uint begin, uint len, uint step,
+                          float mean) {
   float m2 = 0.0f;
   for (uint i = begin; i < len; i += step) {
     const float v = ld(x, first + i * stride);
@@ -84,7 +85,7 @@ inline float ns_m2(__global const store_t* x, ulong first, ulong stride, uint be
 // Sums of a __local array of n floats / uints into element 0 (one work-item);
 // n is the work-group size (at most 256), so a serial pass costs nothing next
 // to the loads.
-inline float ns_local_sum(__local float* v, uint n) {
+static inline float ns_local_sum(__local float* v, uint n) {
   float s = 0.0f;
   for (uint i = 0; i < n; ++i) s += v[i];
   return s;

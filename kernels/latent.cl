@@ -33,7 +33,7 @@
 
 // The Euler samplers' x0: eps: x - sigma*m; v: m*c_out + x/var with
 // c_out = -sigma/sqrt(sigma^2+1) (c[2]) and var = sigma^2+1 (c[3]); sample: m.
-inline float ns_euler_x0(int pred, float x, float m, float sigma, float c_out, float var) {
+static inline float ns_euler_x0(int pred, float x, float m, float sigma, float c_out, float var) {
   if (pred == NS_PRED_EPSILON) {
     const float scaled = sigma * m;
     return x - scaled;
@@ -47,7 +47,7 @@ inline float ns_euler_x0(int pred, float x, float m, float sigma, float c_out, f
 }
 
 // c: sigma, dt, c_out, var. Returns the new sample, x0 through *x0.
-inline float ns_euler(int pred, float x, float m, const float* c, float* x0) {
+static inline float ns_euler(int pred, float x, float m, const float* c, float* x0) {
   const float d = ns_euler_x0(pred, x, m, c[0], c[2], c[3]);
   const float diff = x - d;
   const float derivative = diff / c[0];
@@ -57,7 +57,7 @@ inline float ns_euler(int pred, float x, float m, const float* c, float* x0) {
 }
 
 // c: sqrt(a_t), sqrt(1 - a_t), dir_coef, sqrt(a_prev), clip range; clip: clip_sample.
-inline float ns_ddim(int pred, int clip, float x, float m, const float* c, float* x0_out) {
+static inline float ns_ddim(int pred, int clip, float x, float m, const float* c, float* x0_out) {
   float x0;
   float eps;
   if (pred == NS_PRED_EPSILON) {
@@ -90,7 +90,7 @@ inline float ns_ddim(int pred, int clip, float x, float m, const float* c, float
 }
 
 // c: alpha_s, sigma_s (the schedule's alpha_t and sigma_t at step i).
-inline float ns_dpm_x0(int pred, float x, float m, const float* c) {
+static inline float ns_dpm_x0(int pred, float x, float m, const float* c) {
   if (pred == NS_PRED_EPSILON) {
     const float scaled = c[1] * m;
     const float diff = x - scaled;
@@ -105,14 +105,14 @@ inline float ns_dpm_x0(int pred, float x, float m, const float* c) {
 }
 
 // c: a, b. m0: the newest data prediction.
-inline float ns_dpm1(float x, float m0, const float* c) {
+static inline float ns_dpm1(float x, float m0, const float* c) {
   const float ax = c[0] * x;
   const float bm = c[1] * m0;
   return ax - bm;
 }
 
 // c: a, b, c, d1_coef; heun: add the correction instead of subtracting it.
-inline float ns_dpm2(int heun, float x, float m0, float m1, const float* c) {
+static inline float ns_dpm2(int heun, float x, float m0, float m1, const float* c) {
   const float dm = m0 - m1;
   const float d1 = c[3] * dm;
   const float ax = c[0] * x;
@@ -123,7 +123,7 @@ inline float ns_dpm2(int heun, float x, float m0, float m1, const float* c) {
 }
 
 // c: a, b, c, d, c10, c11, c1, c2.
-inline float ns_dpm3(float x, float m0, float m1, float m2, const float* c) {
+static inline float ns_dpm3(float x, float m0, float m1, float m2, const float* c) {
   const float dm01 = m0 - m1;
   const float dm12 = m1 - m2;
   const float d1_0 = c[4] * dm01;
@@ -143,8 +143,8 @@ inline float ns_dpm3(float x, float m0, float m1, float m2, const float* c) {
 
 // One element of any op. x, m, h1, h2: the inputs (h: older data predictions);
 // returns the output, *x0 the data prediction where the op makes one.
-inline float ns_latent_element(int op, int pred, int flag, float x, float m, float h1, float h2, const float* c,
-                               float* x0) {
+static inline float ns_latent_element(int op, int pred, int flag, float x, float m, float h1, float h2, const float* c,
+                                      float* x0) {
   *x0 = 0.0f;
   if (op == NS_LATENT_SCALE) return x / c[0];
   if (op == NS_LATENT_MUL) return x * c[0];

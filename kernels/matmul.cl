@@ -58,7 +58,7 @@
 #define BIAS_ROW 2
 
 // Up to 16 elements src[base + i * step] for i < count, zeros after.
-inline float16 ld16_masked(__global const store_t* src, ulong base, ulong step, uint count) {
+static inline float16 ld16_masked(__global const store_t* src, ulong base, ulong step, uint count) {
   float v[16];
   for (uint i = 0; i < 16u; ++i) v[i] = i < count ? ld(src, base + i * step) : 0.0f;
   return vload16(0, v);
@@ -70,6 +70,13 @@ inline float16 ld16_masked(__global const store_t* src, ulong base, ulong step, 
 
 // A panels (k-blocked by kc): row r of panel mb = element (m = mb*MR + r, k) at
 // src[src_off + b*sbs + m*rs + k*cs]; rows past M are zero. Grid: (ceil(K/16), ceil(M/MR), batch).
+// In the CPU family gemm_cpu_direct_a reads A where it lies (gemm.hpp,
+// reads_a_directly): A is packed for native accumulation (gemm_native) and for
+// the materialised attention's scores (gemm_cpu) only. Its f32-accumulation
+// programs, which a default run's cold start builds, leave this kernel and
+// gemm_cpu out (1.2 s of compiler time on a 2-core host): they are a variant of
+// their own there (-DGEMM_PACKED_A, gemm::packed_a_options), with nothing else.
+#if !defined(CPU_KERNELS) || defined(ACC_NATIVE) || defined(GEMM_PACKED_A)
 __kernel CPU_ONE_ITEM void gemm_pack_a(__global const store_t* src, ulong src_off, ulong sbs, ulong rs, ulong cs,
                                        __global float* dst, ulong dbs, uint M, uint K, uint kc) {
   const uint k0 = (uint)get_global_id(0) * 16u;
@@ -90,9 +97,11 @@ __kernel CPU_ONE_ITEM void gemm_pack_a(__global const store_t* src, ulong src_of
     for (uint kk = 0; kk < kn; ++kk) d[kk * GEMM_MR + r] = v[kk];
   }
 }
+#endif  // !CPU_KERNELS || ACC_NATIVE || GEMM_PACKED_A
 
 // B panels (k-blocked by kc): column j of panel nb = element (k, n = nb*NR + j) at
 // src[src_off + b*sbs + k*ks + n*ns]; columns past N are zero. Grid: (ceil(K/16), ceil(N/NR), batch).
+#if !defined(GEMM_PACKED_A)
 __kernel CPU_ONE_ITEM void gemm_pack_b(__global const store_t* src, ulong src_off, ulong sbs, ulong ks, ulong ns,
                                        __global float* dst, ulong dbs, uint N, uint K, uint kc) {
   const uint k0 = (uint)get_global_id(0) * 16u;
@@ -127,12 +136,13 @@ __kernel CPU_ONE_ITEM void gemm_pack_b(__global const store_t* src, ulong src_of
     }
   }
 }
+#endif  // !GEMM_PACKED_A
 
 // ---------------------------------------------------------------------------
 // Epilogue shared by the panel kernels: row m of the block, columns n0.. of
 // one 16-wide vector, value already final (f32 mode) or exactly rounded.
 
-inline void gemm_store16(__global store_t* c, ulong off, uint n0, uint N, float16 v) {
+static inline void gemm_store16(__global store_t* c, ulong off, uint n0, uint N, float16 v) {
   if (n0 + 16u <= N) {
     st16(c, off + n0, v);
   } else if (n0 < N) {
@@ -142,7 +152,7 @@ inline void gemm_store16(__global store_t* c, ulong off, uint n0, uint N, float1
   }
 }
 
-inline float16 gemm_bias16(__global const store_t* bias, int mode, uint m, uint n0, uint N) {
+static inline float16 gemm_bias16(__global const store_t* bias, int mode, uint m, uint n0, uint N) {
   if (mode == BIAS_COL) return n0 + 16u <= N ? ld16(bias, n0) : ld16_masked(bias, n0, 1, n0 < N ? N - n0 : 0u);
   if (mode == BIAS_ROW) return (float16)(ld(bias, m));
   return (float16)(-0.0f);  // -0 is the exact identity of addition (keeps -0 results)
@@ -204,6 +214,7 @@ inline float16 gemm_bias16(__global const store_t* bias, int mode, uint m, uint 
 #define GEMM_STORE(r) GEMM_STORE_V(r, 0) GEMM_STORE_V(r, 1)
 #endif
 
+#if !defined(CPU_KERNELS) || defined(GEMM_PACKED_A)  // packed A: the materialised attention's scores
 __kernel CPU_ONE_ITEM void gemm_cpu(__global const float* ap, ulong a_poff, ulong a_bs, uint a_blocks,
                                     __global const float* bp, ulong b_poff, ulong b_bs, uint b_blocks, uint nb0,
                                     __global float* part, ulong part_bs, uint k0, uint kc, int flags, uint mgroup,
@@ -241,6 +252,7 @@ __kernel CPU_ONE_ITEM void gemm_cpu(__global const float* ap, ulong a_poff, ulon
     }
   }
 }
+#endif  // !CPU_KERNELS || GEMM_PACKED_A
 
 // gemm_cpu with A read where it lies (unit column stride: conv weights
 // [O][C*KH*KW], activations [tokens][features]) instead of from packed
@@ -303,7 +315,7 @@ __kernel CPU_ONE_ITEM void gemm_cpu(__global const float* ap, ulong a_poff, ulon
     }                               \
   }
 
-#if !defined(GPU_KERNELS)  // CPU family only (reads_a_directly): not in the GPU family's programs
+#if !defined(GPU_KERNELS) && !defined(GEMM_PACKED_A)  // CPU family only (reads_a_directly), not in its packed-A variant
 __kernel CPU_ONE_ITEM void gemm_cpu_direct_a(__global const store_t* ap, ulong a_off, ulong a_bs, ulong lda,
                                              __global const float* bp, ulong b_poff, ulong b_bs, uint b_blocks,
                                              uint nb0, __global float* part, ulong part_bs, uint k0, uint kc, int flags,
@@ -336,7 +348,7 @@ __kernel CPU_ONE_ITEM void gemm_cpu_direct_a(__global const store_t* ap, ulong a
     }
   }
 }
-#endif  // !GPU_KERNELS
+#endif  // !GPU_KERNELS && !GEMM_PACKED_A
 
 // Convolution on the CPU family with f32 accumulation, without a column
 // matrix: gemm_cpu_direct_a (weights W [M][K] read where they lie as A) whose
@@ -353,7 +365,7 @@ __kernel CPU_ONE_ITEM void gemm_cpu_direct_a(__global const store_t* ap, ulong a
 // out[b][m][n] = sum_k W[m][k] * im2col(x[b])[k][n] + bias[m], n = oy*OW + ox < N.
 // Grid: (ceil(ceil(N/NR) / np), ceil(ceil(M/MR) / mgroup), images), local size 1.
 // bl: np x kc x NR floats; pl: mgroup x np x MR x NR floats.
-#if !defined(GPU_KERNELS)  // CPU family only (reads_a_directly): not in the GPU family's programs
+#if !defined(GPU_KERNELS) && !defined(GEMM_PACKED_A)  // CPU family only (reads_a_directly), not in its packed-A variant
 __kernel CPU_ONE_ITEM void conv_cpu(__global const store_t* ap, __global const store_t* x, ulong x_bs, uint H, uint W,
                                     uint KH, uint KW, uint stride, uint pad, uint OW, __local float* bl,
                                     __local float* pl, uint kc, uint mgroup, uint np, __global const store_t* bias,
@@ -436,7 +448,7 @@ __kernel CPU_ONE_ITEM void conv_cpu(__global const store_t* ap, __global const s
     }
   }
 }
-#endif  // !GPU_KERNELS
+#endif  // !GPU_KERNELS && !GEMM_PACKED_A
 
 // ---------------------------------------------------------------------------
 // Native accumulation: acc = round(acc + a*b) for k ascending (the product of
@@ -556,7 +568,7 @@ typedef struct {
 typedef struct {
   uint cb, ky, kx;
 } ConvTile;
-inline ConvTile conv_next_tile(ConvTile t, uint kh, uint kw, uint block) {
+static inline ConvTile conv_next_tile(ConvTile t, uint kh, uint kw, uint block) {
   if (++t.kx == kw) {
     t.kx = 0;
     if (++t.ky == kh) {
@@ -567,7 +579,7 @@ inline ConvTile conv_next_tile(ConvTile t, uint kh, uint kw, uint block) {
   return t;
 }
 
-inline __attribute__((always_inline)) void gemm_tiled_body(
+static inline __attribute__((always_inline)) void gemm_tiled_body(
     __local float (*as)[TS_PM], __local float (*bs)[TS_PN], __global const store_t* a, ulong lda,
     __global const store_t* bm, ulong ldbk, ulong ldbn, const int implicit, ConvGeom g,
     __global const store_t* bias, int bias_mode, __global store_t* c, ulong cbase, ulong ldc, uint M, uint N, uint K,
@@ -794,13 +806,13 @@ __kernel __attribute__((reqd_work_group_size(RTS_N, RTS_M, 1))) void conv_implic
 #endif
 
 // The slot of k-pair p (0..15) in local row `row` (comment above).
-inline uint mma_slot(uint row, uint p) {
+static inline uint mma_slot(uint row, uint p) {
   return (p & ~7u) | ((((p & 3u) << 1) | ((p >> 2) & 1u)) ^ (((row >> 2) & 3u) << 1));
 }
 
 // The pair (k, k+1) of row m of A, +0 past M or K. words: the pair is one
 // aligned 32-bit word (A's offset, lda and K even; k is even).
-inline uint mma_pair_a(__global const ushort* a, ulong lda, const bool words, uint m, uint k, uint M, uint K) {
+static inline uint mma_pair_a(__global const ushort* a, ulong lda, const bool words, uint m, uint k, uint M, uint K) {
   if (m >= M || k >= K) return 0u;
   if (words) return ((__global const uint*)a)[(m * lda + k) >> 1];
   __global const ushort* row = a + m * lda;
@@ -809,8 +821,8 @@ inline uint mma_pair_a(__global const ushort* a, ulong lda, const bool words, ui
 
 // The pair (k, k+1) of column n of B, +0 past N or K. words: as for A (B's k
 // is contiguous: ldbk 1, with the offset, ldbn and K even).
-inline uint mma_pair_b(__global const ushort* bm, ulong ldbk, ulong ldbn, const bool words, uint k, uint n, uint N,
-                       uint K) {
+static inline uint mma_pair_b(__global const ushort* bm, ulong ldbk, ulong ldbn, const bool words, uint k, uint n,
+                              uint N, uint K) {
   if (n >= N || k >= K) return 0u;
   const ulong col = n * ldbn;
   if (words) return ((__global const uint*)bm)[(col + k) >> 1];
@@ -820,8 +832,9 @@ inline uint mma_pair_b(__global const ushort* bm, ulong ldbk, ulong ldbn, const 
 typedef __local uint (*MmaTile)[MMA_PITCH];
 
 // The local tiles' product into acc: the warp's 64 x 32 of C over one k-tile.
-inline __attribute__((always_inline)) void mma_tile_product(float (*acc)[4][4], MmaTile as, MmaTile bs,
-                                                            __local uint* mma_x, uint wm, uint wn, uint g8, uint t4) {
+static inline __attribute__((always_inline)) void mma_tile_product(float (*acc)[4][4], MmaTile as, MmaTile bs,
+                                                                   __local uint* mma_x, uint wm, uint wn, uint g8,
+                                                                   uint t4) {
 #if defined(MMA_EMULATE)
   // One loop around the emulated mma.sync (two barriers each): PoCL takes minutes to compile
   // barriers nested three loops deep. Each (i, j) still takes its k16 steps in ascending order.
@@ -864,10 +877,10 @@ inline __attribute__((always_inline)) void mma_tile_product(float (*acc)[4][4], 
 }
 
 // C = alpha acc + bias for the warp's fragments inside M x N, rounded once.
-inline __attribute__((always_inline)) void mma_store(float (*acc)[4][4], __global const store_t* bias, int bias_mode,
-                                                     __global store_t* c, ulong cbase, ulong ldc, uint M, uint N,
-                                                     float alpha, uint m0, uint n0, uint wm, uint wn, uint g8,
-                                                     uint t4) {
+static inline __attribute__((always_inline)) void mma_store(float (*acc)[4][4], __global const store_t* bias,
+                                                            int bias_mode, __global store_t* c, ulong cbase, ulong ldc,
+                                                            uint M, uint N, float alpha, uint m0, uint n0, uint wm,
+                                                            uint wn, uint g8, uint t4) {
 #pragma unroll
   for (uint i = 0; i < 4u; ++i) {
 #pragma unroll

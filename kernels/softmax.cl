@@ -12,7 +12,7 @@
 // causal_sq != 0 and writes zeros after them; the input may be f32 scores
 // (softmax_rows_f32in) or stored values (softmax_rows).
 
-inline uint softmax_valid(ulong row, uint d, uint causal_sq) {
+static inline uint softmax_valid(ulong row, uint d, uint causal_sq) {
   return causal_sq ? min((uint)(row % causal_sq) + 1u, d) : d;
 }
 

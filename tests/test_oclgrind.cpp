@@ -298,6 +298,29 @@ TEST(OclgrindCpuFamily, PanelKernelsStayInBoundsAndMatchTheReference) {
   const Precision f32{DType::f32};
   EXPECT_TRUE(tensors_close(linear_on(be, f32, a, wt, bias), linear_on(ref, f32, a, wt, bias), kF32Sums))
       << "linear 13x600 -> 21";
+  // attention_flash_cpu and its packers: partial row and key blocks, with and without the causal mask, and more
+  // keys than queries (the mask's blocks end at the last row's key).
+  struct Attn {
+    std::int64_t sq, sk;
+    bool causal;
+  };
+  for (const Attn& s : {Attn{19, 19, false}, Attn{19, 19, true}, Attn{5, 29, true}}) {
+    const std::string what =
+        "attention " + std::to_string(s.sq) + "x" + std::to_string(s.sk) + (s.causal ? " causal" : "");
+    Rng arng(seed_from("oclgrind cpu family " + what));
+    const HostTensor q = random_normal(arng, {1, s.sq, 2 * 8}, DType::f32);
+    const HostTensor k = random_normal(arng, {1, s.sk, 2 * 8}, DType::f32);
+    const HostTensor v = random_normal(arng, {1, s.sk, 2 * 8}, DType::f32);
+    const auto run = [&](Backend& on) {
+      return on.download(
+          ops::attention(make_context(on, f32), on.upload(q), on.upload(k), on.upload(v), 2, 0.35f, s.causal));
+    };
+    EXPECT_TRUE(tensors_close(run(be), run(ref), tolerance("attention_fused", f32, Check::backend))) << what;
+  }
+  bool fused = false;
+  for (const std::string& n : be.kernel_notes())
+    fused = fused || n.find("flash attention not used") != std::string::npos;
+  EXPECT_FALSE(fused) << "the CPU family's attention left attention_flash_cpu";
   expect_no_new_reports();  // its log, while the backend is alive (the listener runs after the test)
   logs().erase(owned.get());
 }

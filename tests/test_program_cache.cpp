@@ -18,6 +18,7 @@
 
 #include "backend/device.hpp"
 #include "backend/opencl/cache_inventory.hpp"
+#include "backend/opencl/gemm.hpp"
 #include "backend/opencl/kernel_builder.hpp"
 #include "backend/opencl/opencl_backend.hpp"
 #include "backend/opencl/program_cache.hpp"
@@ -768,7 +769,12 @@ TEST_F(ProgramCacheTest, CpuFamilyWholeBlockKernelsAreBuiltForGroupsOfOne) {
           (n == "gemm_cpu_direct_a" || n == "conv_cpu" || n.starts_with("attn_pack") || n == "attention_flash_cpu")) {
         continue;  // CPU family only
       }
-      cl_kernel k = be.kernel(program, name, be.program_options(program, f32));
+      // attention_fused and the packed-A kernels: in the CPU family only in programs of their own
+      // (-DATTN_FUSED, as attention.cpp's fused_options; -DGEMM_PACKED_A).
+      std::string options = be.program_options(program, f32);
+      if (n == "attention_fused" && style == KernelStyle::cpu) options += " -DATTN_FUSED";
+      if (n == "gemm_pack_a" || n == "gemm_cpu") options = opencl::gemm::packed_a_options(be, f32);
+      cl_kernel k = be.kernel(program, name, options);
       size_t compiled[3] = {7, 7, 7};
       ASSERT_EQ(clGetKernelWorkGroupInfo(k, static_cast<cl_device_id>(device_.cl_device),
                                          CL_KERNEL_COMPILE_WORK_GROUP_SIZE, sizeof(compiled), compiled, nullptr),
@@ -780,6 +786,36 @@ TEST_F(ProgramCacheTest, CpuFamilyWholeBlockKernelsAreBuiltForGroupsOfOne) {
       EXPECT_EQ(compiled[2], want) << program << " " << name;
     }
   }
+}
+
+// A default run builds only the kernels it can launch: the CPU family's f32
+// programs leave out attention_fused (attention_flash_cpu takes every
+// f32 attention, causal too) and the packed-A GEMM kernels, which are variants
+// of their own that precompile() builds too.
+TEST_F(ProgramCacheTest, CpuFamilyDefaultProgramsLeaveOutKernelsADefaultRunCannotLaunch) {
+  BackendOptions opts;
+  opts.use_kernel_cache = false;
+  opts.kernel_style = KernelStyleChoice::cpu;
+  OpenClBackend be(device_, opts);
+  const Precision f32{DType::f32};
+  EXPECT_ANY_THROW(be.kernel("attention", "attention_fused", be.program_options("attention", f32)));
+  EXPECT_ANY_THROW(be.kernel("matmul", "gemm_cpu", be.program_options("matmul", f32)));
+  EXPECT_ANY_THROW(be.kernel("matmul", "gemm_pack_a", be.program_options("matmul", f32)));
+  EXPECT_NE(be.kernel("attention", "attention_flash_cpu", be.program_options("attention", f32)), nullptr);
+  EXPECT_NE(be.kernel("matmul", "gemm_cpu_direct_a", be.program_options("matmul", f32)), nullptr);
+  // The packed-A variant holds those two kernels and nothing else.
+  const std::string packed = opencl::gemm::packed_a_options(be, f32);
+  EXPECT_NE(be.kernel("matmul", "gemm_cpu", packed), nullptr);
+  EXPECT_ANY_THROW(be.kernel("matmul", "gemm_cpu_direct_a", packed));
+  const auto has = [](const std::vector<std::string>& v, const std::string& o) {
+    return std::find(v.begin(), v.end(), o) != v.end();
+  };
+  EXPECT_TRUE(has(be.precompile_variants("matmul"), packed)) << "precompile builds the packed-A variant";
+  bool fused_f32 = false;
+  for (const std::string& o : be.precompile_variants("attention")) {
+    fused_f32 = fused_f32 || (o.find("-DATTN_FUSED") != std::string::npos && o.find("NATIVE") == std::string::npos);
+  }
+  EXPECT_TRUE(fused_f32) << "precompile builds the f32 attention_fused variant";
 }
 
 // A helper asked for PoCL's one-work-item version of a program's kernels

@@ -170,7 +170,7 @@ TEST(MatmulDirectA, ReadsAWhereItLiesBitForBitAsThePackedPanels) {
         gemm::Problem pr;
         pr.a = {ocl->buffer(a), 0, m * k, k, 1};
         pr.b = {ocl->buffer(b), 0, k * n, n, 1};
-        gemm::pack_a(*ocl, opts, pr.a, batch, m, k, ocl->buffer(a_panels), a_f, "TEST");
+        gemm::pack_a(*ocl, p, pr.a, batch, m, k, ocl->buffer(a_panels), a_f, "TEST");
         gemm::pack_b(*ocl, opts, pr.b, batch, k, n, ocl->buffer(b_panels), b_f, "TEST");
         pr.b_panels = ocl->buffer(b_panels);
         pr.b_panels_bs = b_f;

@@ -1,12 +1,16 @@
 // ATTENTION host side. fused: kernels/attention.cl (online softmax, no score
-// matrix): where the precision is f32 accumulation and f32 softmax and there
-// is no causal mask, a flash kernel: attention_flash (local-memory tiles) on
-// GPU-style backends (attention_flash_mma on NVIDIA's tensor cores for f16 storage), attention_flash_cpu (keys along
-// the vector lanes, K and V packed per call) on CPU-style ones; else the per-work-item kernel (attention_fused, which
-// also carries the exact native-precision emulation). bmm and sliced: per group of (batch, head) pairs, scores = scale
-// * Q.K^T on the GEMM panels, softmax rows (kernels/softmax.cl) into the probabilities P in the storage dtype, then out
-// = P.V on the GEMM. sliced takes slice_size pairs at a time; both split further (whole pairs, else query rows) to keep
-// the scratch within budget, which cannot change a result: every query row is computed the same way in any split.
+// matrix). At f32 accumulation and f32 softmax a flash kernel: on GPU-style
+// backends attention_flash (local-memory tiles; attention_flash_mma on
+// NVIDIA's tensor cores for f16 storage) where there is no causal mask; on
+// CPU-style ones attention_flash_cpu (query rows along the vector lanes, K and
+// V packed per call), causal or not. Otherwise the per-work-item kernel
+// (attention_fused, which also carries the exact native-precision emulation).
+// bmm and sliced: per group of (batch, head) pairs, scores = scale * Q.K^T on
+// the GEMM panels, softmax rows (kernels/softmax.cl) into the probabilities P
+// in the storage dtype, then out = P.V on the GEMM. sliced takes slice_size
+// pairs at a time; both split further (whole pairs, else query rows) to keep
+// the scratch within budget, which cannot change a result: every query row is
+// computed the same way in any split.
 #include <algorithm>
 
 #include "backend/opencl/gemm.hpp"
@@ -35,11 +39,15 @@ FlashCpuGeometry flash_cpu_geometry(const OpenClBackend& be) {
 
 // The CPU family's programs carry attention_flash_cpu's geometry; the GPU family's leave
 // that kernel and its packers out (-DGPU_KERNELS: a GPU compiler builds every kernel of a
-// program, and it was most of the fused attention program's build on NVIDIA).
+// program, and it was most of the fused attention program's build on NVIDIA). In the CPU
+// family, native precision runs attention_fused, in a program of its own (-DATTN_FUSED,
+// attention.cl), and every other precision attention_flash_cpu.
 std::string attention_options(OpenClBackend& be, const Precision& p) {
   std::string o = be.precision_options(p) + detail::exact_math_options(be.device());
-  if (be.kernel_style() == KernelStyle::cpu && flash_cpu_geometry(be).rows != 16) o += " -DFLW=8";
-  o += be.kernel_style() == KernelStyle::gpu ? " -DGPU_KERNELS" : " -DCPU_KERNELS";  // CPU: common.cl CPU_ONE_ITEM
+  if (be.kernel_style() == KernelStyle::gpu) return o + " -DGPU_KERNELS";
+  if (flash_cpu_geometry(be).rows != 16) o += " -DFLW=8";
+  o += " -DCPU_KERNELS";  // common.cl CPU_ONE_ITEM
+  if (p.native_accumulation() || p.native_softmax()) o += " -DATTN_FUSED";
   return o;
 }
 std::string softmax_options(OpenClBackend& be, const Precision& p) {
@@ -53,13 +61,25 @@ std::string softmax_options(OpenClBackend& be, const Precision& p) {
 // there is scarce.
 std::string fused_options(OpenClBackend& be, const Precision& p, std::int64_t d, std::int64_t dv) {
   std::string opts = attention_options(be, p);
-  if (be.kernel_style() != KernelStyle::cpu) {
+  if (be.kernel_style() == KernelStyle::cpu) {
+    if (!p.native_accumulation() && !p.native_softmax()) opts += " -DATTN_FUSED";
+  } else {
     std::int64_t width = 64;
     while (width < std::max(d, dv)) width *= 2;
     opts += " -DATTN_MAX_D=" + std::to_string(width);
   }
   return opts;
 }
+
+// The CPU family's attention_fused at f32 accumulation and softmax: for the calls attention_flash_cpu refuses.
+[[maybe_unused]] const bool kRegisteredFused =
+    (register_program_more_variants("attention",
+                                    [](OpenClBackend& be, const Precision& p) {
+                                      return be.kernel_style() == KernelStyle::cpu
+                                                 ? std::vector<std::string>{fused_options(be, p, 0, 0)}
+                                                 : std::vector<std::string>{};
+                                    }),
+     true);
 
 void fused(OpenClBackend& be, const AttentionArgs& a) {
   const char* op = "ATTENTION";
@@ -82,16 +102,16 @@ std::int64_t flash_cpu_columns(std::int64_t dv) {
   return static_cast<std::int64_t>(ceil_div(dv, kFlashCpuCols)) * kFlashCpuCols;
 }
 
-// Why the CPU flash kernel cannot take these arguments (empty: it can).
-std::string flash_cpu_refusal(const OpenClBackend& be, const AttentionArgs& a) {
-  if (a.precision.native_accumulation() || a.precision.native_softmax()) {
+// Why the CPU flash kernel cannot take this attention (empty: it can).
+std::string flash_cpu_refusal(const OpenClBackend& be, const Precision& p, std::int64_t pairs, std::int64_t sk,
+                              std::int64_t d, std::int64_t dv) {
+  if (p.native_accumulation() || p.native_softmax()) {
     return "native accumulation or softmax (the exact emulation runs in attention_fused)";
   }
-  if (a.causal) return "causal mask";
   const std::int64_t keys = flash_cpu_geometry(be).keys;
   // The packed V (the larger of the two packs) must fit one allocation.
-  const auto packed = static_cast<std::uint64_t>(a.batch * a.heads * static_cast<std::int64_t>(ceil_div(a.sk, keys)) *
-                                                 keys * std::max(a.d, flash_cpu_columns(a.dv))) *
+  const auto packed = static_cast<std::uint64_t>(pairs * static_cast<std::int64_t>(ceil_div(sk, keys)) * keys *
+                                                 std::max(d, flash_cpu_columns(dv))) *
                       sizeof(float);
   if (be.device().max_alloc_bytes && packed > be.device().max_alloc_bytes) {
     return "packed keys and values (" + std::to_string(packed >> 20) + " MiB) above the device's allocation limit";
@@ -124,7 +144,7 @@ void flash_cpu(OpenClBackend& be, const AttentionArgs& a) {
   cl_kernel k = be.kernel("attention", "attention_flash_cpu", opts);
   OpenClBackend::set_args(k, be.buffer(a.q), kt.mem(), vp.mem(), be.buffer(a.out), to_uint(a.sq, op, "sq"),
                           to_uint(a.sk, op, "sk"), to_uint(a.heads, op, "heads"), to_uint(a.d, op, "d"),
-                          to_uint(a.dv, op, "dv"), to_uint(dvp, op, "dvp"), a.scale);
+                          to_uint(a.dv, op, "dv"), to_uint(dvp, op, "dvp"), a.scale, cl_int(a.causal ? 1 : 0));
   const size_t global[3] = {ceil_div(a.sq, g.rows), static_cast<size_t>(a.heads), static_cast<size_t>(a.batch)};
   const size_t local[3] = {1, 1, 1};
   be.launch(k, op, 3, global, local);
@@ -290,7 +310,7 @@ void materialised_unit(OpenClBackend& be, const AttentionArgs& a, const Unit& u,
     const std::int64_t slot = bh - u.bh0;  // index of the first pair of the run within the unit
     const gemm::Operand q{be.buffer(a.q), (b * a.sq + u.i0) * qs + h0 * a.d, a.d, qs, 1};
     const gemm::Operand kt{be.buffer(a.k), b * a.sk * qs + h0 * a.d, a.d, 1, qs};  // element (c, j) of K^T
-    gemm::pack_a(be, pack_opts, q, nh, u.rows, a.d, q_panels.mem(), qa, op);
+    gemm::pack_a(be, detail::storage_only(t), q, nh, u.rows, a.d, q_panels.mem(), qa, op);
     gemm::pack_b(be, pack_opts, kt, nh, a.d, a.sk, k_panels.mem(), kb, op);
     gemm::Problem sp;
     sp.b_panels = k_panels.mem();  // this run's panels start at 0
@@ -374,14 +394,17 @@ void attention_call_variants(OpenClBackend& be, const KernelCalls& calls, Progra
         add("attention", flash_options(be, a.precision, flash_tiles(a.d, a.dv)));
       }
     } else if (a.impl == AttentionImpl::fused && fits_fused) {
-      // attention_fused, and on CPUs attention_flash_cpu with its packing kernels (the same options).
-      add("attention", fused_options(be, a.precision, a.d, a.dv));
+      // On CPUs attention_flash_cpu with its packing kernels where it takes the call, else attention_fused.
+      const bool flash_cpu = be.kernel_style() == KernelStyle::cpu &&
+                             flash_cpu_refusal(be, a.precision, a.batch * a.heads, a.sk, a.d, a.dv).empty();
+      add("attention", flash_cpu ? attention_options(be, a.precision) : fused_options(be, a.precision, a.d, a.dv));
     } else {
       // materialised(): Q and K packed in the storage dtype, the scores' GEMM, the softmax, P.V.
       const DType t = a.precision.dtype;
       const Precision& p = a.precision;
       add("matmul", gemm::options(be, detail::storage_only(t)));
-      add("matmul", gemm::options(be, score_precision(p)));
+      add("matmul", gemm::packed_a_options(be, detail::storage_only(t)));
+      add("matmul", gemm::packed_a_options(be, score_precision(p)));
       add("matmul", gemm::run_options(be, Precision{t, p.accumulate, SoftmaxPrecision::f32}, a.batch * a.heads, a.sq,
                                       a.dv, a.sk));
       add("softmax", softmax_options(be, p));
@@ -407,12 +430,13 @@ void OpenClBackend::attention(const AttentionArgs& args) {
     }
     if (args.d <= kFusedMaxHead && args.dv <= kFusedMaxHead) {
       if (kernel_style() == KernelStyle::cpu) {
-        const std::string why = flash_cpu_refusal(*this, args);
+        const std::string why =
+            flash_cpu_refusal(*this, args.precision, args.batch * args.heads, args.sk, args.d, args.dv);
         if (why.empty()) {
           flash_cpu(*this, args);
           return;
         }
-        if (!args.precision.native_accumulation() && !args.precision.native_softmax() && !args.causal) {
+        if (!args.precision.native_accumulation() && !args.precision.native_softmax()) {
           note_fallback("flash attention not used (per-work-item fused kernel instead): " + why);
         }
       }

@@ -82,7 +82,7 @@ void OpenClBackend::conv2d(const Conv2dArgs& a) {
   if (!direct) {
     a_panels.emplace(*this, static_cast<std::size_t>(gemm::a_panel_floats(t, a.o, k)) * sizeof(float),
                      "CONV2D weight panels");
-    gemm::pack_a(*this, opts, pr.a, 1, a.o, k, a_panels->mem(), 0, op);
+    gemm::pack_a(*this, a.precision, pr.a, 1, a.o, k, a_panels->mem(), 0, op);
   }
 
   cl_kernel im2col = kernel("conv2d", "conv_im2col_panels", opts);

@@ -163,10 +163,24 @@ std::size_t scratch_budget(const DeviceInfo& device) {
   return std::max<std::size_t>(budget, std::size_t{16} << 20);
 }
 
-void pack_a(OpenClBackend& be, const std::string& options, const Operand& a, std::int64_t batch, std::int64_t m,
-            std::int64_t k, cl_mem dst, std::int64_t dst_bs, const char* op) {
+std::string packed_a_options(OpenClBackend& be, const Precision& p) {
+  std::string o = options(be, p);
+  if (be.kernel_style() == KernelStyle::cpu && !p.native_accumulation()) o += " -DGEMM_PACKED_A";
+  return o;
+}
+
+namespace {
+[[maybe_unused]] const bool kRegisteredPackedA =
+    (register_program_more_variants(
+         "matmul",
+         [](OpenClBackend& be, const Precision& p) { return std::vector<std::string>{packed_a_options(be, p)}; }),
+     true);
+}  // namespace
+
+void pack_a(OpenClBackend& be, const Precision& p, const Operand& a, std::int64_t batch, std::int64_t m, std::int64_t k,
+            cl_mem dst, std::int64_t dst_bs, const char* op) {
   const Tuning& t = tuning(be.device());
-  cl_kernel kern = be.kernel("matmul", "gemm_pack_a", options);
+  cl_kernel kern = be.kernel("matmul", "gemm_pack_a", packed_a_options(be, p));
   OpenClBackend::set_args(kern, a.mem, cl_ulong(a.off), cl_ulong(a.bs), cl_ulong(a.rs), cl_ulong(a.cs), dst,
                           cl_ulong(dst_bs), to_uint(m, op, "m"), to_uint(k, op, "k"), to_uint(k_block(t, k), op, "kc"));
   const size_t global[3] = {ceil_div(k, 16), ceil_div(m, t.mr), static_cast<size_t>(batch)};
@@ -221,7 +235,8 @@ void compute_blocks(OpenClBackend& be, const Precision& p, const ASource& src, c
     be.launch(kern, op, 3, global, nullptr);
     return;
   }
-  cl_kernel kern = be.kernel("matmul", src.direct ? "gemm_cpu_direct_a" : "gemm_cpu", options(be, p));
+  cl_kernel kern = src.direct ? be.kernel("matmul", "gemm_cpu_direct_a", options(be, p))
+                              : be.kernel("matmul", "gemm_cpu", packed_a_options(be, p));
   // One launch per k-block; between them the running sums of a column range of C wait in `part`,
   // so wide problems go in column ranges that keep it within budget.
   const std::int64_t passes = static_cast<std::int64_t>(ceil_div(pr.k, kc));
@@ -676,7 +691,7 @@ void run(OpenClBackend& be, const Precision& p, const Problem& pr, const char* o
         if (!(a_shared && a_packed && mc == pr.m)) {
           Operand a = pr.a;
           a.off += b0 * pr.a.bs + m0 * pr.a.rs;
-          pack_a(be, opts, a, a_shared ? 1 : nb, mm, pr.k, a_buf.mem(), a_cbs, op);
+          pack_a(be, p, a, a_shared ? 1 : nb, mm, pr.k, a_buf.mem(), a_cbs, op);
           a_packed = true;
         }
         Problem chunk = pr;

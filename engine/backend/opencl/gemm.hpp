@@ -77,8 +77,8 @@ std::int64_t a_panel_floats(const Tuning& t, std::int64_t m, std::int64_t k);
 std::int64_t b_panel_floats(const Tuning& t, std::int64_t n, std::int64_t k);
 
 // Packs `batch` matrices into panels at dst (dst_bs floats apart).
-void pack_a(OpenClBackend& be, const std::string& options, const Operand& a, std::int64_t batch, std::int64_t m,
-            std::int64_t k, cl_mem dst, std::int64_t dst_bs, const char* op);
+void pack_a(OpenClBackend& be, const Precision& p, const Operand& a, std::int64_t batch, std::int64_t m, std::int64_t k,
+            cl_mem dst, std::int64_t dst_bs, const char* op);
 void pack_b(OpenClBackend& be, const std::string& options, const Operand& b, std::int64_t batch, std::int64_t k,
             std::int64_t n, cl_mem dst, std::int64_t dst_bs, const char* op);
 
@@ -174,6 +174,12 @@ bool tensor_cores_for(const OpenClBackend& be, const Precision& p);
 // the caller then runs its CUDA-core kernel, whose numerics are the same
 // contract (f32 accumulation, one rounding).
 bool try_tensor_cores(OpenClBackend& be, const char* op, const std::function<void()>& launch);
+
+// The program of the packed-A kernels (gemm_pack_a, gemm_cpu) at a precision. The CPU family's
+// f32-accumulation programs leave them out (matmul.cl: there gemm_cpu_direct_a reads A where it lies, and only
+// the materialised attention's scores pack A), so a default run does not build them: there they are a variant
+// of their own (-DGEMM_PACKED_A); elsewhere options().
+std::string packed_a_options(OpenClBackend& be, const Precision& p);
 
 // Only the compute step on panels already packed (a_panels and pr.b_panels both set).
 void compute_panels(OpenClBackend& be, const Precision& p, cl_mem a_panels, std::int64_t a_panels_off,

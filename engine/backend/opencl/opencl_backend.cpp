@@ -132,11 +132,13 @@ double opencl_c_version(const std::string& s) {
 struct OptionsRegistry {
   std::mutex mutex;
   std::map<std::string, ProgramOptionsFn> fns;
+  std::map<std::string, ProgramMoreVariantsFn> more;
 };
 
 OptionsRegistry& options_registry() {
   static OptionsRegistry r{
-      {}, [] {
+      {},
+      [] {
         std::map<std::string, ProgramOptionsFn> init;
         // The GEMM programs add their tuning -D set (gemm.hpp); conv2d builds with the same options.
         init["matmul"] = [](OpenClBackend& be, const Precision& p) { return gemm::options(be, p); };
@@ -148,7 +150,8 @@ OptionsRegistry& options_registry() {
           };
         }
         return init;
-      }()};
+      }(),
+      {}};
   return r;
 }
 
@@ -158,6 +161,12 @@ void register_program_options(const std::string& program, ProgramOptionsFn fn) {
   auto& r = options_registry();
   std::lock_guard lock(r.mutex);
   r.fns[program] = fn;
+}
+
+void register_program_more_variants(const std::string& program, ProgramMoreVariantsFn fn) {
+  auto& r = options_registry();
+  std::lock_guard lock(r.mutex);
+  r.more[program] = fn;
 }
 
 cl_context create_device_context(const DeviceInfo& device, cl_int& err) {
@@ -497,10 +506,12 @@ std::vector<std::string> OpenClBackend::precompile_variants(const std::string& p
   // option function the op uses at run time; identical option strings collapse
   // (f32 storage, and programs whose options ignore accumulation or softmax).
   ProgramOptionsFn fn = nullptr;
+  ProgramMoreVariantsFn more = nullptr;
   {
     auto& r = options_registry();
     std::lock_guard lock(r.mutex);
     if (auto it = r.fns.find(program); it != r.fns.end()) fn = it->second;
+    if (auto it = r.more.find(program); it != r.more.end()) more = it->second;
   }
   std::set<std::string> seen;
   std::vector<std::string> out;
@@ -510,6 +521,11 @@ std::vector<std::string> OpenClBackend::precompile_variants(const std::string& p
         const Precision p{dt, acc, sm};
         std::string o = fn ? fn(*this, p) : precision_options(p);
         if (seen.insert(o).second) out.push_back(std::move(o));
+        if (more) {
+          for (std::string& m : more(*this, p)) {
+            if (seen.insert(m).second) out.push_back(std::move(m));
+          }
+        }
       }
     }
   }

@@ -43,6 +43,11 @@ struct GuardLog;  // opencl_backend.cpp
 // matmul and conv2d (gemm::options) are registered by opencl_backend.cpp.
 using ProgramOptionsFn = std::string (*)(OpenClBackend& be, const Precision& p);
 void register_program_options(const std::string& program, ProgramOptionsFn fn);
+// Programs some of whose kernels an op builds in another variant at the same
+// precision (the CPU family's packed-A GEMM kernels, its f32 attention_fused):
+// precompile() builds those too.
+using ProgramMoreVariantsFn = std::vector<std::string> (*)(OpenClBackend& be, const Precision& p);
+void register_program_more_variants(const std::string& program, ProgramMoreVariantsFn fn);
 
 // Build options per program, each once.
 using ProgramVariants = std::map<std::string, std::vector<std::string>>;
