@@ -196,19 +196,26 @@ int main(int argc, char** argv) {
       const double s = time_op(*be, [&] { ops::conv2d(ctx, x, w, &bias, 1, 1); });
       rows.push_back({name, 2.0 * double(ch * ch * 9) * double(res * res), s});
     }
-    // SD 1.x self-attention at 256x256, 512x512 and 1024x1024 images (8 heads x 40). The materialised
-    // bmm path only up to 4096 tokens: at 16384 its 8 score matrices alone are 8.6 GB.
-    for (const int tokens : {1024, 4096, 16384}) {
-      const std::string name = "attention_" + std::to_string(tokens) + "x8x40";
+    // SD 1.x self-attention at 256x256, 512x512 and 1024x1024 images (8 heads x 40), then the VAE mid-block's
+    // one 512-wide head at 512x512 and 1024x1024 decodes. The materialised bmm path only up to 4096 tokens: at
+    // 16384 its 8 score matrices alone are 8.6 GB.
+    struct Attn {
+      std::int64_t tokens, heads, d;
+    };
+    for (const Attn& a :
+         {Attn{1024, 8, 40}, Attn{4096, 8, 40}, Attn{16384, 8, 40}, Attn{4096, 1, 512}, Attn{16384, 1, 512}}) {
+      const std::string name =
+          "attention_" + std::to_string(a.tokens) + "x" + std::to_string(a.heads) + "x" + std::to_string(a.d);
       if (!shapes.empty() || !wanted(name)) continue;
-      const Tensor q = be->upload(random_host({1, tokens, 320}, dtype, 6));
-      const Tensor k = be->upload(random_host({1, tokens, 320}, dtype, 7));
-      const Tensor v = be->upload(random_host({1, tokens, 320}, dtype, 8));
+      const Tensor q = be->upload(random_host({1, a.tokens, a.heads * a.d}, dtype, 6));
+      const Tensor k = be->upload(random_host({1, a.tokens, a.heads * a.d}, dtype, 7));
+      const Tensor v = be->upload(random_host({1, a.tokens, a.heads * a.d}, dtype, 8));
+      const float scale = 1.0f / std::sqrt(static_cast<float>(a.d));
       for (AttentionImpl impl : {AttentionImpl::fused, AttentionImpl::bmm}) {
-        if (impl == AttentionImpl::bmm && tokens > 4096) continue;
+        if (impl == AttentionImpl::bmm && a.tokens > 4096) continue;
         ctx.attention.impl = impl;
-        const double s = time_op(*be, [&] { ops::attention(ctx, q, k, v, 8, 1.0f / std::sqrt(40.0f)); });
-        rows.push_back({name, 4.0 * 8 * double(tokens) * double(tokens) * 40, s});
+        const double s = time_op(*be, [&] { ops::attention(ctx, q, k, v, int(a.heads), scale); });
+        rows.push_back({name, 4.0 * double(a.heads) * double(a.tokens) * double(a.tokens) * double(a.d), s});
         rows.back().name += impl == AttentionImpl::fused ? " (fused)" : " (bmm)";
       }
     }

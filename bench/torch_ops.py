@@ -75,6 +75,8 @@ with torch.no_grad():
         v = torch.randn(8, tokens, 40)
 
         results[f"attention_{tokens}x8x40"] = timed(lambda: classic_attention(q, k, v, scale))
+    q, k, v = torch.randn(1, 4096, 512), torch.randn(1, 4096, 512), torch.randn(1, 4096, 512)  # the VAE's mid-block
+    results["attention_4096x1x512"] = timed(lambda: classic_attention(q, k, v, 512 ** -0.5))
     # The memory-bound ops (bench_ops' second table).
     F = torch.nn.functional
     x = torch.randn(2, 320, 64, 64)

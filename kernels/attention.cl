@@ -372,83 +372,116 @@ __kernel CPU_ONE_ITEM void attn_pack_v(__global const store_t* v, __global float
 #define FL_PV_TAKE(j) FL_PV_KEY(j, FL_PV_COL_TAKE)  // rows that take no key yet keep their O (0 * Inf would be NaN)
 #define FL_SAVE_O(x) vstorew(o##x, x, oc);
 
-// Grid: (ceil(sq / FR), heads, batch); one work-item per group.
+// Grid: (ceil(sq / (FR * groups)), heads, batch); one work-item per group.
+// A work-item takes `groups` blocks of FR query rows and walks the keys in
+// chunks of `chunk` key blocks: each chunk of packed K and V is read from
+// memory once for all its row blocks, then from the caches (one row block per
+// pass streamed a large head's K and V from memory for every FR rows: the VAE's
+// one-head attention at d = 512, 16384 tokens, is 64 MiB of K and V per pass,
+// bandwidth-bound at 27% of the peak). Each row block's state (Q^T scaled,
+// O^T, the running max m and sum l) lives in `state`, (d + dvp + 2) * FR floats
+// per block. Every row still takes its keys in ascending blocks: the results
+// do not depend on groups or chunk, bit for bit.
 #if !defined(FL_D) && !defined(FM_DK) && !defined(GPU_KERNELS) && !defined(ATTN_FUSED)
 __kernel CPU_ONE_ITEM void attention_flash_cpu(__global const store_t* q, __global const float* kt,
-                                               __global const float* vp, __global store_t* out, uint sq, uint sk,
-                                               uint heads, uint d, uint dv, uint dvp, float scale, int causal) {
-  const uint i0 = (uint)get_global_id(0) * FR;
+                                               __global const float* vp, __global store_t* out, __local float* state,
+                                               uint groups, uint chunk, uint sq, uint sk, uint heads, uint d, uint dv,
+                                               uint dvp, float scale, int causal) {
+  const uint i00 = (uint)get_global_id(0) * FR * groups;
   const uint h = (uint)get_global_id(1);
   const ulong b = get_global_id(2);
-  if (i0 >= sq) return;
+  if (i00 >= sq) return;
   const float qscale = scale * M_LOG2E_F;
-  const uint rows = min((uint)FR, sq - i0);
+  const uint ng = min(groups, (sq - i00 + FR - 1u) / FR);  // row blocks with rows
+  const uint gs = (d + dvp + 2u) * FR;                     // floats of state per row block
   const ulong qstride = (ulong)heads * d, vstride = (ulong)heads * dv;
   const uint nkb = (sk + FK - 1u) / FK;
-  const uint nkb_run = causal ? min(nkb, (i0 + rows - 1u) / FK + 1u) : nkb;  // blocks with a key some row takes
-  const intw last = (intw)((int)i0) + FL_LANES;                                // causal: each lane's last key
   const ulong bh = b * heads + h;
 
-  float qt[ATTN_MAX_D * FR];  // Q^T, scaled: the FR values of channel c are adjacent
-  float ot[ATTN_MAX_D * FR];  // O^T
-  for (uint r = 0; r < FR; ++r) {
-    const __global store_t* qr = q + (b * sq + i0 + r) * qstride + (ulong)h * d;
-    for (uint c = 0; c < d; ++c) qt[c * FR + r] = r < rows ? ld(qr, c) * qscale : 0.0f;  // rows past sq: never stored
-  }
-  for (uint c = 0; c < dvp; ++c) vstorew((floatw)(0.0f), c, ot);
-  floatw m = (floatw)(-INFINITY), l = (floatw)(0.0f);
-
-  const __global float* kp = kt + bh * nkb * (ulong)d * FK;
-  const __global float* vb = vp + bh * nkb * FK * (ulong)dvp;
-  for (uint jb = 0; jb < nkb_run; ++jb, kp += d * FK) {
-    FK_KEYS(FL_DECL_S)
-    for (uint c = 0; c < d; ++c) {
-      const floatw qc = vloadw(c, qt);
-      const __global float* kc = kp + c * FK;
-      FK_KEYS(FL_QK)
+  for (uint g = 0; g < ng; ++g) {
+    const uint i0 = i00 + g * FR, rows = min((uint)FR, sq - i0);
+    __local float* qt = state + g * gs;  // Q^T, scaled: the FR values of channel c are adjacent
+    __local float* ot = qt + d * FR;  // O^T
+    for (uint r = 0; r < FR; ++r) {
+      const __global store_t* qr = q + (b * sq + i0 + r) * qstride + (ulong)h * d;
+      for (uint c = 0; c < d; ++c) qt[c * FR + r] = r < rows ? ld(qr, c) * qscale : 0.0f;  // rows past sq: never stored
     }
-    if (jb * FK + FK > sk) {
-      FK_KEYS(FL_MASK)
-    }
-    if (causal && jb * FK + FK - 1u > i0) {
-      FK_KEYS(FL_CAUSAL)
-    }
-    floatw mx = m;
-    FK_KEYS(FL_MAX)
-    floatw mn = select(mx, m, isnan(m));  // nan_max(m, block): fmax drops NaN, a NaN row stays NaN
-    if (any(isnan(0.0f FK_KEYS(FL_SUM)))) {  // a NaN score (or +Inf beside -Inf: checked lane by lane)
-      mn = select(mn, (floatw)(NAN), 0 FK_KEYS(FL_NAN));
-    }
-    const intw none = mn == (floatw)(-INFINITY);  // rows that take no key yet (the reference skips them)
-    const floatw mb = select(mn, (floatw)(0.0f), none);  // so their P are exp2(-Inf - 0) = 0
-    const bool skipping = any(none);
-    const floatw corr = exp2(m - mb);
-    FK_KEYS(FL_P)
-    l = fma(l, corr, FL_PSUM);
-    const bool rescale = any(m != mn);  // exp2(0) == 1 exactly: no row's maximum moved, no rescale
-    m = mn;
-    const __global float* vj = vb + (ulong)jb * FK * dvp;
-    for (uint c = 0; c < dvp; c += FV) {
-      float* oc = ot + c * FR;
-      const __global float* vc = vj + c;
-      FV_COLS(FL_DECL_O)
-      if (rescale) {
-        FV_COLS(FL_RESCALE)
-      }
-      if (!skipping) {
-        FK_KEYS(FL_PV)
-      } else {
-        FK_KEYS(FL_PV_TAKE)
-      }
-      FV_COLS(FL_SAVE_O)
-    }
+    for (uint c = 0; c < dvp; ++c) vstorew((floatw)(0.0f), c, ot);
+    vstorew((floatw)(-INFINITY), 0, ot + dvp * FR);
+    vstorew((floatw)(0.0f), 1, ot + dvp * FR);
   }
 
-  float lv[FR];
-  vstorew(l, 0, lv);
-  for (uint r = 0; r < rows; ++r) {
-    __global store_t* orow = out + (b * sq + i0 + r) * vstride + (ulong)h * dv;
-    for (uint c = 0; c < dv; ++c) st(orow, c, ot[c * FR + r] / lv[r]);
+  const uint last_row = min(sq, i00 + ng * FR) - 1u;
+  const uint nkb_all = causal ? min(nkb, last_row / FK + 1u) : nkb;  // blocks with a key some row takes
+  for (uint kb0 = 0; kb0 < nkb_all; kb0 += chunk) {
+    for (uint g = 0; g < ng; ++g) {
+      const uint i0 = i00 + g * FR, rows = min((uint)FR, sq - i0);
+      const uint nkb_run = causal ? min(nkb, (i0 + rows - 1u) / FK + 1u) : nkb;
+      const uint kb1 = min(kb0 + chunk, nkb_run);
+      if (kb0 >= kb1) continue;
+      const intw last = (intw)((int)i0) + FL_LANES;  // causal: each lane's last key
+      __local float* qt = state + g * gs;
+      __local float* ot = qt + d * FR;
+      __local float* ml = ot + dvp * FR;
+      floatw m = vloadw(0, ml), l = vloadw(1, ml);
+      const __global float* kp = kt + (bh * nkb + kb0) * (ulong)d * FK;
+      const __global float* vb = vp + bh * nkb * FK * (ulong)dvp;
+      for (uint jb = kb0; jb < kb1; ++jb, kp += d * FK) {
+        FK_KEYS(FL_DECL_S)
+        for (uint c = 0; c < d; ++c) {
+          const floatw qc = vloadw(c, qt);
+          const __global float* kc = kp + c * FK;
+          FK_KEYS(FL_QK)
+        }
+        if (jb * FK + FK > sk) {
+          FK_KEYS(FL_MASK)
+        }
+        if (causal && jb * FK + FK - 1u > i0) {
+          FK_KEYS(FL_CAUSAL)
+        }
+        floatw mx = m;
+        FK_KEYS(FL_MAX)
+        floatw mn = select(mx, m, isnan(m));  // nan_max(m, block): fmax drops NaN, a NaN row stays NaN
+        if (any(isnan(0.0f FK_KEYS(FL_SUM)))) {  // a NaN score (or +Inf beside -Inf: checked lane by lane)
+          mn = select(mn, (floatw)(NAN), 0 FK_KEYS(FL_NAN));
+        }
+        const intw none = mn == (floatw)(-INFINITY);  // rows that take no key yet (the reference skips them)
+        const floatw mb = select(mn, (floatw)(0.0f), none);  // so their P are exp2(-Inf - 0) = 0
+        const bool skipping = any(none);
+        const floatw corr = exp2(m - mb);
+        FK_KEYS(FL_P)
+        l = fma(l, corr, FL_PSUM);
+        const bool rescale = any(m != mn);  // exp2(0) == 1 exactly: no row's maximum moved, no rescale
+        m = mn;
+        const __global float* vj = vb + (ulong)jb * FK * dvp;
+        for (uint c = 0; c < dvp; c += FV) {
+          __local float* oc = ot + c * FR;
+          const __global float* vc = vj + c;
+          FV_COLS(FL_DECL_O)
+          if (rescale) {
+            FV_COLS(FL_RESCALE)
+          }
+          if (!skipping) {
+            FK_KEYS(FL_PV)
+          } else {
+            FK_KEYS(FL_PV_TAKE)
+          }
+          FV_COLS(FL_SAVE_O)
+        }
+      }
+      vstorew(m, 0, ml);
+      vstorew(l, 1, ml);
+    }
+  }
+
+  for (uint g = 0; g < ng; ++g) {
+    const uint i0 = i00 + g * FR, rows = min((uint)FR, sq - i0);
+    const __local float* ot = state + g * gs + d * FR;
+    const __local float* lv = ot + dvp * FR + FR;
+    for (uint r = 0; r < rows; ++r) {
+      __global store_t* orow = out + (b * sq + i0 + r) * vstride + (ulong)h * dv;
+      for (uint c = 0; c < dv; ++c) st(orow, c, ot[c * FR + r] / lv[r]);
+    }
   }
 }
 #endif  // !FL_D && !FM_DK && !GPU_KERNELS && !ATTN_FUSED

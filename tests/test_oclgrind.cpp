@@ -116,14 +116,18 @@ void configure_oclgrind() {
 
 // A simulator backend with its own Oclgrind log: the GPU kernels (the op
 // suite's), or the CPU family's (OclgrindCpuFamily).
+// attention_row_blocks, attention_key_chunk: BackendOptions' CPU flash attention blocking (0: by the call).
 std::unique_ptr<Backend> make_checked_backend(const DeviceInfo& d, KernelStyleChoice style,
-                                              bool emulate_tensor_cores = false) {
+                                              bool emulate_tensor_cores = false, int attention_row_blocks = 0,
+                                              int attention_key_chunk = 0) {
   const auto path = log_dir().path() / ("oclgrind-" + std::to_string(logs().size()) + ".log");
   ::setenv("OCLGRIND_LOG", path.c_str(), 1);  // read once, by the context the backend creates
   BackendOptions o;
   o.kernel_style = style;
   o.emulate_tensor_cores = emulate_tensor_cores;
   o.profile = emulate_tensor_cores;  // OclgrindTensorCores checks which kernels ran
+  o.attention_cpu_row_blocks = attention_row_blocks;
+  o.attention_cpu_key_chunk = attention_key_chunk;
   std::unique_ptr<Backend> be = make_backend(d, o);
   ::unsetenv("OCLGRIND_LOG");
   logs()[be.get()] = {d.name, path, 0};
@@ -299,7 +303,11 @@ TEST(OclgrindCpuFamily, PanelKernelsStayInBoundsAndMatchTheReference) {
   EXPECT_TRUE(tensors_close(linear_on(be, f32, a, wt, bias), linear_on(ref, f32, a, wt, bias), kF32Sums))
       << "linear 13x600 -> 21";
   // attention_flash_cpu and its packers: partial row and key blocks, with and without the causal mask, and more
-  // keys than queries (the mask's blocks end at the last row's key).
+  // keys than queries (the mask's blocks end at the last row's key); then blocked over memory (two row blocks per
+  // work-item taking K and V one key block at a time: the last work-item's second row block is partial or empty).
+  const std::unique_ptr<Backend> blocked_owner =
+      make_checked_backend(oclgrind_backend()->device(), KernelStyleChoice::cpu, false, 2, 1);
+  Backend& blocked = *blocked_owner;
   struct Attn {
     std::int64_t sq, sk;
     bool causal;
@@ -315,14 +323,19 @@ TEST(OclgrindCpuFamily, PanelKernelsStayInBoundsAndMatchTheReference) {
       return on.download(
           ops::attention(make_context(on, f32), on.upload(q), on.upload(k), on.upload(v), 2, 0.35f, s.causal));
     };
-    EXPECT_TRUE(tensors_close(run(be), run(ref), tolerance("attention_fused", f32, Check::backend))) << what;
+    const HostTensor got = run(be);
+    EXPECT_TRUE(tensors_close(got, run(ref), tolerance("attention_fused", f32, Check::backend))) << what;
+    EXPECT_TRUE(bitwise_equal(run(blocked), got)) << what << ", blocked over memory";
   }
   bool fused = false;
-  for (const std::string& n : be.kernel_notes())
-    fused = fused || n.find("flash attention not used") != std::string::npos;
+  for (const Backend* b : {static_cast<const Backend*>(&be), static_cast<const Backend*>(&blocked)}) {
+    for (const std::string& n : b->kernel_notes())
+      fused = fused || n.find("flash attention not used") != std::string::npos;
+  }
   EXPECT_FALSE(fused) << "the CPU family's attention left attention_flash_cpu";
-  expect_no_new_reports();  // its log, while the backend is alive (the listener runs after the test)
+  expect_no_new_reports();  // their logs, while the backends are alive (the listener runs after the test)
   logs().erase(owned.get());
+  logs().erase(blocked_owner.get());
 }
 
 // The tensor-core kernels (gemm_mma, conv_implicit_mma, attention_flash_mma)

@@ -214,6 +214,12 @@ struct BackendOptions {
   // 16; 0: by the device's native float vector width, 16 on AVX-512): tests
   // run both geometries on any CPU.
   int attention_cpu_lanes = 0;
+  // Test setting: the CPU flash attention's blocking over memory, forced (0:
+  // by the call's size): query row blocks per work-item, and key blocks per
+  // chunk of K and V those row blocks take in turn. The results are the same
+  // bit for bit at any blocking.
+  int attention_cpu_row_blocks = 0;
+  int attention_cpu_key_chunk = 0;
   // Fault injection for tests: called before every device allocation with
   // its size; returning true makes that allocation fail as the driver would
   // (CL_MEM_OBJECT_ALLOCATION_FAILURE). Empty: never.

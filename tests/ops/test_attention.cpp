@@ -298,6 +298,53 @@ TEST(AttentionFlashCpu, BothGeometriesMatchTheReference) {
   }
 }
 
+// The CPU flash kernel's blocking over memory (row blocks per work-item taking
+// K and V in chunks of key blocks; a large head's K and V would otherwise be
+// streamed from memory for every block of rows) changes the schedule, never a
+// row's sums: forced blockings give the default's results bit for bit, with
+// and without the causal mask, on ragged row and key blocks, for both
+// geometries, and stay close to the reference.
+TEST(AttentionFlashCpu, BlockingOverMemoryKeepsTheResultsBitForBit) {
+  Rng rng(seed_from("attention flash cpu blocking"));
+  const AttnShape shapes[] = {{2, 61, 53, 2, 24, 20, false}, {1, 75, 75, 1, 40, 40, true}, {1, 40, 97, 2, 8, 8, true}};
+  struct Blocking {
+    int row_blocks, key_chunk;
+  };
+  for (Backend* be : all_backends()) {
+    if (be->device().kind == DeviceKind::reference || be->device().kind == DeviceKind::simulator) continue;
+    for (const int lanes : {16, 8}) {
+      const auto backend = [&](Blocking b) {
+        BackendOptions options = test_backend_options();
+        options.kernel_style = KernelStyleChoice::cpu;
+        options.attention_cpu_lanes = lanes;
+        options.attention_cpu_row_blocks = b.row_blocks;
+        options.attention_cpu_key_chunk = b.key_chunk;
+        return make_backend(be->device(), options);
+      };
+      const std::unique_ptr<Backend> plain = backend({1, 1000});
+      for (const AttnShape& s : shapes) {
+        const std::vector<HostTensor> qkv{random_normal(rng, {s.batch, s.sq, s.heads * s.d}, DType::f32),
+                                          random_normal(rng, {s.batch, s.sk, s.heads * s.d}, DType::f32),
+                                          random_normal(rng, {s.batch, s.sk, s.heads * s.dv}, DType::f32)};
+        const float scale = static_cast<float>(1.0 / std::sqrt(double(s.d)));
+        const Precision p{DType::f32};
+        const HostTensor want = run_attention(*plain, qkv, p, {AttentionImpl::fused, 1}, int(s.heads), scale, s.causal);
+        const HostTensor ref =
+            run_attention(reference_backend(), qkv, p, {AttentionImpl::fused, 1}, int(s.heads), scale, s.causal);
+        EXPECT_TRUE(tensors_close(want, ref, tolerance("attention_fused", p, Check::backend)));
+        for (const Blocking b : {Blocking{3, 2}, Blocking{2, 1}, Blocking{16, 3}}) {
+          SCOPED_TRACE("device \"" + be->device().name + "\" " + std::to_string(lanes) + " lanes, " + s.tag() + ", " +
+                       std::to_string(b.row_blocks) + " row blocks, chunks of " + std::to_string(b.key_chunk));
+          const std::unique_ptr<Backend> blocked = backend(b);
+          EXPECT_TRUE(bitwise_equal(
+              run_attention(*blocked, qkv, p, {AttentionImpl::fused, 1}, int(s.heads), scale, s.causal), want));
+          expect_no_guard_violations(*blocked);
+        }
+      }
+    }
+  }
+}
+
 TEST(AttentionNonFinite, FlashKernelsPutNanAndInfWhereTheReferenceDoes) {
   Rng rng(seed_from("attention non-finite"));
   const std::int64_t sq = 11, sk = 37, heads = 2, d = 24, dv = 20;

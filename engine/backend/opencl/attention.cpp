@@ -102,11 +102,57 @@ std::int64_t flash_cpu_columns(std::int64_t dv) {
   return static_cast<std::int64_t>(ceil_div(dv, kFlashCpuCols)) * kFlashCpuCols;
 }
 
+// attention_flash_cpu's blocking over memory (its `groups` and `chunk`): row_blocks blocks of query rows per
+// work-item take the packed K and V in chunks of key_chunk key blocks, each chunk read from memory once for all
+// of them. Where one (batch, head)'s K and V fit the caches (SD's UNet heads up to 4096 tokens) one row block
+// streams them whole; beyond (the VAE's 512-wide head: 8 MiB at 4096 tokens, 64 MiB at 16384) a chunk is about
+// half of a core's L2 and up to 16 row blocks share it, as long as 32 work-items remain for the cores.
+struct FlashCpuBlocking {
+  std::int64_t row_blocks = 1, key_chunk = 1;
+};
+constexpr std::uint64_t kFlashCpuCachedKv = 1u << 20;      // K and V bytes of one (batch, head) that stay cached
+constexpr std::uint64_t kFlashCpuChunkBytes = 192u << 10;  // K and V bytes of one chunk
+constexpr std::int64_t kFlashCpuMaxRowBlocks = 16;
+
+// Local memory bytes of `row_blocks` row blocks' state (Q^T, O^T, m and l: attention.cl).
+std::uint64_t flash_cpu_state_bytes(const FlashCpuGeometry& g, std::int64_t row_blocks, std::int64_t d,
+                                    std::int64_t dvp) {
+  return static_cast<std::uint64_t>(row_blocks * (d + dvp + 2) * g.rows) * sizeof(float);
+}
+
+FlashCpuBlocking flash_cpu_blocking(const OpenClBackend& be, std::int64_t pairs, std::int64_t sq, std::int64_t sk,
+                                    std::int64_t d, std::int64_t dvp) {
+  const FlashCpuGeometry g = flash_cpu_geometry(be);
+  const std::int64_t nkb = static_cast<std::int64_t>(ceil_div(sk, g.keys));
+  const std::int64_t qblocks = static_cast<std::int64_t>(ceil_div(sq, g.rows));
+  const auto block_bytes = static_cast<std::uint64_t>(g.keys * (d + dvp)) * sizeof(float);
+  FlashCpuBlocking b{1, nkb};
+  if (static_cast<std::uint64_t>(nkb) * block_bytes > kFlashCpuCachedKv) {
+    b.row_blocks = kFlashCpuMaxRowBlocks;
+    while (b.row_blocks > 1 && static_cast<std::int64_t>(ceil_div(qblocks, b.row_blocks)) * pairs < 32) {
+      b.row_blocks /= 2;
+    }
+    b.key_chunk = std::max<std::int64_t>(1, static_cast<std::int64_t>(kFlashCpuChunkBytes / block_bytes));
+  }
+  if (be.attention_cpu_row_blocks() > 0) b.row_blocks = be.attention_cpu_row_blocks();
+  if (be.attention_cpu_key_chunk() > 0) b.key_chunk = be.attention_cpu_key_chunk();
+  b.row_blocks = std::min(b.row_blocks, qblocks);
+  const std::uint64_t local = be.device().local_mem_bytes;
+  while (b.row_blocks > 1 && local && flash_cpu_state_bytes(g, b.row_blocks, d, dvp) > local) --b.row_blocks;
+  b.key_chunk = std::min(b.key_chunk, nkb);
+  return b;
+}
+
 // Why the CPU flash kernel cannot take this attention (empty: it can).
 std::string flash_cpu_refusal(const OpenClBackend& be, const Precision& p, std::int64_t pairs, std::int64_t sk,
                               std::int64_t d, std::int64_t dv) {
   if (p.native_accumulation() || p.native_softmax()) {
     return "native accumulation or softmax (the exact emulation runs in attention_fused)";
+  }
+  const std::uint64_t state = flash_cpu_state_bytes(flash_cpu_geometry(be), 1, d, flash_cpu_columns(dv));
+  if (be.device().local_mem_bytes && state > be.device().local_mem_bytes) {
+    return "the state of one block of query rows (" + std::to_string(state) + " bytes) above the device's " +
+           std::to_string(be.device().local_mem_bytes) + " bytes of local memory";
   }
   const std::int64_t keys = flash_cpu_geometry(be).keys;
   // The packed V (the larger of the two packs) must fit one allocation.
@@ -141,11 +187,15 @@ void flash_cpu(OpenClBackend& be, const AttentionArgs& a) {
   OpenClBackend::set_args(pv, be.buffer(a.v), vp.mem(), to_uint(a.sk, op, "sk"), to_uint(a.heads, op, "heads"),
                           to_uint(a.dv, op, "dv"), to_uint(dvp, op, "dvp"));
   be.launch(pv, op, 3, pack_global, nullptr);
+  const FlashCpuBlocking blk = flash_cpu_blocking(be, pairs, a.sq, a.sk, a.d, dvp);
   cl_kernel k = be.kernel("attention", "attention_flash_cpu", opts);
-  OpenClBackend::set_args(k, be.buffer(a.q), kt.mem(), vp.mem(), be.buffer(a.out), to_uint(a.sq, op, "sq"),
+  OpenClBackend::set_args(k, be.buffer(a.q), kt.mem(), vp.mem(), be.buffer(a.out),
+                          LocalMem{static_cast<size_t>(flash_cpu_state_bytes(g, blk.row_blocks, a.d, dvp))},
+                          cl_uint(blk.row_blocks), to_uint(blk.key_chunk, op, "key chunk"), to_uint(a.sq, op, "sq"),
                           to_uint(a.sk, op, "sk"), to_uint(a.heads, op, "heads"), to_uint(a.d, op, "d"),
                           to_uint(a.dv, op, "dv"), to_uint(dvp, op, "dvp"), a.scale, cl_int(a.causal ? 1 : 0));
-  const size_t global[3] = {ceil_div(a.sq, g.rows), static_cast<size_t>(a.heads), static_cast<size_t>(a.batch)};
+  const size_t global[3] = {ceil_div(a.sq, g.rows * blk.row_blocks), static_cast<size_t>(a.heads),
+                            static_cast<size_t>(a.batch)};
   const size_t local[3] = {1, 1, 1};
   be.launch(k, op, 3, global, local);
 }

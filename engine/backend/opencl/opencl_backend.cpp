@@ -220,6 +220,11 @@ OpenClBackend::OpenClBackend(const DeviceInfo& device, const BackendOptions& opt
     throw Error("attention_cpu_lanes must be 8 or 16 (0: by the device); got " +
                 std::to_string(options.attention_cpu_lanes));
   }
+  if (options.attention_cpu_row_blocks < 0 || options.attention_cpu_key_chunk < 0) {
+    throw Error("attention_cpu_row_blocks and attention_cpu_key_chunk must be 0 (by the call) or positive");
+  }
+  attention_cpu_row_blocks_ = options.attention_cpu_row_blocks;
+  attention_cpu_key_chunk_ = options.attention_cpu_key_chunk;
   // Resolved once: the device's width does not change (one driver query, not one per attention call).
   attention_cpu_lanes_ = options.attention_cpu_lanes             ? options.attention_cpu_lanes
                          : gemm::native_float_width(info_) >= 16 ? 16

@@ -119,6 +119,9 @@ class OpenClBackend final : public Backend {
   // The CPU flash attention's lanes, 8 or 16: BackendOptions::attention_cpu_lanes, else by the
   // device's native float vector width.
   int attention_cpu_lanes() const { return attention_cpu_lanes_; }
+  // BackendOptions::attention_cpu_row_blocks and attention_cpu_key_chunk (0: by the call).
+  int attention_cpu_row_blocks() const { return attention_cpu_row_blocks_; }
+  int attention_cpu_key_chunk() const { return attention_cpu_key_chunk_; }
   // BackendOptions::tensor_cores: whether the GEMM may use NVIDIA's tensor cores (gemm.hpp).
   bool tensor_cores_allowed() const { return tensor_cores_; }
   // BackendOptions::emulate_tensor_cores: the tensor-core kernels with mma.sync emulated (tests).
@@ -192,6 +195,7 @@ class OpenClBackend final : public Backend {
   bool tensor_cores_ = true;  // BackendOptions::tensor_cores
   bool emulate_tensor_cores_ = false;
   int attention_cpu_lanes_ = 8;
+  int attention_cpu_row_blocks_ = 0, attention_cpu_key_chunk_ = 0;
   mutable std::mutex notes_mutex_;
   std::vector<std::string> fallbacks_;                            // note_fallback()
   std::function<bool(std::size_t)> fail_allocation_;              // BackendOptions::fail_allocation
