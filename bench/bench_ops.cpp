@@ -185,9 +185,10 @@ int main(int argc, char** argv) {
       const double s = time_op(*be, [&] { ops::matmul(ctx, a, b); });
       rows.push_back({"gemm_" + std::to_string(size), 2.0 * size * size * size, s});
     }
-    // The UNet's 320-channel 3x3 conv at latent 64, then the VAE decoder's at a 512x512 decode.
-    for (const auto& [ch, res] :
-         std::vector<std::pair<std::int64_t, std::int64_t>>{{320, 64}, {512, 64}, {512, 128}, {256, 256}, {128, 512}}) {
+    // The UNet's 320-channel 3x3 conv at latent 64, then the VAE decoder's at a 512x512 decode, then those a
+    // 1024x1024 decode adds.
+    for (const auto& [ch, res] : std::vector<std::pair<std::int64_t, std::int64_t>>{
+             {320, 64}, {512, 64}, {512, 128}, {256, 256}, {128, 512}, {512, 256}, {256, 512}, {128, 1024}}) {
       const std::string name = "conv3x3_" + std::to_string(ch) + "_" + std::to_string(res);
       if (!shapes.empty() || !wanted(name)) continue;
       const Tensor x = be->upload(random_host({1, ch, res, res}, dtype, 3));

@@ -64,7 +64,8 @@ with torch.no_grad():
         a = torch.randn(size, size)
         b = torch.randn(size, size)
         results[f"gemm_{size}"] = timed(lambda: torch.mm(a, b))
-    for ch, res in ((320, 64), (512, 64), (512, 128), (256, 256), (128, 512)):  # the UNet's, then the VAE's
+    # The UNet's, then the VAE's at a 512x512 decode, then those a 1024x1024 decode adds.
+    for ch, res in ((320, 64), (512, 64), (512, 128), (256, 256), (128, 512), (512, 256), (256, 512), (128, 1024)):
         x = torch.randn(1, ch, res, res)
         conv = torch.nn.Conv2d(ch, ch, 3, padding=1)
         results[f"conv3x3_{ch}_{res}"] = timed(lambda: conv(x))
