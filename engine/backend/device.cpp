@@ -536,7 +536,7 @@ std::string KernelPlan::describe(const std::string& device) const {
          " kernel programs this run may use are not cached for \"" + device + "\"; building them takes about " + secs +
          (streams > 1 ? " on " + std::to_string(streams) + " cores" : std::string()) +
          (history_samples ? " (from " + std::to_string(history_samples) + " past builds on this device)"
-                          : " (no past builds on this device: 1 s each assumed)");
+                          : " (no past builds on this device: typical build times assumed)");
 }
 
 DeviceInfo limited_device(DeviceInfo device, std::uint64_t memory_limit_bytes, std::uint64_t max_alloc_limit_bytes) {

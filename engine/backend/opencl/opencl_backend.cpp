@@ -578,7 +578,14 @@ KernelPlan OpenClBackend::plan_kernels(std::span<const Precision> precisions, co
     attention_call_variants(*this, calls, from_calls);
   }
   const BuildHistory history = build_history(programs_->dir(), info_);
-  constexpr double kAssumedMs = 1000.0;  // docs/DESIGN: about 1 s per program cold on PoCL
+  // With no past builds on the device: what a program took elsewhere. PoCL on a 2-core CPU (bench/README.md,
+  // the cold-start sections) built matmul in 3.5-4.6 s, attention in 2.3-3.4 s and each small program in
+  // 0.4-1.8 s (1 s each assumed before: "about 5.5 s" for a cold start that took 8-9 s); NVIDIA's compiler
+  // took about 0.75 s per program on an H200.
+  const auto assumed_ms = [this](const std::string& program) {
+    if (info_.kind == DeviceKind::gpu || info_.kind == DeviceKind::accelerator) return 1000.0;
+    return program == "matmul" ? 4000.0 : program == "attention" ? 3000.0 : 800.0;
+  };
   KernelPlan plan;
   std::set<std::string> seen;
   std::map<std::string, double> pending;
@@ -599,7 +606,7 @@ KernelPlan OpenClBackend::plan_kernels(std::span<const Precision> precisions, co
         item.cached = ProgramCache::check_entry(programs_->entry_path(key), key).empty();
       }
       if (!item.cached) {
-        item.estimate_ms = history.estimate_ms(item.program, item.options, kAssumedMs);
+        item.estimate_ms = history.estimate_ms(item.program, item.options, assumed_ms(item.program));
         pending[item.program + "|" + item.options] = item.estimate_ms;
         plan.estimate_ms += item.estimate_ms;
         ++plan.to_build;
