@@ -5,8 +5,40 @@
 // Each work-item handles 16 consecutive elements (vector math), the tail one by one.
 
 // silu16 / silu1: common.cl (GROUP_NORM's fused SILU uses them too).
-static inline float16 gelu_erf16(float16 x) { return 0.5f * x * (1.0f + erf(x * M_SQRT1_2_F)); }
-static inline float gelu_erf1(float x) { return 0.5f * x * (1.0f + erf(x * M_SQRT1_2_F)); }
+
+// erf within about 1 ulp over all floats: N. Juffa's faithfully rounded erff
+// (published on Stack Overflow, question 35148198; also MLX's and ncnn's),
+// both of its polynomial branches evaluated and one selected per lane so 16
+// lanes run as vectors. Written out because PoCL's erf() is a scalar library
+// routine per lane: the 4096-token GEGLU took 14.7 ms with it, 5.6 ms without
+// any erf (memory-bound), on a 2-core Zen 4. float16 / float versions, the
+// same operations in the same order: a lane and a tail element agree.
+#define NS_ERF(T, ITYPE)                                                      \
+  const T t = fabs(a), s = a * a;                                             \
+  /* |a| > 0.927734375: 1 - exp(p(|a|)), max error 0.99527 ulp */             \
+  T r = fma((T)(-1.72853470e-5f), t, (T)(3.83197126e-4f));                    \
+  const T u = fma((T)(-3.88396438e-3f), t, (T)(2.42546219e-2f));              \
+  r = fma(r, s, u);                                                           \
+  r = fma(r, t, (T)(-1.06777877e-1f));                                        \
+  r = fma(r, t, (T)(-6.34846687e-1f));                                        \
+  r = fma(r, t, (T)(-1.28717512e-1f));                                        \
+  r = fma(r, t, -t);                                                          \
+  const T outer = copysign((T)(1.0f) - exp(r), a);                            \
+  /* below: a + a p(a^2), max error 0.98929 ulp */                            \
+  T q = (T)(-5.96761703e-4f);                                                 \
+  q = fma(q, s, (T)(4.99119423e-3f));                                         \
+  q = fma(q, s, (T)(-2.67681349e-2f));                                        \
+  q = fma(q, s, (T)(1.12819925e-1f));                                         \
+  q = fma(q, s, (T)(-3.76125336e-1f));                                        \
+  q = fma(q, s, (T)(1.28379166e-1f));                                         \
+  q = fma(q, a, a);                                                           \
+  return select(q, outer, (ITYPE)(t > (T)(0.927734375f)));
+static inline float16 erf16(float16 a) { NS_ERF(float16, int16) }
+static inline float erf1(float a) { NS_ERF(float, int) }
+#undef NS_ERF
+
+static inline float16 gelu_erf16(float16 x) { return 0.5f * x * (1.0f + erf16(x * M_SQRT1_2_F)); }
+static inline float gelu_erf1(float x) { return 0.5f * x * (1.0f + erf1(x * M_SQRT1_2_F)); }
 // torch's approximate='tanh': 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
 #define NS_GELU_K 0.7978845608028654f
 static inline float16 gelu_tanh16(float16 x) {

@@ -2,6 +2,7 @@
 // on odd and SD shapes, saturation and overflow at the edges of f16, and bad inputs.
 
 #include <cmath>
+#include <numbers>
 
 #include "support/backends.hpp"
 #include "support/op_case.hpp"
@@ -105,5 +106,45 @@ TEST(ActivationKnownValues, EveryActivation) {
         60000.0f);
   });
 }
+
+// GELU's erf over its whole range, in f32, against the formula in double: the
+// OpenCL kernels evaluate erf with their own polynomials (activation.cl
+// NS_ERF), whose branches meet at |x| = 0.927734375; a wrong coefficient puts
+// some value 1e-4 or more off. Grid of 3073 values over [-12, 12] (the 16-wide
+// vector path and, with the extra values, the scalar tail), both sides of the
+// branch point, tiny and denormal values, large ones, the infinities and NaN;
+// GELU and GEGLU (gate x, value 1) both.
+TEST(ActivationErf, GeluWithinAFewUlpOfDoubleOverTheWholeRange) {
+  std::vector<float> x;
+  for (int i = -1536; i <= 1536; ++i) x.push_back(static_cast<float>(i) / 128.0f);
+  const float branch = 0.927734375f;
+  for (const float v : {branch, -branch, std::nextafter(branch, 0.0f), std::nextafter(branch, 1.0f), 1e-30f, -1e-30f,
+                        1e-40f, -0.0f, 3.0e4f, -3.0e4f, 1.0e-3f, -6.0f * 0.70710678f})
+    x.push_back(v);
+  const std::size_t finite = x.size();
+  x.insert(x.end(), {INFINITY, -INFINITY, NAN});
+  const auto n = static_cast<std::int64_t>(x.size());
+  std::vector<float> geglu_in(x.size(), 1.0f);  // [1, 2n]: values 1, then the gates
+  geglu_in.insert(geglu_in.end(), x.begin(), x.end());
+  for_each_backend([&](Backend& be) {
+    const OpContext c = make_context(be, {DType::f32});
+    const std::vector<float> gelu = download_values(be, ops::gelu(c, upload_values(be, {n}, x)));
+    const std::vector<float> geglu = download_values(be, ops::geglu(c, upload_values(be, {1, 2 * n}, geglu_in)));
+    for (const auto* got : {&gelu, &geglu}) {
+      for (std::size_t i = 0; i < finite; ++i) {
+        const double xi = x[i];
+        const double want = 0.5 * xi * (1.0 + std::erf(xi / std::numbers::sqrt2));
+        // f32 arithmetic: x / sqrt(2) and 1 + erf round at 2^-24 relative (x times that, absolute, at the end),
+        // and erf itself within about 1 ulp.
+        const double tol = std::abs(xi) * std::ldexp(1.0, -22) + 4.0 * std::ldexp(1.0, std::ilogb(want) - 23) + 1e-45;
+        EXPECT_NEAR((*got)[i], want, tol) << "x = " << x[i] << (got == &gelu ? " (GELU)" : " (GEGLU)");
+      }
+      EXPECT_EQ((*got)[finite], INFINITY);
+      EXPECT_TRUE(std::isnan((*got)[finite + 1])) << "-inf * (1 + erf(-inf)) = -inf * 0";
+      EXPECT_TRUE(std::isnan((*got)[finite + 2]));
+    }
+  });
+}
+
 }  // namespace
 }  // namespace nanscope::test
