@@ -180,27 +180,34 @@ TEST(Devices, PinFromEnvironment) {
 // The engine reads no NANSCOPE_* backend variable itself: the front ends turn
 // the environment into BackendOptions once, and bad values are ignored.
 TEST(Devices, BackendOptionsFromTheEnvironment) {
-  for (const char* v : {"NANSCOPE_POOL_MB", "NANSCOPE_PROFILE", "NANSCOPE_KERNEL_STYLE"}) unsetenv(v);
+  for (const char* v : {"NANSCOPE_POOL_MB", "NANSCOPE_WEIGHT_PANELS_MB", "NANSCOPE_PROFILE", "NANSCOPE_KERNEL_STYLE"})
+    unsetenv(v);
   BackendOptions o = backend_options_from_environment();
   EXPECT_FALSE(o.pool_keep_bytes.has_value());
+  EXPECT_FALSE(o.weight_panel_bytes.has_value());
   EXPECT_FALSE(o.profile);
   EXPECT_EQ(o.kernel_style, KernelStyleChoice::by_device);
   setenv("NANSCOPE_POOL_MB", "12", 1);
+  setenv("NANSCOPE_WEIGHT_PANELS_MB", "0", 1);
   setenv("NANSCOPE_PROFILE", "1", 1);
   setenv("NANSCOPE_KERNEL_STYLE", "gpu", 1);
   BackendOptions base;
   base.kernel_cache_dir = "/somewhere";
   o = backend_options_from_environment(base);
   EXPECT_EQ(o.pool_keep_bytes, std::uint64_t{12} << 20);
+  EXPECT_EQ(o.weight_panel_bytes, std::uint64_t{0});  // 0: packed at every call
   EXPECT_TRUE(o.profile);
   EXPECT_EQ(o.kernel_style, KernelStyleChoice::gpu);
   EXPECT_EQ(o.kernel_cache_dir, "/somewhere");  // the base is kept
   setenv("NANSCOPE_POOL_MB", "lots", 1);
+  setenv("NANSCOPE_WEIGHT_PANELS_MB", "-3", 1);
   setenv("NANSCOPE_KERNEL_STYLE", "fast", 1);
   o = backend_options_from_environment();
   EXPECT_FALSE(o.pool_keep_bytes.has_value());
+  EXPECT_FALSE(o.weight_panel_bytes.has_value());
   EXPECT_EQ(o.kernel_style, KernelStyleChoice::by_device);
-  for (const char* v : {"NANSCOPE_POOL_MB", "NANSCOPE_PROFILE", "NANSCOPE_KERNEL_STYLE"}) unsetenv(v);
+  for (const char* v : {"NANSCOPE_POOL_MB", "NANSCOPE_WEIGHT_PANELS_MB", "NANSCOPE_PROFILE", "NANSCOPE_KERNEL_STYLE"})
+    unsetenv(v);
   // NANSCOPE_TENSOR_CORES=0|1 (anything else is ignored): NVIDIA tensor cores for f16 GEMMs.
   unsetenv("NANSCOPE_TENSOR_CORES");
   EXPECT_TRUE(backend_options_from_environment().tensor_cores);

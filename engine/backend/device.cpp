@@ -476,25 +476,25 @@ void env_switch(const char* name, std::string_view on, std::string_view off, boo
 }
 }  // namespace
 
+namespace {
+
+// A size in MiB from the environment variable `name`, as bytes (nullopt when unset or unusable, with a warning).
+std::optional<std::uint64_t> env_mib(const char* name, bool zero_allowed) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return std::nullopt;
+  char* end = nullptr;
+  const unsigned long long mb = std::strtoull(v, &end, 10);
+  if (end && *end == '\0' && (zero_allowed || mb > 0) && mb < (1ull << 40)) return static_cast<std::uint64_t>(mb) << 20;
+  log::warn("{}={} is not a {}number of MiB; ignored", name, v, zero_allowed ? "" : "positive ");
+  return std::nullopt;
+}
+
+}  // namespace
+
 BackendOptions backend_options_from_environment(BackendOptions o) {
-  if (const char* v = std::getenv("NANSCOPE_POOL_MB"); v && *v) {
-    char* end = nullptr;
-    const unsigned long long mb = std::strtoull(v, &end, 10);
-    if (end && *end == '\0' && mb < (1ull << 40)) {
-      o.pool_keep_bytes = static_cast<std::uint64_t>(mb) << 20;
-    } else {
-      log::warn("NANSCOPE_POOL_MB={} is not a number of MiB; ignored", v);
-    }
-  }
-  if (const char* v = std::getenv("NANSCOPE_MAX_ALLOC_MB"); v && *v) {
-    char* end = nullptr;
-    const unsigned long long mb = std::strtoull(v, &end, 10);
-    if (end && *end == '\0' && mb > 0 && mb < (1ull << 40)) {
-      o.max_alloc_limit_bytes = static_cast<std::uint64_t>(mb) << 20;
-    } else {
-      log::warn("NANSCOPE_MAX_ALLOC_MB={} is not a positive number of MiB; ignored", v);
-    }
-  }
+  if (const auto b = env_mib("NANSCOPE_POOL_MB", true)) o.pool_keep_bytes = *b;
+  if (const auto b = env_mib("NANSCOPE_WEIGHT_PANELS_MB", true)) o.weight_panel_bytes = *b;
+  if (const auto b = env_mib("NANSCOPE_MAX_ALLOC_MB", false)) o.max_alloc_limit_bytes = *b;
   if (const char* v = std::getenv("NANSCOPE_PROFILE"); v && *v) o.profile = std::string_view(v) == "1";
   if (const char* v = std::getenv("NANSCOPE_TENSOR_CORES"); v && std::string_view(v) == "emulate") {
     o.tensor_cores = o.emulate_tensor_cores = true;

@@ -208,6 +208,10 @@ struct BackendOptions {
   // Most bytes of released device buffers the OpenCL buffer pool keeps for
   // reuse (unset: a quarter of the device's memory, at most 4 GiB; 0: none).
   std::optional<std::uint64_t> pool_keep_bytes;
+  // Most bytes of packed LINEAR weights the CPU kernel family keeps with the
+  // weights (backend/opencl/weight_panels.hpp; unset: an eighth of the
+  // device's memory, at most 4 GiB; 0: none, packed at every call).
+  std::optional<std::uint64_t> weight_panel_bytes;
   bool profile = false;  // time every launch per op and kernel (OpenCL events)
   KernelStyleChoice kernel_style = KernelStyleChoice::by_device;
   // The CPU flash attention's query rows per work-item, its vector lanes (8 or
@@ -248,6 +252,7 @@ struct BackendOptions {
 // environment variable for these itself: the front ends (CLI, workbench) call
 // this once at start-up.
 //   NANSCOPE_POOL_MB=N       pool_keep_bytes = N MiB (0 turns reuse off)
+//   NANSCOPE_WEIGHT_PANELS_MB=N  weight_panel_bytes = N MiB (0: LINEAR weights packed at every call)
 //   NANSCOPE_PROFILE=1       profile
 //   NANSCOPE_KERNEL_STYLE=cpu|gpu   kernel_style
 //   NANSCOPE_MAX_ALLOC_MB=N  max_alloc_limit_bytes = N MiB

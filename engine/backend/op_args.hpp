@@ -31,6 +31,9 @@ struct MatmulArgs {
   bool b_broadcast;  // b has batch 1 and is shared by every batch
   float alpha;
   Precision precision;
+  // b is a weight the caller keeps unchanged for as long as it lives (LINEAR's
+  // own weight): a backend may keep b in a prepared form with it.
+  bool b_weight;
 };
 
 struct Conv2dArgs {

@@ -35,16 +35,17 @@ Tensor matmul(const OpContext& ctx, const Tensor& a, const Tensor& b, bool trans
   Shape out_shape(a.shape().begin(), a.shape().end() - 1);
   out_shape.push_back(n);
   Tensor out = call.allocate(out_shape);
-  call.run(&Backend::matmul, MatmulArgs{a, b, bias, out, batch, m, n, k, trans_b, b_broadcast, alpha, ctx.precision});
+  call.run(&Backend::matmul,
+           MatmulArgs{a, b, bias, out, batch, m, n, k, trans_b, b_broadcast, alpha, ctx.precision, false});
   call.trace({&a, &b, bias}, out);
   return out;
 }
 
-Tensor linear(const OpContext& ctx, const Tensor& x, const Tensor& weight, const Tensor* bias) {
-  if (detail::needs_conform(ctx, {&x, &weight, bias})) {
-    const Tensor b = detail::conform_optional(ctx, bias, false);
-    return linear(ctx, detail::conform(ctx, x), detail::conform(ctx, weight, false), detail::optional_arg(b));
-  }
+namespace {
+
+// own_weight: `weight` is the caller's own tensor, not a converted copy made for this call (the backend may keep
+// a prepared form of it: MatmulArgs::b_weight).
+Tensor linear_with(const OpContext& ctx, const Tensor& x, const Tensor& weight, const Tensor* bias, bool own_weight) {
   const OpCall call(ctx, "LINEAR", {{"x", &x}, {"weight", &weight}, {"bias", bias}});
   call.check_tensor("x", x);
   call.check_tensor("weight", weight);
@@ -59,9 +60,20 @@ Tensor linear(const OpContext& ctx, const Tensor& x, const Tensor& weight, const
   Shape out_shape(x.shape().begin(), x.shape().end() - 1);
   out_shape.push_back(n);
   Tensor out = call.allocate(out_shape);
-  call.run(&Backend::matmul, MatmulArgs{x, weight, bias, out, 1, m, n, k, true, true, 1.0f, ctx.precision});
+  call.run(&Backend::matmul, MatmulArgs{x, weight, bias, out, 1, m, n, k, true, true, 1.0f, ctx.precision, own_weight});
   call.trace({&x, &weight, bias}, out);
   return out;
+}
+
+}  // namespace
+
+Tensor linear(const OpContext& ctx, const Tensor& x, const Tensor& weight, const Tensor* bias) {
+  if (detail::needs_conform(ctx, {&x, &weight, bias})) {
+    const Tensor b = detail::conform_optional(ctx, bias, false);
+    const Tensor w = detail::conform(ctx, weight, false);
+    return linear_with(ctx, detail::conform(ctx, x), w, detail::optional_arg(b), w.storage() == weight.storage());
+  }
+  return linear_with(ctx, x, weight, bias, true);
 }
 
 }  // namespace nanscope::ops

@@ -232,7 +232,8 @@ namespace {
 // `calls`: receives the pass's GEMM, convolution and attention calls (text encoders included) for the kernel plan.
 void require_memory(const SdModel& m, const ComponentContexts& cc, int width, int height, bool cfg,
                     const RunConfig& config, const models::Vae* encoder, KernelCalls& calls) {
-  PlanRequest r{&m, cc.unet, cc.vae, width, height, cfg, cc.unet.be().allocated_bytes()};
+  PlanRequest r{
+      &m, cc.unet, cc.vae, width, height, cfg, cc.unet.be().allocated_bytes() + cc.unet.be().reserved_bytes()};
   r.text_encoder = &cc.te;
   if (encoder) {
     r.encoder = encoder;
@@ -1197,7 +1198,8 @@ GeneratedImage Session::redecode(const RunConfig& config, const GeneratedImage& 
   // vae.tiling: on always; auto when the whole decode would not fit the device (the memory plan's answer).
   models::VaeTiles tiles;
   if (config.vae_tiling == "on" ||
-      (config.vae_tiling == "auto" && !decode_fits(vae, ctx, image.latent_shape, be.allocated_bytes()))) {
+      (config.vae_tiling == "auto" &&
+       !decode_fits(vae, ctx, image.latent_shape, be.allocated_bytes() + be.reserved_bytes()))) {
     tiles = models::vae_tiles(config.vae_tile_size, config.vae_tile_overlap, vae.config().downscale());
     log::info("decoding in VAE tiles of {} latent pixels (overlap {})", tiles.tile, tiles.overlap);
   }

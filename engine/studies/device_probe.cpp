@@ -119,7 +119,7 @@ class RecordingBackend final : public DryRunBackend {
     const bool bias = a.bias != nullptr;
     c.replay = [p, bias](Backend& be, std::vector<Tensor>& in, Tensor& out) {
       be.matmul(MatmulArgs{in[0], in[1], bias ? &in[2] : nullptr, out, p.batch, p.m, p.n, p.k, p.trans_b, p.b_broadcast,
-                           p.alpha, p.precision});
+                           p.alpha, p.precision, false});
     };
     finish(std::move(c));
   }

@@ -198,6 +198,87 @@ TEST(MatmulDirectA, ReadsAWhereItLiesBitForBitAsThePackedPanels) {
   if (checked == 0) GTEST_SKIP() << "no OpenCL backend runs the CPU kernel family";
 }
 
+// LINEAR weights' panels are packed at their first use and kept with the
+// weight (backend/opencl/weight_panels.hpp): the kept panels give the same
+// bits as packing per call (a backend that keeps none), are found again only
+// for the same buffer and view, go back to the pool with the weight, and stop
+// at the budget.
+TEST(MatmulWeightPanels, KeptWithTheWeightBitForBitAndGivenBackWithIt) {
+  if (opencl_backends().empty()) GTEST_SKIP() << no_opencl_message();
+  int checked = 0;
+  for (Backend* be : opencl_backends()) {
+    auto* ocl = dynamic_cast<opencl::OpenClBackend*>(be);
+    ASSERT_NE(ocl, nullptr);
+    if (ocl->kernel_style() != opencl::KernelStyle::cpu) continue;  // the GPU family reads B where it lies
+    ++checked;
+    BackendOptions none_kept = test_backend_options();
+    none_kept.weight_panel_bytes = 0;
+    const auto uncached = make_backend(be->device(), none_kept);
+    BackendOptions small = test_backend_options();
+    small.weight_panel_bytes = 64 * 1024;
+    const auto tight = make_backend(be->device(), small);
+    for (const DType dt : {DType::f32, DType::f16}) {
+      const Precision p{dt};
+      SCOPED_TRACE("device \"" + be->device().name + "\", " + p.describe());
+      Rng rng(seed_from("weight panels"));
+      SCOPED_TRACE("seed " + std::to_string(rng.seed()));
+      constexpr std::int64_t tokens = 37, in = 70, out = 90;
+      const HostTensor hx = random_normal(rng, {2, tokens, in}, dt), hw = random_normal(rng, {out, in}, dt);
+      const HostTensor hbias = random_normal(rng, {out}, dt);
+      const auto run = [&](Backend& b, const Tensor& x, const Tensor& w, const Tensor& bias) {
+        return b.download(ops::linear(make_context(b, p), x, w, &bias));
+      };
+      const HostTensor want = run(*uncached, uncached->upload(hx), uncached->upload(hw), uncached->upload(hbias));
+      const std::uint64_t before = ocl->allocated_bytes();
+      const std::size_t kept_before = ocl->weight_panels().kept_bytes();
+      {
+        const Tensor x = be->upload(hx), bias = be->upload(hbias);
+        const Tensor w = be->upload(hw);
+        const HostTensor first = run(*be, x, w, bias);
+        const std::size_t kept = ocl->weight_panels().kept_bytes() - kept_before;
+        EXPECT_GT(kept, 0u) << "the first use packs the weight's panels and keeps them";
+        const HostTensor second = run(*be, x, w, bias);
+        EXPECT_EQ(ocl->weight_panels().kept_bytes() - kept_before, kept) << "the second use finds them";
+        EXPECT_TRUE(bitwise_equal(first, want)) << "kept panels against packing per call";
+        EXPECT_TRUE(bitwise_equal(second, want));
+        // The same buffer under another view ([45, 140]: other in and out) is not served the [90, 70] panels.
+        const Tensor w2 = w.reshaped({45, 140});
+        const Tensor x2 = be->upload(random_normal(rng, {3, 140}, dt));
+        const HostTensor got2 = be->download(ops::linear(make_context(*be, p), x2, w2, nullptr));
+        const HostTensor want2 =
+            uncached->download(ops::linear(make_context(*uncached, p), uncached->upload(be->download(x2)),
+                                           uncached->upload(hw).reshaped({45, 140}), nullptr));
+        EXPECT_TRUE(bitwise_equal(got2, want2)) << "another view of a weight with kept panels";
+        // A converted copy of the weight (mixed precision: a weight stored in another dtype than the op's) is
+        // never kept.
+        if (dt == DType::f16) {
+          const std::size_t k0 = ocl->weight_panels().kept_bytes();
+          const Tensor w32 = be->upload(HostTensor::from_f32({out, in}, hw.to_f32(), DType::f32));
+          OpContext mixed = make_context(*be, p);
+          mixed.mixed_precision = true;
+          (void)be->download(ops::linear(mixed, x, w32, &bias));
+          EXPECT_EQ(ocl->weight_panels().kept_bytes(), k0) << "a copy made for one call is not kept";
+        }
+      }
+      EXPECT_EQ(ocl->weight_panels().kept_bytes(), kept_before) << "the panels go with the weight";
+      EXPECT_EQ(ocl->allocated_bytes(), before);
+      // Past the budget (64 KiB: the [90, 70] weight's panels take 96 x 70 x 4 = 26 KiB; a [900, 70] one 252 KiB)
+      // the panels are packed per call, with the same results.
+      auto* small_ocl = dynamic_cast<opencl::OpenClBackend*>(tight.get());
+      ASSERT_NE(small_ocl, nullptr);
+      const HostTensor hbig = random_normal(rng, {900, in}, dt);
+      const Tensor big = tight->upload(hbig), xs = tight->upload(hx);
+      const HostTensor got_big = tight->download(ops::linear(make_context(*tight, p), xs, big, nullptr));
+      EXPECT_EQ(small_ocl->weight_panels().kept_bytes(), 0u) << "over the budget: nothing kept";
+      const HostTensor want_big = uncached->download(
+          ops::linear(make_context(*uncached, p), uncached->upload(hx), uncached->upload(hbig), nullptr));
+      EXPECT_TRUE(bitwise_equal(got_big, want_big));
+      EXPECT_EQ(small_ocl->reserved_bytes(), 64u * 1024u) << "the budget left counts as reserved";
+    }
+  }
+  if (checked == 0) GTEST_SKIP() << "no OpenCL backend runs the CPU kernel family";
+}
+
 // Row 0 of a is 16 everywhere; column 1 of b is +16 for the first 300 k and -16
 // for the last 300. The exact result there is 0, but its partial sums reach
 // 76800: with native f16 accumulation they pass 65504 and stay +Inf.

@@ -34,6 +34,11 @@ void BufferPool::set_drain(std::function<void()> drain) {
   drain_ = std::move(drain);
 }
 
+void BufferPool::set_relief(std::function<std::size_t()> relief) {
+  std::lock_guard<std::mutex> lock(mu_);
+  relief_ = std::move(relief);
+}
+
 cl_mem BufferPool::take_kept(std::size_t size, std::size_t& served) {
   auto it = free_.find(size);
   // An exact pool serves every request at its own size (see the header).
@@ -102,6 +107,17 @@ cl_mem BufferPool::acquire(std::size_t bytes, cl_int& err) {
   if (err == CL_MEM_OBJECT_ALLOCATION_FAILURE || err == CL_OUT_OF_RESOURCES || err == CL_OUT_OF_HOST_MEMORY) {
     trim();  // the kept buffers may be what is missing
     m = clCreateBuffer(context_, CL_MEM_READ_WRITE, size, nullptr, &err);
+  }
+  if (err == CL_MEM_OBJECT_ALLOCATION_FAILURE || err == CL_OUT_OF_RESOURCES || err == CL_OUT_OF_HOST_MEMORY) {
+    std::function<std::size_t()> relief;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      relief = relief_;
+    }
+    if (relief && relief() > 0) {  // other caches' buffers, given back to this pool: free them too
+      trim();
+      m = clCreateBuffer(context_, CL_MEM_READ_WRITE, size, nullptr, &err);
+    }
   }
   if (err != CL_SUCCESS) return nullptr;
   std::lock_guard<std::mutex> lock(mu_);

@@ -57,6 +57,11 @@ class BufferPool {
   // queued kernels still use is only freed by the driver when they finish, so
   // without waiting for them the new buffer and the old would both be held.
   void set_drain(std::function<void()> drain);
+  // Called when an allocation fails even after the kept buffers were given
+  // back: gives back what other caches hold (the kept weight panels,
+  // weight_panels.hpp) and returns the bytes it freed; the allocation is then
+  // tried once more.
+  void set_relief(std::function<std::size_t()> relief);
   // Releases every kept buffer.
   void trim();
 
@@ -89,6 +94,7 @@ class BufferPool {
   std::map<std::size_t, std::uint64_t> last_request_;  // per class: the request count when it was last asked for
   std::unordered_map<cl_mem, std::size_t> served_;     // handed out -> the size it has
   std::function<void()> drain_;
+  std::function<std::size_t()> relief_;
   std::size_t kept_ = 0;
   std::size_t in_use_ = 0;
   std::size_t peak_in_use_ = 0;

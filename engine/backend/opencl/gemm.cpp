@@ -615,6 +615,24 @@ void run(OpenClBackend& be, const Precision& p, const Problem& pr, const char* o
     // Only B is packed: whole batches while its panels fit the budget, else column chunks per batch.
     const std::int64_t b_f = b_panel_floats(t, pr.n, pr.k);
     const bool b_shared = pr.b.bs == 0;
+    if (pr.b_weight && b_shared && b_f <= budget) {
+      // A weight's panels, packed at its first use and kept with it.
+      WeightPanels& kept = be.weight_panels();
+      const std::string key = opts + " " + std::to_string(pr.b.off) + "/" + std::to_string(pr.b.rs) + "/" +
+                              std::to_string(pr.b.cs) + " " + std::to_string(pr.k) + "x" + std::to_string(pr.n);
+      cl_mem panels = kept.find(pr.b_weight, key);
+      if (!panels) {
+        panels = kept.make(pr.b_weight, key, static_cast<std::size_t>(b_f) * sizeof(float));
+        if (panels) pack_b(be, opts, pr.b, 1, pr.k, pr.n, panels, 0, op);
+      }
+      if (panels) {
+        Problem whole = pr;
+        whole.b_panels = panels;
+        whole.b_panels_bs = 0;
+        compute_direct_a(be, p, pr.a, whole, op);
+        return;
+      }
+    }
     std::int64_t bg =
         b_shared ? pr.batch : std::clamp<std::int64_t>(budget / std::max<std::int64_t>(1, b_f), 1, pr.batch);
     std::int64_t nc = pr.n;

@@ -66,6 +66,9 @@ struct Problem {
   BiasMode bias_mode = kBiasNone;
   std::int64_t batch = 1, m = 0, n = 0, k = 0;
   float alpha = 1.0f;
+  // B's buffer when B is a weight the caller keeps unchanged (MatmulArgs::b_weight): the CPU family then packs
+  // its panels once and keeps them with it (weight_panels.hpp).
+  const Storage* b_weight = nullptr;
 };
 
 // The k-block of panels for a depth k (kernels/matmul.cl's layout): k itself

@@ -25,6 +25,7 @@ void OpenClBackend::matmul(const MatmulArgs& args) {
   pr.n = args.n;
   pr.k = args.k;
   pr.alpha = args.alpha;
+  if (args.b_weight) pr.b_weight = args.b.storage();
   gemm::run(*this, args.precision, pr, "MATMUL");
 }
 

@@ -56,8 +56,11 @@ class ClStorage final : public Storage {
   }
   ~ClStorage() override {
     if (guard_) check_guard();
+    if (panels_) panels_->forget(this);
     pool_->release(mem_, std::max<std::size_t>(bytes_, 1) + guard_);
   }
+  // The cache that may keep packed panels of this buffer (a LINEAR weight's): told when it is released.
+  void set_panels(std::shared_ptr<WeightPanels> panels) { panels_ = std::move(panels); }
   ClStorage(const ClStorage&) = delete;
   ClStorage& operator=(const ClStorage&) = delete;
 
@@ -96,6 +99,7 @@ class ClStorage final : public Storage {
   std::size_t bytes_;
   const Backend* owner_;
   std::shared_ptr<BufferPool> pool_;  // outlives the backend while tensors do
+  std::shared_ptr<WeightPanels> panels_;
   std::size_t guard_ = 0;
   cl_command_queue queue_ = nullptr;  // retained while guarded
   std::shared_ptr<GuardLog> log_;
@@ -108,6 +112,13 @@ std::size_t pool_limit(const DeviceInfo& info, const BackendOptions& options) {
   if (options.pool_keep_bytes) return static_cast<std::size_t>(*options.pool_keep_bytes);
   const std::uint64_t quarter = info.global_mem_bytes / 4;
   return static_cast<std::size_t>(std::min<std::uint64_t>(quarter ? quarter : (256u << 20), std::uint64_t{4} << 30));
+}
+
+// LINEAR weights' packed panels kept (weight_panels.hpp): an eighth of the device's memory, at most 4 GiB
+// (SD 1.5's linear layers take 0.9 GB in f32). The GPU kernel family reads B where it lies: nothing to keep.
+std::size_t weight_panel_budget(const DeviceInfo& info, const BackendOptions& options) {
+  if (options.weight_panel_bytes) return static_cast<std::size_t>(*options.weight_panel_bytes);
+  return static_cast<std::size_t>(std::min<std::uint64_t>(info.global_mem_bytes / 8, std::uint64_t{4} << 30));
 }
 
 std::string sizes_str(cl_uint dims, const size_t* v) {
@@ -197,6 +208,11 @@ OpenClBackend::OpenClBackend(const DeviceInfo& device, const BackendOptions& opt
   }
   // Kept buffers the pool gives back are freed once the kernels queued on them have run.
   pool_->set_drain([queue = queue_] { NS_CL_CHECK_NOTHROW(clFinish(queue)); });
+  panels_ = std::make_shared<WeightPanels>(pool_, weight_panel_budget(info_, options));
+  pool_->set_relief([weak = std::weak_ptr<WeightPanels>(panels_)] {
+    const std::shared_ptr<WeightPanels> panels = weak.lock();
+    return panels ? panels->clear() : std::size_t{0};
+  });
 
   std::string dir;
   if (options.use_kernel_cache)
@@ -288,15 +304,20 @@ Tensor OpenClBackend::empty(const Shape& shape, DType dtype) {
                       " in clCreateBuffer; free memory by using a smaller resolution or batch, or pick another device",
                   err);
   }
-  if (guard_bytes_ == 0) return Tensor(shape, dtype, std::make_shared<ClStorage>(mem, bytes, this, pool_));
+  if (guard_bytes_ == 0) {
+    auto storage = std::make_shared<ClStorage>(mem, bytes, this, pool_);
+    storage->set_panels(panels_);
+    return Tensor(shape, dtype, std::move(storage));
+  }
   const cl_int fill = clEnqueueFillBuffer(queue_, mem, &kGuardByte, 1, std::max<std::size_t>(bytes, 1), guard_bytes_, 0,
                                           nullptr, nullptr);
   if (fill != CL_SUCCESS) {
     pool_->release(mem, std::max<std::size_t>(bytes, 1) + guard_bytes_);
     throw_cl_error(fill, "clEnqueueFillBuffer", "fill the guard after " + what + " on \"" + info_.name + "\"");
   }
-  return Tensor(shape, dtype,
-                std::make_shared<ClStorage>(mem, bytes, this, pool_, guard_bytes_, queue_, guard_log_, what));
+  auto storage = std::make_shared<ClStorage>(mem, bytes, this, pool_, guard_bytes_, queue_, guard_log_, what);
+  storage->set_panels(panels_);
+  return Tensor(shape, dtype, std::move(storage));
 }
 
 std::vector<std::string> OpenClBackend::take_guard_violations() {
@@ -305,6 +326,10 @@ std::vector<std::string> OpenClBackend::take_guard_violations() {
 }
 
 std::uint64_t OpenClBackend::allocated_bytes() const { return pool_->in_use_bytes(); }
+std::uint64_t OpenClBackend::reserved_bytes() const {
+  return style_ == KernelStyle::cpu ? panels_->budget_bytes() - std::min(panels_->budget_bytes(), panels_->kept_bytes())
+                                    : 0;
+}
 std::vector<KernelBuildRecord> OpenClBackend::kernel_builds() const { return programs_->records(); }
 std::string OpenClBackend::kernel_cache_dir() const { return programs_->dir(); }
 

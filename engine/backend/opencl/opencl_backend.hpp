@@ -18,6 +18,7 @@
 #include "backend/opencl/buffer_pool.hpp"
 #include "backend/opencl/cl_check.hpp"
 #include "backend/opencl/program_cache.hpp"
+#include "backend/opencl/weight_panels.hpp"
 
 namespace nanscope::opencl {
 
@@ -75,6 +76,7 @@ class OpenClBackend final : public Backend {
   HostTensor download(const Tensor& t) override;
   void synchronize() override;
   std::uint64_t allocated_bytes() const override;
+  std::uint64_t reserved_bytes() const override;
 
   void matmul(const MatmulArgs& args) override;
   void conv2d(const Conv2dArgs& args) override;
@@ -109,6 +111,8 @@ class OpenClBackend final : public Backend {
   cl_mem buffer(const Tensor& t) const;
   cl_context context() const { return context_; }
   BufferPool& pool() const { return *pool_; }
+  // LINEAR weights' packed panels, kept with the weights (weight_panels.hpp).
+  WeightPanels& weight_panels() const { return *panels_; }
   cl_command_queue queue() const { return queue_; }
   ProgramCache& programs() { return *programs_; }
   // The kernel family this backend runs: `cpu` (each work-item owns a register
@@ -184,8 +188,9 @@ class OpenClBackend final : public Backend {
   std::unique_ptr<ProgramCache> programs_;
   // Builds (program, options) jobs on a few streams, longest first; returns the failed ones as records.
   std::vector<BuildRecord> build_in_parallel(std::vector<std::pair<std::string, std::string>> jobs);
-  KernelBuildListener build_listener_;  // BackendOptions::on_kernel_build (plan_kernels() announces through it)
-  std::shared_ptr<BufferPool> pool_;    // device buffers kept for reuse (buffer_pool.hpp)
+  KernelBuildListener build_listener_;    // BackendOptions::on_kernel_build (plan_kernels() announces through it)
+  std::shared_ptr<BufferPool> pool_;      // device buffers kept for reuse (buffer_pool.hpp)
+  std::shared_ptr<WeightPanels> panels_;  // shared with the storages, which tell it when they are released
   std::unordered_map<std::string, cl_kernel> kernels_;
   std::unordered_set<cl_kernel> whole_block_kernels_;  // detail::runs_whole_blocks: one work-item per group on CPUs
   std::string

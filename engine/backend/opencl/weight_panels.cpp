@@ -1,0 +1,70 @@
+#include "backend/opencl/weight_panels.hpp"
+
+#include <utility>
+#include <vector>
+
+namespace nanscope::opencl {
+
+WeightPanels::WeightPanels(std::shared_ptr<BufferPool> pool, std::size_t budget_bytes)
+    : pool_(std::move(pool)), budget_(budget_bytes) {}
+
+WeightPanels::~WeightPanels() { clear(); }
+
+cl_mem WeightPanels::find(const Storage* weight, const std::string& key) {
+  std::lock_guard lock(mu_);
+  const auto it = kept_.find(weight);
+  return it != kept_.end() && it->second.key == key ? it->second.mem : nullptr;
+}
+
+cl_mem WeightPanels::make(const Storage* weight, const std::string& key, std::size_t bytes) {
+  {
+    std::lock_guard lock(mu_);
+    if (kept_.contains(weight) || kept_bytes_ + bytes > budget_) return nullptr;
+    kept_bytes_ += bytes;  // reserved while the buffer is made
+  }
+  cl_int err = CL_SUCCESS;
+  cl_mem mem = pool_->acquire(bytes, err);
+  {
+    std::lock_guard lock(mu_);
+    if (err == CL_SUCCESS && mem && kept_.emplace(weight, Entry{mem, bytes, key}).second) return mem;
+    kept_bytes_ -= bytes;  // no room on the device (or another thread kept this weight's panels first)
+  }
+  if (mem) pool_->release(mem, bytes);
+  return nullptr;  // packed per call, as without the cache
+}
+
+void WeightPanels::forget(const Storage* weight) {
+  Entry e;
+  {
+    std::lock_guard lock(mu_);
+    const auto it = kept_.find(weight);
+    if (it == kept_.end()) return;
+    e = std::move(it->second);
+    kept_.erase(it);
+    kept_bytes_ -= e.bytes;
+  }
+  pool_->release(e.mem, e.bytes);
+}
+
+std::size_t WeightPanels::clear() {
+  std::vector<Entry> all;
+  {
+    std::lock_guard lock(mu_);
+    for (auto& [weight, e] : kept_) all.push_back(std::move(e));
+    kept_.clear();
+    kept_bytes_ = 0;
+  }
+  std::size_t freed = 0;
+  for (const Entry& e : all) {
+    pool_->release(e.mem, e.bytes);
+    freed += e.bytes;
+  }
+  return freed;
+}
+
+std::size_t WeightPanels::kept_bytes() const {
+  std::lock_guard lock(mu_);
+  return kept_bytes_;
+}
+
+}  // namespace nanscope::opencl

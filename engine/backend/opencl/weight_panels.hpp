@@ -1,0 +1,69 @@
+#pragma once
+// LINEAR weights packed once: the CPU-family GEMM multiplies B in k-blocked
+// column panels (kernels/matmul.cl), and a linear layer's B is its weight,
+// the same at every call. Packed per call, the pass over every weight was
+// 0.22 s of a 9 s SD 1.5 UNet call on a 2-core Zen 4 (the 1280-wide layers at
+// 512 and 128 tokens ran at 77-82% of peak with it); here each weight's
+// panels are made at its first use and kept with it.
+//
+// The panels belong to the weight's buffer: they are given back to the pool
+// when its last tensor goes (ClStorage's destructor calls forget()), so a
+// buffer that is freed and handed out again never finds the old panels. Only
+// tensors the caller marks as weights (MatmulArgs::b_weight: LINEAR with its
+// own weight, never a converted copy) are kept, and only while the kept
+// panels stay within the budget (BackendOptions::weight_panel_bytes); past
+// it, B is packed per call as before. Under memory pressure (an allocation
+// failed) every kept panel set is given back (BufferPool's relief hook).
+// The results are the same bit for bit: the same packing kernel writes the
+// same panels, once instead of at every call.
+
+#include <CL/cl.h>
+
+#include <cstddef>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "backend/opencl/buffer_pool.hpp"
+#include "core/tensor.hpp"
+
+namespace nanscope::opencl {
+
+class WeightPanels {
+ public:
+  WeightPanels(std::shared_ptr<BufferPool> pool, std::size_t budget_bytes);
+  ~WeightPanels();
+  WeightPanels(const WeightPanels&) = delete;
+  WeightPanels& operator=(const WeightPanels&) = delete;
+
+  // The panels kept for this weight buffer under `key` (the packing's
+  // options and the operand's view), or null.
+  cl_mem find(const Storage* weight, const std::string& key);
+  // A buffer of `bytes` kept for this weight under `key`, for the caller to
+  // pack into now (the queue is in order: later launches see the panels), or
+  // null when the budget or the device has no room, or when the weight
+  // already keeps panels under another key (one view per weight).
+  cl_mem make(const Storage* weight, const std::string& key, std::size_t bytes);
+  // The weight buffer is released: its panels go back to the pool.
+  void forget(const Storage* weight);
+  // Gives every kept panel set back; returns the bytes freed.
+  std::size_t clear();
+
+  std::size_t budget_bytes() const { return budget_; }
+  std::size_t kept_bytes() const;
+
+ private:
+  struct Entry {
+    cl_mem mem = nullptr;
+    std::size_t bytes = 0;
+    std::string key;
+  };
+  std::shared_ptr<BufferPool> pool_;
+  std::size_t budget_ = 0;
+  mutable std::mutex mu_;
+  std::unordered_map<const Storage*, Entry> kept_;
+  std::size_t kept_bytes_ = 0;
+};
+
+}  // namespace nanscope::opencl
