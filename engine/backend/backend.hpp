@@ -92,10 +92,11 @@ class Backend {
   // Device memory held by this backend's live buffers (weights, activations,
   // scratch), for memory plans and leak checks; 0 where it is not tracked.
   virtual std::uint64_t allocated_bytes() const { return 0; }
-  // Device memory the backend may still take for caches of its own beyond
-  // allocated_bytes() (the OpenCL CPU family's packed LINEAR weights: what is
-  // left of their budget): the memory plan counts it as resident.
-  virtual std::uint64_t reserved_bytes() const { return 0; }
+  // Caps what this backend may still take for caches of its own (the OpenCL
+  // CPU family's packed LINEAR weights) at `bytes` more than they hold now:
+  // the memory plan gives it what the planned run leaves free, so a size the
+  // plan accepts never runs out of memory because of a cache.
+  virtual void limit_cache_growth(std::uint64_t /*bytes*/) {}
 
   // True when the tensor's buffer belongs to this backend instance.
   bool owns(const Tensor& t) const { return t.storage() && t.storage()->owner() == storage_owner(); }

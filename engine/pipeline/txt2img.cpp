@@ -232,8 +232,7 @@ namespace {
 // `calls`: receives the pass's GEMM, convolution and attention calls (text encoders included) for the kernel plan.
 void require_memory(const SdModel& m, const ComponentContexts& cc, int width, int height, bool cfg,
                     const RunConfig& config, const models::Vae* encoder, KernelCalls& calls) {
-  PlanRequest r{
-      &m, cc.unet, cc.vae, width, height, cfg, cc.unet.be().allocated_bytes() + cc.unet.be().reserved_bytes()};
+  PlanRequest r{&m, cc.unet, cc.vae, width, height, cfg, cc.unet.be().allocated_bytes()};
   r.text_encoder = &cc.te;
   if (encoder) {
     r.encoder = encoder;
@@ -248,7 +247,16 @@ void require_memory(const SdModel& m, const ComponentContexts& cc, int width, in
   const MemoryPlan plan = plan_memory(r, &calls);
   log::debug("memory plan {}x{} on \"{}\": largest buffer {}, peak {} ({}), resident {}", width, height, plan.device,
              plan.largest.describe(), mib_text(plan.peak_bytes), plan.peak_component, mib_text(plan.resident_bytes));
-  if (plan.fits()) return;
+  if (plan.fits()) {
+    // What the run leaves free of the device's memory is all the backends may add to their caches (kept weight
+    // panels) during it.
+    const std::uint64_t used = plan.peak_bytes + plan.resident_bytes;
+    if (plan.global_mem_bytes > 0) {
+      const std::uint64_t room = plan.global_mem_bytes > used ? plan.global_mem_bytes - used : 0;
+      for (const OpContext* c : {&cc.te, &cc.unet, &cc.vae}) c->be().limit_cache_growth(room);
+    }
+    return;
+  }
   const int largest = largest_square_size(r, static_cast<int>(m.size_multiple()), std::min(width, height));
   throw MemoryPlanError(plan.refusal + (largest > 0 ? " The largest square size that fits is " +
                                                           std::to_string(largest) + "x" + std::to_string(largest) + "."
@@ -1198,8 +1206,7 @@ GeneratedImage Session::redecode(const RunConfig& config, const GeneratedImage& 
   // vae.tiling: on always; auto when the whole decode would not fit the device (the memory plan's answer).
   models::VaeTiles tiles;
   if (config.vae_tiling == "on" ||
-      (config.vae_tiling == "auto" &&
-       !decode_fits(vae, ctx, image.latent_shape, be.allocated_bytes() + be.reserved_bytes()))) {
+      (config.vae_tiling == "auto" && !decode_fits(vae, ctx, image.latent_shape, be.allocated_bytes()))) {
     tiles = models::vae_tiles(config.vae_tile_size, config.vae_tile_overlap, vae.config().downscale());
     log::info("decoding in VAE tiles of {} latent pixels (overlap {})", tiles.tile, tiles.overlap);
   }

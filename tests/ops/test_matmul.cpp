@@ -273,7 +273,15 @@ TEST(MatmulWeightPanels, KeptWithTheWeightBitForBitAndGivenBackWithIt) {
       const HostTensor want_big = uncached->download(
           ops::linear(make_context(*uncached, p), uncached->upload(hx), uncached->upload(hbig), nullptr));
       EXPECT_TRUE(bitwise_equal(got_big, want_big));
-      EXPECT_EQ(small_ocl->reserved_bytes(), 64u * 1024u) << "the budget left counts as reserved";
+      // The memory plan's limit: no room left for the run, nothing new is kept; the limit lifted, the budget holds.
+      const Tensor small_w = tight->upload(hw);
+      tight->limit_cache_growth(0);
+      (void)tight->download(ops::linear(make_context(*tight, p), xs, small_w, nullptr));
+      EXPECT_EQ(small_ocl->weight_panels().kept_bytes(), 0u) << "no room for the run: nothing kept";
+      tight->limit_cache_growth(std::uint64_t{1} << 40);
+      EXPECT_EQ(small_ocl->weight_panels().budget_bytes(), 64u * 1024u) << "never above the budget it was made with";
+      (void)tight->download(ops::linear(make_context(*tight, p), xs, small_w, nullptr));
+      EXPECT_GT(small_ocl->weight_panels().kept_bytes(), 0u) << "room again: kept";
     }
   }
   if (checked == 0) GTEST_SKIP() << "no OpenCL backend runs the CPU kernel family";

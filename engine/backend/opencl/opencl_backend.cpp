@@ -326,10 +326,7 @@ std::vector<std::string> OpenClBackend::take_guard_violations() {
 }
 
 std::uint64_t OpenClBackend::allocated_bytes() const { return pool_->in_use_bytes(); }
-std::uint64_t OpenClBackend::reserved_bytes() const {
-  return style_ == KernelStyle::cpu ? panels_->budget_bytes() - std::min(panels_->budget_bytes(), panels_->kept_bytes())
-                                    : 0;
-}
+void OpenClBackend::limit_cache_growth(std::uint64_t bytes) { panels_->limit_growth(bytes); }
 std::vector<KernelBuildRecord> OpenClBackend::kernel_builds() const { return programs_->records(); }
 std::string OpenClBackend::kernel_cache_dir() const { return programs_->dir(); }
 

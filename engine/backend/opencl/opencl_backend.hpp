@@ -76,7 +76,7 @@ class OpenClBackend final : public Backend {
   HostTensor download(const Tensor& t) override;
   void synchronize() override;
   std::uint64_t allocated_bytes() const override;
-  std::uint64_t reserved_bytes() const override;
+  void limit_cache_growth(std::uint64_t bytes) override;
 
   void matmul(const MatmulArgs& args) override;
   void conv2d(const Conv2dArgs& args) override;

@@ -1,12 +1,14 @@
 #include "backend/opencl/weight_panels.hpp"
 
+#include <algorithm>
+#include <cstdint>
 #include <utility>
 #include <vector>
 
 namespace nanscope::opencl {
 
 WeightPanels::WeightPanels(std::shared_ptr<BufferPool> pool, std::size_t budget_bytes)
-    : pool_(std::move(pool)), budget_(budget_bytes) {}
+    : pool_(std::move(pool)), configured_(budget_bytes), budget_(budget_bytes) {}
 
 WeightPanels::~WeightPanels() { clear(); }
 
@@ -60,6 +62,17 @@ std::size_t WeightPanels::clear() {
     freed += e.bytes;
   }
   return freed;
+}
+
+void WeightPanels::limit_growth(std::uint64_t bytes) {
+  std::lock_guard lock(mu_);
+  const std::uint64_t room = std::min<std::uint64_t>(bytes, configured_);
+  budget_ = static_cast<std::size_t>(std::min<std::uint64_t>(configured_, kept_bytes_ + room));
+}
+
+std::size_t WeightPanels::budget_bytes() const {
+  std::lock_guard lock(mu_);
+  return budget_;
 }
 
 std::size_t WeightPanels::kept_bytes() const {

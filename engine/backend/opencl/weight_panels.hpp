@@ -13,7 +13,9 @@
 // own weight, never a converted copy) are kept, and only while the kept
 // panels stay within the budget (BackendOptions::weight_panel_bytes); past
 // it, B is packed per call as before. Under memory pressure (an allocation
-// failed) every kept panel set is given back (BufferPool's relief hook).
+// failed) every kept panel set is given back (BufferPool's relief hook), and
+// before each run the memory plan limits the budget to what the run leaves
+// free (Backend::limit_cache_growth).
 // The results are the same bit for bit: the same packing kernel writes the
 // same panels, once instead of at every call.
 
@@ -50,7 +52,10 @@ class WeightPanels {
   // Gives every kept panel set back; returns the bytes freed.
   std::size_t clear();
 
-  std::size_t budget_bytes() const { return budget_; }
+  // At most `bytes` more than is kept now, and never more than the budget it
+  // was made with (the memory plan's room for the next run).
+  void limit_growth(std::uint64_t bytes);
+  std::size_t budget_bytes() const;
   std::size_t kept_bytes() const;
 
  private:
@@ -60,7 +65,8 @@ class WeightPanels {
     std::string key;
   };
   std::shared_ptr<BufferPool> pool_;
-  std::size_t budget_ = 0;
+  std::size_t configured_ = 0;  // BackendOptions::weight_panel_bytes or its default
+  std::size_t budget_ = 0;      // configured_, or less while the memory plan limits it
   mutable std::mutex mu_;
   std::unordered_map<const Storage*, Entry> kept_;
   std::size_t kept_bytes_ = 0;
