@@ -7,6 +7,15 @@
 
 namespace nanscope::opencl {
 
+namespace {
+
+// The statuses with which a driver says it has no memory for a buffer (then the pool gives memory back and retries).
+bool out_of_memory(cl_int err) {
+  return err == CL_MEM_OBJECT_ALLOCATION_FAILURE || err == CL_OUT_OF_RESOURCES || err == CL_OUT_OF_HOST_MEMORY;
+}
+
+}  // namespace
+
 BufferPool::BufferPool(cl_context context, std::size_t max_kept_bytes, bool exact)
     : context_(context), max_kept_(max_kept_bytes), exact_(exact) {
   NS_CL_CHECK(clRetainContext(context_));
@@ -104,11 +113,11 @@ cl_mem BufferPool::acquire(std::size_t bytes, cl_int& err) {
   if (drain) drain();
   for (cl_mem m : evicted) NS_CL_CHECK_NOTHROW(clReleaseMemObject(m));
   cl_mem m = clCreateBuffer(context_, CL_MEM_READ_WRITE, size, nullptr, &err);
-  if (err == CL_MEM_OBJECT_ALLOCATION_FAILURE || err == CL_OUT_OF_RESOURCES || err == CL_OUT_OF_HOST_MEMORY) {
+  if (out_of_memory(err)) {
     trim();  // the kept buffers may be what is missing
     m = clCreateBuffer(context_, CL_MEM_READ_WRITE, size, nullptr, &err);
   }
-  if (err == CL_MEM_OBJECT_ALLOCATION_FAILURE || err == CL_OUT_OF_RESOURCES || err == CL_OUT_OF_HOST_MEMORY) {
+  if (out_of_memory(err)) {
     std::function<std::size_t()> relief;
     {
       std::lock_guard<std::mutex> lock(mu_);
