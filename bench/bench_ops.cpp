@@ -11,7 +11,9 @@
 //
 // --shapes sd15 times every distinct conv, linear and attention shape of one
 // SD 1.5 UNet call instead (batch 2, bench/unet_shapes.hpp), each with its
-// count in the call, so the table shows where a call's time goes by shape.
+// count in the call, so the table shows where a call's time goes by shape
+// (`--only` keeps the shapes whose name starts with its prefix, e.g.
+// attention_2_4096_77).
 //
 // The PyTorch baseline runs as a well-set-up user would run it: OpenBLAS with
 // the fastest OPENBLAS_CORETYPE for this CPU (measured, bench_util.hpp) and
@@ -151,6 +153,7 @@ int main(int argc, char** argv) {
     if (!shapes.empty()) {
       nlohmann::json list = nlohmann::json::array();
       for (const bench::OpShape& sh : bench::sd15_unet_shapes(latent)) {
+        if (sh.name().rfind(only, 0) != 0) continue;  // --only: a prefix of the shape's name
         const auto& p = sh.p;
         double s = 0;
         if (sh.kind == "conv") {

@@ -502,11 +502,14 @@ __kernel CPU_ONE_ITEM void attention_flash_cpu(__global const store_t* q, __glob
 
   for (uint g = 0; g < ng; ++g) {
     const uint i0 = i00 + g * FR, rows = min((uint)FR, sq - i0);
-    const __local float* ot = state + g * gs + d * FR;
-    const __local float* lv = ot + dvp * FR + FR;
+    __local float* ot = state + g * gs + d * FR;
+    const floatw l = vloadw(1, ot + dvp * FR);
+    // O / l for the FR rows at once (correctly rounded, as the scalar division; 16 scalar divisions per channel
+    // were 2% of the 4096-token self attention and more of the 77-key cross attention), then row by row.
+    for (uint c = 0; c < dv; ++c) vstorew(vloadw(c, ot) / l, c, ot);
     for (uint r = 0; r < rows; ++r) {
       __global store_t* orow = out + (b * sq + i0 + r) * vstride + (ulong)h * dv;
-      for (uint c = 0; c < dv; ++c) st(orow, c, ot[c * FR + r] / lv[r]);
+      for (uint c = 0; c < dv; ++c) st(orow, c, ot[c * FR + r]);
     }
   }
 }
