@@ -93,6 +93,45 @@ TEST(MemoryPlan, TheLargestSizeThatFitsIsOneThatRuns) {
   EXPECT_FALSE(pipeline::plan_memory(at).fits());
 }
 
+// The CPU family keeps LINEAR weights packed after their first use (weight_panels.hpp); they count as resident
+// in the next run's plan. A size that fits without them must not be refused because an earlier, smaller run left
+// them: the plan gives them back and plans again.
+TEST(MemoryPlan, KeptWeightPanelsAreGivenBackBeforeASizeIsRefused) {
+  RunConfig small = one_step(64), big = one_step(256);
+  small.vae_tiling = big.vae_tiling = "off";  // the plan's peak then does not depend on the memory limit
+  BackendOptions options;
+  options.weight_panel_bytes = std::uint64_t{1} << 30;
+  std::uint64_t kept = 0, resident = 0, peak = 0;
+  {
+    pipeline::Session session(options);
+    session.generate(small);
+    Backend& be = session.backend(small.device);
+    const std::uint64_t with_panels = be.allocated_bytes();
+    kept = be.release_caches();
+    resident = be.allocated_bytes();
+    ASSERT_GT(kept, 0u) << "the first run keeps the text encoder's and the UNet's LINEAR weights packed";
+    EXPECT_EQ(resident, with_panels - kept) << "what release_caches reports is what the device gets back";
+    EXPECT_EQ(be.release_caches(), 0u) << "nothing left to give back";
+    OpContext ctx;
+    ctx.backend = &be;
+    ctx.precision = Precision{DType::f32};
+    const pipeline::MemoryPlan plan = pipeline::plan_memory({&session.model(big), ctx, ctx, 256, 256, false, 0});
+    ASSERT_TRUE(plan.fits()) << plan.refusal;
+    peak = plan.peak_bytes;
+  }
+  // A device on which 256x256 fits, but not with the 64x64 run's panels still kept.
+  options.memory_limit_bytes = peak + resident + kept / 2;
+  pipeline::Session session(options);
+  session.generate(small);
+  Backend& be = session.backend(small.device);
+  ASSERT_GT(be.allocated_bytes(), resident + kept / 2) << "the small run kept its panels again";
+  const auto images = session.generate(big);
+  ASSERT_EQ(images.size(), 1u);
+  EXPECT_EQ(images[0].image.width, 256);
+  // The run may keep panels again, within what its plan left free.
+  EXPECT_LE(be.allocated_bytes(), resident + kept / 2);
+}
+
 TEST(MemoryPlan, TheLargestAcceptedSizeIsRefusedNamingTheBuffer) {
   pipeline::Session session;
   for (const char* device : {"", "reference"}) {

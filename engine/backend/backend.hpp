@@ -97,6 +97,10 @@ class Backend {
   // the memory plan gives it what the planned run leaves free, so a size the
   // plan accepts never runs out of memory because of a cache.
   virtual void limit_cache_growth(std::uint64_t /*bytes*/) {}
+  // Gives back everything this backend keeps only for speed (those caches):
+  // what a memory plan does before it refuses a size, since they count as
+  // resident there. Returns the bytes given back.
+  virtual std::uint64_t release_caches() { return 0; }
 
   // True when the tensor's buffer belongs to this backend instance.
   bool owns(const Tensor& t) const { return t.storage() && t.storage()->owner() == storage_owner(); }

@@ -226,6 +226,13 @@ void finish_inspection(RunReport& report, const std::string& first_bad_note, con
 
 namespace {
 
+// What the backends of a pass keep only for speed, given back; the bytes freed.
+std::uint64_t release_caches(const ComponentContexts& cc) {
+  std::uint64_t freed = 0;
+  for (const OpContext* c : {&cc.te, &cc.unet, &cc.vae}) freed += c->be().release_caches();
+  return freed;
+}
+
 // Refuses a size the device cannot hold before any work: the memory plan
 // (memory_plan.hpp) names the buffer, and the message the largest size that fits.
 // `encoder`: the VAE with its encoder when the pass first encodes an image of its size (img2img, Lanczos hires).
@@ -244,7 +251,17 @@ void require_memory(const SdModel& m, const ComponentContexts& cc, int width, in
     r.vae_tiles = models::vae_tiles(config.vae_tile_size, config.vae_tile_overlap, m.vae->config().downscale());
   }
   r.tile_overlap_px = config.vae_tile_overlap;
-  const MemoryPlan plan = plan_memory(r, &calls);
+  MemoryPlan plan = plan_memory(r, &calls);
+  if (!plan.fits()) {
+    // Kept weight panels (from an earlier run) count as resident: give them back and plan again before refusing.
+    const std::uint64_t freed = release_caches(cc);
+    if (freed > 0) {
+      log::info("memory plan {}x{}: gave back {} of packed weights kept from earlier runs to make room", width,
+                height, mib_text(freed));
+      r.resident_bytes = cc.unet.be().allocated_bytes();
+      plan = plan_memory(r, &calls);
+    }
+  }
   log::debug("memory plan {}x{} on \"{}\": largest buffer {}, peak {} ({}), resident {}", width, height, plan.device,
              plan.largest.describe(), mib_text(plan.peak_bytes), plan.peak_component, mib_text(plan.resident_bytes));
   if (plan.fits()) {
@@ -1205,8 +1222,12 @@ GeneratedImage Session::redecode(const RunConfig& config, const GeneratedImage& 
   const auto t0 = Clock::now();
   // vae.tiling: on always; auto when the whole decode would not fit the device (the memory plan's answer).
   models::VaeTiles tiles;
-  if (config.vae_tiling == "on" ||
-      (config.vae_tiling == "auto" && !decode_fits(vae, ctx, image.latent_shape, be.allocated_bytes()))) {
+  const auto whole_decode_fits = [&] {
+    if (decode_fits(vae, ctx, image.latent_shape, be.allocated_bytes())) return true;
+    // Kept weight panels count as resident: without them the whole decode may fit (the same image as before).
+    return be.release_caches() > 0 && decode_fits(vae, ctx, image.latent_shape, be.allocated_bytes());
+  };
+  if (config.vae_tiling == "on" || (config.vae_tiling == "auto" && !whole_decode_fits())) {
     tiles = models::vae_tiles(config.vae_tile_size, config.vae_tile_overlap, vae.config().downscale());
     log::info("decoding in VAE tiles of {} latent pixels (overlap {})", tiles.tile, tiles.overlap);
   }

@@ -327,6 +327,13 @@ std::vector<std::string> OpenClBackend::take_guard_violations() {
 
 std::uint64_t OpenClBackend::allocated_bytes() const { return pool_->in_use_bytes(); }
 void OpenClBackend::limit_cache_growth(std::uint64_t bytes) { panels_->limit_growth(bytes); }
+std::uint64_t OpenClBackend::release_caches() {
+  // What the device gets back: the pool's rounded sizes, not the panels' own.
+  const std::uint64_t before = allocated_bytes();
+  panels_->clear();
+  const std::uint64_t after = allocated_bytes();
+  return before > after ? before - after : 0;
+}
 std::vector<KernelBuildRecord> OpenClBackend::kernel_builds() const { return programs_->records(); }
 std::string OpenClBackend::kernel_cache_dir() const { return programs_->dir(); }
 
