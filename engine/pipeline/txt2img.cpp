@@ -256,8 +256,8 @@ void require_memory(const SdModel& m, const ComponentContexts& cc, int width, in
     // Kept weight panels (from an earlier run) count as resident: give them back and plan again before refusing.
     const std::uint64_t freed = release_caches(cc);
     if (freed > 0) {
-      log::info("memory plan {}x{}: gave back {} of packed weights kept from earlier runs to make room", width,
-                height, mib_text(freed));
+      log::info("memory plan {}x{}: gave back {} of packed weights kept from earlier runs to make room", width, height,
+                mib_text(freed));
       r.resident_bytes = cc.unet.be().allocated_bytes();
       plan = plan_memory(r, &calls);
     }
