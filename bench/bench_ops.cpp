@@ -294,8 +294,9 @@ int main(int argc, char** argv) {
                     100.0 * gf * 1e9 / peak, theirs.c_str(), ratio.c_str());
       }
     }
-    if (counted) {
-      std::printf("\nSum over the call: ours %.2f s (%.0f GFLOP, %.0f%% of peak)", ours_call, flops_call / 1e9,
+    if (counted && ours_call > 0) {
+      std::printf("\nSum over %s: ours %.2f s (%.0f GFLOP, %.0f%% of peak)",
+                  only.empty() ? "the call" : "these rows (--only)", ours_call, flops_call / 1e9,
                   100.0 * flops_call / ours_call / peak);
       if (torch_all && torch_call > 0) std::printf(", PyTorch %.2f s (%.2fx)", torch_call, torch_call / ours_call);
       std::printf("; norms, activations and adds are not in these rows.\n");

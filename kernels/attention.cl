@@ -309,18 +309,19 @@ __kernel CPU_ONE_ITEM void attention_fused(__global const store_t* q, __global c
 #endif
 #if FLW == 16
 #define as_floatw as_float16
-#define as_intw as_int16
+#define as_uintw as_uint16
 #else
 #define as_floatw as_float8
-#define as_intw as_int8
+#define as_uintw as_uint8
 #endif
 // 2^x for the softmax, x <= 0 or NaN here. PoCL's exp2() costs 14% of the
 // kernel's time at d = 40; this is the vector form: x = k + f, k the nearest
 // integer (by adding 1.5 * 2^23 + 127: the sum's low mantissa bits hold k + 127,
 // the exponent field's bits once shifted), |f| <= 1/2, 2^f by Cephes' exp2f
 // polynomial (1.7e-7 relative). -Inf gives exactly 0 (padded keys weigh
-// nothing), 0 gives exactly 1 (the rescale test), NaN stays NaN; results
-// below 2^-126 are 0.
+// nothing), 0 gives exactly 1 (the rescale test), NaN stays NaN; x <= -126.5
+// gives 0 (k = -127: a zero exponent field), the subnormal results above it
+// are approximate (weights below 2^-126 of the row's largest).
 static inline floatw fl_exp2(floatw x) {
   x = select(x, (floatw)(-127.0f), (intw)(x < -127.0f));  // NaN compares false: kept
   const floatw t = x + 12583039.0f;                         // 1.5 * 2^23 + 127, rounded to an integer
@@ -331,7 +332,7 @@ static inline floatw fl_exp2(floatw x) {
   p = fma(p, f, (floatw)(2.402264791363012e-1f));
   p = fma(p, f, (floatw)(6.931472028550421e-1f));
   p = fma(p, f, (floatw)(1.0f));
-  return p * as_floatw(as_intw(t) << 23);
+  return p * as_floatw(as_uintw(t) << 23);
 }
 #define FV 8  // columns of O per pass over a block's P
 #define FV_COLS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)

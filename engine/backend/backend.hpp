@@ -97,9 +97,11 @@ class Backend {
   // the memory plan gives it what the planned run leaves free, so a size the
   // plan accepts never runs out of memory because of a cache.
   virtual void limit_cache_growth(std::uint64_t /*bytes*/) {}
-  // Gives back everything this backend keeps only for speed (those caches):
-  // what a memory plan does before it refuses a size, since they count as
-  // resident there. Returns the bytes given back.
+  // The bytes of those caches (within allocated_bytes), and giving them all
+  // back: they count as resident in a memory plan, which gives them back
+  // when that makes the difference between refusing a size (or tiling a
+  // decode) and not. release_caches returns what allocated_bytes drops by.
+  virtual std::uint64_t cache_bytes() const { return 0; }
   virtual std::uint64_t release_caches() { return 0; }
 
   // True when the tensor's buffer belongs to this backend instance.

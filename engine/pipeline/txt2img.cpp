@@ -226,13 +226,6 @@ void finish_inspection(RunReport& report, const std::string& first_bad_note, con
 
 namespace {
 
-// What the backends of a pass keep only for speed, given back; the bytes freed.
-std::uint64_t release_caches(const ComponentContexts& cc) {
-  std::uint64_t freed = 0;
-  for (const OpContext* c : {&cc.te, &cc.unet, &cc.vae}) freed += c->be().release_caches();
-  return freed;
-}
-
 // Refuses a size the device cannot hold before any work: the memory plan
 // (memory_plan.hpp) names the buffer, and the message the largest size that fits.
 // `encoder`: the VAE with its encoder when the pass first encodes an image of its size (img2img, Lanczos hires).
@@ -251,16 +244,28 @@ void require_memory(const SdModel& m, const ComponentContexts& cc, int width, in
     r.vae_tiles = models::vae_tiles(config.vae_tile_size, config.vae_tile_overlap, m.vae->config().downscale());
   }
   r.tile_overlap_px = config.vae_tile_overlap;
-  MemoryPlan plan = plan_memory(r, &calls);
-  if (!plan.fits()) {
-    // Kept weight panels (from an earlier run) count as resident: give them back and plan again before refusing.
-    const std::uint64_t freed = release_caches(cc);
-    if (freed > 0) {
-      log::info("memory plan {}x{}: gave back {} of packed weights kept from earlier runs to make room", width, height,
-                mib_text(freed));
-      r.resident_bytes = cc.unet.be().allocated_bytes();
+  // Kept weight panels (from an earlier run) count as resident; when the size fits without them they are given
+  // back, and a size that fits a fresh session is never refused because a smaller run came first.
+  Backend& be = cc.unet.be();
+  PlanRequest without = r;
+  without.resident_bytes -= std::min(be.cache_bytes(), r.resident_bytes);
+  MemoryPlan plan;
+  if (without.resident_bytes < r.resident_bytes) {
+    PlanRequest first = r;
+    first.advise = false;  // the tiling advice only for the plan that refuses
+    plan = plan_memory(first, &calls);
+    if (!plan.fits()) {
+      without.advise = false;
+      if (plan_memory(without).fits()) {
+        const std::uint64_t freed = be.release_caches();
+        log::info("memory plan {}x{}: gave back {} of packed weights kept from earlier runs to make room", width,
+                  height, mib_text(freed));
+        r.resident_bytes = be.allocated_bytes();
+      }
       plan = plan_memory(r, &calls);
     }
+  } else {
+    plan = plan_memory(r, &calls);
   }
   log::debug("memory plan {}x{} on \"{}\": largest buffer {}, peak {} ({}), resident {}", width, height, plan.device,
              plan.largest.describe(), mib_text(plan.peak_bytes), plan.peak_component, mib_text(plan.resident_bytes));
@@ -274,7 +279,8 @@ void require_memory(const SdModel& m, const ComponentContexts& cc, int width, in
     }
     return;
   }
-  const int largest = largest_square_size(r, static_cast<int>(m.size_multiple()), std::min(width, height));
+  // A run at a smaller size gives the panels back if it needs their room.
+  const int largest = largest_square_size(without, static_cast<int>(m.size_multiple()), std::min(width, height));
   throw MemoryPlanError(plan.refusal + (largest > 0 ? " The largest square size that fits is " +
                                                           std::to_string(largest) + "x" + std::to_string(largest) + "."
                                                     : ""),
@@ -1223,9 +1229,16 @@ GeneratedImage Session::redecode(const RunConfig& config, const GeneratedImage& 
   // vae.tiling: on always; auto when the whole decode would not fit the device (the memory plan's answer).
   models::VaeTiles tiles;
   const auto whole_decode_fits = [&] {
-    if (decode_fits(vae, ctx, image.latent_shape, be.allocated_bytes())) return true;
-    // Kept weight panels count as resident: without them the whole decode may fit (the same image as before).
-    return be.release_caches() > 0 && decode_fits(vae, ctx, image.latent_shape, be.allocated_bytes());
+    const std::uint64_t resident = be.allocated_bytes();
+    if (decode_fits(vae, ctx, image.latent_shape, resident)) return true;
+    // Kept weight panels count as resident. When the decode fits whole without them they are given back (a fresh
+    // session would not tile it: the same image), and none are kept for the rest of the run, or every preview
+    // decode would find them again.
+    const std::uint64_t cached = std::min(be.cache_bytes(), resident);
+    if (cached == 0 || !decode_fits(vae, ctx, image.latent_shape, resident - cached)) return false;
+    log::info("VAE decode: gave back {} of packed weights to decode the image whole", mib_text(be.release_caches()));
+    be.limit_cache_growth(0);
+    return decode_fits(vae, ctx, image.latent_shape, be.allocated_bytes());
   };
   if (config.vae_tiling == "on" || (config.vae_tiling == "auto" && !whole_decode_fits())) {
     tiles = models::vae_tiles(config.vae_tile_size, config.vae_tile_overlap, vae.config().downscale());

@@ -327,8 +327,10 @@ std::vector<std::string> OpenClBackend::take_guard_violations() {
 
 std::uint64_t OpenClBackend::allocated_bytes() const { return pool_->in_use_bytes(); }
 void OpenClBackend::limit_cache_growth(std::uint64_t bytes) { panels_->limit_growth(bytes); }
+std::uint64_t OpenClBackend::cache_bytes() const { return panels_->kept_bytes(); }
 std::uint64_t OpenClBackend::release_caches() {
-  // What the device gets back: the pool's rounded sizes, not the panels' own.
+  // The panels go back to the pool (its own kept buffers are not counted as allocated, and it frees them when an
+  // allocation needs the room); what allocated_bytes drops by is the pool's rounded sizes, not the panels' own.
   const std::uint64_t before = allocated_bytes();
   panels_->clear();
   const std::uint64_t after = allocated_bytes();

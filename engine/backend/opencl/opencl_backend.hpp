@@ -77,6 +77,7 @@ class OpenClBackend final : public Backend {
   void synchronize() override;
   std::uint64_t allocated_bytes() const override;
   void limit_cache_growth(std::uint64_t bytes) override;
+  std::uint64_t cache_bytes() const override;
   std::uint64_t release_caches() override;
 
   void matmul(const MatmulArgs& args) override;
