@@ -249,12 +249,12 @@ void require_memory(const SdModel& m, const ComponentContexts& cc, int width, in
   Backend& be = cc.unet.be();
   PlanRequest without = r;
   without.resident_bytes -= std::min(be.cache_bytes(), r.resident_bytes);
-  MemoryPlan plan;
-  if (without.resident_bytes < r.resident_bytes) {
-    PlanRequest first = r;
-    first.advise = false;  // the tiling advice only for the plan that refuses
-    plan = plan_memory(first, &calls);
-    if (!plan.fits()) {
+  const MemoryPlan plan = [&] {
+    if (without.resident_bytes < r.resident_bytes) {
+      PlanRequest quiet = r;
+      quiet.advise = false;  // the tiling advice only for the plan that refuses
+      MemoryPlan with_panels = plan_memory(quiet, &calls);
+      if (with_panels.fits()) return with_panels;
       without.advise = false;
       if (plan_memory(without).fits()) {
         const std::uint64_t freed = be.release_caches();
@@ -262,11 +262,9 @@ void require_memory(const SdModel& m, const ComponentContexts& cc, int width, in
                   height, mib_text(freed));
         r.resident_bytes = be.allocated_bytes();
       }
-      plan = plan_memory(r, &calls);
     }
-  } else {
-    plan = plan_memory(r, &calls);
-  }
+    return plan_memory(r, &calls);
+  }();
   log::debug("memory plan {}x{} on \"{}\": largest buffer {}, peak {} ({}), resident {}", width, height, plan.device,
              plan.largest.describe(), mib_text(plan.peak_bytes), plan.peak_component, mib_text(plan.resident_bytes));
   if (plan.fits()) {

@@ -193,12 +193,10 @@ TEST(Conv2dCpuKernel, EqualsMatmulOnTheIm2colMatrixBitForBit) {
   };
   const Shape4 shapes[] = {
       {100, 41, 48, 13, 3, 1, 1, true}, {4, 17, 16, 8, 3, 1, 1, true}, {6, 5, 7, 9, 3, 2, 1, false}};
-  int checked = 0;
-  for (Backend* be : opencl_backends()) {
-    auto* ocl = dynamic_cast<opencl::OpenClBackend*>(be);
-    ASSERT_NE(ocl, nullptr);
-    if (ocl->kernel_style() != opencl::KernelStyle::cpu) continue;  // only the CPU family runs conv_cpu
-    ++checked;
+  const std::vector<opencl::OpenClBackend*> cpu = cpu_family_backends();  // only the CPU family runs conv_cpu
+  if (cpu.empty()) GTEST_SKIP() << no_cpu_family_message();
+  for (opencl::OpenClBackend* ocl : cpu) {
+    Backend* be = ocl;
     for (const DType dt : {DType::f32, DType::f16, DType::bf16}) {
       for (const Shape4& g : shapes) {
         constexpr std::int64_t n = 2;
@@ -253,7 +251,6 @@ TEST(Conv2dCpuKernel, EqualsMatmulOnTheIm2colMatrixBitForBit) {
       }
     }
   }
-  if (checked == 0) GTEST_SKIP() << "no OpenCL backend runs the CPU kernel family";
 }
 }  // namespace
 }  // namespace nanscope::test

@@ -142,15 +142,12 @@ TEST(MatmulTensorCores, SelectionRule) {
 // per-batch A, alpha and a bias. Both are also checked against the reference
 // backend, so a kernel that wrote nothing would not pass.
 TEST(MatmulDirectA, ReadsAWhereItLiesBitForBitAsThePackedPanels) {
-  if (opencl_backends().empty()) GTEST_SKIP() << no_opencl_message();
-  int checked = 0;
-  for (Backend* be : opencl_backends()) {
-    auto* ocl = dynamic_cast<opencl::OpenClBackend*>(be);
-    ASSERT_NE(ocl, nullptr);
-    // Only the CPU family reads A in place (gemm::reads_a_directly); elsewhere this would only build
-    // programs no op uses (about 80 s of PoCL compiles under NANSCOPE_KERNEL_STYLE=gpu).
-    if (ocl->kernel_style() != opencl::KernelStyle::cpu) continue;
-    ++checked;
+  // Only the CPU family reads A in place (gemm::reads_a_directly); elsewhere this would only build
+  // programs no op uses (about 80 s of PoCL compiles under NANSCOPE_KERNEL_STYLE=gpu).
+  const std::vector<opencl::OpenClBackend*> cpu = cpu_family_backends();
+  if (cpu.empty()) GTEST_SKIP() << no_cpu_family_message();
+  for (opencl::OpenClBackend* ocl : cpu) {
+    Backend* be = ocl;
     namespace gemm = opencl::gemm;
     const gemm::Tuning& t = gemm::tuning(ocl->device());
     for (const DType dt : {DType::f32, DType::f16, DType::bf16}) {
@@ -195,7 +192,6 @@ TEST(MatmulDirectA, ReadsAWhereItLiesBitForBitAsThePackedPanels) {
       }
     }
   }
-  if (checked == 0) GTEST_SKIP() << "no OpenCL backend runs the CPU kernel family";
 }
 
 // LINEAR weights' panels are packed at their first use and kept with the
@@ -204,13 +200,10 @@ TEST(MatmulDirectA, ReadsAWhereItLiesBitForBitAsThePackedPanels) {
 // for the same buffer and view, go back to the pool with the weight, and stop
 // at the budget.
 TEST(MatmulWeightPanels, KeptWithTheWeightBitForBitAndGivenBackWithIt) {
-  if (opencl_backends().empty()) GTEST_SKIP() << no_opencl_message();
-  int checked = 0;
-  for (Backend* be : opencl_backends()) {
-    auto* ocl = dynamic_cast<opencl::OpenClBackend*>(be);
-    ASSERT_NE(ocl, nullptr);
-    if (ocl->kernel_style() != opencl::KernelStyle::cpu) continue;  // the GPU family reads B where it lies
-    ++checked;
+  const std::vector<opencl::OpenClBackend*> cpu = cpu_family_backends();  // the GPU family reads B where it lies
+  if (cpu.empty()) GTEST_SKIP() << no_cpu_family_message();
+  for (opencl::OpenClBackend* ocl : cpu) {
+    Backend* be = ocl;
     BackendOptions none_kept = test_backend_options();
     none_kept.weight_panel_bytes = 0;
     const auto uncached = make_backend(be->device(), none_kept);
@@ -284,7 +277,6 @@ TEST(MatmulWeightPanels, KeptWithTheWeightBitForBitAndGivenBackWithIt) {
       EXPECT_GT(small_ocl->weight_panels().kept_bytes(), 0u) << "room again: kept";
     }
   }
-  if (checked == 0) GTEST_SKIP() << "no OpenCL backend runs the CPU kernel family";
 }
 
 // Row 0 of a is 16 everywhere; column 1 of b is +16 for the first 300 k and -16

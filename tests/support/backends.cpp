@@ -5,6 +5,8 @@
 #include <memory>
 #include <stdexcept>
 
+#include "backend/opencl/opencl_backend.hpp"
+
 namespace nanscope::test {
 
 namespace {
@@ -76,6 +78,23 @@ Backend& reference_backend() {
 }
 
 const std::vector<Backend*>& opencl_backends() { return registry().opencl_ptrs; }
+
+std::vector<opencl::OpenClBackend*> cpu_family_backends() {
+  std::vector<opencl::OpenClBackend*> out;
+  for (Backend* be : opencl_backends()) {
+    auto* ocl = dynamic_cast<opencl::OpenClBackend*>(be);
+    if (!ocl) {
+      ADD_FAILURE() << "opencl_backends() holds a backend that is not an OpenCL one: \"" << be->device().name << "\"";
+    } else if (ocl->kernel_style() == opencl::KernelStyle::cpu) {
+      out.push_back(ocl);
+    }
+  }
+  return out;
+}
+
+std::string no_cpu_family_message() {
+  return opencl_backends().empty() ? no_opencl_message() : "no OpenCL backend runs the CPU kernel family";
+}
 
 std::string no_opencl_message() {
   std::string s = simulator_factory() ? "no simulator device found" : "no OpenCL device found";

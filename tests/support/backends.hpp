@@ -14,6 +14,10 @@
 #include "backend/backend.hpp"
 #include "backend/device.hpp"
 
+namespace nanscope::opencl {
+class OpenClBackend;
+}
+
 namespace nanscope::test {
 
 // Every OpenCL test backend's buffers carry this many guard bytes after their
@@ -32,6 +36,12 @@ Backend& reference_backend();
 const std::vector<Backend*>& opencl_backends();
 // Why there is no OpenCL backend (the enumeration's notes), for skip messages.
 std::string no_opencl_message();
+// Those of opencl_backends() that run the CPU kernel family (kernel style cpu: conv_cpu, the GEMM that reads A in
+// place, kept weight panels); none under NANSCOPE_KERNEL_STYLE=gpu. A backend there that is not an OpenCL one is a
+// test failure.
+std::vector<opencl::OpenClBackend*> cpu_family_backends();
+// Why cpu_family_backends() is empty, for skip messages.
+std::string no_cpu_family_message();
 
 // An OpenCL device the normal tests run on: neither the reference device nor a simulator.
 bool is_test_device(const DeviceInfo& d);
