@@ -302,6 +302,26 @@ TEST(OclgrindCpuFamily, PanelKernelsStayInBoundsAndMatchTheReference) {
   const Precision f32{DType::f32};
   EXPECT_TRUE(tensors_close(linear_on(be, f32, a, wt, bias), linear_on(ref, f32, a, wt, bias), kF32Sums))
       << "linear 13x600 -> 21";
+  // f16 storage: the rows of A that gemm_cpu_direct_a and conv_cpu convert in their inner loop, 16 k at a time
+  // (k 600 in k-blocks that end in a partial 16), then one at a time.
+  const Precision f16{DType::f16};
+  const HostTensor ah = random_normal(rng, {13, 600}, DType::f16);
+  const HostTensor wh = random_normal(rng, {200, 600}, DType::f16, 0.0, 0.05);
+  const HostTensor bh = random_normal(rng, {200}, DType::f16);
+  EXPECT_TRUE(tensors_close(linear_on(be, f16, ah, wh, bh), linear_on(ref, f16, ah, wh, bh),
+                            tolerance("matmul", f16, Check::backend)))
+      << "f16 linear 13x600 -> 200";
+  {
+    EXPECT_TRUE(opencl::gemm::runs_cpu_conv(be, f16, {2, 4, 17, 16, 8, 3, 3, 1, 1, 17, 16}));
+    const HostTensor x = random_normal(rng, {2, 4, 17, 16}, DType::f16);
+    const HostTensor w = random_normal(rng, {8, 4, 3, 3}, DType::f16, 0.0, 0.3);
+    const HostTensor b = random_normal(rng, {8}, DType::f16);
+    const auto run = [&](Backend& on) {
+      const Tensor tb = on.upload(b);
+      return on.download(ops::conv2d(make_context(on, f16), on.upload(x), on.upload(w), &tb, 1, 1));
+    };
+    EXPECT_TRUE(tensors_close(run(be), run(ref), tolerance("conv2d", f16, Check::backend))) << "f16 conv 4x17x16";
+  }
   // attention_flash_cpu and its packers: partial row and key blocks, with and without the causal mask, and more
   // keys than queries (the mask's blocks end at the last row's key); then blocked over memory (two row blocks per
   // work-item taking K and V one key block at a time: the last work-item's second row block is partial or empty).

@@ -139,8 +139,10 @@ TEST(MatmulTensorCores, SelectionRule) {
 // runs in three k-blocks (240, 240, 220: the last one ends in 12 k that the
 // half kernel reads one at a time), k = 77 in one block of 4 x 16 + 13; m = 29
 // leaves a partial row block, n = 41 a partial column panel; batch 2 with a
-// per-batch A, alpha and a bias. Both are also checked against the reference
-// backend, so a kernel that wrote nothing would not pass.
+// per-batch A, alpha and a bias; n = 1041 (33 panels of 32, 66 of 16) has
+// many column work-items over the same converted rows, the last one partial.
+// Both are also checked against the reference backend, so a kernel that
+// wrote nothing would not pass.
 TEST(MatmulDirectA, ReadsAWhereItLiesBitForBitAsThePackedPanels) {
   // Only the CPU family reads A in place (gemm::reads_a_directly); elsewhere this would only build
   // programs no op uses (about 80 s of PoCL compiles under NANSCOPE_KERNEL_STYLE=gpu).
@@ -151,10 +153,11 @@ TEST(MatmulDirectA, ReadsAWhereItLiesBitForBitAsThePackedPanels) {
     namespace gemm = opencl::gemm;
     const gemm::Tuning& t = gemm::tuning(ocl->device());
     for (const DType dt : {DType::f32, DType::f16, DType::bf16}) {
-      for (const std::int64_t k : {std::int64_t{700}, std::int64_t{77}}) {
-        constexpr std::int64_t batch = 2, m = 29, n = 41;
+      for (const auto& [k, n] : {std::pair<std::int64_t, std::int64_t>{700, 41}, {77, 41}, {700, 1041}}) {
+        constexpr std::int64_t batch = 2, m = 29;
         const Precision p{dt};
-        SCOPED_TRACE("device \"" + be->device().name + "\", " + p.describe() + ", k " + std::to_string(k));
+        SCOPED_TRACE("device \"" + be->device().name + "\", " + p.describe() + ", k " + std::to_string(k) + ", n " +
+                     std::to_string(n));
         Rng rng(seed_from("matmul direct a " + std::to_string(k)));
         SCOPED_TRACE("seed " + std::to_string(rng.seed()));
         const HostTensor ha = random_normal(rng, {batch, m, k}, dt), hb = random_normal(rng, {batch, k, n}, dt);
