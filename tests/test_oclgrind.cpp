@@ -276,51 +276,40 @@ TEST(OclgrindCpuFamily, PanelKernelsStayInBoundsAndMatchTheReference) {
   struct Conv {
     std::int64_t c, h, w, o, stride;
     bool in_kernel;  // conv_cpu; else the column panels and gemm_cpu_direct_a
+    DType dtype;     // f16: conv_cpu converts the weight rows in its inner loop (k 36: two 16s and a tail of 4)
   };
-  for (const Conv& g : {Conv{4, 17, 16, 8, 1, true}, Conv{3, 6, 32, 7, 1, true}, Conv{6, 5, 7, 9, 2, false}}) {
+  for (const Conv& g : {Conv{4, 17, 16, 8, 1, true, DType::f32}, Conv{3, 6, 32, 7, 1, true, DType::f32},
+                        Conv{6, 5, 7, 9, 2, false, DType::f32}, Conv{4, 17, 16, 8, 1, true, DType::f16}}) {
     const std::int64_t oh = (g.h + 2 - 3) / g.stride + 1, ow = (g.w + 2 - 3) / g.stride + 1;
+    const Precision p{g.dtype};
     const std::string what = "conv " + std::to_string(g.c) + "x" + std::to_string(g.h) + "x" + std::to_string(g.w) +
-                             " stride " + std::to_string(g.stride);
-    const Precision p{DType::f32};
+                             " stride " + std::to_string(g.stride) + " " + p.describe();
     EXPECT_EQ(opencl::gemm::runs_cpu_conv(be, p, {2, g.c, g.h, g.w, g.o, 3, 3, g.stride, 1, oh, ow}), g.in_kernel)
         << what;
     Rng rng(seed_from("oclgrind cpu family " + what));
-    const HostTensor x = random_normal(rng, {2, g.c, g.h, g.w}, DType::f32);
-    const HostTensor w = random_normal(rng, {g.o, g.c, 3, 3}, DType::f32, 0.0, 0.3);
-    const HostTensor b = random_normal(rng, {g.o}, DType::f32);
+    const HostTensor x = random_normal(rng, {2, g.c, g.h, g.w}, g.dtype);
+    const HostTensor w = random_normal(rng, {g.o, g.c, 3, 3}, g.dtype, 0.0, 0.3);
+    const HostTensor b = random_normal(rng, {g.o}, g.dtype);
     const auto run = [&](Backend& on) {
       const Tensor tb = on.upload(b);
       return on.download(ops::conv2d(make_context(on, p), on.upload(x), on.upload(w), &tb, int(g.stride), 1));
     };
-    EXPECT_TRUE(tensors_close(run(be), run(ref), kF32Sums)) << what;
+    EXPECT_TRUE(
+        tensors_close(run(be), run(ref), g.dtype == DType::f32 ? kF32Sums : tolerance("conv2d", p, Check::backend)))
+        << what;
   }
-  // The packed GEMM over two k-blocks (k 600 > kc 512 or 256) with a bias.
+  // The packed GEMM over two k-blocks (k 600 > kc 512 or 256) with a bias. With f16 storage gemm_cpu_direct_a
+  // converts the rows of A in its inner loop, 16 k at a time (k-blocks that end in a partial 16), then one at a time.
   Rng rng(seed_from("oclgrind cpu family matmul"));
-  const HostTensor a = random_normal(rng, {13, 600}, DType::f32);
-  const HostTensor wt = random_normal(rng, {21, 600}, DType::f32, 0.0, 0.05);
-  const HostTensor bias = random_normal(rng, {21}, DType::f32);
   const Precision f32{DType::f32};
-  EXPECT_TRUE(tensors_close(linear_on(be, f32, a, wt, bias), linear_on(ref, f32, a, wt, bias), kF32Sums))
-      << "linear 13x600 -> 21";
-  // f16 storage: the rows of A that gemm_cpu_direct_a and conv_cpu convert in their inner loop, 16 k at a time
-  // (k 600 in k-blocks that end in a partial 16), then one at a time.
-  const Precision f16{DType::f16};
-  const HostTensor ah = random_normal(rng, {13, 600}, DType::f16);
-  const HostTensor wh = random_normal(rng, {200, 600}, DType::f16, 0.0, 0.05);
-  const HostTensor bh = random_normal(rng, {200}, DType::f16);
-  EXPECT_TRUE(tensors_close(linear_on(be, f16, ah, wh, bh), linear_on(ref, f16, ah, wh, bh),
-                            tolerance("matmul", f16, Check::backend)))
-      << "f16 linear 13x600 -> 200";
-  {
-    EXPECT_TRUE(opencl::gemm::runs_cpu_conv(be, f16, {2, 4, 17, 16, 8, 3, 3, 1, 1, 17, 16}));
-    const HostTensor x = random_normal(rng, {2, 4, 17, 16}, DType::f16);
-    const HostTensor w = random_normal(rng, {8, 4, 3, 3}, DType::f16, 0.0, 0.3);
-    const HostTensor b = random_normal(rng, {8}, DType::f16);
-    const auto run = [&](Backend& on) {
-      const Tensor tb = on.upload(b);
-      return on.download(ops::conv2d(make_context(on, f16), on.upload(x), on.upload(w), &tb, 1, 1));
-    };
-    EXPECT_TRUE(tensors_close(run(be), run(ref), tolerance("conv2d", f16, Check::backend))) << "f16 conv 4x17x16";
+  for (const auto& [dt, n] : {std::pair{DType::f32, std::int64_t{21}}, std::pair{DType::f16, std::int64_t{200}}}) {
+    const Precision p{dt};
+    const HostTensor a = random_normal(rng, {13, 600}, dt);
+    const HostTensor wt = random_normal(rng, {n, 600}, dt, 0.0, 0.05);
+    const HostTensor bias = random_normal(rng, {n}, dt);
+    EXPECT_TRUE(tensors_close(linear_on(be, p, a, wt, bias), linear_on(ref, p, a, wt, bias),
+                              dt == DType::f32 ? kF32Sums : tolerance("matmul", p, Check::backend)))
+        << "linear 13x600 -> " << n << ", " << p.describe();
   }
   // attention_flash_cpu and its packers: partial row and key blocks, with and without the causal mask, and more
   // keys than queries (the mask's blocks end at the last row's key); then blocked over memory (two row blocks per
