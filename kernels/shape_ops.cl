@@ -50,7 +50,23 @@ __kernel void conv_weights_tap_major(__global const word_t* src, __global word_t
 }
 
 // Nearest-neighbour 2x: out[p, 2y + dy, 2x + dx] = in[p, y, x]. Grid: (chunks of 8 along w, h, planes).
-__kernel void upsample_nearest2x(__global const word_t* src, __global word_t* dst, uint h, uint w) {
+// stream (the host's choice: outputs past the caches on a CPU device):
+// non-temporal stores where the compiler has them for x86-64 and the address
+// is aligned for the vector (a misaligned one faults). Ordinary stores first
+// read every output line into the cache (write-allocate): for the VAE's
+// 512 x 128 x 128 input the 128 MB output cost 10.4-11 ms against 3.2-4.4 ms
+// streamed (2-core Zen 4, alternating).
+#if defined(__x86_64__) && defined(__has_builtin)
+#if __has_builtin(__builtin_nontemporal_store)
+#define NS_NT_STORE 1
+#if defined(STORE_F32)
+#define NS_WORD16 uint16
+#else
+#define NS_WORD16 ushort16
+#endif
+#endif
+#endif
+__kernel void upsample_nearest2x(__global const word_t* src, __global word_t* dst, uint h, uint w, uint stream) {
   const uint x0 = (uint)get_global_id(0) * 8u;
   const uint y = (uint)get_global_id(1);
   const ulong plane = get_global_id(2);
@@ -68,8 +84,16 @@ __kernel void upsample_nearest2x(__global const word_t* src, __global word_t* ds
     const ushort16 o = (ushort16)(v.s0, v.s0, v.s1, v.s1, v.s2, v.s2, v.s3, v.s3,  //
                                   v.s4, v.s4, v.s5, v.s5, v.s6, v.s6, v.s7, v.s7);
 #endif
-    vstore16(o, 0, d0 + 2u * x0);
-    vstore16(o, 0, d1 + 2u * x0);
+#if defined(NS_NT_STORE)
+    if (stream && ((ulong)(d0 + 2u * x0) % sizeof(o)) == 0 && ((ulong)(d1 + 2u * x0) % sizeof(o)) == 0) {
+      __builtin_nontemporal_store(o, (__global NS_WORD16*)(d0 + 2u * x0));
+      __builtin_nontemporal_store(o, (__global NS_WORD16*)(d1 + 2u * x0));
+    } else
+#endif
+    {
+      vstore16(o, 0, d0 + 2u * x0);
+      vstore16(o, 0, d1 + 2u * x0);
+    }
   } else {
     for (uint x = x0; x < w; ++x) {
       const word_t v = s[x];

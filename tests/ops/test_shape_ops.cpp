@@ -148,5 +148,24 @@ TEST(ShapeOpsKnownValues, ConcatSlicePermuteUpsampleCast) {
     EXPECT_EQ(download_values(be, ops::cast(make_context(be, {DType::f16}), h, DType::f32)), download_values(be, h));
   });
 }
+
+// Upsampled outputs of 32 MB and more go around the caches on CPU devices (non-temporal stores where the address
+// suits them, kernels/shape_ops.cl): the same bits as the reference's copy, for 4- and 2-byte words, with widths
+// whose rows keep every vector aligned (512) and widths whose rows do not (516: ordinary stores for those).
+TEST(ShapeOpsUpsample, LargeOutputsAreTheSameBitsWhenStreamed) {
+  Backend& ref = reference_backend();
+  for (const auto& [dt, x] :
+       {std::pair{DType::f32, Shape{1, 8, 512, 512}}, std::pair{DType::f16, Shape{1, 16, 512, 512}},
+        std::pair{DType::f32, Shape{1, 8, 512, 516}}}) {
+    Rng rng(seed_from("upsample stream " + shape_str(x)));
+    const HostTensor hx = random_normal(rng, x, dt);
+    const HostTensor want = ref.download(ops::upsample_nearest2x(make_context(ref, {dt}), ref.upload(hx)));
+    ASSERT_GE(want.data.size(), std::size_t{32} << 20);
+    for (Backend* be : opencl_backends()) {
+      SCOPED_TRACE("device \"" + be->device().name + "\", " + std::string(dtype_name(dt)) + " " + shape_str(x));
+      EXPECT_TRUE(bitwise_equal(be->download(ops::upsample_nearest2x(make_context(*be, {dt}), be->upload(hx))), want));
+    }
+  }
+}
 }  // namespace
 }  // namespace nanscope::test
