@@ -55,7 +55,10 @@ __kernel void conv_weights_tap_major(__global const word_t* src, __global word_t
 // is aligned for the vector (a misaligned one faults). Ordinary stores first
 // read every output line into the cache (write-allocate): for the VAE's
 // 512 x 128 x 128 input the 128 MB output cost 10.4-11 ms against 3.2-4.4 ms
-// streamed (2-core Zen 4, alternating).
+// streamed (2-core Zen 4, alternating). Streamed stores are weakly ordered:
+// the locked instructions with which the driver's worker threads finish a
+// command drain them before the next command reads the output (a fence per
+// work-item would cost more than the stores save).
 #if defined(__x86_64__) && defined(__has_builtin)
 #if __has_builtin(__builtin_nontemporal_store)
 #define NS_NT_STORE 1
