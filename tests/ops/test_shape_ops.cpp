@@ -153,6 +153,7 @@ TEST(ShapeOpsKnownValues, ConcatSlicePermuteUpsampleCast) {
 // suits them, kernels/shape_ops.cl): the same bits as the reference's copy, for 4- and 2-byte words, with widths
 // whose rows keep every vector aligned (512) and widths whose rows do not (516: ordinary stores for those).
 TEST(ShapeOpsUpsample, LargeOutputsAreTheSameBitsWhenStreamed) {
+  if (opencl_backends().empty()) GTEST_SKIP() << no_opencl_message();
   Backend& ref = reference_backend();
   for (const auto& [dt, x] :
        {std::pair{DType::f32, Shape{1, 8, 512, 512}}, std::pair{DType::f16, Shape{1, 16, 512, 512}},
