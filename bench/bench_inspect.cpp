@@ -60,6 +60,9 @@ double time_median(int reps, F&& f) {
   return bench::median(t);
 }
 
+constexpr double kPairBudget = 6.0;  // seconds of alternating runs per size, at least --rounds pairs
+constexpr int kMaxRoundsFactor = 5;  // and at most 5x --rounds
+
 double sum(const std::vector<double>& v) {
   double s = 0;
   for (double x : v) s += x;
@@ -104,7 +107,8 @@ int main(int argc, char** argv) {
     std::printf("\nbench_inspect: %s on \"%s\", %d steps with CFG (steps 2..N timed; the first builds kernels)\n\n",
                 model.c_str(), device.c_str(), steps);
     std::printf(
-        "| image | latent | step ms, no statistics | step ms | overhead | inspector host ms | read back per step | "
+        "| image | latent | step ms, no statistics | step ms | overhead (pairs of runs) | inspector host ms | read "
+        "back per step | "
         "full decode every %d: ms | share |\n",
         decode_every);
     std::printf("|---|---|---:|---:|---:|---:|---:|---:|---:|\n");
@@ -124,18 +128,25 @@ int main(int argc, char** argv) {
       config.steps = steps;
       config.width = config.height = size;
       config.seed = 1;
+      const auto t_warm = std::chrono::steady_clock::now();
       session.generate(config);  // warm-up: kernels for this size
+      const double run_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_warm).count();
       // Baseline in the same run: no step statistics (inspect.stats_every=0). Runs alternate
-      // (--rounds of each), so drifts of the machine hit both sides alike.
+      // (--rounds pairs at least), so drifts of the machine hit both sides alike. Where a run is
+      // short, more pairs, up to about kPairBudget seconds: at 64x64 the inspector costs about
+      // 0.1 ms of a 8 ms step, less than one run's median moves on a busy VM.
+      const int pairs = std::clamp(static_cast<int>(kPairBudget / (2.0 * std::max(run_seconds, 1e-3))), rounds,
+                                   kMaxRoundsFactor * rounds);
       StepTimes bare, plain;
       std::vector<double> ratios;
-      for (int round = 0; round < rounds; ++round) {
-        config.set("inspect.stats_every", "0");
-        StepTimes b;
-        session.generate(config, &b);
-        config.set("inspect.stats_every", "1");
-        StepTimes p;
-        session.generate(config, &p);
+      for (int round = 0; round < pairs; ++round) {
+        // Which of the two runs first alternates too: the second run of a pair finds the
+        // allocator and the caches as the first left them.
+        StepTimes b, p;
+        for (const bool with_stats : {round % 2 == 1, round % 2 == 0}) {
+          config.set("inspect.stats_every", with_stats ? "1" : "0");
+          session.generate(config, with_stats ? &p : &b);
+        }
         // Drop the first step of each run (allocation at a new size).
         // The machine's speed drifts by more than the inspector costs between runs; the ratio of
         // two neighbouring runs does not, so the overhead is the median of the rounds' ratios.
@@ -157,15 +168,16 @@ int main(int argc, char** argv) {
       const double insp = bench::median(plain.inspect);
       const double dec_total = sum(with_decode.decode) / static_cast<double>(with_decode.step.size());
       const double step_dec = sum(tail(with_decode.step)) / static_cast<double>(with_decode.step.size() - 1);
-      std::printf("| %dx%d | %lldx%lld | %.2f | %.2f | %+.1f%% | %.3f | %.1f KB | %.2f per step | %.1f%% |\n", size,
-                  size, static_cast<long long>(plain.latent.at(3)), static_cast<long long>(plain.latent.at(2)),
-                  step_bare * 1e3, step * 1e3, 100.0 * (bench::median(ratios) - 1.0), insp * 1e3,
+      std::printf("| %dx%d | %lldx%lld | %.2f | %.2f | %+.1f%% (%d) | %.3f | %.1f KB | %.2f per step | %.1f%% |\n",
+                  size, size, static_cast<long long>(plain.latent.at(3)), static_cast<long long>(plain.latent.at(2)),
+                  step_bare * 1e3, step * 1e3, 100.0 * (bench::median(ratios) - 1.0), pairs, insp * 1e3,
                   static_cast<double>(plain.bytes) / 1024.0, dec_total * 1e3, 100.0 * dec_total / step_dec);
       shapes.push_back(plain.latent);
       out["sizes"].push_back({{"size", size},
                               {"step_ms_bare", step_bare * 1e3},
                               {"step_ms", step * 1e3},
                               {"overhead_pct", 100.0 * (bench::median(ratios) - 1.0)},
+                              {"pairs", pairs},
                               {"inspector_host_ms", insp * 1e3},
                               {"decode_share_pct", 100.0 * dec_total / step_dec}});
     }
@@ -202,9 +214,10 @@ int main(int argc, char** argv) {
                   static_cast<double>(dev_bytes) / 1024.0, host * 1e3, whole / 1024.0, dev / host);
     }
     std::printf(
-        "\nBudget: overhead <= 3%% (step time with statistics against without: the median of the rounds'\n"
-        "ratios). Inspector host ms: its own host time per step, waits excluded (its kernels run in the\n"
-        "step's queue). The full-decode preview is opt-in and costs one VAE decode per N steps.\n");
+        "\nBudget: overhead <= 3%% (step time with statistics against without: the median of the ratios of\n"
+        "alternating pairs of runs, more pairs where runs are short). Inspector host ms: its own host\n"
+        "time per step, waits excluded (its kernels run in the step's queue). The full-decode preview\n"
+        "is opt-in and costs one VAE decode per N steps.\n");
     return bench::write_json_file(json_path, out) ? 0 : 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_inspect: %s\n", e.what());

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "backend/backend.hpp"
+#include "backend/opencl/opencl_backend.hpp"
 #include "core/dtype.hpp"
 #include "core/error.hpp"
 #include "inspect/inspect.hpp"
@@ -228,6 +229,41 @@ void expect_close(double want, double got, double rel, const std::string& what) 
   EXPECT_NEAR(got, want, rel * std::max(1.0, std::fabs(want))) << what;
 }
 
+// Counts, min/max and the mask exactly; moments to 2e-5 relative.
+void expect_same_reduction(const MapReduction& want, const MapReduction& got, const std::string& what) {
+  ASSERT_EQ(got.per_channel.size(), want.per_channel.size()) << what;
+  for (std::size_t ch = 0; ch < want.per_channel.size(); ++ch) {
+    const auto& a = want.per_channel[ch];
+    const auto& b = got.per_channel[ch];
+    const std::string wc = what + " channel " + std::to_string(ch);
+    EXPECT_EQ(b.count, a.count) << wc;
+    EXPECT_EQ(b.finite, a.finite) << wc;
+    EXPECT_EQ(b.nan, a.nan) << wc;
+    EXPECT_EQ(b.pos_inf, a.pos_inf) << wc;
+    EXPECT_EQ(b.neg_inf, a.neg_inf) << wc;
+    EXPECT_EQ(b.near_limit, a.near_limit) << wc;
+    EXPECT_EQ(b.over, a.over) << wc;
+    EXPECT_EQ(b.clipped, a.clipped) << wc;
+    EXPECT_EQ(b.min, a.min) << wc;
+    EXPECT_EQ(b.max, a.max) << wc;
+    expect_close(a.mean, b.mean, 2e-5, wc + " mean");
+    expect_close(a.m2, b.m2, 2e-5, wc + " m2");
+  }
+  ASSERT_EQ(got.row_mean.size(), want.row_mean.size()) << what;
+  ASSERT_EQ(got.col_mean.size(), want.col_mean.size()) << what;
+  for (std::size_t i = 0; i < want.row_mean.size(); ++i) {
+    expect_close(want.row_mean[i], got.row_mean[i], 2e-5, what + " row mean " + std::to_string(i));
+    expect_close(want.row_std[i], got.row_std[i], 2e-5, what + " row std " + std::to_string(i));
+  }
+  for (std::size_t i = 0; i < want.col_mean.size(); ++i) {
+    expect_close(want.col_mean[i], got.col_mean[i], 2e-5, what + " col mean " + std::to_string(i));
+    expect_close(want.col_std[i], got.col_std[i], 2e-5, what + " col std " + std::to_string(i));
+  }
+  EXPECT_EQ(got.mask_rows, want.mask_rows) << what;
+  EXPECT_EQ(got.mask_cols, want.mask_cols) << what;
+  EXPECT_EQ(got.mask_bad, want.mask_bad) << what;
+}
+
 void check_map_reduce(const std::vector<Backend*>& devices) {
   const std::int64_t c = 4, h = 24, w = 40;  // lines longer than a work-group on GPUs, odd mask cells
   const std::vector<float> values = rich_map(c, h, w, 11);
@@ -244,37 +280,7 @@ void check_map_reduce(const std::vector<Backend*>& devices) {
       const Tensor on_dev = upload(*dev, s, batch, t);
       const MapReduction got = dev->map_reduce(MapReduceArgs{on_dev, 1, 0.9 * limit, 3.0, 8});
       const std::string what = dev->device().name + " " + std::string(dtype_name(t));
-      ASSERT_EQ(got.per_channel.size(), static_cast<std::size_t>(c)) << what;
-      for (std::int64_t ch = 0; ch < c; ++ch) {
-        const auto& a = want.per_channel[static_cast<std::size_t>(ch)];
-        const auto& b = got.per_channel[static_cast<std::size_t>(ch)];
-        const std::string wc = what + " channel " + std::to_string(ch);
-        EXPECT_EQ(b.count, a.count) << wc;
-        EXPECT_EQ(b.finite, a.finite) << wc;
-        EXPECT_EQ(b.nan, a.nan) << wc;
-        EXPECT_EQ(b.pos_inf, a.pos_inf) << wc;
-        EXPECT_EQ(b.neg_inf, a.neg_inf) << wc;
-        EXPECT_EQ(b.near_limit, a.near_limit) << wc;
-        EXPECT_EQ(b.over, a.over) << wc;
-        EXPECT_EQ(b.clipped, a.clipped) << wc;
-        EXPECT_EQ(b.min, a.min) << wc;
-        EXPECT_EQ(b.max, a.max) << wc;
-        expect_close(a.mean, b.mean, 2e-5, wc + " mean");
-        expect_close(a.m2, b.m2, 2e-5, wc + " m2");
-      }
-      ASSERT_EQ(got.row_mean.size(), want.row_mean.size()) << what;
-      ASSERT_EQ(got.col_mean.size(), want.col_mean.size()) << what;
-      for (std::size_t i = 0; i < want.row_mean.size(); ++i) {
-        expect_close(want.row_mean[i], got.row_mean[i], 2e-5, what + " row mean " + std::to_string(i));
-        expect_close(want.row_std[i], got.row_std[i], 2e-5, what + " row std " + std::to_string(i));
-      }
-      for (std::size_t i = 0; i < want.col_mean.size(); ++i) {
-        expect_close(want.col_mean[i], got.col_mean[i], 2e-5, what + " col mean " + std::to_string(i));
-        expect_close(want.col_std[i], got.col_std[i], 2e-5, what + " col std " + std::to_string(i));
-      }
-      EXPECT_EQ(got.mask_rows, want.mask_rows) << what;
-      EXPECT_EQ(got.mask_cols, want.mask_cols) << what;
-      EXPECT_EQ(got.mask_bad, want.mask_bad) << what;
+      expect_same_reduction(want, got, what);
 
       // The same conclusions: non-finite, the band row found, the mask's corner.
       inspect::MapOptions o;
@@ -293,17 +299,108 @@ void check_map_reduce(const std::vector<Backend*>& devices) {
 
 TEST(MapReduce, DeviceReductionMatchesTheReferenceInEveryStorageDtype) { check_map_reduce(test::opencl_backends()); }
 
-// The other kernel family (a work-group per line, local-memory reductions) on the same device.
-TEST(MapReduce, TheOtherKernelStyleMatchesToo) {
-  std::vector<std::unique_ptr<Backend>> others;
-  std::vector<Backend*> ptrs;
-  for (Backend* be : test::opencl_backends()) {
-    BackendOptions o;
-    o.kernel_style = be->device().kind == DeviceKind::gpu ? KernelStyleChoice::cpu : KernelStyleChoice::gpu;
-    others.push_back(make_backend(be->device(), o));
-    ptrs.push_back(others.back().get());
+// Every OpenCL device in its own kernel style and in the other one (on CPUs the
+// GPU family: a work-group per line, local-memory reductions).
+struct BothStyles {
+  std::vector<std::unique_ptr<Backend>> owned;
+  std::vector<Backend*> all, others;
+  BothStyles() {
+    for (Backend* be : test::opencl_backends()) {
+      BackendOptions o;
+      o.kernel_style = be->device().kind == DeviceKind::gpu ? KernelStyleChoice::cpu : KernelStyleChoice::gpu;
+      owned.push_back(make_backend(be->device(), o));
+      others.push_back(owned.back().get());
+      all.push_back(be);
+      all.push_back(owned.back().get());
+    }
   }
-  check_map_reduce(ptrs);
+};
+
+std::string style_name(Backend& be) {
+  return be.device().name + (dynamic_cast<opencl::OpenClBackend&>(be).kernel_style() == opencl::KernelStyle::cpu
+                                 ? " (CPU kernels)"
+                                 : " (GPU kernels)");
+}
+
+TEST(MapReduce, TheOtherKernelStyleMatchesToo) { check_map_reduce(BothStyles().others); }
+
+// One batch of maps in several shapes, dtypes and buffers, with their own
+// thresholds, interleaved: the CPU kernels reduce up to three maps of one shape
+// and dtype per launch (here a launch of three, one of one and one each for the
+// other shape and the f16 map), each map with its own buffer, offset and limits.
+TEST(MapReduce, ABatchOfMapsInSeveralShapesAndDtypesMatchesMapByMap) {
+  const BothStyles devices;
+  if (devices.all.empty()) GTEST_SKIP() << test::no_opencl_message();
+  Backend& ref = test::reference_backend();
+  const std::int64_t c = 4, h = 24, w = 40;
+  std::vector<float> pair = rich_map(c, h, w, 31);
+  const std::vector<float> second = rich_map(c, h, w, 32);
+  pair.insert(pair.end(), second.begin(), second.end());
+  const std::vector<float> other = rich_map(c, h, w, 33), small = normal(3 * 10 * 7, 34, 2.0);
+  for (Backend* dev : devices.all) {
+    std::vector<Tensor> keep;
+    auto maps = [&](Backend& be) {
+      keep = {upload(be, {2, c, h, w}, pair), upload(be, {1, c, h, w}, other), upload(be, {1, 3, 10, 7}, small),
+              upload(be, {1, c, h, w}, other, DType::f16)};
+      return std::vector<MapReduceArgs>{{keep[0], 1, 60000.0, 3.0, 8}, {keep[2], 0, 60000.0, 3.0, 4},
+                                        {keep[0], 0, 60000.0, 3.0, 8}, {keep[3], 0, 60000.0, 3.0, 8},
+                                        {keep[1], 0, 2.0, 1.5, 8},     {keep[0], 1, 1.0, 0.5, 16}};
+    };
+    const std::vector<MapReduction> want = ref.map_reduce_batch(maps(ref));
+    const std::vector<MapReduction> got = dev->map_reduce_batch(maps(*dev));
+    ASSERT_EQ(got.size(), want.size());
+    for (std::size_t m = 0; m < want.size(); ++m)
+      expect_same_reduction(want[m], got[m], style_name(*dev) + " map " + std::to_string(m));
+    // The thresholds differ per map: map 5 counts more values near the limit and beyond the overshoot than map 0.
+    EXPECT_GT(got[5].per_channel[0].near_limit, got[0].per_channel[0].near_limit);
+    EXPECT_GT(got[5].per_channel[0].over, got[0].per_channel[0].over);
+  }
+}
+
+// The device preview: bytes within one step of the reference's double sums,
+// its counts exactly; three channels of factors on a latent of three; more than
+// four channels refused with the op's name.
+TEST(LatentPreview, TheDevicePreviewMatchesTheReferenceAndCountsItsValues) {
+  const BothStyles devices;
+  if (devices.all.empty()) GTEST_SKIP() << test::no_opencl_message();
+  Backend& ref = test::reference_backend();
+  const auto sd1 = inspect::latent_rgb_factors("sd1");
+  ASSERT_TRUE(sd1);
+  std::vector<float> four;
+  for (const auto& row : sd1->factors) four.insert(four.end(), row.begin(), row.end());
+  const std::vector<float> three(four.begin(), four.begin() + 9);
+  for (Backend* dev : devices.all) {
+    for (const std::int64_t c : {4, 3}) {
+      const std::int64_t h = 9, w = 13;
+      std::vector<float> lat = normal(static_cast<std::size_t>(2 * c * h * w), 41, 2.5);
+      lat[static_cast<std::size_t>(c * h * w + 5)] = kNaN;          // image 1, channel 0, pixel 5: all three colours
+      lat[static_cast<std::size_t>(c * h * w + h * w + 7)] = kInf;  // channel 1, pixel 7
+      const std::string what = style_name(*dev) + " " + std::to_string(c) + " channels";
+      auto run = [&](Backend& be) {
+        const Tensor t = upload(be, {2, c, h, w}, lat);
+        return be.latent_preview(LatentPreviewArgs{t, 1, c == 4 ? four : three, {0.1f, -0.2f, 0.05f}, 0.8, 1.5});
+      };
+      const PreviewReduction want = run(ref), got = run(*dev);
+      EXPECT_EQ(got.width, w) << what;
+      EXPECT_EQ(got.height, h) << what;
+      ASSERT_EQ(got.rgb.size(), want.rgb.size()) << what;
+      for (std::size_t i = 0; i < want.rgb.size(); ++i)
+        EXPECT_LE(std::abs(int(got.rgb[i]) - int(want.rgb[i])), 1) << what << " byte " << i;
+      EXPECT_EQ(got.finite, want.finite) << what;
+      EXPECT_EQ(got.finite, 3 * h * w - 6) << what;
+      EXPECT_EQ(got.over, want.over) << what;
+      EXPECT_EQ(got.clipped, want.clipped) << what;
+      EXPECT_GT(got.over, 0) << what;
+      EXPECT_GT(got.clipped, got.over) << what;
+    }
+    const Tensor wide = upload(*dev, {1, 5, 4, 4}, normal(80, 42));
+    try {
+      dev->latent_preview(LatentPreviewArgs{wide, 0, std::vector<float>(15, 0.1f), {}, 1.0, 3.0});
+      ADD_FAILURE() << style_name(*dev) << ": a preview from 5 channels ran";
+    } catch (const OpError& e) {
+      EXPECT_NE(std::string(e.what()).find("LATENT_PREVIEW"), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST(MapReduce, AStepOnTheDeviceReadsBackAFewKilobytesAndConcludesAsTheHost) {

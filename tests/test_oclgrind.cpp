@@ -11,6 +11,7 @@
 // goes to a log file per backend (OCLGRIND_LOG); a test during which the log
 // grew fails with the report. OclgrindCpuFamily runs the CPU family's panel
 // kernels (what PoCL runs: conv_cpu's gather, the packed GEMM) the same way,
+// OclgrindInspector the inspector's reductions and preview in both families,
 // OclgrindTensorCores the tensor-core kernels with mma.sync emulated.
 //
 // OclgrindSelfTest runs deliberately broken kernels (a read past the end of a
@@ -347,6 +348,64 @@ TEST(OclgrindCpuFamily, PanelKernelsStayInBoundsAndMatchTheReference) {
   logs().erase(blocked_owner.get());
 }
 
+// The inspector's kernels under the simulator's checks, in both families: the
+// CPU family's map_stats_item (three maps of a launch, each with its own
+// buffer, offset and thresholds, into one output buffer), the GPU family's
+// map_lines and map_channels, the mask where a map holds NaN, and the preview
+// from three channels (the kernel must not read a fourth).
+TEST(OclgrindInspector, ReductionsAndPreviewStayInBoundsAndMatchTheReference) {
+  REQUIRE_OCLGRIND();
+  Backend& ref = reference_backend();
+  for (const KernelStyleChoice style : {KernelStyleChoice::cpu, KernelStyleChoice::gpu}) {
+    const std::unique_ptr<Backend> owned = make_checked_backend(oclgrind_backend()->device(), style);
+    Backend& be = *owned;
+    const std::string what = style == KernelStyleChoice::cpu ? "CPU kernels" : "GPU kernels";
+    Rng rng(seed_from("oclgrind inspector " + what));
+    HostTensor pair = random_normal(rng, {2, 3, 5, 6}, DType::f32, 0.0, 2.0);
+    pair.set(3 * 5 * 6 + 7, std::numeric_limits<float>::quiet_NaN());  // image 1
+    const HostTensor one = random_normal(rng, {1, 3, 5, 6}, DType::f32, 0.0, 2.0);
+    const auto reduce = [&](Backend& on) {
+      const Tensor tp = on.upload(pair), to = on.upload(one);
+      const std::vector<MapReduceArgs> maps{
+          {tp, 1, 60000.0, 3.0, 4}, {to, 0, 60000.0, 3.0, 4}, {tp, 0, 1.0, 0.5, 4}, {tp, 1, 2.0, 1.5, 4}};
+      const LatentPreviewArgs preview{
+          tp,  1,  std::vector<float>{0.3f, 0.2f, 0.1f, -0.2f, 0.4f, 0.1f, 0.1f, 0.1f, 0.5f}, {0.1f, 0.0f, -0.1f},
+          0.7, 1.5};
+      return on.reduce_step(maps, &preview);
+    };
+    const StepReductions want = reduce(ref), got = reduce(be);
+    ASSERT_EQ(got.maps.size(), want.maps.size()) << what;
+    for (std::size_t m = 0; m < want.maps.size(); ++m) {
+      const std::string wm = what + " map " + std::to_string(m);
+      ASSERT_EQ(got.maps[m].per_channel.size(), want.maps[m].per_channel.size()) << wm;
+      for (std::size_t c = 0; c < want.maps[m].per_channel.size(); ++c) {
+        const ChannelReduction &a = want.maps[m].per_channel[c], &b = got.maps[m].per_channel[c];
+        EXPECT_EQ(b.finite, a.finite) << wm << " channel " << c;
+        EXPECT_EQ(b.nan, a.nan) << wm << " channel " << c;
+        EXPECT_EQ(b.near_limit, a.near_limit) << wm << " channel " << c;
+        EXPECT_EQ(b.over, a.over) << wm << " channel " << c;
+        EXPECT_EQ(b.max, a.max) << wm << " channel " << c;
+        EXPECT_NEAR(b.mean, a.mean, 1e-5 * std::max(1.0, std::fabs(a.mean))) << wm << " channel " << c;
+      }
+      ASSERT_EQ(got.maps[m].col_std.size(), want.maps[m].col_std.size()) << wm;
+      for (std::size_t i = 0; i < want.maps[m].col_std.size(); ++i)
+        EXPECT_NEAR(got.maps[m].col_std[i], want.maps[m].col_std[i],
+                    1e-5 * std::max(1.0, double{want.maps[m].col_std[i]}))
+            << wm << " column " << i;
+      EXPECT_EQ(got.maps[m].mask_bad, want.maps[m].mask_bad) << wm;
+    }
+    ASSERT_TRUE(got.preview && want.preview) << what;
+    ASSERT_EQ(got.preview->rgb.size(), want.preview->rgb.size()) << what;
+    for (std::size_t i = 0; i < want.preview->rgb.size(); ++i)
+      EXPECT_LE(std::abs(int(got.preview->rgb[i]) - int(want.preview->rgb[i])), 1) << what << " preview byte " << i;
+    EXPECT_EQ(got.preview->finite, want.preview->finite) << what;
+    EXPECT_EQ(got.preview->over, want.preview->over) << what;
+    EXPECT_EQ(got.preview->clipped, want.preview->clipped) << what;
+    expect_no_new_reports();  // its log, while the backend is alive (the listener runs after the test)
+    logs().erase(owned.get());
+  }
+}
+
 // The tensor-core kernels (gemm_mma, conv_implicit_mma, attention_flash_mma)
 // with mma.sync and the warp shuffles emulated through local memory: their
 // local tiles, fragment layouts and bounds under the simulator's checks, on
@@ -530,9 +589,10 @@ int main(int argc, char** argv) {
       [](const nanscope::DeviceInfo& d) { return make_checked_backend(d, nanscope::KernelStyleChoice::gpu); });
   ::testing::InitGoogleTest(&argc, argv);
   if (GTEST_FLAG_GET(filter) == "*") {
-    GTEST_FLAG_SET(filter,
-                   "OclgrindSelfTest.*:OclgrindCoverage.*:OclgrindCpuFamily.*:OclgrindTensorCores.*:"
-                   "Ops/*.BackendVsReference/*");
+    GTEST_FLAG_SET(
+        filter,
+        "OclgrindSelfTest.*:OclgrindCoverage.*:OclgrindCpuFamily.*:OclgrindInspector.*:OclgrindTensorCores.*:"
+        "Ops/*.BackendVsReference/*");
   }
   ::testing::UnitTest::GetInstance()->listeners().Append(new ReportChecker);
   const int result = RUN_ALL_TESTS();

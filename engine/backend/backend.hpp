@@ -49,10 +49,14 @@ class Backend {
 
   // The inspector's reductions (map_reduce.hpp): computed where the tensor
   // lives, only the result is read back.
-  // Several maps at once (one wait on the device for all of them).
-  virtual std::vector<MapReduction> map_reduce_batch(std::span<const MapReduceArgs> maps) = 0;
+  // A step's maps and, when `preview` is given, its latent preview, with one
+  // wait on the device for all of them.
+  virtual StepReductions reduce_step(std::span<const MapReduceArgs> maps, const LatentPreviewArgs* preview) = 0;
+  std::vector<MapReduction> map_reduce_batch(std::span<const MapReduceArgs> maps) {
+    return reduce_step(maps, nullptr).maps;
+  }
   MapReduction map_reduce(const MapReduceArgs& args) { return map_reduce_batch({&args, 1}).front(); }
-  virtual PreviewReduction latent_preview(const LatentPreviewArgs& args) = 0;
+  PreviewReduction latent_preview(const LatentPreviewArgs& args) { return *reduce_step({}, &args).preview; }
   // Total time the reductions above spent waiting for the device to finish
   // queued work (an asynchronous device runs the step's kernels meanwhile), so
   // a caller can tell the inspector's own time from the step's.

@@ -43,10 +43,11 @@ class DryRunBackend : public Backend {
   void timestep_embedding(const TimestepEmbeddingArgs&) override {}
   void attention(const AttentionArgs&) override {}
   void latent_step(const LatentStepArgs&) override {}
-  std::vector<MapReduction> map_reduce_batch(std::span<const MapReduceArgs> maps) override {
-    return std::vector<MapReduction>(maps.size());
+  StepReductions reduce_step(std::span<const MapReduceArgs> maps, const LatentPreviewArgs* preview) override {
+    StepReductions r{std::vector<MapReduction>(maps.size()), std::nullopt};
+    if (preview) r.preview.emplace();
+    return r;
   }
-  PreviewReduction latent_preview(const LatentPreviewArgs&) override { return {}; }
 
   // Bytes of this stand-in's buffers alive now, and the most alive at once
   // since the last reset_peak().

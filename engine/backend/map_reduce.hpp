@@ -1,7 +1,7 @@
 #pragma once
-// The inspector's device-side reductions (Backend::map_reduce and
-// Backend::latent_preview): what one [C, H, W] map of a step looks like,
-// reduced where the map lives and read back as a few KB. engine/inspect turns
+// The inspector's device-side reductions (Backend::reduce_step): what one
+// [C, H, W] map of a step looks like, reduced where the map lives and read
+// back as a few KB. engine/inspect turns
 // a MapReduction into its detectors' verdicts (band score, mask, notes); the
 // reduction itself is plain data so that every backend fills the same struct.
 //
@@ -16,6 +16,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "core/tensor.hpp"
@@ -80,6 +81,12 @@ struct PreviewReduction {
   std::int64_t finite = 0;        // finite preview values (3 a pixel)
   std::int64_t over = 0;          // |v| > overshoot
   std::int64_t clipped = 0;       // |v| > 1
+};
+// What Backend::reduce_step returns: one reduction per map, in their order,
+// and the preview when one was asked for.
+struct StepReductions {
+  std::vector<MapReduction> maps;
+  std::optional<PreviewReduction> preview;
 };
 // The reference preview (double sums) of one [C, H, W] latent.
 PreviewReduction reduce_preview(const float* latent, std::int64_t channels, std::int64_t height, std::int64_t width,

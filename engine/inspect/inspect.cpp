@@ -412,16 +412,18 @@ StepStats analyze_step(Backend& be, const Tensor& latent, const Tensor& noise, i
   std::vector<MapReduceArgs> args{{latent, 0, near_threshold(limit), kOvershoot, kMaskCells},
                                   {noise, cond_index, near_threshold(limit), kOvershoot, kMaskCells}};
   if (uncond_index >= 0) args.push_back({noise, uncond_index, near_threshold(limit), kOvershoot, kMaskCells});
-  const std::vector<MapReduction> maps = be.map_reduce_batch(args);
+  std::optional<LatentPreviewArgs> preview_request;
+  if (factors) preview_request.emplace(preview_args(latent, 0, *factors, sigma_after));
+  const StepReductions r = be.reduce_step(args, preview_request ? &*preview_request : nullptr);
+  const std::vector<MapReduction>& maps = r.maps;
   const MapReduction* uncond = uncond_index >= 0 ? &maps[2] : nullptr;
-  std::optional<PreviewReduction> preview;
-  if (factors) preview = be.latent_preview(preview_args(latent, 0, *factors, sigma_after));
+  const PreviewReduction* preview = r.preview ? &*r.preview : nullptr;
   if (read_back) {
-    // The preview comes back as its pixels and three counts.
+    // The preview comes back as its pixels, each with a byte of counts.
     *read_back = maps[0].bytes() + maps[1].bytes() + (uncond ? uncond->bytes() : 0) +
-                 (preview ? preview->rgb.size() + 3 * sizeof(std::uint32_t) : 0);
+                 (preview ? preview->rgb.size() / 3 * 4 : 0);
   }
-  return assemble_step(maps[0], preview ? &*preview : nullptr, maps[1], uncond, sigma_after);
+  return assemble_step(maps[0], preview, maps[1], uncond, sigma_after);
 }
 
 ImageStats analyze_image(std::span<const float> chw, std::int64_t height, std::int64_t width) {

@@ -96,8 +96,7 @@ class OpenClBackend final : public Backend {
   void timestep_embedding(const TimestepEmbeddingArgs& args) override;
   void attention(const AttentionArgs& args) override;
   void latent_step(const LatentStepArgs& args) override;
-  std::vector<MapReduction> map_reduce_batch(std::span<const MapReduceArgs> maps) override;
-  PreviewReduction latent_preview(const LatentPreviewArgs& args) override;
+  StepReductions reduce_step(std::span<const MapReduceArgs> maps, const LatentPreviewArgs* preview) override;
   double inspect_wait_seconds() const override { return inspect_wait_; }
 
   // --- machinery for the op files ---

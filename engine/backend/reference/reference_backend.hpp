@@ -54,8 +54,7 @@ class ReferenceBackend final : public Backend {
   void timestep_embedding(const TimestepEmbeddingArgs& args) override;
   void attention(const AttentionArgs& args) override;
   void latent_step(const LatentStepArgs& args) override;
-  std::vector<MapReduction> map_reduce_batch(std::span<const MapReduceArgs> maps) override;
-  PreviewReduction latent_preview(const LatentPreviewArgs& args) override;
+  StepReductions reduce_step(std::span<const MapReduceArgs> maps, const LatentPreviewArgs* preview) override;
 
  private:
   DeviceInfo info_;
