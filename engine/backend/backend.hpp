@@ -47,6 +47,12 @@ class Backend {
   virtual void attention(const AttentionArgs& args) = 0;
   virtual void latent_step(const LatentStepArgs& args) = 0;
 
+  // A LINEAR weight the caller keeps unchanged, prepared now for calls at
+  // precision p instead of at its first call: the CPU kernels' packed panels
+  // (a model's load, so that its first step runs at the speed of the next).
+  // Nothing for backends that keep nothing.
+  virtual void prepare_linear_weight(const Tensor& weight, const Precision& p) {}
+
   // The inspector's reductions (map_reduce.hpp): computed where the tensor
   // lives, only the result is read back.
   // A step's maps and, when `preview` is given, its latent preview, with one

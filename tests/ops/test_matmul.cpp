@@ -382,5 +382,90 @@ TEST(MatmulFailureModes, Bf16NativeSumLosesSmallTerms) {
   });
 }
 
+// A model's load prepares its LINEAR weights (Backend::prepare_linear_weight):
+// the panels are packed then, the first call finds them (the same bits as
+// packing per call), and they give way to a first call that wants another
+// view of the buffer; a weight stored in another dtype than the precision's
+// keeps nothing.
+TEST(MatmulWeightPanels, PreparedAtLoadServeTheFirstCallOrGiveWayToAnotherView) {
+  const std::vector<opencl::OpenClBackend*> cpu = cpu_family_backends();
+  if (cpu.empty()) GTEST_SKIP() << no_cpu_family_message();
+  for (opencl::OpenClBackend* ocl : cpu) {
+    Backend* be = ocl;
+    BackendOptions none_kept = test_backend_options();
+    none_kept.weight_panel_bytes = 0;
+    const auto uncached = make_backend(be->device(), none_kept);
+    BackendOptions profiling = test_backend_options();
+    profiling.profile = true;
+    for (const DType dt : {DType::f32, DType::f16}) {
+      const Precision p{dt};
+      SCOPED_TRACE("device \"" + be->device().name + "\", " + p.describe());
+      Rng rng(seed_from("prepared weight panels"));
+      constexpr std::int64_t tokens = 37, in = 70, out = 90;
+      const HostTensor hx = random_normal(rng, {2, tokens, in}, dt), hw = random_normal(rng, {out, in}, dt);
+      const auto linear_on = [&](Backend& b, const HostTensor& x, const Tensor& w) {
+        return b.download(ops::linear(make_context(b, p), b.upload(x), w, nullptr));
+      };
+      // Without the program at hand (a cold start: nothing built, no kernel cache) the load leaves the packing
+      // to the first call, whose program the run's kernel plan builds.
+      BackendOptions cold = test_backend_options();
+      cold.use_kernel_cache = false;
+      const auto fresh = make_backend(be->device(), cold);
+      const Tensor fw = fresh->upload(hw);
+      fresh->prepare_linear_weight(fw, p);
+      EXPECT_EQ(dynamic_cast<opencl::OpenClBackend&>(*fresh).weight_panels().kept_bytes(), 0u) << "cold: not packed";
+      (void)linear_on(*be, hx, be->upload(hw));  // the program at hand
+      const std::size_t kept_before = ocl->weight_panels().kept_bytes();
+      {
+        const Tensor w = be->upload(hw);
+        be->prepare_linear_weight(w, p);
+        const std::size_t kept = ocl->weight_panels().kept_bytes() - kept_before;
+        EXPECT_GT(kept, 0u) << "packed at load";
+        be->prepare_linear_weight(w, p);
+        EXPECT_EQ(ocl->weight_panels().kept_bytes() - kept_before, kept) << "prepared once";
+        EXPECT_TRUE(bitwise_equal(linear_on(*be, hx, w), linear_on(*uncached, hx, uncached->upload(hw))));
+        EXPECT_EQ(ocl->weight_panels().kept_bytes() - kept_before, kept) << "the first call found them";
+        // On a profiling backend: one packing in all, the load's.
+        const auto profiled = make_backend(be->device(), profiling);
+        auto& pocl = dynamic_cast<opencl::OpenClBackend&>(*profiled);
+        const auto packs = [&] {
+          std::uint64_t n = 0;
+          for (const auto& t : pocl.profile())
+            if (t.op.find("gemm_pack_b") != std::string::npos) n += t.launches;
+          return n;
+        };
+        (void)linear_on(*profiled, hx, profiled->upload(hw));  // the program at hand
+        const std::uint64_t packs_before = packs();
+        const Tensor pw = profiled->upload(hw);
+        profiled->prepare_linear_weight(pw, p);
+        (void)linear_on(*profiled, hx, pw);
+        (void)linear_on(*profiled, hx, pw);
+        EXPECT_EQ(packs() - packs_before, 1u) << "packed at load only";
+
+        // Another view of a prepared buffer ([45, 140]) at its first call: the prepared panels give way.
+        const Tensor v = be->upload(hw);
+        be->prepare_linear_weight(v, p);
+        const HostTensor hx2 = random_normal(rng, {2, tokens, 2 * in}, dt);
+        const Tensor view = v.reshaped({out / 2, 2 * in});
+        const HostTensor got = linear_on(*be, hx2, view);
+        const HostTensor want =
+            linear_on(*uncached, hx2, uncached->upload(HostTensor::from_f32({out / 2, 2 * in}, hw.to_f32(), dt)));
+        EXPECT_TRUE(bitwise_equal(got, want));
+        const std::size_t with_view = ocl->weight_panels().kept_bytes() - kept_before;
+        EXPECT_NE(with_view, 2 * kept) << "the view's panels replaced the prepared ones";
+        EXPECT_GT(with_view, kept);
+        // The first view is now packed per call, with the same bits.
+        EXPECT_TRUE(bitwise_equal(linear_on(*be, hx, v), linear_on(*uncached, hx, uncached->upload(hw))));
+        EXPECT_EQ(ocl->weight_panels().kept_bytes() - kept_before, with_view);
+
+        // A weight in another dtype than the calls' is converted per call: nothing to prepare.
+        const Tensor other = be->upload(hw.converted(dt == DType::f32 ? DType::f16 : DType::f32));
+        be->prepare_linear_weight(other, p);
+        EXPECT_EQ(ocl->weight_panels().kept_bytes() - kept_before, with_view);
+      }
+      EXPECT_EQ(ocl->weight_panels().kept_bytes(), kept_before) << "the panels go with the weights";
+    }
+  }
+}
 }  // namespace
 }  // namespace nanscope::test

@@ -601,6 +601,41 @@ std::string run_options(OpenClBackend& be, const Precision& p, std::int64_t batc
   return options_with(be, p, tiles_for(be, pr));
 }
 
+namespace {
+
+// B's panels kept with its weight buffer, packed now if this is their first use; null where the weight keeps none
+// (the budget or the device has no room, or the weight keeps another view's panels).
+cl_mem kept_panels(OpenClBackend& be, const std::string& opts, const Operand& b, const Storage* weight, std::int64_t k,
+                   std::int64_t n, const char* op, bool ahead = false) {
+  WeightPanels& kept = be.weight_panels();
+  const std::string key = opts + " " + std::to_string(b.off) + "/" + std::to_string(b.rs) + "/" + std::to_string(b.cs) +
+                          " " + std::to_string(k) + "x" + std::to_string(n);
+  cl_mem panels = ahead ? nullptr : kept.find(weight, key);
+  if (!panels) {
+    const auto bytes = static_cast<std::size_t>(b_panel_floats(tuning(be.device()), n, k)) * sizeof(float);
+    panels = kept.make(weight, key, bytes, ahead);
+    if (panels) pack_b(be, opts, b, 1, k, n, panels, 0, op);
+  }
+  return panels;
+}
+
+}  // namespace
+
+void prepare_weight(OpenClBackend& be, const Precision& p, const Operand& b, const Storage* weight, std::int64_t k,
+                    std::int64_t n, const char* op) {
+  // What run() does at the weight's first call: the CPU kernels reading A where it lies (a row-major activation)
+  // against B's kept panels, when they fit the scratch budget.
+  const Operand row_major_a{nullptr, 0, 0, k, 1};
+  if (!uses_panels(be, p) || !reads_a_directly(be, p, row_major_a) || b.bs != 0 || n * k == 0) return;
+  const std::int64_t budget = static_cast<std::int64_t>(scratch_budget(be.device()) / sizeof(float));
+  if (b_panel_floats(tuning(be.device()), n, k) > budget) return;
+  // Only with the program at hand (built, or in the kernel cache): at a cold start its build at load time would
+  // run outside the run's kernel plan and its parallel builds (report R4), so the first call packs instead.
+  const std::string opts = options(be, p);
+  if (!be.programs().ready("matmul", opts)) return;
+  kept_panels(be, opts, b, weight, k, n, op, true);
+}
+
 void run(OpenClBackend& be, const Precision& p, const Problem& pr, const char* op) {
   if (pr.batch * pr.m * pr.n == 0) return;
   if (!uses_panels(be, p) && !pr.b_panels) {
@@ -616,16 +651,8 @@ void run(OpenClBackend& be, const Precision& p, const Problem& pr, const char* o
     const std::int64_t b_f = b_panel_floats(t, pr.n, pr.k);
     const bool b_shared = pr.b.bs == 0;
     if (pr.b_weight && b_shared && b_f <= budget) {
-      // A weight's panels, packed at its first use and kept with it.
-      WeightPanels& kept = be.weight_panels();
-      const std::string key = opts + " " + std::to_string(pr.b.off) + "/" + std::to_string(pr.b.rs) + "/" +
-                              std::to_string(pr.b.cs) + " " + std::to_string(pr.k) + "x" + std::to_string(pr.n);
-      cl_mem panels = kept.find(pr.b_weight, key);
-      if (!panels) {
-        panels = kept.make(pr.b_weight, key, static_cast<std::size_t>(b_f) * sizeof(float));
-        if (panels) pack_b(be, opts, pr.b, 1, pr.k, pr.n, panels, 0, op);
-      }
-      if (panels) {
+      // A weight's panels, packed at its first use (or ahead of it: prepare_weight) and kept with it.
+      if (const cl_mem panels = kept_panels(be, opts, pr.b, pr.b_weight, pr.k, pr.n, op)) {
         Problem whole = pr;
         whole.b_panels = panels;
         whole.b_panels_bs = 0;

@@ -94,6 +94,11 @@ bool uses_panels(const OpenClBackend& be, const Precision& p);
 // Runs the problem (packing as needed, in chunks that bound the scratch memory).
 void run(OpenClBackend& be, const Precision& p, const Problem& pr, const char* op);
 
+// Packs a weight's kept panels now, as run() would at the first call of a LINEAR at precision p with this B
+// operand (k x n, shared by the batch) and a row-major A; nothing where such a call packs no kept panels.
+void prepare_weight(OpenClBackend& be, const Precision& p, const Operand& b, const Storage* weight, std::int64_t k,
+                    std::int64_t n, const char* op);
+
 // The "matmul" program options run() builds for a problem of this shape (A
 // with unit column stride), which are also run_implicit_conv's for a
 // convolution (batch = images, m = output channels, n = positions, k =

@@ -29,4 +29,11 @@ void OpenClBackend::matmul(const MatmulArgs& args) {
   gemm::run(*this, args.precision, pr, "MATMUL");
 }
 
+void OpenClBackend::prepare_linear_weight(const Tensor& weight, const Precision& p) {
+  if (weight.rank() != 2 || weight.dtype() != p.dtype) return;  // LINEAR converts it per call: nothing to keep
+  // The B operand matmul() describes for LINEAR: weight [n, k], trans_b, shared by the batch.
+  const std::int64_t n = weight.dim(0), k = weight.dim(1);
+  gemm::prepare_weight(*this, p, gemm::Operand{buffer(weight), 0, 0, 1, k}, weight.storage(), k, n, "MATMUL");
+}
+
 }  // namespace nanscope::opencl

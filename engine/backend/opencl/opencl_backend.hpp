@@ -81,6 +81,7 @@ class OpenClBackend final : public Backend {
   std::uint64_t release_caches() override;
 
   void matmul(const MatmulArgs& args) override;
+  void prepare_linear_weight(const Tensor& weight, const Precision& p) override;
   void conv2d(const Conv2dArgs& args) override;
   void group_norm(const GroupNormArgs& args) override;
   void layer_norm(const LayerNormArgs& args) override;

@@ -498,6 +498,31 @@ bool ProgramCache::in_memory(const std::string& program, const std::string& opti
   return std::any_of(entries_.begin(), entries_.end(), [&](const Entry* e) { return e->key == key; });
 }
 
+bool ProgramCache::ready(const std::string& program, const std::string& options) const {
+  std::string key;
+  {
+    std::lock_guard lock(mutex_);
+    const auto it = ready_keys_.find(program + "|" + options);
+    if (it != ready_keys_.end()) key = it->second;
+  }
+  if (key.empty()) {
+    key = cache_key(full_source(program), options);
+    std::lock_guard lock(mutex_);
+    ready_keys_[program + "|" + options] = key;
+  }
+  {
+    std::lock_guard lock(mutex_);
+    if (ready_entries_.contains(key) ||
+        std::any_of(entries_.begin(), entries_.end(), [&](const Entry* e) { return e->key == key; })) {
+      return true;
+    }
+  }
+  if (dir_.empty() || !check_entry(entry_path(key), key).empty()) return false;
+  std::lock_guard lock(mutex_);
+  ready_entries_.insert(key);
+  return true;
+}
+
 void ProgramCache::plan_progress(const std::string& variant, bool finished, KernelBuildEvent& e) {
   if (plan_pending_.empty()) return;
   const auto it = plan_pending_.find(variant);

@@ -12,6 +12,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -69,6 +70,9 @@ class ProgramCache {
   void set_plan(std::map<std::string, double> pending, unsigned streams = 1);
   // Whether a built program for these options is in memory already (no load or build needed).
   bool in_memory(const std::string& program, const std::string& options) const;
+  // Whether getting it compiles nothing: in memory, or an entry in the cache directory that checks out.
+  // The key and a found entry are remembered (a model's load asks once per layer).
+  bool ready(const std::string& program, const std::string& options) const;
 
   // The default directory: $NANSCOPE_KERNEL_CACHE, else $XDG_CACHE_HOME/nanscope/kernels,
   // else $HOME/.cache/nanscope/kernels.
@@ -84,7 +88,9 @@ class ProgramCache {
   std::vector<Entry*> entries_;
   std::vector<BuildRecord> records_;
   KernelBuildListener listener_;
-  std::map<std::string, double> plan_pending_;  // set_plan(): variants still to build -> estimate
+  std::map<std::string, double> plan_pending_;             // set_plan(): variants still to build -> estimate
+  mutable std::map<std::string, std::string> ready_keys_;  // ready(): "program|options" -> cache key
+  mutable std::set<std::string> ready_entries_;            // ready(): keys with a good entry on disk
   int plan_count_ = 0, plan_done_ = 0;
   unsigned plan_streams_ = 1;
   // The program in the entry at `path` (its key `key`), loaded and built from its binary;

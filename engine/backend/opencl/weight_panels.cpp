@@ -15,20 +15,33 @@ WeightPanels::~WeightPanels() { clear(); }
 cl_mem WeightPanels::find(const Storage* weight, const std::string& key) {
   std::lock_guard lock(mu_);
   const auto it = kept_.find(weight);
-  return it != kept_.end() && it->second.key == key ? it->second.mem : nullptr;
+  if (it == kept_.end() || it->second.key != key) return nullptr;
+  it->second.ahead = false;
+  return it->second.mem;
 }
 
-cl_mem WeightPanels::make(const Storage* weight, const std::string& key, std::size_t bytes) {
+cl_mem WeightPanels::make(const Storage* weight, const std::string& key, std::size_t bytes, bool ahead) {
+  Entry unused;  // panels packed ahead under another key, given back
   {
     std::lock_guard lock(mu_);
-    if (kept_.contains(weight) || kept_bytes_ + bytes > budget_) return nullptr;
+    if (const auto it = kept_.find(weight); it != kept_.end()) {
+      if (ahead || !it->second.ahead) return nullptr;
+      unused = std::move(it->second);
+      kept_.erase(it);
+      kept_bytes_ -= unused.bytes;
+    }
+  }
+  if (unused.mem) pool_->release(unused.mem, unused.bytes);
+  {
+    std::lock_guard lock(mu_);
+    if (kept_bytes_ + bytes > budget_) return nullptr;
     kept_bytes_ += bytes;  // reserved while the buffer is made
   }
   cl_int err = CL_SUCCESS;
   cl_mem mem = pool_->acquire(bytes, err);
   {
     std::lock_guard lock(mu_);
-    if (err == CL_SUCCESS && mem && kept_.emplace(weight, Entry{mem, bytes, key}).second) return mem;
+    if (err == CL_SUCCESS && mem && kept_.emplace(weight, Entry{mem, bytes, key, ahead}).second) return mem;
     kept_bytes_ -= bytes;  // no room on the device (or another thread kept this weight's panels first)
   }
   if (mem) pool_->release(mem, bytes);

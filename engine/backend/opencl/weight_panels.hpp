@@ -4,7 +4,10 @@
 // the same at every call. Packed per call, the pass over every weight was
 // 0.22 s of a 9 s SD 1.5 UNet call on a 2-core Zen 4 (the 1280-wide layers at
 // 512 and 128 tokens ran at 77-82% of peak with it); here each weight's
-// panels are made at its first use and kept with it.
+// panels are made at its first use and kept with it. A model's load packs them
+// ahead (Backend::prepare_linear_weight, from models::Linear::load): packed at
+// the first call instead, the 0.9 GB of an SD 1.5 UNet's panels made that call
+// 1.3x the next one, most of it in faulting in fresh memory.
 //
 // The panels belong to the weight's buffer: they are given back to the pool
 // when its last tensor goes (ClStorage's destructor calls forget()), so a
@@ -45,8 +48,11 @@ class WeightPanels {
   // A buffer of `bytes` kept for this weight under `key`, for the caller to
   // pack into now (the queue is in order: later launches see the panels), or
   // null when the budget or the device has no room, or when the weight
-  // already keeps panels under another key (one view per weight).
-  cl_mem make(const Storage* weight, const std::string& key, std::size_t bytes);
+  // already keeps panels under another key (one view per weight). `ahead`:
+  // packed before any call asked (Backend::prepare_linear_weight, at load);
+  // such panels give way to the first call that wants another key (a
+  // precision or view the load did not foresee) until a call has used them.
+  cl_mem make(const Storage* weight, const std::string& key, std::size_t bytes, bool ahead = false);
   // The weight buffer is released: its panels go back to the pool.
   void forget(const Storage* weight);
   // Gives every kept panel set back; returns the bytes freed.
@@ -63,6 +69,7 @@ class WeightPanels {
     cl_mem mem = nullptr;
     std::size_t bytes = 0;
     std::string key;
+    bool ahead = false;  // packed at load and not yet used by a call
   };
   std::shared_ptr<BufferPool> pool_;
   std::size_t configured_ = 0;  // BackendOptions::weight_panel_bytes or its default
