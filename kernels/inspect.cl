@@ -147,6 +147,16 @@ __kernel void map_lines(__global const store_t* x, ulong base, uint c, uint h, u
   }
 }
 
+// Chan et al.'s pairwise update: (n, mean, m2) take in a block of nb values
+// with mean bmean and centred sum of squares bm2.
+static inline void ns_chan_add(float* n, float* mean, float* m2, float nb, float bmean, float bm2) {
+  const float nn = *n + nb;
+  const float delta = bmean - *mean;
+  *mean += delta * (nb / nn);
+  *m2 += bm2 + delta * delta * (*n * nb / nn);
+  *n = nn;
+}
+
 // ch_f: float4 (mean, m2, min, max) per channel; ch_u: NS_NSTAT uints per channel.
 __kernel void map_channels(__global const float4* rows_f, __global const uint* rows_u, uint c, uint h,
                            __global float4* ch_f, __global uint* ch_u) {
@@ -160,11 +170,7 @@ __kernel void map_channels(__global const float4* rows_f, __global const uint* r
     for (uint k = 0; k < NS_NSTAT; ++k) cnt[k] += rows_u[r * NS_NSTAT + k];
     const float nb = (float)rows_u[r * NS_NSTAT];
     if (nb == 0.0f) continue;
-    const float nn = n + nb;
-    const float delta = f.x - mean;
-    mean += delta * (nb / nn);
-    m2 += f.y + delta * delta * (n * nb / nn);
-    n = nn;
+    ns_chan_add(&n, &mean, &m2, nb, f.x, f.y);
     lo = fmin(lo, f.z);
     hi = fmax(hi, f.w);
   }
@@ -232,11 +238,7 @@ __kernel void map_stats_item(__global const store_t* x0, ulong base0, float near
     clip += r.acc.clip;
     const float nb = (float)r.acc.fin;
     if (nb == 0.0f) continue;
-    const float nn = n + nb;
-    const float delta = r.mean - mean;
-    mean += delta * (nb / nn);
-    m2 += r.m2 + delta * delta * (n * nb / nn);
-    n = nn;
+    ns_chan_add(&n, &mean, &m2, nb, r.mean, r.m2);
     lo = fmin(lo, r.acc.lo);
     hi = fmax(hi, r.acc.hi);
   }

@@ -197,6 +197,13 @@ TEST(MatmulDirectA, ReadsAWhereItLiesBitForBitAsThePackedPanels) {
   }
 }
 
+// A backend that packs every LINEAR weight per call (the reference for kept panels).
+std::unique_ptr<Backend> backend_keeping_no_panels(const DeviceInfo& device) {
+  BackendOptions none_kept = test_backend_options();
+  none_kept.weight_panel_bytes = 0;
+  return make_backend(device, none_kept);
+}
+
 // LINEAR weights' panels are packed at their first use and kept with the
 // weight (backend/opencl/weight_panels.hpp): the kept panels give the same
 // bits as packing per call (a backend that keeps none), are found again only
@@ -207,9 +214,7 @@ TEST(MatmulWeightPanels, KeptWithTheWeightBitForBitAndGivenBackWithIt) {
   if (cpu.empty()) GTEST_SKIP() << no_cpu_family_message();
   for (opencl::OpenClBackend* ocl : cpu) {
     Backend* be = ocl;
-    BackendOptions none_kept = test_backend_options();
-    none_kept.weight_panel_bytes = 0;
-    const auto uncached = make_backend(be->device(), none_kept);
+    const auto uncached = backend_keeping_no_panels(be->device());
     BackendOptions small = test_backend_options();
     small.weight_panel_bytes = 64 * 1024;
     const auto tight = make_backend(be->device(), small);
@@ -392,9 +397,7 @@ TEST(MatmulWeightPanels, PreparedAtLoadServeTheFirstCallOrGiveWayToAnotherView) 
   if (cpu.empty()) GTEST_SKIP() << no_cpu_family_message();
   for (opencl::OpenClBackend* ocl : cpu) {
     Backend* be = ocl;
-    BackendOptions none_kept = test_backend_options();
-    none_kept.weight_panel_bytes = 0;
-    const auto uncached = make_backend(be->device(), none_kept);
+    const auto uncached = backend_keeping_no_panels(be->device());
     BackendOptions profiling = test_backend_options();
     profiling.profile = true;
     for (const DType dt : {DType::f32, DType::f16}) {
