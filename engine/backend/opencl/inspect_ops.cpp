@@ -112,7 +112,22 @@ struct PendingPreview {
 
 constexpr std::int64_t kPreviewChannels = 4;  // latent_preview's factor arguments: a float4 per colour
 
-PendingPreview queue_preview(OpenClBackend& be, const LatentPreviewArgs& a) {
+// The latent channels the preview's factors cover; throws OpError for a preview the kernel cannot draw. Called
+// before anything of the step is queued: a throw after that would free vectors that queued reads still fill.
+std::int64_t preview_channels(const LatentPreviewArgs& a) {
+  std::int64_t c, h, w;
+  map_dims(a.x, a.index, "LATENT_PREVIEW", c, h, w);
+  const std::int64_t used = std::min<std::int64_t>(c, static_cast<std::int64_t>(a.factors.size() / 3));
+  if (used > kPreviewChannels) {
+    throw OpError("LATENT_PREVIEW: factors for " + std::to_string(used) +
+                  " latent channels; the device preview takes " + std::to_string(kPreviewChannels) +
+                  " (every latent family with preview factors has 4)");
+  }
+  detail::to_uint(h * w, "LATENT_PREVIEW", "pixels");
+  return used;
+}
+
+PendingPreview queue_preview(OpenClBackend& be, const LatentPreviewArgs& a, std::int64_t used) {
   std::int64_t c, h, w;
   map_dims(a.x, a.index, "LATENT_PREVIEW", c, h, w);
   PendingPreview p;
@@ -120,12 +135,6 @@ PendingPreview queue_preview(OpenClBackend& be, const LatentPreviewArgs& a) {
   p.r.height = static_cast<int>(h);
   const std::int64_t plane = h * w;
   if (plane == 0) return p;
-  const std::int64_t used = std::min<std::int64_t>(c, static_cast<std::int64_t>(a.factors.size() / 3));
-  if (used > kPreviewChannels) {
-    throw OpError("LATENT_PREVIEW: factors for " + std::to_string(used) +
-                  " latent channels; the device preview takes " + std::to_string(kPreviewChannels) +
-                  " (every latent family with preview factors has 4)");
-  }
   cl_float4 f[3] = {};
   for (std::int64_t ch = 0; ch < used; ++ch)
     for (std::size_t k = 0; k < 3; ++k) f[k].s[ch] = a.factors[static_cast<std::size_t>(ch) * 3 + k];
@@ -163,6 +172,7 @@ StepReductions OpenClBackend::reduce_step(std::span<const MapReduceArgs> maps, c
   // Every map's kernels and reads, and the preview's, are queued before one wait;
   // the mask, needed only where something is non-finite, is a second round for
   // those maps.
+  const std::int64_t preview_used = preview ? preview_channels(*preview) : 0;
   std::vector<PendingMap> pending(maps.size());
   for (std::size_t m = 0; m < maps.size(); ++m) {
     const MapReduceArgs& a = maps[m];
@@ -240,7 +250,7 @@ StepReductions OpenClBackend::reduce_step(std::span<const MapReduceArgs> maps, c
     }
   }
   PendingPreview pv;
-  if (preview) pv = queue_preview(*this, *preview);
+  if (preview) pv = queue_preview(*this, *preview, preview_used);
   wait_for_device();
   for (const MapGroup& g : groups) {
     const std::size_t words = map_words(pending[g.maps.front()]);
