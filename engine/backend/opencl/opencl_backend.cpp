@@ -304,19 +304,19 @@ Tensor OpenClBackend::empty(const Shape& shape, DType dtype) {
                       " in clCreateBuffer; free memory by using a smaller resolution or batch, or pick another device",
                   err);
   }
+  std::shared_ptr<ClStorage> storage;
   if (guard_bytes_ == 0) {
-    auto storage = std::make_shared<ClStorage>(mem, bytes, this, pool_);
-    storage->set_panels(panels_);
-    return Tensor(shape, dtype, std::move(storage));
+    storage = std::make_shared<ClStorage>(mem, bytes, this, pool_);
+  } else {
+    const cl_int fill = clEnqueueFillBuffer(queue_, mem, &kGuardByte, 1, std::max<std::size_t>(bytes, 1), guard_bytes_,
+                                            0, nullptr, nullptr);
+    if (fill != CL_SUCCESS) {
+      pool_->release(mem, std::max<std::size_t>(bytes, 1) + guard_bytes_);
+      throw_cl_error(fill, "clEnqueueFillBuffer", "fill the guard after " + what + " on \"" + info_.name + "\"");
+    }
+    storage = std::make_shared<ClStorage>(mem, bytes, this, pool_, guard_bytes_, queue_, guard_log_, what);
   }
-  const cl_int fill = clEnqueueFillBuffer(queue_, mem, &kGuardByte, 1, std::max<std::size_t>(bytes, 1), guard_bytes_, 0,
-                                          nullptr, nullptr);
-  if (fill != CL_SUCCESS) {
-    pool_->release(mem, std::max<std::size_t>(bytes, 1) + guard_bytes_);
-    throw_cl_error(fill, "clEnqueueFillBuffer", "fill the guard after " + what + " on \"" + info_.name + "\"");
-  }
-  auto storage = std::make_shared<ClStorage>(mem, bytes, this, pool_, guard_bytes_, queue_, guard_log_, what);
-  storage->set_panels(panels_);
+  storage->set_panels(panels_);  // its weight panels, if a LINEAR keeps some, go back with it
   return Tensor(shape, dtype, std::move(storage));
 }
 
