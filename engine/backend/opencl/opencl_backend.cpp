@@ -631,11 +631,7 @@ KernelPlan OpenClBackend::plan_kernels(std::span<const Precision> precisions, co
     for (std::string& o : variants) {
       if (!seen.insert(k.name + "|" + o).second) continue;
       KernelPlanItem item{k.name, std::move(o), false, 0.0};
-      item.cached = programs_->in_memory(item.program, item.options);
-      if (!item.cached && !programs_->dir().empty()) {
-        const std::string key = programs_->cache_key(ProgramCache::full_source(item.program), item.options);
-        item.cached = ProgramCache::check_entry(programs_->entry_path(key), key).empty();
-      }
+      item.cached = programs_->ready(item.program, item.options);
       if (!item.cached) {
         item.estimate_ms = history.estimate_ms(item.program, item.options, assumed_ms(item.program));
         pending[item.program + "|" + item.options] = item.estimate_ms;

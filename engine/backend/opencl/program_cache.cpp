@@ -493,7 +493,10 @@ void ProgramCache::set_plan(std::map<std::string, double> pending, unsigned stre
 }
 
 bool ProgramCache::in_memory(const std::string& program, const std::string& options) const {
-  const std::string key = cache_key(full_source(program), options);
+  return has_key(cache_key(full_source(program), options));
+}
+
+bool ProgramCache::has_key(const std::string& key) const {
   std::lock_guard lock(mutex_);
   return std::any_of(entries_.begin(), entries_.end(), [&](const Entry* e) { return e->key == key; });
 }
@@ -510,17 +513,7 @@ bool ProgramCache::ready(const std::string& program, const std::string& options)
     std::lock_guard lock(mutex_);
     ready_keys_[program + "|" + options] = key;
   }
-  {
-    std::lock_guard lock(mutex_);
-    if (ready_entries_.contains(key) ||
-        std::any_of(entries_.begin(), entries_.end(), [&](const Entry* e) { return e->key == key; })) {
-      return true;
-    }
-  }
-  if (dir_.empty() || !check_entry(entry_path(key), key).empty()) return false;
-  std::lock_guard lock(mutex_);
-  ready_entries_.insert(key);
-  return true;
+  return has_key(key) || (!dir_.empty() && check_entry(entry_path(key), key).empty());
 }
 
 void ProgramCache::plan_progress(const std::string& variant, bool finished, KernelBuildEvent& e) {

@@ -12,7 +12,6 @@
 #include <functional>
 #include <map>
 #include <mutex>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -71,7 +70,7 @@ class ProgramCache {
   // Whether a built program for these options is in memory already (no load or build needed).
   bool in_memory(const std::string& program, const std::string& options) const;
   // Whether getting it compiles nothing: in memory, or an entry in the cache directory that checks out.
-  // The key and a found entry are remembered (a model's load asks once per layer).
+  // The key is remembered (a model's load asks once per layer; once the program is loaded, memory answers).
   bool ready(const std::string& program, const std::string& options) const;
 
   // The default directory: $NANSCOPE_KERNEL_CACHE, else $XDG_CACHE_HOME/nanscope/kernels,
@@ -90,9 +89,10 @@ class ProgramCache {
   KernelBuildListener listener_;
   std::map<std::string, double> plan_pending_;             // set_plan(): variants still to build -> estimate
   mutable std::map<std::string, std::string> ready_keys_;  // ready(): "program|options" -> cache key
-  mutable std::set<std::string> ready_entries_;            // ready(): keys with a good entry on disk
   int plan_count_ = 0, plan_done_ = 0;
   unsigned plan_streams_ = 1;
+  // Whether a program with this cache key is in memory.
+  bool has_key(const std::string& key) const;
   // The program in the entry at `path` (its key `key`), loaded and built from its binary;
   // null when there is no entry, and then `reason` says why when the entry cannot be trusted.
   cl_program load_entry(const std::string& path, const std::string& key, const std::string& program,
