@@ -63,10 +63,9 @@ namespace {
 // One map of a batch between its launch and its results.
 struct PendingMap {
   MapReduction r;
-  std::string opts;
-  DType dtype = DType::f32;
+  std::string opts;  // the storage dtype's program options
   cl_ulong base = 0;
-  cl_uint c = 0, h = 0, w = 0;
+  cl_uint c = 0, h = 0, w = 0;  // c stays 0 where the map has no lines: nothing to reduce
   float near = 0, over = 0;
   std::size_t cells = 0;
   std::vector<float> lines, chf;
@@ -91,10 +90,10 @@ std::vector<MapGroup> group_maps(const std::vector<PendingMap>& pending) {
   std::vector<MapGroup> groups;
   for (std::size_t m = 0; m < pending.size(); ++m) {
     const PendingMap& p = pending[m];
-    if (p.c == 0 || p.h + p.w == 0) continue;
+    if (p.c == 0) continue;
     auto fits = [&](const MapGroup& g) {
       const PendingMap& q = pending[g.maps.front()];
-      return g.maps.size() < kMapsPerLaunch && q.dtype == p.dtype && q.c == p.c && q.h == p.h && q.w == p.w;
+      return g.maps.size() < kMapsPerLaunch && q.opts == p.opts && q.c == p.c && q.h == p.h && q.w == p.w;
     };
     auto it = std::find_if(groups.begin(), groups.end(), fits);
     if (it == groups.end()) it = groups.insert(groups.end(), MapGroup{});
@@ -186,8 +185,7 @@ StepReductions OpenClBackend::reduce_step(std::span<const MapReduceArgs> maps, c
     p.cells = static_cast<std::size_t>(p.r.mask_rows) * static_cast<std::size_t>(p.r.mask_cols);
     const std::int64_t lines = c * (h + w);
     if (lines == 0) continue;
-    p.dtype = a.x.dtype();
-    p.opts = inspect_options(*this, detail::storage_only(p.dtype));
+    p.opts = inspect_options(*this, detail::storage_only(a.x.dtype()));
     p.base = static_cast<cl_ulong>(a.index * c * h * w);
     p.c = detail::to_uint(c, "MAP_REDUCE", "channels");
     p.h = detail::to_uint(h, "MAP_REDUCE", "height");
@@ -223,7 +221,7 @@ StepReductions OpenClBackend::reduce_step(std::span<const MapReduceArgs> maps, c
     const size_t local = std::max<size_t>(1, std::min<size_t>(64, detail::reduction_group_size(*this)));
     for (std::size_t m = 0; m < maps.size(); ++m) {
       PendingMap& p = pending[m];
-      if (p.c == 0 || p.h + p.w == 0) continue;
+      if (p.c == 0) continue;
       const std::size_t lines = std::size_t{p.c} * (p.h + p.w), rows = std::size_t{p.c} * p.h;
       auto scratch = [&](std::size_t bytes, const char* what) {
         p.scratch.push_back(std::make_unique<detail::ScratchBuffer>(*this, bytes, what));
