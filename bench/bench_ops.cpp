@@ -1,7 +1,7 @@
 // Speed of the core ops on the selected device, beside PyTorch on the CPU run
 // in the same bench and the machine's measured FP32 peak. Prints a table.
 //
-//   build/bench/bench_ops [--device D] [--no-torch] [--dtype f32|f16|bf16] [--only NAME_PREFIX]
+//   build/bench/bench_ops [--device D] [--no-torch] [--dtype f32|f16|bf16] [--only PREFIX[,PREFIX...]]
 //                         [--shapes sd15 [--latent 64]] [--json FILE]
 //
 // The default set: GEMMs, 3x3 convs at the UNet's and the VAE's shapes (the
@@ -12,8 +12,9 @@
 // --shapes sd15 times every distinct conv, linear and attention shape of one
 // SD 1.5 UNet call instead (batch 2, bench/unet_shapes.hpp), each with its
 // count in the call, so the table shows where a call's time goes by shape
-// (`--only` keeps the shapes whose name starts with its prefix, e.g.
-// attention_2_4096_77).
+// (`--only` keeps the rows whose name starts with one of its comma-separated
+// prefixes, e.g. attention_2_4096_77, or geglu,upsample: the memory-bound rows
+// of one run share that run's bandwidth measurement).
 //
 // The PyTorch baseline runs as a well-set-up user would run it: OpenBLAS with
 // the fastest OPENBLAS_CORETYPE for this CPU (measured, bench_util.hpp) and
@@ -61,18 +62,21 @@ HostTensor random_host(const Shape& shape, DType t, std::uint64_t seed) {
   return HostTensor::from_f32(shape, v, t);
 }
 
-// Seconds per call: one warm-up call (kernel builds), then repeats for >= 1 s.
+// Seconds per call: one warm-up call (kernel builds), then repeats for >= 1 s; the median call (on a shared
+// VM another guest takes the memory bus or a core for milliseconds at a time: a mean carries those).
 double time_op(Backend& be, const std::function<void()>& fn) {
   fn();
   be.synchronize();
-  int n = 0;
+  std::vector<double> calls;
   const auto t0 = Clock::now();
   do {
+    const auto t = Clock::now();
     fn();
     be.synchronize();
-    ++n;
-  } while (seconds_since(t0) < 1.0 || n < 3);
-  return seconds_since(t0) / n;
+    calls.push_back(seconds_since(t));
+  } while (seconds_since(t0) < 1.0 || calls.size() < 3);
+  std::nth_element(calls.begin(), calls.begin() + calls.size() / 2, calls.end());
+  return calls[calls.size() / 2];
 }
 
 // shapes_file: a JSON list of bench::OpShape::json() cases for torch_ops.py ("" for its own set).
@@ -96,14 +100,30 @@ std::map<std::string, double> run_torch(const std::string& shapes_file) {
   return out;
 }
 
+std::vector<std::string> split_prefixes(const std::string& list) {
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  while (start <= list.size()) {
+    const std::size_t end = std::min(list.find(',', start), list.size());
+    if (end > start) out.push_back(list.substr(start, end - start));
+    start = end + 1;
+  }
+  return out;
+}
+
+bool has_prefix(const std::string& name, const std::vector<std::string>& prefixes) {
+  return prefixes.empty() ||
+         std::any_of(prefixes.begin(), prefixes.end(), [&](const std::string& p) { return name.rfind(p, 0) == 0; });
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string pin = device_pin_from_env();
   bool torch = true;
   DType dtype = DType::f32;
-  std::string only;    // run only the ops whose name starts with this
-  std::string shapes;  // "sd15": the UNet's own shapes
+  std::vector<std::string> only;  // run only the ops whose name starts with one of these (all when empty)
+  std::string shapes;             // "sd15": the UNet's own shapes
   std::int64_t latent = 64;
   std::string json_path;  // --json: the rows, the peak and the bandwidth (bench_report reads it)
   for (int i = 1; i < argc; ++i) {
@@ -113,7 +133,7 @@ int main(int argc, char** argv) {
     else if (a == "--no-torch")
       torch = false;
     else if (a == "--only" && i + 1 < argc)
-      only = argv[++i];
+      only = split_prefixes(argv[++i]);
     else if (a == "--shapes" && i + 1 < argc)
       shapes = argv[++i];
     else if (a == "--latent" && i + 1 < argc)
@@ -124,7 +144,7 @@ int main(int argc, char** argv) {
       json_path = argv[++i];
     else {
       std::fprintf(stderr,
-                   "usage: bench_ops [--device D] [--no-torch] [--dtype f32|f16|bf16] [--only NAME_PREFIX] "
+                   "usage: bench_ops [--device D] [--no-torch] [--dtype f32|f16|bf16] [--only PREFIX[,PREFIX...]] "
                    "[--shapes sd15 [--latent 64]] [--json FILE]\n");
       return 2;
     }
@@ -153,7 +173,7 @@ int main(int argc, char** argv) {
     if (!shapes.empty()) {
       nlohmann::json list = nlohmann::json::array();
       for (const bench::OpShape& sh : bench::sd15_unet_shapes(latent)) {
-        if (sh.name().rfind(only, 0) != 0) continue;  // --only: a prefix of the shape's name
+        if (!has_prefix(sh.name(), only)) continue;
         const auto& p = sh.p;
         double s = 0;
         if (sh.kind == "conv") {
@@ -180,7 +200,7 @@ int main(int argc, char** argv) {
               .string();
       std::ofstream(shapes_file) << list.dump();
     }
-    const auto wanted = [&](const std::string& name) { return name.rfind(only, 0) == 0; };
+    const auto wanted = [&](const std::string& name) { return has_prefix(name, only); };
     for (int size : {1024, 2048}) {
       if (!shapes.empty() || !wanted("gemm_" + std::to_string(size))) continue;
       const Tensor a = be->upload(random_host({size, size}, dtype, 1));

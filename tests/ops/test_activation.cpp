@@ -42,6 +42,7 @@ std::vector<OpCasePtr> cases() {
   add(unary_case("quick_gelu", {1, 77, 13}, {{"op", "quick_gelu"}}, ops::quick_gelu));
   add(unary_case("quick_gelu", {1, 77, 3072}, {{"op", "quick_gelu"}}, ops::quick_gelu));  // CLIP MLP
   add(unary_case("geglu", {3, 5, 26}, {{"op", "geglu"}}, ops::geglu));
+  add(unary_case("geglu", {2, 9, 2086}, {{"op", "geglu"}}, ops::geglu));     // rows of 65 chunks and a tail of 3
   add(unary_case("geglu", {1, 1024, 2560}, {{"op", "geglu"}}, ops::geglu));  // SD ff at 32x32, inner 1280
   return all;
 }

@@ -1,5 +1,5 @@
 // SILU / GELU / QUICK_GELU / SCALE and GEGLU host side (kernels/activation.cl):
-// one work-item per 16 elements.
+// one work-item per 16 elements; GEGLU's CPU family a row per work-item.
 #include "backend/opencl/launch_util.hpp"
 #include "backend/opencl/opencl_backend.hpp"
 
@@ -40,8 +40,12 @@ void OpenClBackend::unary(const UnaryArgs& args) {
 void OpenClBackend::geglu(const GegluArgs& args) {
   if (args.rows * args.d == 0) return;
   cl_kernel k = kernel("activation", "geglu", activation_options(*this, args.precision));
-  set_args(k, buffer(args.x), buffer(args.out), detail::to_uint(args.d, "GEGLU", "d"));
-  const size_t global[2] = {ceil_div(args.d, 16), static_cast<size_t>(args.rows)};
+  // kernels/activation.cl: the CPU family streams a whole row per work-item, the GPU family a chunk.
+  const std::size_t chunks = ceil_div(args.d, 16);
+  const std::size_t per_item = kernel_style() == KernelStyle::cpu ? chunks : 1;
+  set_args(k, buffer(args.x), buffer(args.out), detail::to_uint(args.d, "GEGLU", "d"),
+           detail::to_uint(static_cast<std::int64_t>(per_item), "GEGLU", "per_item"));
+  const size_t global[2] = {ceil_div(chunks, per_item), static_cast<size_t>(args.rows)};
   launch(k, "GEGLU", 2, global, nullptr);
 }
 
