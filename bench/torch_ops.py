@@ -16,14 +16,15 @@ torch.manual_seed(0)
 
 
 def timed(fn, min_seconds=1.0):
+    """Seconds per call: the median of calls repeated for >= min_seconds (as bench_ops times its own)."""
     fn()  # warm-up
-    n, start = 0, time.perf_counter()
+    calls, start = [], time.perf_counter()
     while True:
+        t = time.perf_counter()
         fn()
-        n += 1
-        elapsed = time.perf_counter() - start
-        if elapsed >= min_seconds and n >= 3:
-            return elapsed / n
+        calls.append(time.perf_counter() - t)
+        if time.perf_counter() - start >= min_seconds and len(calls) >= 3:
+            return sorted(calls)[len(calls) // 2]
 
 
 def classic_attention(q, k, v, scale):
