@@ -3,10 +3,11 @@
 // out = ((x - mean) * rstd) * gamma + beta in f32, rounded once. With `act`,
 // out = silu(that value rounded to the storage dtype): GROUP_NORM then SILU,
 // bit for bit, without writing and reading the normalised tensor.
-// One work-group per (sample, group); grid = local size * n * groups.
+// One work-group per (sample, group); grid = local size * n * groups. stream: the output goes around the
+// caches (common.cl, st16_stream).
 __kernel void group_norm(__global const store_t* x, __global const store_t* gamma, __global const store_t* beta,
                          __global store_t* out, uint c, ulong s, uint groups, float eps, int has_gamma, int has_beta,
-                         int act, __local float* scratch) {
+                         int act, uint stream, __local float* scratch) {
   const uint job = (uint)get_group_id(0);
   const uint lid = (uint)get_local_id(0), nl = (uint)get_local_size(0);
   const uint cg = c / groups;
@@ -21,7 +22,7 @@ __kernel void group_norm(__global const store_t* x, __global const store_t* gamm
     for (ulong j = (ulong)lid * 16u; j < s; j += (ulong)nl * 16u) {
       if (j + 16u <= s) {
         const float16 y = ((ld16(x, row + j) - mean) * rstd) * g + b;
-        st16(out, row + j, act ? silu16(round_store16(y)) : y);
+        st16_stream(out, row + j, act ? silu16(round_store16(y)) : y, stream);
       } else {
         for (ulong i = j; i < s; ++i) {
           const float y = ((ld(x, row + i) - mean) * rstd) * g + b;

@@ -50,23 +50,14 @@ __kernel void conv_weights_tap_major(__global const word_t* src, __global word_t
 }
 
 // Nearest-neighbour 2x: out[p, 2y + dy, 2x + dx] = in[p, y, x]. Grid: (chunks of 8 along w, h, planes).
-// stream (the host's choice: outputs past the caches on a CPU device):
-// non-temporal stores where the compiler has them for x86-64 and the address
-// is aligned for the vector (a misaligned one faults). Ordinary stores first
-// read every output line into the cache (write-allocate): for the VAE's
-// 512 x 128 x 128 input the 128 MB output cost 10.4-11 ms against 3.2-4.4 ms
-// streamed (2-core Zen 4, alternating). Streamed stores are weakly ordered:
-// the locked instructions with which the driver's worker threads finish a
-// command drain them before the next command reads the output (a fence per
-// work-item would cost more than the stores save).
-#if defined(__x86_64__) && defined(__has_builtin)
-#if __has_builtin(__builtin_nontemporal_store)
-#define NS_NT_STORE 1
+// stream (the host's choice: outputs past the caches on a CPU device): non-temporal stores of the
+// words (common.cl, st16_stream), where they are aligned. For the VAE's 512 x 128 x 128 input the 128 MB
+// output cost 10.4-11 ms against 3.2-4.4 ms streamed (2-core Zen 4, alternating).
+#if defined(NS_NT_STORE)
 #if defined(STORE_F32)
 #define NS_WORD16 uint16
 #else
 #define NS_WORD16 ushort16
-#endif
 #endif
 #endif
 __kernel void upsample_nearest2x(__global const word_t* src, __global word_t* dst, uint h, uint w, uint stream) {

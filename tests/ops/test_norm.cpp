@@ -2,6 +2,7 @@
 // native statistics overflow on large activations (the VAE's classic failure),
 // and bad inputs.
 
+#include <algorithm>
 #include <cmath>
 #include <span>
 #include <string>
@@ -206,6 +207,61 @@ TEST(NormFusedSilu, BitEqualToGroupNormThenSilu) {
       EXPECT_TRUE(bitwise_equal(be.download(ops::group_norm_silu(traced, traced_act, tx, 4, &tg, &tb, 1e-6f)), two));
       EXPECT_EQ(rec.names, (std::vector<std::string>{"GROUP_NORM", "SILU"}));
     });
+  }
+}
+
+// GROUP_NORM outputs of 32 MB and more go around the caches on CPU devices (non-temporal stores of the storage
+// words where a 16-element vector is aligned for them, common.cl st16_stream). Groups are independent, so each
+// such output must be the same bits as the same channels normalised in chunks of whole groups small enough to be
+// stored the ordinary way: f32, f16 and bf16 words, with and without the fused SILU and the affine, channels of
+// whole vectors and channels of 33100 values (rows alternately misaligned, a tail of 12).
+TEST(NormGroupNormStream, LargeOutputsStreamedAreTheSameBitsAsSmallOnes) {
+  if (opencl_backends().empty()) GTEST_SKIP() << no_opencl_message();
+  struct Case {
+    DType dtype;
+    Shape x;
+    bool silu, affine;
+  };
+  constexpr int kGroups = 32;
+  for (const Case& c :
+       {Case{DType::f32, {1, 256, 100, 331}, false, true}, Case{DType::f32, {1, 32, 512, 512}, true, true},
+        Case{DType::f16, {1, 128, 512, 512}, true, true}, Case{DType::bf16, {1, 64, 512, 512}, false, false}}) {
+    const std::int64_t channels = c.x[1], per_group = channels / kGroups, chunk = 8 * per_group;
+    const std::size_t plane = static_cast<std::size_t>(c.x[2] * c.x[3]) * dtype_size(c.dtype);
+    Rng rng(seed_from("group_norm stream " + shape_str(c.x)));
+    const HostTensor hx = activations(rng, c.x, c.dtype);
+    const HostTensor gamma = random_normal(rng, {channels}, c.dtype, 1.0, 0.5);
+    const HostTensor beta = random_normal(rng, {channels}, c.dtype, 0.0, 0.5);
+    ASSERT_GE(hx.data.size(), std::size_t{32} << 20);
+    const auto norm = [&](Backend& be, const HostTensor& x, const HostTensor& g, const HostTensor& b) {
+      const OpContext ctx = make_context(be, {c.dtype});
+      const Tensor tx = be.upload(x), tg = be.upload(g), tb = be.upload(b);
+      const int groups = static_cast<int>(x.shape[1] / per_group);
+      const Tensor* gp = c.affine ? &tg : nullptr;
+      const Tensor* bp = c.affine ? &tb : nullptr;
+      return be.download(c.silu ? ops::group_norm_silu(ctx, ctx, tx, groups, gp, bp, 1e-6f)
+                                : ops::group_norm(ctx, tx, groups, gp, bp, 1e-6f));
+    };
+    // Channels [c0, c0 + count) of t (batch 1): a contiguous run of planes.
+    const auto channels_of = [](const HostTensor& t, std::int64_t c0, std::int64_t count, std::size_t bytes) {
+      Shape shape = t.shape;
+      shape[shape.size() == 1 ? 0 : 1] = count;  // gamma / beta: [C]; x: [1, C, H, W]
+      HostTensor out(shape, t.dtype);
+      std::copy_n(t.data.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(c0) * bytes), out.data.size(),
+                  out.data.begin());
+      return out;
+    };
+    const std::size_t elem = dtype_size(c.dtype);
+    for (Backend* be : opencl_backends()) {
+      SCOPED_TRACE("device \"" + be->device().name + "\", " + std::string(dtype_name(c.dtype)) + " " + shape_str(c.x));
+      const HostTensor whole = norm(*be, hx, gamma, beta);
+      for (std::int64_t c0 = 0; c0 < channels; c0 += chunk) {
+        const HostTensor want = norm(*be, channels_of(hx, c0, chunk, plane), channels_of(gamma, c0, chunk, elem),
+                                     channels_of(beta, c0, chunk, elem));
+        EXPECT_TRUE(bitwise_equal(channels_of(whole, c0, chunk, plane), want))
+            << "channels " << c0 << ".." << c0 + chunk;
+      }
+    }
   }
 }
 

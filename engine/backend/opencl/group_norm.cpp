@@ -25,7 +25,7 @@ void OpenClBackend::group_norm(const GroupNormArgs& a) {
   set_args(k, buffer(a.x), a.gamma ? buffer(*a.gamma) : cl_mem{nullptr}, a.beta ? buffer(*a.beta) : cl_mem{nullptr},
            buffer(a.out), detail::to_uint(a.c, op, "c"), cl_ulong(a.s), cl_uint(a.groups), a.eps,
            cl_int(a.gamma ? 1 : 0), cl_int(a.beta ? 1 : 0), cl_int(a.silu ? 1 : 0),
-           LocalMem{std::max<size_t>(local, 2) * sizeof(float)});
+           cl_uint(streams_output(a.out.bytes()) ? 1 : 0), LocalMem{std::max<size_t>(local, 2) * sizeof(float)});
   const size_t global[1] = {local * static_cast<size_t>(a.n * a.groups)};
   const size_t local_size[1] = {local};
   launch(k, op, 1, global, local_size);

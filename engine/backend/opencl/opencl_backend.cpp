@@ -507,6 +507,13 @@ std::vector<OpTiming> OpenClBackend::profile() {
   return out;
 }
 
+bool OpenClBackend::streams_output(std::size_t bytes) const {
+  // From 32 MB: past most CPUs' last-level cache; smaller outputs may still be in the cache when the next op
+  // reads them.
+  constexpr std::size_t kStreamBytes = std::size_t{32} << 20;
+  return info_.kind == DeviceKind::cpu && bytes >= kStreamBytes;
+}
+
 cl_mem OpenClBackend::buffer(const Tensor& t) const {
   if (!t.defined()) throw OpError("OpenCL backend on \"" + info_.name + "\": tensor has no buffer");
   if (!owns(t)) {

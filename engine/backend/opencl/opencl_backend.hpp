@@ -109,6 +109,10 @@ class OpenClBackend final : public Backend {
   // The one launch path: enqueues, records the op name for profiling, checks errors
   // (the thrown ClError names the op). local may be null.
   void launch(cl_kernel k, std::string_view op, cl_uint dims, const size_t* global, const size_t* local);
+  // Whether a kernel that writes `bytes` of output stores them around the caches (common.cl,
+  // st16_stream): on CPU devices, outputs past most last-level caches, which the next op reads
+  // from memory either way.
+  bool streams_output(std::size_t bytes) const;
   // The cl_mem of a tensor owned by this backend (throws OpError otherwise).
   cl_mem buffer(const Tensor& t) const;
   cl_context context() const { return context_; }

@@ -29,12 +29,8 @@ void copy_rows(OpenClBackend& be, const char* op, DType t, cl_mem src, std::int6
 void OpenClBackend::upsample_nearest2x(const UpsampleArgs& args) {
   if (args.n * args.c * args.h * args.w == 0) return;
   cl_kernel k = kernel("shape_ops", "upsample_nearest2x", precision_options(detail::storage_only(args.out.dtype())));
-  // Outputs past the last-level caches of most CPUs go around them (kernels/shape_ops.cl): the next op reads
-  // them from memory either way.
-  constexpr std::size_t kStreamBytes = std::size_t{32} << 20;
-  const bool stream = info_.kind == DeviceKind::cpu && args.out.bytes() >= kStreamBytes;
   set_args(k, buffer(args.x), buffer(args.out), to_uint(args.h, "UPSAMPLE", "h"), to_uint(args.w, "UPSAMPLE", "w"),
-           cl_uint(stream ? 1 : 0));
+           cl_uint(streams_output(args.out.bytes()) ? 1 : 0));
   const size_t global[3] = {ceil_div(args.w, 8), static_cast<size_t>(args.h), static_cast<size_t>(args.n * args.c)};
   launch(k, "UPSAMPLE", 3, global, nullptr);
 }
