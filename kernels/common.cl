@@ -414,8 +414,8 @@ static inline ushort f32_to_f16(float f) {
 // compiler has non-temporal stores for x86-64, a store around the caches when
 // the 16 elements are aligned for the vector (a misaligned one faults).
 // Ordinary stores first read every output line into the cache (write-allocate):
-// a third more memory traffic for an op that reads each element once and writes
-// it once. The same bits as st16: the storage words are computed first, then
+// three transfers per element instead of two for an op that reads each element
+// once and writes it once. The same bits as st16: the storage words are computed first, then
 // stored. Streamed stores are weakly ordered: the locked instructions with which
 // the driver's worker threads finish a command drain them before the next
 // command reads the output (a fence per work-item would cost more than they save).
