@@ -53,13 +53,6 @@ __kernel void conv_weights_tap_major(__global const word_t* src, __global word_t
 // stream (the host's choice: outputs past the caches on a CPU device): non-temporal stores of the
 // words (common.cl, st16_stream), where they are aligned. For the VAE's 512 x 128 x 128 input the 128 MB
 // output cost 10.4-11 ms against 3.2-4.4 ms streamed (2-core Zen 4, alternating).
-#if defined(NS_NT_STORE)
-#if defined(STORE_F32)
-#define NS_WORD16 uint16
-#else
-#define NS_WORD16 ushort16
-#endif
-#endif
 __kernel void upsample_nearest2x(__global const word_t* src, __global word_t* dst, uint h, uint w, uint stream) {
   const uint x0 = (uint)get_global_id(0) * 8u;
   const uint y = (uint)get_global_id(1);
@@ -80,8 +73,8 @@ __kernel void upsample_nearest2x(__global const word_t* src, __global word_t* ds
 #endif
 #if defined(NS_NT_STORE)
     if (stream && ((ulong)(d0 + 2u * x0) % sizeof(o)) == 0 && ((ulong)(d1 + 2u * x0) % sizeof(o)) == 0) {
-      __builtin_nontemporal_store(o, (__global NS_WORD16*)(d0 + 2u * x0));
-      __builtin_nontemporal_store(o, (__global NS_WORD16*)(d1 + 2u * x0));
+      __builtin_nontemporal_store(o, (__global ns_words16*)(d0 + 2u * x0));
+      __builtin_nontemporal_store(o, (__global ns_words16*)(d1 + 2u * x0));
     } else
 #endif
     {
