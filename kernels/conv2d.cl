@@ -41,3 +41,253 @@ __kernel CPU_ONE_ITEM void conv_im2col_panels(__global const store_t* x, ulong x
     while (ox >= OW) ox -= OW, ++oy;
   }
 }
+
+#if defined(CPU_KERNELS) && !defined(ACC_NATIVE)
+// Winograd F(4x4, 3x3) for 3x3 stride-1 convolutions in the CPU family with f32 accumulation (Lavin and Gray,
+// "Fast Algorithms for Convolutional Neural Networks", 2016; interpolation points 0, +-1, +-2, infinity):
+//   out tile (4x4) = AT [ (G g GT) . (BT d BT') ] A over the 6x6 input tile d at (4ty - pad, 4tx - pad),
+// the elementwise product summed over input channels as 36 GEMMs (matmul.cl gemm_cpu_direct_a):
+//   M[e] (o x tiles) = U[e] (o x c) . V[e] (c x tiles), e = 6i + j.
+// 2.25 multiplications per output and input channel instead of 9. The sums are in f32 like the direct
+// convolution's, but not the same sums: the transforms add and subtract neighbouring inputs, so results differ
+// from the direct path by a few f32 ulps of the tile's largest terms, and one non-finite input makes NaN over
+// every output tile it touches where the direct path gives +-Inf over its 3x3 neighbourhood (conv2d.cpp says
+// when it runs and how to keep the direct path).
+//
+// Each transform is written once for float and float16 (16 tiles in the vector lanes).
+#define WINO_BT_COLUMN(T, d0, d1, d2, d3, d4, d5, r)        \
+  do {                                                      \
+    const T ba_ = (d4) - 4.0f * (d2), bb_ = (d3) - 4.0f * (d1); \
+    const T bc_ = (d4) - (d2), be_ = 2.0f * ((d3) - (d1));      \
+    (r)[0] = 4.0f * (d0) - 5.0f * (d2) + (d4);              \
+    (r)[1] = ba_ + bb_;                                       \
+    (r)[2] = ba_ - bb_;                                       \
+    (r)[3] = bc_ + be_;                                       \
+    (r)[4] = bc_ - be_;                                       \
+    (r)[5] = 4.0f * (d1) - 5.0f * (d3) + (d5);              \
+  } while (0)
+
+#define WINO_AT_COLUMN(T, m0, m1, m2, m3, m4, m5, r)   \
+  do {                                                 \
+    const T ap_ = (m1) + (m2), aq_ = (m1) - (m2);         \
+    const T as_ = (m3) + (m4), at_ = (m3) - (m4);         \
+    (r)[0] = (m0) + ap_ + as_;                           \
+    (r)[1] = aq_ + 2.0f * at_;                           \
+    (r)[2] = ap_ + 4.0f * as_;                           \
+    (r)[3] = aq_ + 8.0f * at_ + (m5);                    \
+  } while (0)
+
+// The 36 transformed inputs v[6i + j] of a 6x6 tile d[6r + c].
+#define WINO_INPUT(T, d, v)                                                             \
+  do {                                                                                  \
+    T t_[36];                                                                           \
+    for (int c = 0; c < 6; ++c) {                                                       \
+      T r_[6];                                                                          \
+      WINO_BT_COLUMN(T, d[c], d[6 + c], d[12 + c], d[18 + c], d[24 + c], d[30 + c], r_); \
+      for (int i = 0; i < 6; ++i) t_[6 * i + c] = r_[i];                                \
+    }                                                                                   \
+    for (int i = 0; i < 6; ++i) {                                                       \
+      WINO_BT_COLUMN(T, t_[6 * i], t_[6 * i + 1], t_[6 * i + 2], t_[6 * i + 3], t_[6 * i + 4], t_[6 * i + 5], \
+                     (v) + 6 * i);                                                      \
+    }                                                                                   \
+  } while (0)
+
+// The 4x4 outputs y[4i + j] of the 36 products m[6i + j].
+#define WINO_OUTPUT(T, m, y)                                                         \
+  do {                                                                               \
+    T t_[24];                                                                        \
+    for (int c = 0; c < 6; ++c) {                                                    \
+      T r_[4];                                                                       \
+      WINO_AT_COLUMN(T, m[c], m[6 + c], m[12 + c], m[18 + c], m[24 + c], m[30 + c], r_); \
+      for (int i = 0; i < 4; ++i) t_[6 * i + c] = r_[i];                             \
+    }                                                                                \
+    for (int i = 0; i < 4; ++i) {                                                    \
+      WINO_AT_COLUMN(T, t_[6 * i], t_[6 * i + 1], t_[6 * i + 2], t_[6 * i + 3], t_[6 * i + 4], t_[6 * i + 5], \
+                     (y) + 4 * i);                                                   \
+    }                                                                                \
+  } while (0)
+
+// G g GT for 3x3 kernels g[3r + col], written to u[e * plane] (e = 6i + j). For float and float16.
+#define WINO_G_ROW(T, g0, g1, g2, r)                                               \
+  do {                                                                             \
+    (r)[0] = (g0) * 0.25f;                                                         \
+    (r)[1] = ((g0) + (g1) + (g2)) * (-1.0f / 6.0f);                                \
+    (r)[2] = ((g0) - (g1) + (g2)) * (-1.0f / 6.0f);                                \
+    (r)[3] = (g0) * (1.0f / 24.0f) + (g1) * (1.0f / 12.0f) + (g2) * (1.0f / 6.0f); \
+    (r)[4] = (g0) * (1.0f / 24.0f) - (g1) * (1.0f / 12.0f) + (g2) * (1.0f / 6.0f); \
+    (r)[5] = (g2);                                                                 \
+  } while (0)
+#define WINO_WEIGHTS(T, g, u)                                                 \
+  do {                                                                        \
+    T h_[18]; /* G g: 6 rows of 3 */                                          \
+    for (int col = 0; col < 3; ++col) {                                       \
+      T r_[6];                                                                \
+      WINO_G_ROW(T, g[col], g[3 + col], g[6 + col], r_);                      \
+      for (int i = 0; i < 6; ++i) h_[3 * i + col] = r_[i];                    \
+    }                                                                         \
+    for (int i = 0; i < 6; ++i) WINO_G_ROW(T, h_[3 * i], h_[3 * i + 1], h_[3 * i + 2], (u) + 6 * i); \
+  } while (0)
+
+// U[e][o - o0][c] = (G g GT)[e] for the 3x3 kernels g = w[o][c] of output channels [o0, o0 + ob), 16 input
+// channels per work-item. Grid: (ceil(C / 16), ob).
+__kernel CPU_ONE_ITEM void winograd_weights(__global const store_t* w, __global float* u, uint C, uint o0, uint ob) {
+  const uint c0 = 16u * (uint)get_global_id(0), o = (uint)get_global_id(1);
+  const __global store_t* g = w + ((ulong)(o0 + o) * C + c0) * 9u;
+  const ulong plane = (ulong)ob * C;
+  __global float* dst = u + (ulong)o * C + c0;
+  if (c0 + 16u <= C) {
+    // The 16 kernels are 144 consecutive values: kernel j's tap t is value 9j + t.
+    float gs[144];
+    for (int i = 0; i < 9; ++i) vstore16(ld16(g, 16 * i), 0, gs + 16 * i);
+    float16 gv[9], uv[36];
+    for (int t = 0; t < 9; ++t) {
+      gv[t] = (float16)(gs[t], gs[9 + t], gs[18 + t], gs[27 + t], gs[36 + t], gs[45 + t], gs[54 + t], gs[63 + t],
+                        gs[72 + t], gs[81 + t], gs[90 + t], gs[99 + t], gs[108 + t], gs[117 + t], gs[126 + t],
+                        gs[135 + t]);
+    }
+    WINO_WEIGHTS(float16, gv, uv);
+    for (int e = 0; e < 36; ++e) vstore16(uv[e], 0, dst + e * plane);
+    return;
+  }
+  for (uint j = 0; c0 + j < C; ++j) {
+    float gv[9], uv[36];
+    for (int t = 0; t < 9; ++t) gv[t] = ld(g, 9u * j + (uint)t);
+    WINO_WEIGHTS(float, gv, uv);
+    for (int e = 0; e < 36; ++e) dst[e * plane + j] = uv[e];
+  }
+}
+
+// Where tile q of the call lies: image, top row and left column of its 6x6 input window.
+static inline void wino_tile(uint q, uint TH, uint TW, uint pad, uint* img, int* y0, int* x0) {
+  const uint per_image = TH * TW;
+  *img = q / per_image;
+  const uint r = q - *img * per_image;
+  *y0 = (int)(4u * (r / TW)) - (int)pad;
+  *x0 = (int)(4u * (r % TW)) - (int)pad;
+}
+
+// 16 consecutive values of an input row from column x0, zero outside [0, W).
+static inline float16 wino_row16(__global const store_t* row, int x0, uint W) {
+  if (x0 >= 0 && x0 + 16 <= (int)W) return ld16(row, (uint)x0);
+  if (x0 == -1 && W >= 16u) {  // padding 1 at the left edge
+    const float16 a = ld16(row, 0u);
+    return (float16)(0.0f, a.s0, a.s1, a.s2, a.s3, a.s4, a.s5, a.s6, a.s7, a.s8, a.s9, a.sa, a.sb, a.sc, a.sd, a.se);
+  }
+  float t[16];
+  for (int j = 0; j < 16; ++j) {
+    const int xx = x0 + j;
+    t[j] = xx >= 0 && xx < (int)W ? ld(row, (uint)xx) : 0.0f;
+  }
+  return vload16(0, t);
+}
+
+// V for tiles [t0, t0 + tc) of the call (tiles numbered image by image, row by row, TH x TW per image): input
+// channel c of tile t0 + q is column q, row c of V[e]'s panels (GEMM_NR wide, k-blocked by kc as matmul.cl reads
+// B, planes v_bs floats apart). Grid: (C, ceil(tc / 16)), 16 tiles per work-item in the vector lanes.
+__kernel CPU_ONE_ITEM void winograd_input(__global const store_t* x, uint C, uint H, uint W, uint pad, uint TH,
+                                          uint TW, uint t0, uint tc, __global float* v, ulong v_bs, uint kc) {
+  const uint c = (uint)get_global_id(0), nb = (uint)get_global_id(1);
+  const uint q0 = t0 + 16u * nb;
+  __global float* dst = v + panel_row(nb / GEMM_NV, (tc + GEMM_NR - 1u) / GEMM_NR, c, C, kc, GEMM_NR) +
+                        16u * (nb % GEMM_NV);
+  uint img;
+  int y0, x0;
+  wino_tile(q0, TH, TW, pad, &img, &y0, &x0);
+  if (16u * nb + 16u <= tc && (q0 - img * TH * TW) % TW + 16u <= TW) {
+    // 16 tiles side by side in one tile row: six input rows of 66 values, each split into the tiles' columns.
+    const __global store_t* xc = x + ((ulong)img * C + c) * H * W;
+    const uint16 m = (uint16)(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28);
+    float16 d[36];
+    for (int r = 0; r < 6; ++r) {
+      const int y = y0 + r;
+      if (y < 0 || y >= (int)H) {
+        for (int k = 0; k < 6; ++k) d[6 * r + k] = (float16)(0.0f);
+        continue;
+      }
+      const __global store_t* row = xc + (ulong)y * W;
+      const float16 a0 = wino_row16(row, x0, W), a1 = wino_row16(row, x0 + 16, W);
+      const float16 a2 = wino_row16(row, x0 + 32, W), a3 = wino_row16(row, x0 + 48, W);
+      const int xe = x0 + 64;
+      const float e0 = xe >= 0 && xe < (int)W ? ld(row, (uint)xe) : 0.0f;
+      const float e1 = xe + 1 >= 0 && xe + 1 < (int)W ? ld(row, (uint)(xe + 1)) : 0.0f;
+      for (int k = 0; k < 4; ++k) {
+        const float16 lo = shuffle2(a0, a1, m + (uint)k), hi = shuffle2(a2, a3, m + (uint)k);
+        d[6 * r + k] = (float16)(lo.lo, hi.lo);
+      }
+      const float16 c0 = d[6 * r], c1 = d[6 * r + 1];
+      d[6 * r + 4] = (float16)(c0.s1, c0.s2, c0.s3, c0.s4, c0.s5, c0.s6, c0.s7, c0.s8, c0.s9, c0.sa, c0.sb, c0.sc,
+                               c0.sd, c0.se, c0.sf, e0);
+      d[6 * r + 5] = (float16)(c1.s1, c1.s2, c1.s3, c1.s4, c1.s5, c1.s6, c1.s7, c1.s8, c1.s9, c1.sa, c1.sb, c1.sc,
+                               c1.sd, c1.se, c1.sf, e1);
+    }
+    float16 out[36];
+    WINO_INPUT(float16, d, out);
+    for (int e = 0; e < 36; ++e) vstore16(out[e], 0, dst + (ulong)e * v_bs);
+    return;
+  }
+  // Tiles across a tile row's end, or the chunk's: one at a time (zero after the chunk's last tile).
+  for (uint j = 0; j < 16u; ++j) {
+    float d[36];
+    const bool live = 16u * nb + j < tc;
+    wino_tile(q0 + j, TH, TW, pad, &img, &y0, &x0);
+    const __global store_t* xc = x + ((ulong)img * C + c) * H * W;
+    for (int r = 0; r < 6; ++r) {
+      for (int k = 0; k < 6; ++k) {
+        const int y = y0 + r, xx = x0 + k;
+        d[6 * r + k] = live && y >= 0 && y < (int)H && xx >= 0 && xx < (int)W ? ld(xc, (ulong)y * W + (uint)xx) : 0.0f;
+      }
+    }
+    float out[36];
+    WINO_INPUT(float, d, out);
+    for (int e = 0; e < 36; ++e) dst[(ulong)e * v_bs + j] = out[e];
+  }
+}
+
+// Output channels [o0, o0 + rows of M) for tiles [t0, t0 + tc) from M[e] (row o - o0, tile q of the chunk in
+// column q; rows tcp floats, planes m_bs floats apart), plus bias[o]. Grid: (rows of M, ceil(tc / 16)).
+__kernel CPU_ONE_ITEM void winograd_output(__global const float* mp, ulong m_bs, uint tcp, __global const store_t* bias,
+                                           __global store_t* out, uint o0, uint O, uint OH, uint OW, uint TH, uint TW,
+                                           uint t0, uint tc) {
+  const uint o = o0 + (uint)get_global_id(0), nb = (uint)get_global_id(1);
+  const uint q0 = t0 + 16u * nb;
+  const __global float* src = mp + (ulong)get_global_id(0) * tcp + 16u * nb;
+  float16 m[36];
+  for (int e = 0; e < 36; ++e) m[e] = vload16(0, src + (ulong)e * m_bs);
+  float16 y[16];
+  WINO_OUTPUT(float16, m, y);
+  const float b = bias ? ld(bias, o) : 0.0f;
+  for (int i = 0; i < 16; ++i) y[i] += b;
+  uint img;
+  int y0, x0;
+  wino_tile(q0, TH, TW, 0u, &img, &y0, &x0);
+  __global store_t* oc = out + ((ulong)img * O + o) * OH * OW;
+  if (16u * nb + 16u <= tc && (q0 - img * TH * TW) % TW + 16u <= TW && x0 + 64 <= (int)OW && y0 + 4 <= (int)OH) {
+    // Whole tiles side by side: each output row is the tiles' four columns interleaved.
+    const uint16 lo = (uint16)(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+    const uint16 hi = lo + (uint16)(8);
+    const uint16 q4 = (uint16)(0, 1, 16, 17, 2, 3, 18, 19, 4, 5, 20, 21, 6, 7, 22, 23);
+    const uint16 q4h = q4 + (uint16)(8);
+    for (int i = 0; i < 4; ++i) {
+      const float16 z01l = shuffle2(y[4 * i], y[4 * i + 1], lo), z23l = shuffle2(y[4 * i + 2], y[4 * i + 3], lo);
+      const float16 z01h = shuffle2(y[4 * i], y[4 * i + 1], hi), z23h = shuffle2(y[4 * i + 2], y[4 * i + 3], hi);
+      const ulong row = (ulong)(y0 + i) * OW + (uint)x0;
+      st16(oc, row, shuffle2(z01l, z23l, q4));
+      st16(oc, row + 16u, shuffle2(z01l, z23l, q4h));
+      st16(oc, row + 32u, shuffle2(z01h, z23h, q4));
+      st16(oc, row + 48u, shuffle2(z01h, z23h, q4h));
+    }
+    return;
+  }
+  float ys[256];
+  for (int i = 0; i < 16; ++i) vstore16(y[i], 0, ys + 16 * i);
+  for (uint j = 0; j < 16u && 16u * nb + j < tc; ++j) {
+    wino_tile(q0 + j, TH, TW, 0u, &img, &y0, &x0);
+    oc = out + ((ulong)img * O + o) * OH * OW;
+    for (int i = 0; i < 4; ++i) {
+      for (int k = 0; k < 4; ++k) {
+        if (y0 + i < (int)OH && x0 + k < (int)OW) st(oc, (ulong)(y0 + i) * OW + (uint)(x0 + k), ys[16 * (4 * i + k) + j]);
+      }
+    }
+  }
+}
+#endif  // CPU_KERNELS && !ACC_NATIVE

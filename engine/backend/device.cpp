@@ -511,6 +511,7 @@ BackendOptions backend_options_from_environment(BackendOptions o) {
       log::warn("NANSCOPE_KERNEL_STYLE={} is neither cpu nor gpu; choosing by device kind", s);
     }
   }
+  env_switch("NANSCOPE_WINOGRAD", "1", "0", o.winograd);
   env_switch("NANSCOPE_NATIVE_HALF", "hardware", "emulated", o.half_units);
   return o;
 }

@@ -147,6 +147,8 @@ struct KernelCalls {
   struct Conv {  // any other convolution, as the GEMM it is: out_channels x positions, k = c * kh * kw
     Precision precision;
     std::int64_t images = 1, out_channels = 0, positions = 0, k = 0;
+    // The geometry that decides between the direct and the Winograd path (gemm::runs_winograd).
+    std::int64_t in_channels = 0, kh = 0, kw = 0, stride = 1, oh = 0, ow = 0;
     friend bool operator==(const Conv&, const Conv&) = default;
   };
   struct Attention {
@@ -246,6 +248,13 @@ struct BackendOptions {
   // (kernels/common.cl, -DMMA_EMULATE), so PoCL and Oclgrind run their tiling,
   // fragment layouts and bounds; f32 sums in k order. Slow: tests only.
   bool emulate_tensor_cores = false;
+  // Winograd F(4x4, 3x3) for the 3x3 stride-1 convolutions of the CPU kernel
+  // family with f32 accumulation (kernels/conv2d.cl): 2.25 multiplications
+  // per output where the direct convolution takes 9, about twice as fast over
+  // a VAE decode. Its sums differ from the direct path's by a few f32 ulps,
+  // and a non-finite input makes NaN over the output tiles it touches; false
+  // keeps every convolution direct, to compare the two.
+  bool winograd = true;
 };
 
 // The options the environment asks for, on top of `base`. The engine reads no
@@ -258,6 +267,7 @@ struct BackendOptions {
 //   NANSCOPE_MAX_ALLOC_MB=N  max_alloc_limit_bytes = N MiB
 //   NANSCOPE_NATIVE_HALF=hardware|emulated   half_units
 //   NANSCOPE_TENSOR_CORES=0|1|emulate  tensor_cores (emulate: emulate_tensor_cores)
+//   NANSCOPE_WINOGRAD=0|1    winograd
 // A value that cannot be used is logged as a warning and ignored.
 BackendOptions backend_options_from_environment(BackendOptions base = {});
 // The device as a backend with options.memory_limit_bytes sees it: global

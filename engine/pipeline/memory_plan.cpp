@@ -44,7 +44,8 @@ class PlanBackend final : public DryRunBackend {
     if (a.is_gemm()) {
       KernelCalls::add(calls_->gemm, {a.precision, a.n, a.o, a.oh * a.ow, a.c});
     } else {
-      KernelCalls::add(calls_->conv, {a.precision, a.n, a.o, a.oh * a.ow, a.c * a.kh * a.kw});
+      KernelCalls::add(calls_->conv,
+                       {a.precision, a.n, a.o, a.oh * a.ow, a.c * a.kh * a.kw, a.c, a.kh, a.kw, a.stride, a.oh, a.ow});
     }
   }
   void attention(const AttentionArgs& a) override {

@@ -16,13 +16,16 @@
 namespace nanscope::test {
 namespace {
 
-OpCase conv_case(const Shape& x, std::int64_t out_ch, std::int64_t ksize, int stride, int padding, bool bias) {
+// family: the tolerance row; "conv2d_winograd" for the shapes the CPU family runs as Winograd F(4x4, 3x3)
+// (opencl::gemm::runs_winograd: 3x3, stride 1, 64 channels or more in and out, 256 outputs or more).
+OpCase conv_case(const Shape& x, std::int64_t out_ch, std::int64_t ksize, int stride, int padding, bool bias,
+                 const char* family = "conv2d") {
   const std::int64_t c_in = x[1];
   const Shape w{out_ch, c_in, ksize, ksize};
   const std::int64_t oh = (x[2] + 2 * padding - ksize) / stride + 1, ow = (x[3] + 2 * padding - ksize) / stride + 1;
   OpCase c;
   c.op = "conv2d";
-  c.family = "conv2d";
+  c.family = family;
   c.desc = "x" + shape_tag(x) + "_o" + std::to_string(out_ch) + "_k" + std::to_string(ksize) + "_s" +
            std::to_string(stride) + "_p" + std::to_string(padding) + (bias ? "_bias" : "");
   c.oracle = {{"op", "conv2d"}, {"stride", stride}, {"padding", padding}, {"bias", bias}};
@@ -63,7 +66,17 @@ std::vector<OpCasePtr> cases() {
   OpCase mid = conv_case({2, 1280, 8, 8}, 64, 3, 1, 1, true);
   mid.native_close_to_exact = false;
   add(mid, matrix);
-  add(conv_case({1, 320, 64, 64}, 320, 3, 1, 1, true), {Precision{DType::f32}});  // SD down_blocks.0 resnet conv
+  // SD down_blocks.0 resnet conv (Winograd in the CPU family)
+  add(conv_case({1, 320, 64, 64}, 320, 3, 1, 1, true, "conv2d_winograd"), {Precision{DType::f32}});
+  // Winograd F(4x4, 3x3) in the CPU family (kernels/conv2d.cl winograd_*), every storage dtype with f32
+  // accumulation: 2 images of 18x21 (partial tiles at the bottom and right, tile rows of 6: one tile at a time);
+  // 16x72 (tile rows of 18: 16 tiles side by side, then a group across the row's end); no padding (32x68);
+  // 800 input channels (two k-blocks of the GEMM).
+  const std::vector<Precision> acc_f32{Precision{DType::f32}, Precision{DType::f16}, Precision{DType::bf16}};
+  add(conv_case({2, 64, 18, 21}, 72, 3, 1, 1, true, "conv2d_winograd"), acc_f32);
+  add(conv_case({1, 64, 16, 72}, 64, 3, 1, 1, false, "conv2d_winograd"), acc_f32);
+  add(conv_case({1, 80, 34, 70}, 96, 3, 1, 0, true, "conv2d_winograd"), acc_f32);
+  add(conv_case({1, 800, 16, 16}, 64, 3, 1, 1, true, "conv2d_winograd"), {Precision{DType::f32}});
   // f16 with f32 accumulation runs on NVIDIA's tensor cores (gemm.hpp tensor_core_tiles: at least
   // 64 outputs x 64 positions x 32 deep; convolutions with 32 input channels or more): stride 2 and
   // 1x1 stride 2 with ragged tiles, and one big enough for the 128 x 128 blocks on a 132-unit GPU

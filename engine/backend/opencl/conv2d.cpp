@@ -1,7 +1,9 @@
 // CONV2D host side: convolution as GEMM with the weights as A [O][C*KH*KW]
 // and the im2col matrix as B [C*KH*KW][OH*OW] per image (kernels/conv2d.cl,
 // kernels/matmul.cl). A 1x1 stride-1 unpadded convolution is a plain GEMM on
-// the input. Otherwise: on GPU-style backends (f32 accumulation) an implicit
+// the input. 3x3 stride-1 convolutions in the CPU family with f32 accumulation
+// run as Winograd F(4x4, 3x3) where it is faster (gemm::runs_winograd,
+// winograd.cpp). Otherwise: on GPU-style backends (f32 accumulation) an implicit
 // GEMM that reads the columns from the input on the fly; on the CPU family
 // with f32 accumulation, where it is the faster path (gemm::runs_cpu_conv:
 // stride 1, rows of whole vectors, weights small enough), one kernel whose
@@ -51,6 +53,10 @@ void OpenClBackend::conv2d(const Conv2dArgs& a) {
   cl_mem bias = a.bias ? buffer(*a.bias) : nullptr;
   if (!gemm::uses_panels(*this, a.precision)) {
     gemm::run_implicit_conv(*this, a.precision, s, buffer(a.w), buffer(a.x), bias, buffer(a.out), op);
+    return;
+  }
+  if (gemm::runs_winograd(*this, a.precision, s)) {
+    gemm::run_winograd(*this, a.precision, s, buffer(a.w), buffer(a.x), bias, buffer(a.out), op);
     return;
   }
   if (gemm::runs_cpu_conv(*this, a.precision, s)) {

@@ -141,6 +141,17 @@ bool runs_cpu_conv(const OpenClBackend& be, const Precision& p, const ConvShape&
 void run_cpu_conv(OpenClBackend& be, const Precision& p, const ConvShape& s, cl_mem w, cl_mem x, cl_mem bias,
                   cl_mem out, const char* op);
 
+// CPU family, f32 accumulation, 3x3 stride-1 convolutions (BackendOptions::winograd): Winograd F(4x4, 3x3)
+// (kernels/conv2d.cl winograd_*). The weights and the input tiles are transformed to f32, the 36 elementwise
+// products summed over input channels as one batched f32 GEMM (gemm_cpu_direct_a, at precision
+// kWinogradProduct whatever the storage), and the products transformed back to the output with the bias, in
+// chunks of tiles that keep the scratch bounded. runs_winograd: whether a convolution takes it (the device,
+// precision, options and the shapes where it is faster, bench_ops --shapes).
+inline constexpr Precision kWinogradProduct{DType::f32, Accumulate::f32, SoftmaxPrecision::f32};
+bool runs_winograd(const OpenClBackend& be, const Precision& p, const ConvShape& s);
+void run_winograd(OpenClBackend& be, const Precision& p, const ConvShape& s, cl_mem w, cl_mem x, cl_mem bias,
+                  cl_mem out, const char* op);
+
 // NVIDIA tensor cores (kernels/matmul.cl gemm_mma / conv_implicit_mma, built
 // with -DGEMM_MMA): warps_m x warps_n warps of 32, each computing 64 x 32 of C
 // with mma.sync m16n8k16 (f16 operands, f32 accumulation).

@@ -231,6 +231,7 @@ OpenClBackend::OpenClBackend(const DeviceInfo& device, const BackendOptions& opt
   fail_allocation_ = options.fail_allocation;
   guard_bytes_ = options.guard_bytes;
   tensor_cores_ = options.tensor_cores;
+  winograd_ = options.winograd;
   emulate_tensor_cores_ = options.tensor_cores && options.emulate_tensor_cores;
   if (options.attention_cpu_lanes != 0 && options.attention_cpu_lanes != 8 && options.attention_cpu_lanes != 16) {
     throw Error("attention_cpu_lanes must be 8 or 16 (0: by the device); got " +
@@ -379,6 +380,11 @@ std::vector<std::string> OpenClBackend::kernel_notes() const {
           ? "kernel family: gpu (local-memory GEMM tiles, implicit-GEMM convolution, flash attention, work-group "
             "reductions)"
           : "kernel family: cpu (register-blocked GEMM panels, per-work-item attention and reductions)"};
+  if (style_ == KernelStyle::cpu) {
+    notes.push_back(winograd_ ? "3x3 stride-1 convolutions with f32 accumulation as Winograd F(4x4, 3x3) where it is "
+                                "faster (NANSCOPE_WINOGRAD=0 keeps every convolution direct)"
+                              : "every convolution direct (Winograd off by NANSCOPE_WINOGRAD=0)");
+  }
   if (!half_units_.empty()) {
     notes.push_back("half storage; native half arithmetic (accumulate=native, softmax=native) on the " + half_units_);
   } else if (!half_units_note_.empty()) {
@@ -612,6 +618,9 @@ KernelPlan OpenClBackend::plan_kernels(std::span<const Precision> precisions, co
       add("matmul", gemm::run_options(*this, c.precision, c.images, c.out_channels, c.positions, c.k));
       // The panel path's im2col (on CPUs only where conv_cpu does not run: planned either way).
       if (gemm::uses_panels(*this, c.precision)) add("conv2d", gemm::options(*this, c.precision));
+      // Winograd: its transforms are in that program, its 36 products an f32 GEMM.
+      const gemm::ConvShape s{c.images, c.in_channels, 0, 0, c.out_channels, c.kh, c.kw, c.stride, 0, c.oh, c.ow};
+      if (gemm::runs_winograd(*this, c.precision, s)) add("matmul", gemm::options(*this, gemm::kWinogradProduct));
     }
     attention_call_variants(*this, calls, from_calls);
   }

@@ -136,6 +136,8 @@ class OpenClBackend final : public Backend {
   bool tensor_cores_allowed() const { return tensor_cores_; }
   // BackendOptions::emulate_tensor_cores: the tensor-core kernels with mma.sync emulated (tests).
   bool tensor_cores_emulated() const { return emulate_tensor_cores_; }
+  // BackendOptions::winograd: whether 3x3 stride-1 convolutions may run as Winograd F(4x4, 3x3) (gemm.hpp).
+  bool winograd_allowed() const { return winograd_; }
   std::vector<KernelBuildRecord> kernel_builds() const override;
   std::string kernel_cache_dir() const override;
   std::vector<std::string> kernel_notes() const override;
@@ -205,6 +207,7 @@ class OpenClBackend final : public Backend {
   KernelStyle style_ = KernelStyle::cpu;
   bool tensor_cores_ = true;  // BackendOptions::tensor_cores
   bool emulate_tensor_cores_ = false;
+  bool winograd_ = true;  // BackendOptions::winograd
   int attention_cpu_lanes_ = 8;
   int attention_cpu_row_blocks_ = 0, attention_cpu_key_chunk_ = 0;
   mutable std::mutex notes_mutex_;

@@ -1,0 +1,130 @@
+// Winograd F(4x4, 3x3) convolutions of the CPU kernel family (opencl::gemm::runs_winograd, kernels/conv2d.cl
+// winograd_*): which convolutions take it, that chunking the tiles and blocking the output channels changes no
+// bit, how a non-finite input spreads, and that BackendOptions::winograd = false keeps the direct path. The op
+// suite (test_conv2d, family conv2d_winograd) checks its values against the reference and PyTorch.
+
+#include <cmath>
+#include <cstring>
+
+#include "backend/opencl/gemm.hpp"
+#include "backend/opencl/opencl_backend.hpp"
+#include "support/backends.hpp"
+#include "support/op_case.hpp"
+#include "support/random.hpp"
+#include "support/tolerance.hpp"
+
+namespace nanscope::test {
+namespace {
+
+using opencl::gemm::ConvShape;
+
+ConvShape shape3x3(std::int64_t n, std::int64_t c, std::int64_t h, std::int64_t w, std::int64_t o, int stride = 1) {
+  const std::int64_t oh = (h + 2 - 3) / stride + 1, ow = (w + 2 - 3) / stride + 1;
+  return {n, c, h, w, o, 3, 3, stride, 1, oh, ow};
+}
+
+// A CPU-family backend on the same device with these options on top of the test options.
+std::unique_ptr<Backend> cpu_backend_with(const opencl::OpenClBackend& like, BackendOptions o) {
+  o.kernel_style = KernelStyleChoice::cpu;
+  return make_backend(like.device(), o);
+}
+
+HostTensor conv(Backend& be, const HostTensor& x, const HostTensor& w, const HostTensor* b, const Precision& p) {
+  const Tensor bias = b ? be.upload(*b) : Tensor{};
+  return be.download(ops::conv2d(make_context(be, p), be.upload(x), be.upload(w), b ? &bias : nullptr, 1, 1));
+}
+
+TEST(Conv2dWinograd, TakesTheLargeStrideOneThreeByThreeConvolutionsWithF32Sums) {
+  const std::vector<opencl::OpenClBackend*> cpu = cpu_family_backends();
+  if (cpu.empty()) GTEST_SKIP() << no_cpu_family_message();
+  const opencl::OpenClBackend& be = *cpu.front();
+  const Precision f32{DType::f32}, f16{DType::f16}, bf16{DType::bf16};
+  EXPECT_TRUE(opencl::gemm::runs_winograd(be, f32, shape3x3(2, 320, 64, 64, 320)));
+  EXPECT_TRUE(opencl::gemm::runs_winograd(be, f16, shape3x3(2, 1280, 16, 16, 1280)));
+  EXPECT_TRUE(opencl::gemm::runs_winograd(be, bf16, shape3x3(1, 128, 512, 512, 128)));
+  // Native accumulation keeps its per-partial-sum rounding: the direct path.
+  EXPECT_FALSE(opencl::gemm::runs_winograd(be, {DType::f16, Accumulate::native}, shape3x3(2, 320, 64, 64, 320)));
+  EXPECT_FALSE(opencl::gemm::runs_winograd(be, f32, shape3x3(2, 320, 64, 64, 320, 2)));  // stride 2
+  EXPECT_FALSE(opencl::gemm::runs_winograd(be, f32, shape3x3(2, 1280, 8, 8, 1280)));     // 64 outputs
+  EXPECT_FALSE(opencl::gemm::runs_winograd(be, f32, shape3x3(1, 4, 64, 64, 320)));       // conv_in
+  EXPECT_FALSE(opencl::gemm::runs_winograd(be, f32, shape3x3(1, 320, 64, 64, 4)));       // conv_out
+  ConvShape one_by_one = shape3x3(2, 320, 64, 64, 320);
+  one_by_one.kh = one_by_one.kw = 1;
+  one_by_one.padding = 0;
+  EXPECT_FALSE(opencl::gemm::runs_winograd(be, f32, one_by_one));
+
+  BackendOptions off = test_backend_options();
+  off.winograd = false;
+  const auto direct = cpu_backend_with(be, off);
+  const auto* ocl = dynamic_cast<const opencl::OpenClBackend*>(direct.get());
+  ASSERT_NE(ocl, nullptr);
+  EXPECT_FALSE(opencl::gemm::runs_winograd(*ocl, f32, shape3x3(2, 320, 64, 64, 320)));
+}
+
+// The 36 products of each tile are sums over the input channels in the same order whatever the chunk of tiles
+// or the block of output channels they are computed in: a backend whose scratch budget is 16 MB (largest
+// allocation 32 MB) splits 256 output channels of 1024 inputs into blocks of 112 and 160 tiles into chunks of
+// 96, and gives the same bytes as one block and one chunk. Both within the Winograd tolerance of the reference.
+TEST(Conv2dWinograd, ChunksOfTilesAndBlocksOfOutputChannelsChangeNoBit) {
+  const std::vector<opencl::OpenClBackend*> cpu = cpu_family_backends();
+  if (cpu.empty()) GTEST_SKIP() << no_cpu_family_message();
+  Rng rng(seed_from("winograd chunks"));
+  SCOPED_TRACE("seed " + std::to_string(rng.seed()));
+  const std::int64_t n = 2, c = 1024, h = 32, w = 40, o = 256;
+  const Precision p{DType::f32};
+  const HostTensor hx = random_normal(rng, {n, c, h, w}, p.dtype);
+  const HostTensor hw = random_normal(rng, {o, c, 3, 3}, p.dtype, 0.0, 1.0 / std::sqrt(double(c * 9)));
+  const HostTensor hb = random_normal(rng, {o}, p.dtype, 0.0, 0.1);
+  BackendOptions small = test_backend_options();
+  small.max_alloc_limit_bytes = std::uint64_t{32} << 20;
+  for (opencl::OpenClBackend* be : cpu) {
+    SCOPED_TRACE("device \"" + be->device().name + "\"");
+    ASSERT_TRUE(opencl::gemm::runs_winograd(*be, p, shape3x3(n, c, h, w, o)));
+    const auto limited = cpu_backend_with(*be, small);
+    ASSERT_EQ(opencl::gemm::scratch_budget(limited->device()), std::size_t{16} << 20);
+    const HostTensor whole = conv(*be, hx, hw, &hb, p);
+    const HostTensor split = conv(*limited, hx, hw, &hb, p);
+    EXPECT_TRUE(bitwise_equal(whole, split));
+    Backend& ref = reference_backend();
+    EXPECT_TRUE(tensors_close(whole, conv(ref, hx, hw, &hb, p), tolerance("conv2d_winograd", p, Check::backend)));
+  }
+}
+
+// One Inf in the input: the direct convolution makes +-Inf or NaN over its 3x3 neighbourhood; Winograd over
+// every output tile (4x4) whose 6x6 input window holds it, and nothing else. Input (5, 5) lies in the window
+// of tile (1, 1) only (rows and columns 3..8): outputs 4..7 x 4..7 of every channel are non-finite, the rest
+// finite. With Winograd off, only 4..6 x 4..6.
+TEST(Conv2dWinograd, OneInfInputMakesItsTilesNonFinite) {
+  const std::vector<opencl::OpenClBackend*> cpu = cpu_family_backends();
+  if (cpu.empty()) GTEST_SKIP() << no_cpu_family_message();
+  Rng rng(seed_from("winograd inf"));
+  const std::int64_t c = 64, h = 16, w = 16, o = 64;
+  const Precision p{DType::f32};
+  HostTensor hx = random_normal(rng, {1, c, h, w}, p.dtype);
+  hx.set(5 * w + 5, INFINITY);  // channel 0, row 5, column 5
+  const HostTensor hw = random_normal(rng, {o, c, 3, 3}, p.dtype, 0.0, 1.0 / std::sqrt(double(c * 9)));
+  BackendOptions off = test_backend_options();
+  off.winograd = false;
+  for (opencl::OpenClBackend* be : cpu) {
+    SCOPED_TRACE("device \"" + be->device().name + "\"");
+    ASSERT_TRUE(opencl::gemm::runs_winograd(*be, p, shape3x3(1, c, h, w, o)));
+    const auto direct = cpu_backend_with(*be, off);
+    for (const auto& [backend, last] : {std::pair<Backend*, std::int64_t>{be, 7}, {direct.get(), 6}}) {
+      const std::vector<float> y = conv(*backend, hx, hw, nullptr, p).to_f32();
+      std::int64_t wrong = 0;
+      for (std::int64_t ch = 0; ch < o; ++ch) {
+        for (std::int64_t r = 0; r < h; ++r) {
+          for (std::int64_t col = 0; col < w; ++col) {
+            const bool inside = r >= 4 && r <= last && col >= 4 && col <= last;
+            wrong += std::isfinite(y[static_cast<std::size_t>((ch * h + r) * w + col)]) == inside;
+          }
+        }
+      }
+      EXPECT_EQ(wrong, 0) << (last == 7 ? "Winograd" : "direct") << ": outputs finite where they should not be, or "
+                          << "the other way round";
+    }
+  }
+}
+
+}  // namespace
+}  // namespace nanscope::test
