@@ -181,6 +181,29 @@ static inline float16 wino_row16(__global const store_t* row, int x0, uint W) {
   return vload16(0, t);
 }
 
+// Reads ahead where the hardware prefetchers do not: the transforms walk 36 planes at once (x86-64 compilers
+// with the builtin; nothing elsewhere).
+#if defined(__x86_64__) && defined(__has_builtin)
+#if __has_builtin(__builtin_prefetch)
+#define wino_prefetch(p) __builtin_prefetch((const __global char*)(p), 0, 0)
+#endif
+#endif
+#ifndef wino_prefetch
+#define wino_prefetch(p) ((void)0)
+#endif
+
+// 16 transformed values to V, around the caches where the compiler can (V is larger than the caches: the
+// GEMM reads it back from memory either way, and an ordinary store would first read each line in).
+static inline void wino_store16(__global float* p, float16 v) {
+#if defined(NS_NT_STORE)
+  if ((ulong)p % 64 == 0) {
+    __builtin_nontemporal_store(v, (__global float16*)p);
+    return;
+  }
+#endif
+  vstore16(v, 0, p);
+}
+
 // V for tiles [t0, t0 + tc) of the call (tiles numbered image by image, row by row, TH x TW per image): input
 // channel c of tile t0 + q is column q, row c of V[e]'s panels (GEMM_NR wide, k-blocked by kc as matmul.cl reads
 // B, planes v_bs floats apart). Grid: (C, ceil(tc / 16)), 16 tiles per work-item in the vector lanes.
@@ -205,6 +228,8 @@ __kernel CPU_ONE_ITEM void winograd_input(__global const store_t* x, uint C, uin
         continue;
       }
       const __global store_t* row = xc + (ulong)y * W;
+      // The next channel's row, which the work-item after this one transforms.
+      for (int k = 0; k < 80; k += 64 / (int)sizeof(store_t)) wino_prefetch(row + (ulong)H * W + x0 + k);
       const float16 a0 = wino_row16(row, x0, W), a1 = wino_row16(row, x0 + 16, W);
       const float16 a2 = wino_row16(row, x0 + 32, W), a3 = wino_row16(row, x0 + 48, W);
       const int xe = x0 + 64;
@@ -222,7 +247,7 @@ __kernel CPU_ONE_ITEM void winograd_input(__global const store_t* x, uint C, uin
     }
     float16 out[36];
     WINO_INPUT(float16, d, out);
-    for (int e = 0; e < 36; ++e) vstore16(out[e], 0, dst + (ulong)e * v_bs);
+    for (int e = 0; e < 36; ++e) wino_store16(dst + (ulong)e * v_bs, out[e]);
     return;
   }
   // Tiles across a tile row's end, or the chunk's: one at a time (zero after the chunk's last tile).
@@ -244,15 +269,20 @@ __kernel CPU_ONE_ITEM void winograd_input(__global const store_t* x, uint C, uin
 }
 
 // Output channels [o0, o0 + rows of M) for tiles [t0, t0 + tc) from M[e] (row o - o0, tile q of the chunk in
-// column q; rows tcp floats, planes m_bs floats apart), plus bias[o]. Grid: (rows of M, ceil(tc / 16)).
+// column q; rows tcp floats, planes m_bs floats apart), plus bias[o]; stream: whole tiles' rows stored around
+// the caches (common.cl st16_stream). Grid: (rows of M, ceil(tc / 16)).
 __kernel CPU_ONE_ITEM void winograd_output(__global const float* mp, ulong m_bs, uint tcp, __global const store_t* bias,
                                            __global store_t* out, uint o0, uint O, uint OH, uint OW, uint TH, uint TW,
-                                           uint t0, uint tc) {
+                                           uint t0, uint tc, uint stream) {
   const uint o = o0 + (uint)get_global_id(0), nb = (uint)get_global_id(1);
   const uint q0 = t0 + 16u * nb;
   const __global float* src = mp + (ulong)get_global_id(0) * tcp + 16u * nb;
   float16 m[36];
-  for (int e = 0; e < 36; ++e) m[e] = vload16(0, src + (ulong)e * m_bs);
+  for (int e = 0; e < 36; ++e) {
+    m[e] = vload16(0, src + (ulong)e * m_bs);
+    // 36 streams are more than the hardware prefetchers follow: ask for the rows two work-items ahead.
+    wino_prefetch(src + (ulong)e * m_bs + 2u * tcp);
+  }
   float16 y[16];
   WINO_OUTPUT(float16, m, y);
   const float b = bias ? ld(bias, o) : 0.0f;
@@ -271,10 +301,10 @@ __kernel CPU_ONE_ITEM void winograd_output(__global const float* mp, ulong m_bs,
       const float16 z01l = shuffle2(y[4 * i], y[4 * i + 1], lo), z23l = shuffle2(y[4 * i + 2], y[4 * i + 3], lo);
       const float16 z01h = shuffle2(y[4 * i], y[4 * i + 1], hi), z23h = shuffle2(y[4 * i + 2], y[4 * i + 3], hi);
       const ulong row = (ulong)(y0 + i) * OW + (uint)x0;
-      st16(oc, row, shuffle2(z01l, z23l, q4));
-      st16(oc, row + 16u, shuffle2(z01l, z23l, q4h));
-      st16(oc, row + 32u, shuffle2(z01h, z23h, q4));
-      st16(oc, row + 48u, shuffle2(z01h, z23h, q4h));
+      st16_stream(oc, row, shuffle2(z01l, z23l, q4), stream);
+      st16_stream(oc, row + 16u, shuffle2(z01l, z23l, q4h), stream);
+      st16_stream(oc, row + 32u, shuffle2(z01h, z23h, q4), stream);
+      st16_stream(oc, row + 48u, shuffle2(z01h, z23h, q4h), stream);
     }
     return;
   }

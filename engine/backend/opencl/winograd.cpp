@@ -54,6 +54,7 @@ void run_winograd(OpenClBackend& be, const Precision& p, const ConvShape& s, cl_
   detail::ScratchBuffer v(be, static_cast<std::size_t>(kPlanes * v_bs * f), std::string(op) + " Winograd input tiles");
   detail::ScratchBuffer m(be, static_cast<std::size_t>(kPlanes * m_bs * f), std::string(op) + " Winograd products");
 
+  const bool stream = be.streams_output(static_cast<std::size_t>(s.n * s.o * s.oh * s.ow) * dtype_size(p.dtype));
   const std::string opts = options(be, p);
   cl_kernel weights = be.kernel("conv2d", "winograd_weights", opts);
   cl_kernel input = be.kernel("conv2d", "winograd_input", opts);
@@ -93,7 +94,7 @@ void run_winograd(OpenClBackend& be, const Precision& p, const ConvShape& s, cl_
       OpenClBackend::set_args(output, m.mem(), cl_ulong(pr.c_bs), to_uint(tc, op, "tiles"), bias, out,
                               to_uint(o0, op, "o"), to_uint(s.o, op, "o"), to_uint(s.oh, op, "oh"),
                               to_uint(s.ow, op, "ow"), to_uint(th, op, "tile rows"), to_uint(tw, op, "tile columns"),
-                              to_uint(t0, op, "tile"), to_uint(len, op, "tiles"));
+                              to_uint(t0, op, "tile"), to_uint(len, op, "tiles"), cl_uint(stream ? 1 : 0));
       const size_t og[2] = {static_cast<size_t>(rows), groups};
       be.launch(output, op, 2, og, nullptr);
     }
