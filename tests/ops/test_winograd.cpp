@@ -90,6 +90,52 @@ TEST(Conv2dWinograd, ChunksOfTilesAndBlocksOfOutputChannelsChangeNoBit) {
   }
 }
 
+// Outputs of 32 MB and more are stored around the caches (OpenClBackend::streams_output, common.cl
+// st16_stream): 128 output channels at 128x512 (f32) or 256x512 (f16) against the same convolution in two
+// halves of 64 channels (16 MB outputs, stored the ordinary way), which must give the same bytes (each output's
+// sums do not depend on how many channels are computed with it), and against the direct path within the
+// Winograd tolerance.
+TEST(Conv2dWinograd, LargeOutputsStreamedAreTheSameBitsAsSmallOnes) {
+  const std::vector<opencl::OpenClBackend*> cpu = cpu_family_backends();
+  if (cpu.empty()) GTEST_SKIP() << no_cpu_family_message();
+  BackendOptions off = test_backend_options();
+  off.winograd = false;
+  for (const DType dt : {DType::f32, DType::f16}) {
+    const Precision p{dt};
+    const std::int64_t c = 64, o = 128, h = dt == DType::f32 ? 128 : 256, w = 512;
+    SCOPED_TRACE(p.describe());
+    Rng rng(seed_from("winograd streamed " + p.describe()));
+    const HostTensor hx = random_normal(rng, {1, c, h, w}, dt);
+    const HostTensor hw = random_normal(rng, {o, c, 3, 3}, dt, 0.0, 1.0 / std::sqrt(double(c * 9)));
+    const HostTensor hb = random_normal(rng, {o}, dt, 0.0, 0.1);
+    const std::vector<float> wv = hw.to_f32(), bv = hb.to_f32();
+    HostTensor w_half[2], b_half[2];
+    for (int part = 0; part < 2; ++part) {
+      const std::int64_t o0 = part * o / 2, rows = o / 2;
+      w_half[part] = HostTensor::from_f32(
+          {rows, c, 3, 3}, std::vector<float>(wv.begin() + o0 * c * 9, wv.begin() + (o0 + rows) * c * 9), dt);
+      b_half[part] = HostTensor::from_f32({rows}, std::vector<float>(bv.begin() + o0, bv.begin() + o0 + rows), dt);
+    }
+    for (opencl::OpenClBackend* be : cpu) {
+      SCOPED_TRACE("device \"" + be->device().name + "\"");
+      ASSERT_TRUE(opencl::gemm::runs_winograd(*be, p, shape3x3(1, c, h, w, o / 2)));
+      ASSERT_TRUE(be->streams_output(static_cast<std::size_t>(o * h * w) * dtype_size(dt)));
+      ASSERT_FALSE(be->streams_output(static_cast<std::size_t>(o / 2 * h * w) * dtype_size(dt)));
+      const std::vector<float> whole = conv(*be, hx, hw, &hb, p).to_f32();
+      std::vector<float> halves;
+      for (int part = 0; part < 2; ++part) {
+        const std::vector<float> y = conv(*be, hx, w_half[part], &b_half[part], p).to_f32();
+        halves.insert(halves.end(), y.begin(), y.end());
+      }
+      ASSERT_EQ(whole.size(), halves.size());
+      EXPECT_EQ(std::memcmp(whole.data(), halves.data(), whole.size() * sizeof(float)), 0);
+      const auto direct = cpu_backend_with(*be, off);
+      EXPECT_TRUE(tensors_close(HostTensor::from_f32({1, o, h, w}, whole, dt), conv(*direct, hx, hw, &hb, p),
+                                tolerance("conv2d_winograd", p, Check::backend)));
+    }
+  }
+}
+
 // One Inf in the input: the direct convolution makes +-Inf or NaN over its 3x3 neighbourhood; Winograd over
 // every output tile (4x4) whose 6x6 input window holds it, and nothing else. Input (5, 5) lies in the window
 // of tile (1, 1) only (rows and columns 3..8): outputs 4..7 x 4..7 of every channel are non-finite, the rest
