@@ -448,7 +448,10 @@ int main(int argc, char** argv) {
     }
     std::printf(
         "\n(cores busy: CPU time / wall time over the timed calls; PyTorch / this > 1 means NaNscope is "
-        "faster.)\n");
+        "faster.)\n"
+        "GFLOP/s and %% of peak count the direct convolution's multiply-adds for every engine; NaNscope on a CPU "
+        "runs the 3x3 stride-1 convolutions as Winograd F(4x4, 3x3),\nwhich does 4x fewer of them "
+        "(NANSCOPE_WINOGRAD=0: direct), so its rate is an effective one and may pass the peak.\n");
     for (const std::string& note : cold_notes)
       std::printf("%s; the row is a second process's, with the kernel cache warm (first call: warm cache).\n",
                   note.c_str());

@@ -16,11 +16,15 @@ namespace {
 
 constexpr std::int64_t kPlanes = 36;  // the 6x6 transformed tile
 constexpr std::int64_t kTile = 4;     // outputs per tile side
-// Scratch bytes for the transformed weights of one block of output channels, and for one chunk's transformed
-// inputs and products. 64 MB each keeps the SD models' weights in one block up to 640 x 640 channels (2560 x
-// 1280 in eight) and 400-2000 tiles per chunk at their 128-1280 channels, each plane's GEMM then at least a
-// dozen column panels wide; far below the activations of the sizes where Winograd pays.
-constexpr std::int64_t kScratchBytes = std::int64_t{64} << 20;
+// Scratch for the transformed weights of one block of output channels: 64 MB keeps the SD models' weights in
+// one block up to 640 x 640 channels (2560 x 1280 in eight).
+constexpr std::int64_t kWeightBytes = std::int64_t{64} << 20;
+// Scratch for one chunk's transformed inputs and products: as much as the transformed weights, which each chunk
+// reads again (so they are read about as often as the tiles), within 8-64 MB. The 1280-wide UNet layers at 16x16
+// take their tiles in one chunk; the 128-256-channel VAE layers at 512-1024 px, where a decode's memory peaks
+// beside activations of 128-512 MB, take chunks of 8-10 MB (110-230 tiles), no slower than 64 MB ones
+// (bench_ops conv3x3_*) and 170 MB less at the peak of a 512x512 decode (bench_unet --component vae: 1241 MB).
+constexpr std::int64_t kTileBytesMin = std::int64_t{8} << 20, kTileBytesMax = std::int64_t{64} << 20;
 
 }  // namespace
 
@@ -35,16 +39,16 @@ bool runs_winograd(const OpenClBackend& be, const Precision& p, const ConvShape&
 void run_winograd(OpenClBackend& be, const Precision& p, const ConvShape& s, cl_mem w, cl_mem x, cl_mem bias,
                   cl_mem out, const char* op) {
   const Tuning& t = tuning(be.device());
-  const std::int64_t budget =
-      std::min<std::int64_t>(kScratchBytes, static_cast<std::int64_t>(scratch_budget(be.device())));
+  const auto limit = static_cast<std::int64_t>(scratch_budget(be.device()));
   const auto f = static_cast<std::int64_t>(sizeof(float));
   // Output channels per block (whole row blocks of the GEMM), then tiles per chunk (whole column panels).
-  std::int64_t ob = std::max<std::int64_t>(1, budget / (kPlanes * s.c * f) / t.mr) * t.mr;
+  std::int64_t ob = std::max<std::int64_t>(1, std::min(kWeightBytes, limit) / (kPlanes * s.c * f) / t.mr) * t.mr;
   ob = std::min(ob, s.o);
   const std::int64_t th = static_cast<std::int64_t>(ceil_div(s.oh, kTile));
   const std::int64_t tw = static_cast<std::int64_t>(ceil_div(s.ow, kTile));
   const std::int64_t tiles = s.n * th * tw;
-  std::int64_t tc = std::max<std::int64_t>(1, budget / (kPlanes * (s.c + ob) * f) / t.nr()) * t.nr();
+  const std::int64_t tile_bytes = std::min(std::clamp(kPlanes * ob * s.c * f, kTileBytesMin, kTileBytesMax), limit);
+  std::int64_t tc = std::max<std::int64_t>(1, tile_bytes / (kPlanes * (s.c + ob) * f) / t.nr()) * t.nr();
   tc = std::min<std::int64_t>(tc, static_cast<std::int64_t>(ceil_div(tiles, t.nr())) * t.nr());
   const std::int64_t kc = k_block(t, s.c);
   const std::int64_t v_bs = b_panel_floats(t, tc, s.c);
