@@ -338,6 +338,14 @@ int main(int argc, char** argv) {
       }
     }
     std::printf("\n(PyTorch / ours > 1 means NaNscope is faster.)\n");
+    const std::vector<std::string> notes = be->kernel_notes();
+    if (std::any_of(notes.begin(), notes.end(),
+                    [](const std::string& n) { return n.find("as Winograd") != std::string::npos; })) {
+      std::printf(
+          "GFLOP/s count a convolution's direct multiply-adds: on CPU devices NaNscope runs the 3x3 stride-1 ones "
+          "with 64+ channels\nas Winograd F(4x4, 3x3), 4x fewer (NANSCOPE_WINOGRAD=0: direct), so their rate is an "
+          "effective one and may pass the peak.\n");
+    }
     if (torch) std::printf("%s.\n", bench::best_openblas_coretype().report.c_str());
 
     nlohmann::json out = {{"bench", "ops"},

@@ -94,6 +94,11 @@ class Backend {
   // accumulate=native or softmax=native) runs on the device's own half units
   // rather than the exact emulation: the layer trace says so per op.
   virtual bool native_half_in_hardware(const Precision& /*p*/) const { return false; }
+  // True when this convolution runs as Winograd F(4x4, 3x3) here (the CPU
+  // kernel family's 3x3 stride-1 convolutions with f32 accumulation): sums
+  // further from the exact ones than the direct path's, which the device
+  // probe judges by their own tolerance.
+  virtual bool conv2d_winograd(const Conv2dArgs& /*args*/) const { return false; }
   // Out-of-bounds writes the guard buffers caught since the last call
   // (BackendOptions::guard_bytes), one message each naming the buffer; the
   // list is cleared. Buffers are checked when released.

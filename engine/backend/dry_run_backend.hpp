@@ -58,6 +58,9 @@ class DryRunBackend : public Backend {
  protected:
   const void* storage_owner() const override { return owner_; }
 
+ protected:
+  const Backend& real() const { return real_; }
+
  private:
   struct Ledger {
     std::uint64_t live = 0, peak = 0;

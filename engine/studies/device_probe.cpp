@@ -43,6 +43,7 @@ constexpr TolRow kTolerances[] = {
     {"exact", {0, 0}, {0, 0}, {0, 0}, {0, 0}, {0, 0}},
     {"matmul", {1e-12, 5e-6}, {1e-8, 2e-3}, kF16Floor, {1e-8, 1e-2}, kBF16Floor},
     {"conv2d", {2e-11, 1.2e-5}, {4e-9, 2e-3}, kF16Floor, {2e-9, 1.2e-2}, kBF16Floor},
+    {"conv2d_winograd", {1.5e-10, 8e-5}, {4e-9, 2e-3}, kF16Floor, {3e-8, 1.6e-2}, kBF16Floor},
     {"norm", {1e-13, 1e-6}, {1e-9, 2e-3}, kF16Floor, {4e-9, 1e-2}, kBF16Floor},
     {"activation", {2e-14, 5e-7}, {1e-9, 2e-3}, {1e-9, 2e-3}, {3e-7, 2e-2}, {3e-7, 2e-2}},
     {"softmax", {4e-12, 5e-6}, {5e-10, 2e-3}, {5e-10, 2e-3}, {5e-8, 2e-2}, {5e-8, 2e-2}},
@@ -124,13 +125,14 @@ class RecordingBackend final : public DryRunBackend {
     finish(std::move(c));
   }
   void conv2d(const Conv2dArgs& a) override {
-    RecordedCall c = start("CONV2D", "conv2d", a.precision, a.out);
+    const bool winograd = real().conv2d_winograd(a);
+    RecordedCall c = start("CONV2D", winograd ? "conv2d_winograd" : "conv2d", a.precision, a.out);
     const float wb = 1.0f / std::sqrt(static_cast<float>(std::max<std::int64_t>(a.c * a.kh * a.kw, 1)));
     c.inputs = {spec(a.x), spec(a.w, -wb, wb)};
     if (a.bias) c.inputs.push_back(spec(*a.bias, -0.1f, 0.1f));
     c.reduction = a.c * a.kh * a.kw;
     c.params = std::to_string(a.kh) + "x" + std::to_string(a.kw) + " stride " + std::to_string(a.stride) + " pad " +
-               std::to_string(a.padding);
+               std::to_string(a.padding) + (winograd ? ", Winograd F(4x4, 3x3)" : "");
     const Conv2dArgs p = a;
     const bool bias = a.bias != nullptr;
     c.replay = [p, bias](Backend& be, std::vector<Tensor>& in, Tensor& out) {

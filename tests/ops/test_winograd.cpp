@@ -59,6 +59,18 @@ TEST(Conv2dWinograd, TakesTheLargeStrideOneThreeByThreeConvolutionsWithF32Sums) 
   const auto* ocl = dynamic_cast<const opencl::OpenClBackend*>(direct.get());
   ASSERT_NE(ocl, nullptr);
   EXPECT_FALSE(opencl::gemm::runs_winograd(*ocl, f32, shape3x3(2, 320, 64, 64, 320)));
+
+  // What the device probe asks of a backend for each convolution it replays (Backend::conv2d_winograd).
+  Backend& any = *cpu.front();
+  const Tensor x = any.empty({1, 64, 16, 16}, DType::f32), w3 = any.empty({64, 64, 3, 3}, DType::f32);
+  const Tensor w1 = any.empty({64, 64, 1, 1}, DType::f32);
+  Tensor out = any.empty({1, 64, 16, 16}, DType::f32);
+  const Conv2dArgs three{x, w3, nullptr, out, 1, 64, 16, 16, 64, 3, 3, 16, 16, 1, 1, f32};
+  const Conv2dArgs one{x, w1, nullptr, out, 1, 64, 16, 16, 64, 1, 1, 16, 16, 1, 0, f32};
+  EXPECT_TRUE(any.conv2d_winograd(three));
+  EXPECT_FALSE(any.conv2d_winograd(one));
+  EXPECT_FALSE(direct->conv2d_winograd(three));
+  EXPECT_FALSE(reference_backend().conv2d_winograd(three));
 }
 
 // The 36 products of each tile are sums over the input channels in the same order whatever the chunk of tiles

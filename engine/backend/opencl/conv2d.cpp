@@ -23,6 +23,11 @@ namespace nanscope::opencl {
 using detail::ceil_div;
 using detail::to_uint;
 
+bool OpenClBackend::conv2d_winograd(const Conv2dArgs& a) const {
+  return !a.is_gemm() && gemm::runs_winograd(*this, a.precision,
+                                             {a.n, a.c, a.h, a.w_in, a.o, a.kh, a.kw, a.stride, a.padding, a.oh, a.ow});
+}
+
 void OpenClBackend::conv2d(const Conv2dArgs& a) {
   const char* op = "CONV2D";
   const std::int64_t k = a.c * a.kh * a.kw;

@@ -141,6 +141,7 @@ class OpenClBackend final : public Backend {
   std::vector<KernelBuildRecord> kernel_builds() const override;
   std::string kernel_cache_dir() const override;
   std::vector<std::string> kernel_notes() const override;
+  bool conv2d_winograd(const Conv2dArgs& args) const override;
   std::vector<std::string> take_guard_violations() override;
   bool native_half_in_hardware(const Precision& p) const override;
   // The half units native half arithmetic runs on, in words ("" when it is
