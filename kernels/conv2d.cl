@@ -77,35 +77,24 @@ __kernel CPU_ONE_ITEM void conv_im2col_panels(__global const store_t* x, ulong x
     (r)[3] = aq_ + 8.0f * at_ + (m5);                    \
   } while (0)
 
-// The 36 transformed inputs v[6i + j] of a 6x6 tile d[6r + c].
-#define WINO_INPUT(T, d, v)                                                             \
-  do {                                                                                  \
-    T t_[36];                                                                           \
-    for (int c = 0; c < 6; ++c) {                                                       \
-      T r_[6];                                                                          \
-      WINO_BT_COLUMN(T, d[c], d[6 + c], d[12 + c], d[18 + c], d[24 + c], d[30 + c], r_); \
-      for (int i = 0; i < 6; ++i) t_[6 * i + c] = r_[i];                                \
-    }                                                                                   \
-    for (int i = 0; i < 6; ++i) {                                                       \
-      WINO_BT_COLUMN(T, t_[6 * i], t_[6 * i + 1], t_[6 * i + 2], t_[6 * i + 3], t_[6 * i + 4], t_[6 * i + 5], \
-                     (v) + 6 * i);                                                      \
-    }                                                                                   \
+// A 6x6 tile through a 1-D transform COLUMN (6 values in, N out) down its columns, then along the rows of the
+// result: dst[N i + j] for i, j < N.
+#define WINO_2D(T, COLUMN, N, src, dst)                                                                     \
+  do {                                                                                                      \
+    T t_[6 * (N)];                                                                                          \
+    for (int c = 0; c < 6; ++c) {                                                                           \
+      T r_[N];                                                                                              \
+      COLUMN(T, src[c], src[6 + c], src[12 + c], src[18 + c], src[24 + c], src[30 + c], r_);                \
+      for (int i = 0; i < (N); ++i) t_[6 * i + c] = r_[i];                                                  \
+    }                                                                                                       \
+    for (int i = 0; i < (N); ++i) {                                                                         \
+      COLUMN(T, t_[6 * i], t_[6 * i + 1], t_[6 * i + 2], t_[6 * i + 3], t_[6 * i + 4], t_[6 * i + 5],      \
+             (dst) + (N) * i);                                                                              \
+    }                                                                                                       \
   } while (0)
-
-// The 4x4 outputs y[4i + j] of the 36 products m[6i + j].
-#define WINO_OUTPUT(T, m, y)                                                         \
-  do {                                                                               \
-    T t_[24];                                                                        \
-    for (int c = 0; c < 6; ++c) {                                                    \
-      T r_[4];                                                                       \
-      WINO_AT_COLUMN(T, m[c], m[6 + c], m[12 + c], m[18 + c], m[24 + c], m[30 + c], r_); \
-      for (int i = 0; i < 4; ++i) t_[6 * i + c] = r_[i];                             \
-    }                                                                                \
-    for (int i = 0; i < 4; ++i) {                                                    \
-      WINO_AT_COLUMN(T, t_[6 * i], t_[6 * i + 1], t_[6 * i + 2], t_[6 * i + 3], t_[6 * i + 4], t_[6 * i + 5], \
-                     (y) + 4 * i);                                                   \
-    }                                                                                \
-  } while (0)
+// The 36 transformed inputs v[6i + j] of a 6x6 tile d[6r + c]; the 4x4 outputs y[4i + j] of the 36 products.
+#define WINO_INPUT(T, d, v) WINO_2D(T, WINO_BT_COLUMN, 6, d, v)
+#define WINO_OUTPUT(T, m, y) WINO_2D(T, WINO_AT_COLUMN, 4, m, y)
 
 // G g GT for 3x3 kernels g[3r + col], written to u[e * plane] (e = 6i + j). For float and float16.
 #define WINO_G_ROW(T, g0, g1, g2, r)                                               \
