@@ -45,14 +45,15 @@ __kernel CPU_ONE_ITEM void conv_im2col_panels(__global const store_t* x, ulong x
 #if defined(CPU_KERNELS) && !defined(ACC_NATIVE)
 // Winograd F(4x4, 3x3) for 3x3 stride-1 convolutions in the CPU family with f32 accumulation (Lavin and Gray,
 // "Fast Algorithms for Convolutional Neural Networks", 2016; interpolation points 0, +-1, +-2, infinity):
-//   out tile (4x4) = AT [ (G g GT) . (BT d BT') ] A over the 6x6 input tile d at (4ty - pad, 4tx - pad),
+//   out tile (4x4) = AT [ (G g GT) . (BT d B) ] A over the 6x6 input tile d at (4ty - pad, 4tx - pad),
 // the elementwise product summed over input channels as 36 GEMMs (matmul.cl gemm_cpu_direct_a):
 //   M[e] (o x tiles) = U[e] (o x c) . V[e] (c x tiles), e = 6i + j.
 // 2.25 multiplications per output and input channel instead of 9. The sums are in f32 like the direct
-// convolution's, but not the same sums: the transforms add and subtract neighbouring inputs, so results differ
-// from the direct path by a few f32 ulps of the tile's largest terms, and one non-finite input makes NaN over
-// every output tile it touches where the direct path gives +-Inf over its 3x3 neighbourhood (conv2d.cpp says
-// when it runs and how to keep the direct path).
+// convolution's, but not the same sums: the transforms add and subtract up to 8x neighbouring values, so results
+// differ from the direct path by a few f32 ulps of those terms (up to about 2e-5 of the largest output against
+// 3e-6), and one non-finite input makes NaN over every output tile it touches where the direct path gives +-Inf
+// or NaN over its 3x3 neighbourhood (winograd.cpp runs_winograd says when it runs; BackendOptions::winograd
+// keeps the direct path).
 //
 // Each transform is written once for float and float16 (16 tiles in the vector lanes).
 #define WINO_BT_COLUMN(T, d0, d1, d2, d3, d4, d5, r)        \
@@ -96,7 +97,8 @@ __kernel CPU_ONE_ITEM void conv_im2col_panels(__global const store_t* x, ulong x
 #define WINO_INPUT(T, d, v) WINO_2D(T, WINO_BT_COLUMN, 6, d, v)
 #define WINO_OUTPUT(T, m, y) WINO_2D(T, WINO_AT_COLUMN, 4, m, y)
 
-// G g GT for 3x3 kernels g[3r + col], written to u[e * plane] (e = 6i + j). For float and float16.
+// One row of G times three values (WINO_G_ROW), and G g GT for a 3x3 kernel g[3r + col] as u[6i + j]
+// (WINO_WEIGHTS). For float and float16.
 #define WINO_G_ROW(T, g0, g1, g2, r)                                               \
   do {                                                                             \
     (r)[0] = (g0) * 0.25f;                                                         \
