@@ -23,9 +23,14 @@ namespace nanscope::opencl {
 using detail::ceil_div;
 using detail::to_uint;
 
+namespace {
+gemm::ConvShape conv_shape(const Conv2dArgs& a) {
+  return {a.n, a.c, a.h, a.w_in, a.o, a.kh, a.kw, a.stride, a.padding, a.oh, a.ow};
+}
+}  // namespace
+
 bool OpenClBackend::conv2d_winograd(const Conv2dArgs& a) const {
-  return !a.is_gemm() && gemm::runs_winograd(*this, a.precision,
-                                             {a.n, a.c, a.h, a.w_in, a.o, a.kh, a.kw, a.stride, a.padding, a.oh, a.ow});
+  return !a.is_gemm() && gemm::runs_winograd(*this, a.precision, conv_shape(a));
 }
 
 void OpenClBackend::conv2d(const Conv2dArgs& a) {
@@ -54,7 +59,7 @@ void OpenClBackend::conv2d(const Conv2dArgs& a) {
     return;
   }
 
-  const gemm::ConvShape s{a.n, a.c, a.h, a.w_in, a.o, a.kh, a.kw, a.stride, a.padding, a.oh, a.ow};
+  const gemm::ConvShape s = conv_shape(a);
   cl_mem bias = a.bias ? buffer(*a.bias) : nullptr;
   if (!gemm::uses_panels(*this, a.precision)) {
     gemm::run_implicit_conv(*this, a.precision, s, buffer(a.w), buffer(a.x), bias, buffer(a.out), op);
