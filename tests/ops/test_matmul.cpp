@@ -404,7 +404,10 @@ TEST(MatmulWeightPanels, PreparedAtLoadServeTheFirstCallOrGiveWayToAnotherView) 
       const Precision p{dt};
       SCOPED_TRACE("device \"" + be->device().name + "\", " + p.describe());
       Rng rng(seed_from("prepared weight panels"));
-      constexpr std::int64_t tokens = 37, in = 70, out = 90;
+      // out / 2 = 65 is 1 past a multiple of every panel width (8 to 64 columns): the view's panels ([65, 140])
+      // then take other bytes than the prepared ones ([130, 70]) on every CPU, and replacing them shows in
+      // kept_bytes (with 90 rows both came to 53760 bytes at AVX2's 16-wide panels).
+      constexpr std::int64_t tokens = 37, in = 70, out = 130;
       const HostTensor hx = random_normal(rng, {2, tokens, in}, dt), hw = random_normal(rng, {out, in}, dt);
       const auto linear_on = [&](Backend& b, const HostTensor& x, const Tensor& w) {
         return b.download(ops::linear(make_context(b, p), b.upload(x), w, nullptr));
@@ -445,7 +448,7 @@ TEST(MatmulWeightPanels, PreparedAtLoadServeTheFirstCallOrGiveWayToAnotherView) 
         (void)linear_on(*profiled, hx, pw);
         EXPECT_EQ(packs() - packs_before, 1u) << "packed at load only";
 
-        // Another view of a prepared buffer ([45, 140]) at its first call: the prepared panels give way.
+        // Another view of a prepared buffer ([65, 140]) at its first call: the prepared panels give way.
         const Tensor v = be->upload(hw);
         be->prepare_linear_weight(v, p);
         const HostTensor hx2 = random_normal(rng, {2, tokens, 2 * in}, dt);
