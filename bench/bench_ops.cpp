@@ -165,8 +165,18 @@ int main(int argc, char** argv) {
       std::string name;
       double flops;
       double ours;
-      int count = 0;       // --shapes: occurrences in one UNet call
-      double bytes = 0.0;  // memory-bound rows: the bytes the op must read and write at least
+      int count = 0;          // --shapes: occurrences in one UNet call
+      double bytes = 0.0;     // memory-bound rows: the bytes the op must read and write at least
+      bool winograd = false;  // a convolution the backend runs as Winograd: its rate counts the direct work
+    };
+    // Whether the backend runs this convolution as Winograd (Backend::conv2d_winograd, as the device probe asks).
+    const auto winograd = [&](const Tensor& x, const Tensor& w, int stride, int pad) {
+      const auto& xs = x.shape();
+      const auto& ws = w.shape();
+      const std::int64_t oh = (xs[2] + 2 * pad - ws[2]) / stride + 1, ow = (xs[3] + 2 * pad - ws[3]) / stride + 1;
+      Tensor out;
+      return be->conv2d_winograd(Conv2dArgs{x, w, nullptr, out, xs[0], xs[1], xs[2], xs[3], ws[0], ws[2], ws[3], oh, ow,
+                                            stride, pad, ctx.precision});
     };
     std::vector<Row> rows;
     std::string shapes_file;
@@ -176,11 +186,13 @@ int main(int argc, char** argv) {
         if (!has_prefix(sh.name(), only)) continue;
         const auto& p = sh.p;
         double s = 0;
+        bool wino = false;
         if (sh.kind == "conv") {
           const Tensor x = be->upload(random_host({p[0], p[1], p[2], p[3]}, dtype, 3));
           const Tensor w = be->upload(random_host({p[4], p[1], p[5], p[5]}, dtype, 4));
           const Tensor bias = be->upload(random_host({p[4]}, dtype, 5));
           s = time_op(*be, [&] { ops::conv2d(ctx, x, w, &bias, int(p[6]), int(p[5] / 2)); });
+          wino = winograd(x, w, int(p[6]), int(p[5] / 2));
         } else if (sh.kind == "linear") {
           const Tensor x = be->upload(random_host({p[0], p[1]}, dtype, 3));
           const Tensor w = be->upload(random_host({p[2], p[1]}, dtype, 4));
@@ -192,7 +204,7 @@ int main(int argc, char** argv) {
           const Tensor v = be->upload(random_host({p[0], p[2], p[3] * p[4]}, dtype, 8));
           s = time_op(*be, [&] { ops::attention(ctx, q, k, v, int(p[3]), 1.0f / std::sqrt(float(p[4]))); });
         }
-        rows.push_back({sh.name(), sh.flops(), s, sh.count});
+        rows.push_back({sh.name(), sh.flops(), s, sh.count, 0.0, wino});
         list.push_back(sh.json());
       }
       shapes_file =
@@ -218,7 +230,7 @@ int main(int argc, char** argv) {
       const Tensor w = be->upload(random_host({ch, ch, 3, 3}, dtype, 4));
       const Tensor bias = be->upload(random_host({ch}, dtype, 5));
       const double s = time_op(*be, [&] { ops::conv2d(ctx, x, w, &bias, 1, 1); });
-      rows.push_back({name, 2.0 * double(ch * ch * 9) * double(res * res), s});
+      rows.push_back({name, 2.0 * double(ch * ch * 9) * double(res * res), s, 0, 0.0, winograd(x, w, 1, 1)});
     }
     // SD 1.x self-attention at 256x256, 512x512 and 1024x1024 images (8 heads x 40), then the VAE mid-block's
     // one 512-wide head at 512x512 and 1024x1024 decodes. The materialised bmm path only up to 4096 tokens: at
@@ -307,11 +319,12 @@ int main(int argc, char** argv) {
         flops_call += r.flops * r.count;
         if (it != ref.end()) torch_call += it->second * r.count;
         torch_all = torch_all && it != ref.end();
-        std::printf("| %s | %d | %.2f | %.1f | %.0f%% | %s | %s | %.1f |\n", r.name.c_str(), r.count, r.ours * 1e3, gf,
-                    100.0 * gf * 1e9 / peak, theirs.c_str(), ratio.c_str(), r.ours * r.count * 1e3);
+        std::printf("| %s | %d | %.2f | %.1f | %.0f%%%s | %s | %s | %.1f |\n", r.name.c_str(), r.count, r.ours * 1e3,
+                    gf, 100.0 * gf * 1e9 / peak, r.winograd ? " *" : "", theirs.c_str(), ratio.c_str(),
+                    r.ours * r.count * 1e3);
       } else {
-        std::printf("| %s | %.2f | %.1f | %.0f%% | %s | %s |\n", r.name.c_str(), r.ours * 1e3, gf,
-                    100.0 * gf * 1e9 / peak, theirs.c_str(), ratio.c_str());
+        std::printf("| %s | %.2f | %.1f | %.0f%%%s | %s | %s |\n", r.name.c_str(), r.ours * 1e3, gf,
+                    100.0 * gf * 1e9 / peak, r.winograd ? " *" : "", theirs.c_str(), ratio.c_str());
       }
     }
     if (counted && ours_call > 0) {
@@ -338,13 +351,10 @@ int main(int argc, char** argv) {
       }
     }
     std::printf("\n(PyTorch / ours > 1 means NaNscope is faster.)\n");
-    const std::vector<std::string> notes = be->kernel_notes();
-    if (std::any_of(notes.begin(), notes.end(),
-                    [](const std::string& n) { return n.find("as Winograd") != std::string::npos; })) {
+    if (std::any_of(rows.begin(), rows.end(), [](const Row& r) { return r.winograd; })) {
       std::printf(
-          "GFLOP/s count a convolution's direct multiply-adds: on CPU devices NaNscope runs the 3x3 stride-1 ones "
-          "with 64+ channels\nas Winograd F(4x4, 3x3), 4x fewer (NANSCOPE_WINOGRAD=0: direct), so their rate is an "
-          "effective one and may pass the peak.\n");
+          "* GFLOP/s count the convolution's direct multiply-adds: NaNscope ran it as Winograd F(4x4, 3x3), 4x "
+          "fewer\n(NANSCOPE_WINOGRAD=0: direct), so the rate is an effective one and may pass the peak.\n");
     }
     if (torch) std::printf("%s.\n", bench::best_openblas_coretype().report.c_str());
 
@@ -365,6 +375,7 @@ int main(int argc, char** argv) {
         row["pct_peak"] = 100.0 * r.flops / r.ours / peak;
       }
       if (r.count) row["count"] = r.count;
+      if (r.winograd) row["winograd"] = true;
       if (const auto it = ref.find(r.name.substr(0, r.name.find(' '))); it != ref.end())
         row["torch_ms"] = it->second * 1e3;
       out["rows"].push_back(row);

@@ -359,15 +359,21 @@ static inline float f16_to_f32(ushort h) {
   bits = em < 0x0400u ? as_uint((float)em * 0x1p-24f) : bits;         // zero / subnormal
   return as_float(bits | sign);
 }
-static inline ushort f32_to_f16(float f) {
-  const uint u = as_uint(ns_round_f16(f));  // now exactly representable (or Inf / NaN)
-  const uint a = u & 0x7fffffffu;
-  const uint sign = (u >> 16) & 0x8000u;
-  uint h = (a - 0x38000000u) >> 13;                                   // normal
-  h = a >= 0x7f800000u ? 0x7c00u | ((a >> 13) & 0x3ffu) : h;          // Inf / NaN (quiet bit kept)
-  h = a < 0x38800000u ? (uint)(as_float(a) * 0x1p24f) : h;            // zero / subnormal (exact)
-  return (ushort)(h | sign);
-}
+// f32 -> f16 words, scalar and 16 lanes (the streamed stores below): F, U, H are the float, uint and ushort
+// types of one width, ROUND the matching ns_round_f16*. select() is the scalar ternary and the vector lane mask.
+#define NS_DEFINE_F32_TO_F16(NAME, F, U, H, ROUND)                              \
+  static inline H NAME(F f) {                                                   \
+    const U u = as_##U(ROUND(f)); /* now exactly representable (or Inf / NaN) */ \
+    const U a = u & (U)(0x7fffffffu);                                           \
+    const U sign = (u >> 16) & (U)(0x8000u);                                    \
+    U h = (a - (U)(0x38000000u)) >> 13; /* normal */                            \
+    /* Inf / NaN (quiet bit kept) */                                            \
+    h = select(h, (U)(0x7c00u) | ((a >> 13) & (U)(0x3ffu)), a >= (U)(0x7f800000u)); \
+    /* zero / subnormal (exact) */                                              \
+    h = select(h, convert_##U(as_##F(a) * (F)(0x1p24f)), a < (U)(0x38800000u));  \
+    return convert_##H(h | sign);                                               \
+  }
+NS_DEFINE_F32_TO_F16(f32_to_f16, float, uint, ushort, ns_round_f16)
 
 #if defined(STORE_F16) && defined(F16_CVT)
 // GPU style (-DF16_CVT): scalar vload_half / vstore_half_rte are conversion
@@ -430,15 +436,7 @@ typedef uint16 ns_words16;
 #define ns_store_words16(v) as_uint16(v)
 #elif defined(STORE_F16)
 typedef ushort16 ns_words16;
-static inline ushort16 ns_store_words16(float16 v) {  // f32_to_f16, 16 lanes
-  const uint16 u = as_uint16(ns_round_f16_16(v));
-  const uint16 a = u & 0x7fffffffu;
-  const uint16 sign = (u >> 16) & 0x8000u;
-  uint16 h = (a - 0x38000000u) >> 13;
-  h = select(h, 0x7c00u | ((a >> 13) & 0x3ffu), a >= 0x7f800000u);
-  h = select(h, convert_uint16(as_float16(a) * 0x1p24f), a < 0x38800000u);
-  return convert_ushort16(h | sign);
-}
+NS_DEFINE_F32_TO_F16(ns_store_words16, float16, uint16, ushort16, ns_round_f16_16)
 #else
 typedef ushort16 ns_words16;
 #define ns_store_words16(v) convert_ushort16(as_uint16(ns_round_bf16_16(v)) >> 16)
@@ -455,17 +453,18 @@ typedef ushort16 ns_words16;
 #define st16_stream(p, i, v, stream) st16(p, i, v)
 #endif
 
-// ns_prefetch(p): asks for the cache line 512 bytes past p, for CPU kernels that stream through
-// memory while they compute (x86-64 compilers with the builtin; nothing elsewhere). The hardware
+// ns_prefetch_at(p): asks for the cache line at p; ns_prefetch(p): the one 512 bytes past p, for CPU kernels
+// that stream through memory while they compute (x86-64 compilers with the builtin; nothing elsewhere). The hardware
 // prefetchers follow a stream too, but not across a 4 KB page.
 #if defined(__x86_64__) && defined(__has_builtin)
 #if __has_builtin(__builtin_prefetch)
-#define ns_prefetch(p) __builtin_prefetch((const __global char*)(p) + 512, 0, 0)
+#define ns_prefetch_at(p) __builtin_prefetch((const __global char*)(p), 0, 0)
 #endif
 #endif
-#ifndef ns_prefetch
-#define ns_prefetch(p) ((void)0)
+#ifndef ns_prefetch_at
+#define ns_prefetch_at(p) ((void)0)
 #endif
+#define ns_prefetch(p) ns_prefetch_at((const __global char*)(p) + 512)
 
 // Bit copies (shape ops): the storage word of one element.
 #if defined(STORE_F32)
@@ -728,6 +727,27 @@ static __attribute__((noinline)) float16 im2col_row16_any(__global const store_t
   return vload16(0, t);
 }
 
+// 16 consecutive values of a row of W from column x0, zero outside [0, W) (im2col_row16 at stride 1, the
+// Winograd input transform): one vector load where they lie inside the row or one past either edge
+// (padding 1), one value at a time otherwise.
+static __attribute__((always_inline)) inline float16 row16_padded(__global const store_t* row, int x0, uint W) {
+  if (x0 >= 0 && x0 + 16 <= (int)W) return ld16(row, (uint)x0);
+  if (W >= 16u && x0 == -1) {
+    const float16 a = ld16(row, 0u);
+    return (float16)(0.0f, a.s0, a.s1, a.s2, a.s3, a.s4, a.s5, a.s6, a.s7, a.s8, a.s9, a.sa, a.sb, a.sc, a.sd, a.se);
+  }
+  if (W >= 16u && x0 + 15 == (int)W) {
+    const float16 a = ld16(row, (uint)(x0 - 1));
+    return (float16)(a.s1, a.s2, a.s3, a.s4, a.s5, a.s6, a.s7, a.s8, a.s9, a.sa, a.sb, a.sc, a.sd, a.se, a.sf, 0.0f);
+  }
+  float t[16];
+  for (int j = 0; j < 16; ++j) {
+    const int xx = x0 + j;
+    t[j] = xx >= 0 && xx < (int)W ? ld(row, (uint)xx) : 0.0f;
+  }
+  return vload16(0, t);
+}
+
 static __attribute__((always_inline)) inline float16 im2col_row16(__global const store_t* xp, uint H, uint W,
                                                                    uint stride, uint pad, uint OW, uint oy, uint ox,
                                                                    uint ky, uint kx, uint count) {
@@ -735,17 +755,7 @@ static __attribute__((always_inline)) inline float16 im2col_row16(__global const
     const int iy = (int)(oy + ky) - (int)pad;
     const int ix = (int)(ox + kx) - (int)pad;
     if (iy < 0 || iy >= (int)H) return (float16)(0.0f);
-    if (ix >= 0 && ix + 16 <= (int)W) return ld16(xp, (ulong)iy * W + (uint)ix);
-    if (ix == -1) {
-      const float16 a = ld16(xp, (ulong)iy * W);
-      return (float16)(0.0f, a.s0, a.s1, a.s2, a.s3, a.s4, a.s5, a.s6, a.s7, a.s8, a.s9, a.sa, a.sb, a.sc, a.sd,
-                       a.se);
-    }
-    if (ix + 15 == (int)W) {
-      const float16 a = ld16(xp, (ulong)iy * W + (uint)(ix - 1));
-      return (float16)(a.s1, a.s2, a.s3, a.s4, a.s5, a.s6, a.s7, a.s8, a.s9, a.sa, a.sb, a.sc, a.sd, a.se, a.sf,
-                       0.0f);
-    }
+    return row16_padded(xp + (ulong)iy * W, ix, W);
   }
   return im2col_row16_any(xp, H, W, stride, pad, OW, oy, ox, ky, kx, count);
 }

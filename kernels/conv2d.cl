@@ -157,32 +157,6 @@ static inline void wino_tile(uint q, uint TH, uint TW, uint pad, uint* img, int*
   *x0 = (int)(4u * (r % TW)) - (int)pad;
 }
 
-// 16 consecutive values of an input row from column x0, zero outside [0, W).
-static inline float16 wino_row16(__global const store_t* row, int x0, uint W) {
-  if (x0 >= 0 && x0 + 16 <= (int)W) return ld16(row, (uint)x0);
-  if (x0 == -1 && W >= 16u) {  // padding 1 at the left edge
-    const float16 a = ld16(row, 0u);
-    return (float16)(0.0f, a.s0, a.s1, a.s2, a.s3, a.s4, a.s5, a.s6, a.s7, a.s8, a.s9, a.sa, a.sb, a.sc, a.sd, a.se);
-  }
-  float t[16];
-  for (int j = 0; j < 16; ++j) {
-    const int xx = x0 + j;
-    t[j] = xx >= 0 && xx < (int)W ? ld(row, (uint)xx) : 0.0f;
-  }
-  return vload16(0, t);
-}
-
-// Reads ahead where the hardware prefetchers do not: the transforms walk 36 planes at once (x86-64 compilers
-// with the builtin; nothing elsewhere).
-#if defined(__x86_64__) && defined(__has_builtin)
-#if __has_builtin(__builtin_prefetch)
-#define wino_prefetch(p) __builtin_prefetch((const __global char*)(p), 0, 0)
-#endif
-#endif
-#ifndef wino_prefetch
-#define wino_prefetch(p) ((void)0)
-#endif
-
 // 16 transformed values to V, around the caches where the compiler can (V is larger than the caches: the
 // GEMM reads it back from memory either way, and an ordinary store would first read each line in).
 static inline void wino_store16(__global float* p, float16 v) {
@@ -220,9 +194,9 @@ __kernel CPU_ONE_ITEM void winograd_input(__global const store_t* x, uint C, uin
       }
       const __global store_t* row = xc + (ulong)y * W;
       // The next channel's row, which the work-item after this one transforms.
-      for (int k = 0; k < 80; k += 64 / (int)sizeof(store_t)) wino_prefetch(row + (ulong)H * W + x0 + k);
-      const float16 a0 = wino_row16(row, x0, W), a1 = wino_row16(row, x0 + 16, W);
-      const float16 a2 = wino_row16(row, x0 + 32, W), a3 = wino_row16(row, x0 + 48, W);
+      for (int k = 0; k < 80; k += 64 / (int)sizeof(store_t)) ns_prefetch_at(row + (ulong)H * W + x0 + k);
+      const float16 a0 = row16_padded(row, x0, W), a1 = row16_padded(row, x0 + 16, W);
+      const float16 a2 = row16_padded(row, x0 + 32, W), a3 = row16_padded(row, x0 + 48, W);
       const int xe = x0 + 64;
       const float e0 = xe >= 0 && xe < (int)W ? ld(row, (uint)xe) : 0.0f;
       const float e1 = xe + 1 >= 0 && xe + 1 < (int)W ? ld(row, (uint)(xe + 1)) : 0.0f;
@@ -272,7 +246,8 @@ __kernel CPU_ONE_ITEM void winograd_output(__global const float* mp, ulong m_bs,
   for (int e = 0; e < 36; ++e) {
     m[e] = vload16(0, src + (ulong)e * m_bs);
     // 36 streams are more than the hardware prefetchers follow: ask for the rows two work-items ahead.
-    wino_prefetch(src + (ulong)e * m_bs + 2u * tcp);
+    // (common.cl ns_prefetch_at: the transforms walk 36 planes at once)
+    ns_prefetch_at(src + (ulong)e * m_bs + 2u * tcp);
   }
   float16 y[16];
   WINO_OUTPUT(float16, m, y);
