@@ -246,7 +246,6 @@ __kernel CPU_ONE_ITEM void winograd_output(__global const float* mp, ulong m_bs,
   for (int e = 0; e < 36; ++e) {
     m[e] = vload16(0, src + (ulong)e * m_bs);
     // 36 streams are more than the hardware prefetchers follow: ask for the rows two work-items ahead.
-    // (common.cl ns_prefetch_at: the transforms walk 36 planes at once)
     ns_prefetch_at(src + (ulong)e * m_bs + 2u * tcp);
   }
   float16 y[16];
