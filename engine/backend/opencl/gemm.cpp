@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -68,6 +70,16 @@ Tuning lookup(const DeviceInfo& device) {
     if (e.native_float_width && width < e.native_float_width) continue;
     t = e.t;
     break;
+  }
+  // For measuring other CPU blockings on a new machine (bench/README.md): MR,NV,KC.
+  if (const char* v = std::getenv("NANSCOPE_GEMM_CPU"); v && *v && kind == DeviceKind::cpu) {
+    int mr = 0, nv = 0, kc = 0;
+    if (std::sscanf(v, "%d,%d,%d", &mr, &nv, &kc) == 3 && (mr == 4 || mr == 6 || mr == 8) && (nv >= 1 && nv <= 3) &&
+        kc >= 16 && kc % 16 == 0) {
+      t.mr = mr, t.nv = nv, t.kc = kc, t.source = "NANSCOPE_GEMM_CPU";
+    } else {
+      log::warn("NANSCOPE_GEMM_CPU={} is not MR,NV,KC (MR 4, 6 or 8; NV 1, 2 or 3; KC a multiple of 16); ignored", v);
+    }
   }
   const std::size_t group = static_cast<std::size_t>(t.ts_m / t.wpt_m) * static_cast<std::size_t>(t.ts_n / t.wpt_n);
   if (device.max_work_group_size && device.max_work_group_size < group) {
