@@ -1,5 +1,6 @@
 // The OpenCL backend's buffer pool: size classes, reuse of released buffers,
-// the cap on what is kept, what is given back above the high-water mark, and tensors that outlive their backend.
+// the cap on what is kept, what is given back above the high-water mark, kept weight panels counted at the sizes
+// served, and tensors that outlive their backend.
 
 #include <gtest/gtest.h>
 
@@ -10,6 +11,8 @@
 #include "backend/device.hpp"
 #include "backend/opencl/buffer_pool.hpp"
 #include "backend/opencl/opencl_backend.hpp"
+#include "backend/opencl/weight_panels.hpp"
+#include "core/tensor.hpp"
 #include "support/backends.hpp"
 
 namespace nanscope {
@@ -150,6 +153,36 @@ TEST_F(BufferPoolDevice, TheClassAskedForLeastRecentlyGoesFirst) {
   pool.release(p1, 256 * kK);
   pool.release(p2, 256 * kK);
   pool.release(r, 72 * kK);
+}
+
+// Kept weight panels (weight_panels.hpp) count at the size the pool served them with, which a kept buffer of a
+// larger class may be: their budget, the memory plan's room for a run, is what allocated_bytes may grow by.
+TEST_F(BufferPoolDevice, KeptWeightPanelsCountAtTheSizeTheyWereServed) {
+  struct Weight : Storage {
+    std::size_t bytes() const override { return 0; }
+    const void* owner() const override { return nullptr; }
+  } w1, w2;
+  constexpr std::size_t kK = 1024;
+  auto pool = std::make_shared<BufferPool>(be_->context(), 1 << 20);
+  cl_int err = CL_SUCCESS;
+  cl_mem large = pool->acquire(64 * kK, err);
+  ASSERT_EQ(err, CL_SUCCESS);
+  pool->release(large, 64 * kK);  // kept: it serves requests from 32 KiB up
+  {
+    opencl::WeightPanels tight(pool, 48 * kK);
+    EXPECT_EQ(tight.make(&w1, "view", 40 * kK), nullptr) << "40 KiB fits the budget, the 64 KiB serving it not";
+    EXPECT_EQ(tight.kept_bytes(), 0u);
+    EXPECT_EQ(pool->in_use_bytes(), 0u);
+  }
+  opencl::WeightPanels panels(pool, 72 * kK);
+  EXPECT_EQ(panels.make(&w1, "view", 40 * kK), large);
+  EXPECT_EQ(panels.kept_bytes(), 64 * kK);
+  ASSERT_NE(panels.make(&w2, "view", 8 * kK), nullptr);
+  EXPECT_EQ(panels.kept_bytes(), 72 * kK);
+  EXPECT_EQ(pool->in_use_bytes(), panels.kept_bytes()) << "what allocated_bytes counts";
+  EXPECT_EQ(panels.make(&w1, "other view", 4 * kK), nullptr) << "one view per weight";
+  EXPECT_EQ(panels.clear(), 72 * kK);
+  EXPECT_EQ(pool->in_use_bytes(), 0u);
 }
 
 TEST_F(BufferPoolDevice, TensorsReuseBuffersAndOutliveTheirBackend) {

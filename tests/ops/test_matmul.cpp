@@ -263,7 +263,8 @@ TEST(MatmulWeightPanels, KeptWithTheWeightBitForBitAndGivenBackWithIt) {
       }
       EXPECT_EQ(ocl->weight_panels().kept_bytes(), kept_before) << "the panels go with the weight";
       EXPECT_EQ(ocl->allocated_bytes(), before);
-      // Past the budget (64 KiB: the [90, 70] weight's panels take 96 x 70 x 4 = 26 KiB; a [900, 70] one 252 KiB)
+      // Past the budget (64 KiB: the [90, 70] weight's panels take 96 x 70 x 4 = 26 KiB, served as 28; a [900, 70]
+      // one 252 KiB)
       // the panels are packed per call, with the same results.
       auto* small_ocl = dynamic_cast<opencl::OpenClBackend*>(tight.get());
       ASSERT_NE(small_ocl, nullptr);
@@ -404,9 +405,10 @@ TEST(MatmulWeightPanels, PreparedAtLoadServeTheFirstCallOrGiveWayToAnotherView) 
       const Precision p{dt};
       SCOPED_TRACE("device \"" + be->device().name + "\", " + p.describe());
       Rng rng(seed_from("prepared weight panels"));
-      // out / 2 = 65 is 1 past a multiple of every panel width (8 to 64 columns): the view's panels ([65, 140])
-      // then take other bytes than the prepared ones ([130, 70]) on every CPU, and replacing them shows in
-      // kept_bytes (with 90 rows both came to 53760 bytes at AVX2's 16-wide panels).
+      // out / 2 = 65 is 1 past a multiple of every panel width (16, 32, 48 columns): the view's panels ([65, 140])
+      // then take a larger size class of the pool than the prepared ones ([130, 70]) on every CPU (at 16 columns
+      // 45056 against 40960 bytes), and replacing them shows in kept_bytes (with 90 rows both came to 53760 bytes
+      // at AVX2's 16-wide panels).
       constexpr std::int64_t tokens = 37, in = 70, out = 130;
       const HostTensor hx = random_normal(rng, {2, tokens, in}, dt), hw = random_normal(rng, {out, in}, dt);
       const auto linear_on = [&](Backend& b, const HostTensor& x, const Tensor& w) {

@@ -91,7 +91,7 @@ std::vector<cl_mem> BufferPool::evict_for(std::size_t size) {
   return out;
 }
 
-cl_mem BufferPool::acquire(std::size_t bytes, cl_int& err) {
+cl_mem BufferPool::acquire(std::size_t bytes, cl_int& err, std::size_t* served_out) {
   const std::size_t size = served_size(bytes);
   std::vector<cl_mem> evicted;
   std::function<void()> drain;
@@ -105,6 +105,7 @@ cl_mem BufferPool::acquire(std::size_t bytes, cl_int& err) {
       peak_in_use_ = std::max(peak_in_use_, in_use_);
       ++reused_;
       err = CL_SUCCESS;
+      if (served_out) *served_out = served;
       return m;
     }
     evicted = evict_for(size);
@@ -133,6 +134,7 @@ cl_mem BufferPool::acquire(std::size_t bytes, cl_int& err) {
   served_[m] = size;
   in_use_ += size;
   peak_in_use_ = std::max(peak_in_use_, in_use_);
+  if (served_out) *served_out = size;
   return m;
 }
 

@@ -49,8 +49,9 @@ class BufferPool {
   BufferPool& operator=(const BufferPool&) = delete;
 
   // A buffer of at least `bytes` (its size class or a kept one up to twice
-  // that; exactly `bytes` in an exact pool); err receives the OpenCL status.
-  cl_mem acquire(std::size_t bytes, cl_int& err);
+  // that; exactly `bytes` in an exact pool); err receives the OpenCL status,
+  // `served` (when given) the size it counts in in_use_bytes().
+  cl_mem acquire(std::size_t bytes, cl_int& err, std::size_t* served = nullptr);
   // Gives a buffer from acquire(bytes) back.
   void release(cl_mem mem, std::size_t bytes);
   // Called before kept buffers are given back to make room: a buffer that
@@ -68,6 +69,9 @@ class BufferPool {
   // The size a request is served with: multiples of 4 KiB up to 64 KiB, then
   // 8 classes per power of two (at most 12.5% unused).
   static std::size_t size_class(std::size_t bytes);
+  // What a request of `bytes` is served with when no larger kept buffer serves
+  // it: size_class(bytes), or bytes in an exact pool.
+  std::size_t served_size(std::size_t bytes) const;
 
   std::size_t kept_bytes() const;
   std::size_t in_use_bytes() const;       // handed out and not yet given back (the sizes served)
@@ -80,7 +84,6 @@ class BufferPool {
     std::uint64_t released;  // order of release: of classes asked for equally long ago, the oldest goes first
   };
 
-  std::size_t served_size(std::size_t bytes) const;  // size_class(bytes), or bytes when exact
   // A kept buffer for a request of class `size` (the lock held): `size` or the next larger class up to twice it.
   cl_mem take_kept(std::size_t size, std::size_t& served);
   // Takes kept buffers out (the lock held) until in-use + kept + `size` fits under the high-water mark.

@@ -32,17 +32,26 @@ cl_mem WeightPanels::make(const Storage* weight, const std::string& key, std::si
     }
   }
   if (unused.mem) pool_->release(unused.mem, unused.bytes);
+  // Counted at the size the pool serves (what allocated_bytes counts): the budget is the memory plan's room.
+  const std::size_t reserved = pool_->served_size(bytes);
   {
     std::lock_guard lock(mu_);
-    if (kept_bytes_ + bytes > budget_) return nullptr;
-    kept_bytes_ += bytes;  // reserved while the buffer is made
+    if (kept_bytes_ + reserved > budget_) return nullptr;
+    kept_bytes_ += reserved;  // reserved while the buffer is made
   }
   cl_int err = CL_SUCCESS;
-  cl_mem mem = pool_->acquire(bytes, err);
+  std::size_t served = reserved;
+  cl_mem mem = pool_->acquire(bytes, err, &served);
   {
     std::lock_guard lock(mu_);
-    if (err == CL_SUCCESS && mem && kept_.emplace(weight, Entry{mem, bytes, key, ahead}).second) return mem;
-    kept_bytes_ -= bytes;  // no room on the device (or another thread kept this weight's panels first)
+    kept_bytes_ -= reserved;
+    // A kept buffer of a larger class may serve the request: kept only if that still fits the budget.
+    if (err == CL_SUCCESS && mem && kept_bytes_ + served <= budget_ &&
+        kept_.emplace(weight, Entry{mem, served, key, ahead}).second) {
+      kept_bytes_ += served;
+      return mem;
+    }
+    // No room on the device or in the budget (or another thread kept this weight's panels first).
   }
   if (mem) pool_->release(mem, bytes);
   return nullptr;  // packed per call, as without the cache

@@ -62,12 +62,13 @@ class WeightPanels {
   // was made with (the memory plan's room for the next run).
   void limit_growth(std::uint64_t bytes);
   std::size_t budget_bytes() const;
+  // At the sizes the pool served: what allocated_bytes drops by when they go.
   std::size_t kept_bytes() const;
 
  private:
   struct Entry {
     cl_mem mem = nullptr;
-    std::size_t bytes = 0;
+    std::size_t bytes = 0;  // the size the pool served (counted in allocated_bytes)
     std::string key;
     bool ahead = false;  // packed at load and not yet used by a call
   };
