@@ -259,8 +259,8 @@ __kernel CPU_ONE_ITEM void attention_fused(__global const store_t* q, __global c
 //   m' = max(m, S_0..S_FK-1), lane by lane; P_j = exp2(S_j - m');
 //       l = l * exp2(m - m') + sum_j P_j (the running max moves once per
 //       block: the same result up to f32 rounding);
-//   O^T[col] = O^T[col] * exp2(m - m') + sum_j P_j * V[j][col], 8 columns
-//       at a time against the block's P, from V packed as [key][dvp]
+//   O^T[col] = O^T[col] * exp2(m - m') + sum_j P_j * V[j][col], FV columns
+//       at a time (8; 4 per half at 32 rows) against the block's P, from V packed as [key][dvp]
 //       (attn_pack_v, dvp = dv rounded up to 8: SD's heads 40-160 need no
 //       padding). The rescale is skipped when no row's maximum moved.
 // Against the kernel before (keys along the lanes, 8 rows x 32 keys in 16-wide
@@ -278,39 +278,71 @@ __kernel CPU_ONE_ITEM void attention_fused(__global const store_t* q, __global c
 // index those keys score -Inf, lane by lane.
 // Each work-item streams its head's packed K and V once for FR query rows.
 
-// The lanes follow the device's native float vectors (-DFLW, attention.cpp):
-// 16 on AVX-512 (32 registers hold the 16 score vectors and, in P.V, the 16
-// P vectors beside 8 columns of O), 8 on AVX2 (16 registers: 12 keys per block).
+// The lanes follow the device's native float vectors (-DFLW, attention.cpp),
+// and a work-item takes FLH halves of FLW query rows (-DFLH, 1 or 2):
+//   FLW 16, FLH 2: 32 rows x 8 keys, the AVX-512 default. Each broadcast key
+//     value (QK) and V value (PV) feeds both halves: 10 loads per 16 FMAs in
+//     QK and 1 broadcast per 2 FMAs in PV, against 17 per 16 and 1 per FMA at
+//     16 rows, which CPUs with two 512-bit FMAs beside two loads a cycle
+//     (Intel's Xeons, Zen 5) could not keep fed. 16 score vectors, and in P.V
+//     4 columns of O per half beside them. On a 2-core Zen 5: the UNet's
+//     8 x 40 heads 1.09-1.21x faster than at 16 rows (61-67% of the peak),
+//     the VAE's 512-wide head 1.17-1.26x (76-80%).
+//   FLW 16, FLH 1: 16 rows x 16 keys (32 registers hold the 16 score vectors
+//     and, in P.V, the 16 P vectors beside 8 columns of O).
+//   FLW 8, FLH 1: 8 rows x 12 keys (AVX2's 16 registers).
 #ifndef FLW
 #define FLW 16
 #endif
-#if FLW == 16
-#define FR 16  // query rows per work-item (the lanes)
-#define FK 16  // keys per block
+#ifndef FLH
+#define FLH 1
+#endif
+#if FLW == 16 && FLH == 2
+#define FK 8  // keys per block
+#define FK_KEYS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
+#define FK_KEYS_H(X, h) X(0, h) X(1, h) X(2, h) X(3, h) X(4, h) X(5, h) X(6, h) X(7, h)
+#define FL_PSUM(h) (((s0_##h + s1_##h) + (s2_##h + s3_##h)) + ((s4_##h + s5_##h) + (s6_##h + s7_##h)))
+#elif FLW == 16 && FLH == 1
+#define FK 16
 #define FK_KEYS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13) X(14) X(15)
-#define FL_PSUM (((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))) + (((s8 + s9) + (s10 + s11)) + ((s12 + s13) + (s14 + s15)))
+#define FK_KEYS_H(X, h) \
+  X(0, h) X(1, h) X(2, h) X(3, h) X(4, h) X(5, h) X(6, h) X(7, h) X(8, h) X(9, h) X(10, h) X(11, h) X(12, h) X(13, h) X(14, h) X(15, h)
+#define FL_PSUM(h)                                                                                                    \
+  ((((s0_##h + s1_##h) + (s2_##h + s3_##h)) + ((s4_##h + s5_##h) + (s6_##h + s7_##h))) +                             \
+   (((s8_##h + s9_##h) + (s10_##h + s11_##h)) + ((s12_##h + s13_##h) + (s14_##h + s15_##h))))
+#elif FLW == 8 && FLH == 1
+#define FK 12
+#define FK_KEYS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
+#define FK_KEYS_H(X, h) X(0, h) X(1, h) X(2, h) X(3, h) X(4, h) X(5, h) X(6, h) X(7, h) X(8, h) X(9, h) X(10, h) X(11, h)
+#define FL_PSUM(h) \
+  ((((s0_##h + s1_##h) + (s2_##h + s3_##h)) + ((s4_##h + s5_##h) + (s6_##h + s7_##h))) + ((s8_##h + s9_##h) + (s10_##h + s11_##h)))
+#else
+#error "FLW 16 with FLH 1 or 2, or FLW 8 with FLH 1"
+#endif
+#define FR (FLW * FLH)  // query rows per work-item
+// The halves of a work-item's rows: X(a, h) for each half h (variables suffixed _h: s3_1 is key 3's scores
+// of the second half).
+#if FLH == 2
+#define FL_HALVES(X, a) X(a, 0) X(a, 1)
+#define FL_EACH_HALF(X) X(0) X(1)
+#else
+#define FL_HALVES(X, a) X(a, 0)
+#define FL_EACH_HALF(X) X(0)
+#endif
+#if FLW == 16
 #define floatw float16
 #define intw int16
 #define FL_LANES (int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)
 #define vloadw vload16
 #define vstorew vstore16
-#elif FLW == 8
-#define FR 8
-#define FK 12
-#define FK_KEYS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
-#define FL_PSUM (((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))) + ((s8 + s9) + (s10 + s11))
+#define as_floatw as_float16
+#define as_uintw as_uint16
+#else
 #define floatw float8
 #define intw int8
 #define FL_LANES (int8)(0, 1, 2, 3, 4, 5, 6, 7)
 #define vloadw vload8
 #define vstorew vstore8
-#else
-#error "FLW must be 8 or 16"
-#endif
-#if FLW == 16
-#define as_floatw as_float16
-#define as_uintw as_uint16
-#else
 #define as_floatw as_float8
 #define as_uintw as_uint8
 #endif
@@ -334,8 +366,14 @@ static inline floatw fl_exp2(floatw x) {
   p = fma(p, f, (floatw)(1.0f));
   return p * as_floatw(as_uintw(t) << 23);
 }
-#define FV 8  // columns of O per pass over a block's P
+// Columns of O per pass over a block's P (the packed V's rows are whole passes of 8: attention.cpp).
+#if FLH == 2
+#define FV 4
+#define FV_COLS(X) X(0) X(1) X(2) X(3)
+#else
+#define FV 8
 #define FV_COLS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
+#endif
 
 // K of one (batch, head) as [ceil(sk/FK)][d][FK] f32, keys past sk zero.
 // Grid: (ceil(sk/FK), heads, batch). The CPU flash kernel and its packing
@@ -376,28 +414,78 @@ __kernel CPU_ONE_ITEM void attn_pack_v(__global const store_t* v, __global float
 }
 #endif  // !FL_D && !FM_DK && !GPU_KERNELS && !ATTN_FUSED
 
-#define FL_DECL_S(j) floatw s##j = 0.0f;
-#define FL_QK(j) s##j = fma(qc, (floatw)(kc[j]), s##j);
+// Per key j and half h (the half's vector of rows); Q^T, O^T and m, l hold the halves of a channel (of m, of l)
+// side by side: vector c * FLH + h.
+#define FL_DECL_S_H(j, h) floatw s##j##_##h = 0.0f;
+#define FL_DECL_S(j) FL_HALVES(FL_DECL_S_H, j)
+#define FL_LOAD_Q(c, h) const floatw q##h = vloadw((c) * FLH + (h), qt);
+#define FL_QK_H(j, h) s##j##_##h = fma(q##h, kj, s##j##_##h);
+#define FL_QK(j)                          \
+  {                                       \
+    const floatw kj = (floatw)(kc[j]);    \
+    FL_HALVES(FL_QK_H, j)                 \
+  }
+#define FL_NEG_INF_H(j, h) s##j##_##h = (floatw)(-INFINITY);
 #define FL_MASK(j) \
-  if (jb * FK + (j) >= sk) s##j = (floatw)(-INFINITY);
-#define FL_CAUSAL(j) s##j = select(s##j, (floatw)(-INFINITY), (intw)((int)(jb * FK + (j))) > last);
-#define FL_MAX(j) mx = fmax(mx, s##j);
-#define FL_SUM(j) +s##j
-#define FL_NAN(j) | isnan(s##j)
-#define FL_P(j) s##j = fl_exp2(s##j - mb);
-#define FL_DECL_O(x) floatw o##x = vloadw(x, oc);
-#define FL_RESCALE(x) o##x *= corr;
-#define FL_PV_COL(x) o##x = fma(p, (floatw)(vr[x]), o##x);
-#define FL_PV_COL_TAKE(x) o##x = select(fma(p, (floatw)(vr[x]), o##x), o##x, none);
+  if (jb * FK + (j) >= sk) { FL_HALVES(FL_NEG_INF_H, j) }
+#define FL_CAUSAL_H(j, h) \
+  s##j##_##h = select(s##j##_##h, (floatw)(-INFINITY), (intw)((int)(jb * FK + (j))) > last##h);
+#define FL_CAUSAL(j) FL_HALVES(FL_CAUSAL_H, j)
+#define FL_MAX(j, h) mx##h = fmax(mx##h, s##j##_##h);
+#define FL_SUM(j, h) +s##j##_##h
+#define FL_NAN(j, h) | isnan(s##j##_##h)
+#define FL_P(j, h) s##j##_##h = fl_exp2(s##j##_##h - mb##h);
+#define FL_LOAD_ML(h)                       \
+  floatw m##h = vloadw(h, ml);              \
+  floatw l##h = vloadw(FLH + (h), ml);      \
+  const intw last##h = (intw)((int)(i0 + (h) * FLW)) + FL_LANES;  // causal: each lane's last key
+#define FL_SAVE_ML(h)     \
+  vstorew(m##h, h, ml);   \
+  vstorew(l##h, FLH + (h), ml);
+// The half's new running max mn (nan_max(m, block): fmax drops NaN, a NaN row stays NaN), the rows that take
+// no key yet (the reference skips them; their P are exp2(-Inf - 0) = 0), the rescale, P and l.
+#define FL_SOFTMAX(h)                                                                     \
+  floatw mx##h = m##h;                                                                    \
+  FK_KEYS_H(FL_MAX, h)                                                                    \
+  floatw mn##h = select(mx##h, m##h, isnan(m##h));                                        \
+  if (any(isnan(0.0f FK_KEYS_H(FL_SUM, h)))) { /* a NaN score (or +Inf beside -Inf) */    \
+    mn##h = select(mn##h, (floatw)(NAN), 0 FK_KEYS_H(FL_NAN, h));                         \
+  }                                                                                       \
+  const intw none##h = mn##h == (floatw)(-INFINITY);                                      \
+  const floatw mb##h = select(mn##h, (floatw)(0.0f), none##h);                            \
+  const floatw corr##h = fl_exp2(m##h - mb##h);                                           \
+  FK_KEYS_H(FL_P, h)                                                                      \
+  l##h = fma(l##h, corr##h, FL_PSUM(h));
+#define FL_ANY_NONE(h) || any(none##h)
+#define FL_MOVED(h) || any(m##h != mn##h)  // exp2(0) == 1 exactly: no row's maximum moved, no rescale
+#define FL_TAKE_MAX(h) m##h = mn##h;
+#define FL_DECL_O_H(x, h) floatw o##x##_##h = vloadw((x) * FLH + (h), oc);
+#define FL_DECL_O(x) FL_HALVES(FL_DECL_O_H, x)
+#define FL_RESCALE_H(x, h) o##x##_##h *= corr##h;
+#define FL_RESCALE(x) FL_HALVES(FL_RESCALE_H, x)
+#define FL_PV_COL_H(x, h) o##x##_##h = fma(p##h, vx, o##x##_##h);
+#define FL_PV_COL_TAKE_H(x, h) o##x##_##h = select(fma(p##h, vx, o##x##_##h), o##x##_##h, none##h);
+#define FL_PV_COL(x)                   \
+  {                                    \
+    const floatw vx = (floatw)(vr[x]); \
+    FL_HALVES(FL_PV_COL_H, x)          \
+  }
+#define FL_PV_COL_TAKE(x)              \
+  {                                    \
+    const floatw vx = (floatw)(vr[x]); \
+    FL_HALVES(FL_PV_COL_TAKE_H, x)     \
+  }
+#define FL_P_OF_KEY(j, h) const floatw p##h = s##j##_##h;
 #define FL_PV_KEY(j, COL)                      \
   {                                            \
     const __global float* vr = vc + (j) * dvp; \
-    const floatw p = s##j;                    \
+    FL_HALVES(FL_P_OF_KEY, j)                  \
     FV_COLS(COL)                               \
   }
 #define FL_PV(j) FL_PV_KEY(j, FL_PV_COL)
 #define FL_PV_TAKE(j) FL_PV_KEY(j, FL_PV_COL_TAKE)  // rows that take no key yet keep their O (0 * Inf would be NaN)
-#define FL_SAVE_O(x) vstorew(o##x, x, oc);
+#define FL_SAVE_O_H(x, h) vstorew(o##x##_##h, (x) * FLH + (h), oc);
+#define FL_SAVE_O(x) FL_HALVES(FL_SAVE_O_H, x)
 
 // Grid: (ceil(sq / (FR * groups)), heads, batch); one work-item per group.
 // A work-item takes `groups` blocks of FR query rows and walks the keys in
@@ -433,9 +521,11 @@ __kernel CPU_ONE_ITEM void attention_flash_cpu(__global const store_t* q, __glob
       const __global store_t* qr = q + (b * sq + i0 + r) * qstride + (ulong)h * d;
       for (uint c = 0; c < d; ++c) qt[c * FR + r] = r < rows ? ld(qr, c) * qscale : 0.0f;  // rows past sq: never stored
     }
-    for (uint c = 0; c < dvp; ++c) vstorew((floatw)(0.0f), c, ot);
-    vstorew((floatw)(-INFINITY), 0, ot + dvp * FR);
-    vstorew((floatw)(0.0f), 1, ot + dvp * FR);
+    for (uint c = 0; c < dvp * FLH; ++c) vstorew((floatw)(0.0f), c, ot);
+    for (uint h = 0; h < FLH; ++h) {
+      vstorew((floatw)(-INFINITY), h, ot + dvp * FR);  // m
+      vstorew((floatw)(0.0f), FLH + h, ot + dvp * FR);  // l
+    }
   }
 
   const uint last_row = min(sq, i00 + ng * FR) - 1u;
@@ -446,17 +536,16 @@ __kernel CPU_ONE_ITEM void attention_flash_cpu(__global const store_t* q, __glob
       const uint nkb_run = causal ? min(nkb, (i0 + rows - 1u) / FK + 1u) : nkb;
       const uint kb1 = min(kb0 + chunk, nkb_run);
       if (kb0 >= kb1) continue;
-      const intw last = (intw)((int)i0) + FL_LANES;  // causal: each lane's last key
       __local float* qt = state + g * gs;
       __local float* ot = qt + d * FR;
       __local float* ml = ot + dvp * FR;
-      floatw m = vloadw(0, ml), l = vloadw(1, ml);
+      FL_EACH_HALF(FL_LOAD_ML)
       const __global float* kp = kt + (bh * nkb + kb0) * (ulong)d * FK;
       const __global float* vb = vp + bh * nkb * FK * (ulong)dvp;
       for (uint jb = kb0; jb < kb1; ++jb, kp += d * FK) {
         FK_KEYS(FL_DECL_S)
         for (uint c = 0; c < d; ++c) {
-          const floatw qc = vloadw(c, qt);
+          FL_HALVES(FL_LOAD_Q, c)
           const __global float* kc = kp + c * FK;
           FK_KEYS(FL_QK)
         }
@@ -466,20 +555,10 @@ __kernel CPU_ONE_ITEM void attention_flash_cpu(__global const store_t* q, __glob
         if (causal && jb * FK + FK - 1u > i0) {
           FK_KEYS(FL_CAUSAL)
         }
-        floatw mx = m;
-        FK_KEYS(FL_MAX)
-        floatw mn = select(mx, m, isnan(m));  // nan_max(m, block): fmax drops NaN, a NaN row stays NaN
-        if (any(isnan(0.0f FK_KEYS(FL_SUM)))) {  // a NaN score (or +Inf beside -Inf: checked lane by lane)
-          mn = select(mn, (floatw)(NAN), 0 FK_KEYS(FL_NAN));
-        }
-        const intw none = mn == (floatw)(-INFINITY);  // rows that take no key yet (the reference skips them)
-        const floatw mb = select(mn, (floatw)(0.0f), none);  // so their P are exp2(-Inf - 0) = 0
-        const bool skipping = any(none);
-        const floatw corr = fl_exp2(m - mb);
-        FK_KEYS(FL_P)
-        l = fma(l, corr, FL_PSUM);
-        const bool rescale = any(m != mn);  // exp2(0) == 1 exactly: no row's maximum moved, no rescale
-        m = mn;
+        FL_EACH_HALF(FL_SOFTMAX)
+        const bool skipping = false FL_EACH_HALF(FL_ANY_NONE);
+        const bool rescale = false FL_EACH_HALF(FL_MOVED);
+        FL_EACH_HALF(FL_TAKE_MAX)
         const __global float* vj = vb + (ulong)jb * FK * dvp;
         for (uint c = 0; c < dvp; c += FV) {
           __local float* oc = ot + c * FR;
@@ -496,18 +575,20 @@ __kernel CPU_ONE_ITEM void attention_flash_cpu(__global const store_t* q, __glob
           FV_COLS(FL_SAVE_O)
         }
       }
-      vstorew(m, 0, ml);
-      vstorew(l, 1, ml);
+      FL_EACH_HALF(FL_SAVE_ML)
     }
   }
 
   for (uint g = 0; g < ng; ++g) {
     const uint i0 = i00 + g * FR, rows = min((uint)FR, sq - i0);
     __local float* ot = state + g * gs + d * FR;
-    const floatw l = vloadw(1, ot + dvp * FR);
-    // O / l for the FR rows at once (correctly rounded, as the scalar division; 16 scalar divisions per channel
-    // were 2% of the 4096-token self attention and more of the 77-key cross attention), then row by row.
-    for (uint c = 0; c < dv; ++c) vstorew(vloadw(c, ot) / l, c, ot);
+    // O / l for the FR rows at once, a half at a time (correctly rounded, as the scalar division; 16 scalar
+    // divisions per channel were 2% of the 4096-token self attention and more of the 77-key cross attention),
+    // then row by row.
+    for (uint h = 0; h < FLH; ++h) {
+      const floatw l = vloadw(FLH + h, ot + dvp * FR);
+      for (uint c = 0; c < dv; ++c) vstorew(vloadw(c * FLH + h, ot) / l, c * FLH + h, ot);
+    }
     for (uint r = 0; r < rows; ++r) {
       __global store_t* orow = out + (b * sq + i0 + r) * vstride + (ulong)h * dv;
       for (uint c = 0; c < dv; ++c) st(orow, c, ot[c * FR + r]);

@@ -513,6 +513,14 @@ BackendOptions backend_options_from_environment(BackendOptions o) {
   }
   env_switch("NANSCOPE_WINOGRAD", "1", "0", o.winograd);
   env_switch("NANSCOPE_NATIVE_HALF", "hardware", "emulated", o.half_units);
+  if (const char* v = std::getenv("NANSCOPE_ATTENTION_CPU_ROWS"); v && *v) {
+    const std::string_view s(v);
+    if (s == "8" || s == "16" || s == "32") {
+      o.attention_cpu_rows = s == "8" ? 8 : s == "16" ? 16 : 32;
+    } else {
+      log::warn("NANSCOPE_ATTENTION_CPU_ROWS={} is not 8, 16 or 32; choosing by the device", s);
+    }
+  }
   return o;
 }
 

@@ -216,10 +216,11 @@ struct BackendOptions {
   std::optional<std::uint64_t> weight_panel_bytes;
   bool profile = false;  // time every launch per op and kernel (OpenCL events)
   KernelStyleChoice kernel_style = KernelStyleChoice::by_device;
-  // The CPU flash attention's query rows per work-item, its vector lanes (8 or
-  // 16; 0: by the device's native float vector width, 16 on AVX-512): tests
-  // run both geometries on any CPU.
-  int attention_cpu_lanes = 0;
+  // The CPU flash attention's query rows per work-item (kernels/attention.cl):
+  // 8 (8-wide vectors), 16 (16-wide) or 32 (two 16-wide halves); 0: by the
+  // device's native float vector width, 32 on AVX-512, 8 below. Tests run
+  // every geometry on any CPU.
+  int attention_cpu_rows = 0;
   // Test setting: the CPU flash attention's blocking over memory, forced (0:
   // by the call's size): query row blocks per work-item, and key blocks per
   // chunk of K and V those row blocks take in turn. The results are the same
@@ -268,6 +269,7 @@ struct BackendOptions {
 //   NANSCOPE_NATIVE_HALF=hardware|emulated   half_units
 //   NANSCOPE_TENSOR_CORES=0|1|emulate  tensor_cores (emulate: emulate_tensor_cores)
 //   NANSCOPE_WINOGRAD=0|1    winograd
+//   NANSCOPE_ATTENTION_CPU_ROWS=8|16|32  attention_cpu_rows
 // A value that cannot be used is logged as a warning and ignored.
 BackendOptions backend_options_from_environment(BackendOptions base = {});
 // The device as a backend with options.memory_limit_bytes sees it: global

@@ -207,16 +207,16 @@ TEST(AttentionImpls, SlicedEqualsBmmBitForBit) {
 void expect_flash_nonfinite_like(const std::vector<HostTensor>& qkv, const HostTensor& want, int heads, float scale,
                                  const std::string& trace) {
   for (Backend* be : all_backends()) {
-    // The GPU style, and the CPU style at both of its flash kernel's geometries (16 and 8 lanes).
-    for (const auto& [style, lanes] : {std::pair{KernelStyleChoice::cpu, 16}, std::pair{KernelStyleChoice::cpu, 8},
-                                       std::pair{KernelStyleChoice::gpu, 0}}) {
+    // The GPU style, and the CPU style at each of its flash kernel's geometries (32, 16 and 8 query rows).
+    for (const auto& [style, rows] : {std::pair{KernelStyleChoice::cpu, 32}, std::pair{KernelStyleChoice::cpu, 16},
+                                      std::pair{KernelStyleChoice::cpu, 8}, std::pair{KernelStyleChoice::gpu, 0}}) {
       if (be->device().kind == DeviceKind::reference) continue;
       BackendOptions options = test_backend_options();
       options.kernel_style = style;
-      options.attention_cpu_lanes = lanes;
+      options.attention_cpu_rows = rows;
       const std::unique_ptr<Backend> own = make_backend(be->device(), options);
       SCOPED_TRACE(trace + "device \"" + be->device().name +
-                   (style == KernelStyleChoice::cpu ? "\" cpu style, " + std::to_string(lanes) + " lanes"
+                   (style == KernelStyleChoice::cpu ? "\" cpu style, " + std::to_string(rows) + " rows"
                                                     : std::string("\" gpu style")));
       const HostTensor got = run_attention(*own, qkv, {DType::f32}, {AttentionImpl::fused, 1}, heads, scale);
       EXPECT_TRUE(tensors_close(got, want, tolerance("attention_fused", Precision{DType::f32}, Check::backend), true));
@@ -256,12 +256,13 @@ void expect_tensor_core_flash_nonfinite_like(const std::vector<HostTensor>& qkv,
   }
 }
 
-// The CPU flash kernel's two geometries (16 query rows x 16 keys per block on
-// AVX-512, 8 x 12 on AVX2; the op suite runs the device's own) against the
+// The CPU flash kernel's three geometries (32 query rows in two halves x 8 keys
+// per block or 16 x 16 on AVX-512, 8 x 12 on AVX2; the op suite runs the
+// device's own) against the
 // reference on every CPU-style OpenCL device: ragged query and key blocks,
 // d != dv, dv not a multiple of the 8-column pass, the SD head sizes, batch and
 // heads above 1, f32 and f16 storage.
-TEST(AttentionFlashCpu, BothGeometriesMatchTheReference) {
+TEST(AttentionFlashCpu, EveryGeometryMatchesTheReference) {
   Rng rng(seed_from("attention flash cpu geometries"));
   const AttnShape shapes[] = {{2, 37, 29, 3, 24, 20, false},
                               {1, 100, 130, 2, 64, 64, false},
@@ -270,10 +271,10 @@ TEST(AttentionFlashCpu, BothGeometriesMatchTheReference) {
                               {1, 9, 200, 2, 80, 80, false}};
   for (Backend* be : all_backends()) {
     if (be->device().kind == DeviceKind::reference || be->device().kind == DeviceKind::simulator) continue;
-    for (const int lanes : {16, 8}) {
+    for (const int rows : {32, 16, 8}) {
       BackendOptions options = test_backend_options();
       options.kernel_style = KernelStyleChoice::cpu;
-      options.attention_cpu_lanes = lanes;
+      options.attention_cpu_rows = rows;
       const std::unique_ptr<Backend> own = make_backend(be->device(), options);
       for (const AttnShape& s : shapes) {
         const std::vector<HostTensor> qkv{random_normal(rng, {s.batch, s.sq, s.heads * s.d}, DType::f32),
@@ -281,7 +282,7 @@ TEST(AttentionFlashCpu, BothGeometriesMatchTheReference) {
                                           random_normal(rng, {s.batch, s.sk, s.heads * s.dv}, DType::f32)};
         const float scale = static_cast<float>(1.0 / std::sqrt(double(s.d)));
         for (const Precision& p : {Precision{DType::f32}, Precision{DType::f16}}) {
-          SCOPED_TRACE("device \"" + be->device().name + "\" " + std::to_string(lanes) + " lanes, " + s.tag() + " " +
+          SCOPED_TRACE("device \"" + be->device().name + "\" " + std::to_string(rows) + " rows, " + s.tag() + " " +
                        std::string(dtype_name(p.dtype)));
           const HostTensor want =
               run_attention(reference_backend(), qkv, p, {AttentionImpl::fused, 1}, int(s.heads), scale);
@@ -302,8 +303,8 @@ TEST(AttentionFlashCpu, BothGeometriesMatchTheReference) {
 // K and V in chunks of key blocks; a large head's K and V would otherwise be
 // streamed from memory for every block of rows) changes the schedule, never a
 // row's sums: forced blockings give the default's results bit for bit, with
-// and without the causal mask, on ragged row and key blocks, for both
-// geometries, and stay close to the reference.
+// and without the causal mask, on ragged row and key blocks, for every
+// geometry, and stay close to the reference.
 TEST(AttentionFlashCpu, BlockingOverMemoryKeepsTheResultsBitForBit) {
   Rng rng(seed_from("attention flash cpu blocking"));
   const AttnShape shapes[] = {{2, 61, 53, 2, 24, 20, false}, {1, 75, 75, 1, 40, 40, true}, {1, 40, 97, 2, 8, 8, true}};
@@ -312,11 +313,11 @@ TEST(AttentionFlashCpu, BlockingOverMemoryKeepsTheResultsBitForBit) {
   };
   for (Backend* be : all_backends()) {
     if (be->device().kind == DeviceKind::reference || be->device().kind == DeviceKind::simulator) continue;
-    for (const int lanes : {16, 8}) {
+    for (const int rows : {32, 16, 8}) {
       const auto backend = [&](Blocking b) {
         BackendOptions options = test_backend_options();
         options.kernel_style = KernelStyleChoice::cpu;
-        options.attention_cpu_lanes = lanes;
+        options.attention_cpu_rows = rows;
         options.attention_cpu_row_blocks = b.row_blocks;
         options.attention_cpu_key_chunk = b.key_chunk;
         return make_backend(be->device(), options);
@@ -333,7 +334,7 @@ TEST(AttentionFlashCpu, BlockingOverMemoryKeepsTheResultsBitForBit) {
             run_attention(reference_backend(), qkv, p, {AttentionImpl::fused, 1}, int(s.heads), scale, s.causal);
         EXPECT_TRUE(tensors_close(want, ref, tolerance("attention_fused", p, Check::backend)));
         for (const Blocking b : {Blocking{3, 2}, Blocking{2, 1}, Blocking{16, 3}}) {
-          SCOPED_TRACE("device \"" + be->device().name + "\" " + std::to_string(lanes) + " lanes, " + s.tag() + ", " +
+          SCOPED_TRACE("device \"" + be->device().name + "\" " + std::to_string(rows) + " rows, " + s.tag() + ", " +
                        std::to_string(b.row_blocks) + " row blocks, chunks of " + std::to_string(b.key_chunk));
           const std::unique_ptr<Backend> blocked = backend(b);
           EXPECT_TRUE(bitwise_equal(

@@ -26,15 +26,19 @@ namespace {
 
 constexpr std::int64_t kFusedQueryRows = 4;  // ATTN_QB in attention.cl
 constexpr std::int64_t kFusedMaxHead = 512;  // ATTN_MAX_D in attention.cl
-constexpr std::int64_t kFlashCpuCols = 8;    // FV in attention.cl: the packed V's rows are whole passes
+constexpr std::int64_t kFlashCpuCols = 8;    // FV in attention.cl (8; 4 at 32 rows): the packed V rows are whole passes
 
-// attention_flash_cpu's geometry: 16 query rows (the lanes) x 16 keys per block on 16-wide float
-// vectors (AVX-512), 8 x 12 on narrower ones (AVX2), -DFLW in attention.cl.
+// attention_flash_cpu's geometry (-DFLW, -DFLH in attention.cl): 32 query rows (two halves of 16 lanes) x 8 keys
+// per block on 16-wide float vectors (AVX-512), or 16 x 16 (one half); 8 x 12 on narrower ones (AVX2).
 struct FlashCpuGeometry {
   std::int64_t rows, keys;
 };
 FlashCpuGeometry flash_cpu_geometry(const OpenClBackend& be) {
-  return be.attention_cpu_lanes() == 16 ? FlashCpuGeometry{16, 16} : FlashCpuGeometry{8, 12};
+  switch (be.attention_cpu_rows()) {
+    case 32: return {32, 8};
+    case 16: return {16, 16};
+    default: return {8, 12};
+  }
 }
 
 // The CPU family's programs carry attention_flash_cpu's geometry; the GPU family's leave
@@ -45,7 +49,9 @@ FlashCpuGeometry flash_cpu_geometry(const OpenClBackend& be) {
 std::string attention_options(OpenClBackend& be, const Precision& p) {
   std::string o = be.precision_options(p) + detail::exact_math_options(be.device());
   if (be.kernel_style() == KernelStyle::gpu) return o + " -DGPU_KERNELS";
-  if (flash_cpu_geometry(be).rows != 16) o += " -DFLW=8";
+  const std::int64_t rows = flash_cpu_geometry(be).rows;
+  if (rows == 8) o += " -DFLW=8";
+  if (rows == 32) o += " -DFLH=2";
   o += " -DCPU_KERNELS";  // common.cl CPU_ONE_ITEM
   if (p.native_accumulation() || p.native_softmax()) o += " -DATTN_FUSED";
   return o;
@@ -106,13 +112,15 @@ std::int64_t flash_cpu_columns(std::int64_t dv) {
 // work-item take the packed K and V in chunks of key_chunk key blocks, each chunk read from memory once for all
 // of them. Where one (batch, head)'s K and V fit the caches (SD's UNet heads up to 4096 tokens) one row block
 // streams them whole; beyond (the VAE's 512-wide head: 8 MiB at 4096 tokens, 64 MiB at 16384) a chunk is about
-// half of a core's L2 and up to 16 row blocks share it, as long as 32 work-items remain for the cores.
+// half of a core's L2 and up to 256 query rows (16 blocks of 16, 8 of 32) share it, as long as 32 work-items
+// remain for the cores (the rows' state, 512 KiB at d = dv = 512, stays within a core's L2; 32 blocks of 32
+// rows made the 16384-token decode attention 1.2x slower on a Zen 5).
 struct FlashCpuBlocking {
   std::int64_t row_blocks = 1, key_chunk = 1;
 };
 constexpr std::uint64_t kFlashCpuCachedKv = 1u << 20;      // K and V bytes of one (batch, head) that stay cached
 constexpr std::uint64_t kFlashCpuChunkBytes = 192u << 10;  // K and V bytes of one chunk
-constexpr std::int64_t kFlashCpuMaxRowBlocks = 16;
+constexpr std::int64_t kFlashCpuMaxRowBlocks = 16, kFlashCpuMaxRows = 256;
 
 // Local memory bytes of `row_blocks` row blocks' state (Q^T, O^T, m and l: attention.cl).
 std::uint64_t flash_cpu_state_bytes(const FlashCpuGeometry& g, std::int64_t row_blocks, std::int64_t d,
@@ -128,7 +136,7 @@ FlashCpuBlocking flash_cpu_blocking(const OpenClBackend& be, std::int64_t pairs,
   const auto block_bytes = static_cast<std::uint64_t>(g.keys * (d + dvp)) * sizeof(float);
   FlashCpuBlocking b{1, nkb};
   if (static_cast<std::uint64_t>(nkb) * block_bytes > kFlashCpuCachedKv) {
-    b.row_blocks = kFlashCpuMaxRowBlocks;
+    b.row_blocks = std::min(kFlashCpuMaxRowBlocks, kFlashCpuMaxRows / g.rows);
     while (b.row_blocks > 1 && static_cast<std::int64_t>(ceil_div(qblocks, b.row_blocks)) * pairs < 32) {
       b.row_blocks /= 2;
     }

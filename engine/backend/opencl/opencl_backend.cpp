@@ -233,9 +233,10 @@ OpenClBackend::OpenClBackend(const DeviceInfo& device, const BackendOptions& opt
   tensor_cores_ = options.tensor_cores;
   winograd_ = options.winograd;
   emulate_tensor_cores_ = options.tensor_cores && options.emulate_tensor_cores;
-  if (options.attention_cpu_lanes != 0 && options.attention_cpu_lanes != 8 && options.attention_cpu_lanes != 16) {
-    throw Error("attention_cpu_lanes must be 8 or 16 (0: by the device); got " +
-                std::to_string(options.attention_cpu_lanes));
+  if (options.attention_cpu_rows != 0 && options.attention_cpu_rows != 8 && options.attention_cpu_rows != 16 &&
+      options.attention_cpu_rows != 32) {
+    throw Error("attention_cpu_rows must be 8, 16 or 32 (0: by the device); got " +
+                std::to_string(options.attention_cpu_rows));
   }
   if (options.attention_cpu_row_blocks < 0 || options.attention_cpu_key_chunk < 0) {
     throw Error("attention_cpu_row_blocks and attention_cpu_key_chunk must be 0 (by the call) or positive");
@@ -243,9 +244,9 @@ OpenClBackend::OpenClBackend(const DeviceInfo& device, const BackendOptions& opt
   attention_cpu_row_blocks_ = options.attention_cpu_row_blocks;
   attention_cpu_key_chunk_ = options.attention_cpu_key_chunk;
   // Resolved once: the device's width does not change (one driver query, not one per attention call).
-  attention_cpu_lanes_ = options.attention_cpu_lanes             ? options.attention_cpu_lanes
-                         : gemm::native_float_width(info_) >= 16 ? 16
-                                                                 : 8;
+  attention_cpu_rows_ = options.attention_cpu_rows              ? options.attention_cpu_rows
+                        : gemm::native_float_width(info_) >= 16 ? 32
+                                                                : 8;
   guard_log_ = std::make_shared<GuardLog>();
   switch (options.kernel_style) {
     case KernelStyleChoice::cpu: style_ = KernelStyle::cpu; break;
@@ -331,7 +332,7 @@ void OpenClBackend::limit_cache_growth(std::uint64_t bytes) { panels_->limit_gro
 std::uint64_t OpenClBackend::cache_bytes() const { return panels_->kept_bytes(); }
 std::uint64_t OpenClBackend::release_caches() {
   // The panels go back to the pool (its own kept buffers are not counted as allocated, and it frees them when an
-  // allocation needs the room); what allocated_bytes drops by is the pool's rounded sizes, not the panels' own.
+  // allocation needs the room); allocated_bytes drops by the sizes the pool served them with (cache_bytes).
   const std::uint64_t before = allocated_bytes();
   panels_->clear();
   const std::uint64_t after = allocated_bytes();
