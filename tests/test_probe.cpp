@@ -18,6 +18,7 @@
 #include "pipeline/session.hpp"
 #include "studies/device_probe.hpp"
 #include "studies/report_json.hpp"
+#include "support/tolerance.hpp"
 
 namespace nanscope {
 namespace {
@@ -87,6 +88,26 @@ TEST(DeviceProbe, HealthyDeviceEveryDistinctOpAgrees) {
   EXPECT_EQ(j["rows"].size(), r.rows.size());
   EXPECT_EQ(j["rows"][0]["verdict"], "agrees");
   EXPECT_TRUE(j["rows"][0]["modules"].is_array());
+}
+
+// The probe judges each row by the op tests' own limits: its copy of the table (the engine links no test code)
+// is tests/support/tolerance.cpp's Check::backend rows, family by family and precision by precision (the
+// attention_fused row had been left 4x tighter than the tests' after the CPU flash kernel changed them, and a
+// healthy device's VAE attention came out "differs beyond tolerance").
+TEST(DeviceProbe, TolerancesAreTheOpTestsOwn) {
+  const Precision precisions[] = {Precision{DType::f32}, Precision{DType::f16},
+                                  Precision{DType::f16, Accumulate::native}, Precision{DType::bf16},
+                                  Precision{DType::bf16, Accumulate::native}};
+  for (const char* family : {"exact", "matmul", "conv2d", "conv2d_winograd", "norm", "activation", "softmax",
+                             "timestep", "attention", "attention_fused"}) {
+    for (const Precision& p : precisions) {
+      SCOPED_TRACE(test::tolerance_key(family, p, test::Check::backend));
+      const test::Tolerance want = test::tolerance(family, p, test::Check::backend);
+      const studies::ProbeTolerance got = studies::probe_tolerance(family, p);
+      EXPECT_EQ(got.nmse, want.nmse);
+      EXPECT_EQ(got.max_rel, want.max_abs);
+    }
+  }
 }
 
 TEST(DeviceProbe, EmulatedFaultInOneOpKindIsNamedAndOnlyIt) {

@@ -39,6 +39,15 @@ std::string_view probe_verdict_name(ProbeVerdict v);
 // "agrees", "differs", "non-finite" (JSON, CLI column)
 std::string_view probe_verdict_code(ProbeVerdict v);
 
+// The limits a probe row is judged by, {nmse, max |d - r| / max |r|}: the op tests' Check::backend rows
+// (tests/support/tolerance.cpp, which the engine does not link; a test keeps the two tables equal) for the op
+// family ("matmul", "conv2d", "attention_fused", ...) at the precision, grown for reductions longer than the op
+// suite's (`reduction` terms: f32 sums drift like sqrt(length)). An unknown family gets {0, 0}.
+struct ProbeTolerance {
+  double nmse, max_rel;
+};
+ProbeTolerance probe_tolerance(std::string_view family, const Precision& p, std::int64_t reduction = 0);
+
 struct ProbeRow {
   std::string op;                    // the backend op: "CONV2D", "MATMUL", "ATTENTION", "SILU", ...
   std::vector<std::string> modules;  // every full module path whose call shares this row, in order of first use
