@@ -264,16 +264,25 @@ __kernel CPU_ONE_ITEM void gemm_cpu(__global const float* ap, ulong a_poff, ulon
 // Half storage: 16 k of each row converted by one vector load (the CPU's
 // conversion instructions; scalar ld() is integer arithmetic) into a private
 // block the fmas read as gemm_cpu reads its panel.
+// Four k steps per trip, as the f32 kernels (GEMM_DIRECT_K4 below).
 #define GEMM_CVT16(r) vstore16(ld16(ar##r, k), 0, at + r * 16);
-#define GEMM_FMA_T(r) GEMM_FMA_V(r, at[r * 16 + kk])
-#define GEMM_DIRECT_K16(BQ, KC)            \
-  for (; k + 16u <= (KC); k += 16u) {      \
-    float at[16 * GEMM_MR];                \
-    GEMM_ROWS(GEMM_CVT16)                  \
-    for (uint kk = 0; kk < 16u; ++kk) {    \
-      GEMM_LOAD_B(BQ, k + kk)              \
-      GEMM_ROWS(GEMM_FMA_T)                \
-    }                                      \
+#define GEMM_FMA_T(r) GEMM_FMA_V(r, at[r * 16 + kt])
+#define GEMM_T_STEP(BQ, KT)  \
+  {                          \
+    const uint kt = (KT);    \
+    GEMM_LOAD_B(BQ, k + kt)  \
+    GEMM_ROWS(GEMM_FMA_T)    \
+  }
+#define GEMM_DIRECT_K16(BQ, KC)              \
+  for (; k + 16u <= (KC); k += 16u) {        \
+    float at[16 * GEMM_MR];                  \
+    GEMM_ROWS(GEMM_CVT16)                    \
+    for (uint kk = 0; kk < 16u; kk += 4u) {  \
+      GEMM_T_STEP(BQ, kk)                    \
+      GEMM_T_STEP(BQ, kk + 1u)               \
+      GEMM_T_STEP(BQ, kk + 2u)               \
+      GEMM_T_STEP(BQ, kk + 3u)               \
+    }                                        \
   }
 #define GEMM_DIRECT_K4(BQ, KC)
 #else
