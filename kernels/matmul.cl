@@ -260,48 +260,42 @@ __kernel CPU_ONE_ITEM void gemm_cpu(__global const float* ap, ulong a_poff, ulon
 // A element (m, k) of batch b is a[a_off + b*a_bs + m*lda + k].
 #define GEMM_ROWPTR(r) const __global store_t* ar##r = a + (ulong)min(m0 + r, M - 1u) * lda;
 #define GEMM_FMA_D(r) GEMM_FMA_V(r, ld(ar##r, k))
+// One k step of a block: row KB of the B sub-panel BQ against each row's A value, which FMA_A reads at `ka`
+// (KA). Four steps per trip (the same sums in the same order): the loop's counter and branch per step cost 4-6%
+// of the GEMM on a 2-FMA-port AVX-512 Xeon.
+#define GEMM_K_STEP(BQ, KB, KA, FMA_A) \
+  {                                    \
+    const uint ka = (KA);              \
+    GEMM_LOAD_B(BQ, KB)                \
+    GEMM_ROWS(FMA_A)                   \
+  }
+#define GEMM_K_STEPS4(BQ, KB, KA, FMA_A)                \
+  GEMM_K_STEP(BQ, KB, KA, FMA_A)                        \
+  GEMM_K_STEP(BQ, (KB) + 1u, (KA) + 1u, FMA_A)          \
+  GEMM_K_STEP(BQ, (KB) + 2u, (KA) + 2u, FMA_A)          \
+  GEMM_K_STEP(BQ, (KB) + 3u, (KA) + 3u, FMA_A)
 #if !defined(STORE_F32)
 // Half storage: 16 k of each row converted by one vector load (the CPU's
 // conversion instructions; scalar ld() is integer arithmetic) into a private
 // block the fmas read as gemm_cpu reads its panel.
-// Four k steps per trip, as the f32 kernels (GEMM_DIRECT_K4 below).
 #define GEMM_CVT16(r) vstore16(ld16(ar##r, k), 0, at + r * 16);
-#define GEMM_FMA_T(r) GEMM_FMA_V(r, at[r * 16 + kt])
-#define GEMM_T_STEP(BQ, KT)  \
-  {                          \
-    const uint kt = (KT);    \
-    GEMM_LOAD_B(BQ, k + kt)  \
-    GEMM_ROWS(GEMM_FMA_T)    \
-  }
-#define GEMM_DIRECT_K16(BQ, KC)              \
-  for (; k + 16u <= (KC); k += 16u) {        \
-    float at[16 * GEMM_MR];                  \
-    GEMM_ROWS(GEMM_CVT16)                    \
-    for (uint kk = 0; kk < 16u; kk += 4u) {  \
-      GEMM_T_STEP(BQ, kk)                    \
-      GEMM_T_STEP(BQ, kk + 1u)               \
-      GEMM_T_STEP(BQ, kk + 2u)               \
-      GEMM_T_STEP(BQ, kk + 3u)               \
-    }                                        \
+#define GEMM_FMA_T(r) GEMM_FMA_V(r, at[r * 16 + ka])
+#define GEMM_DIRECT_K16(BQ, KC)                              \
+  for (; k + 16u <= (KC); k += 16u) {                        \
+    float at[16 * GEMM_MR];                                  \
+    GEMM_ROWS(GEMM_CVT16)                                    \
+    for (uint kk = 0; kk < 16u; kk += 4u) {                  \
+      GEMM_K_STEPS4(BQ, k + kk, kk, GEMM_FMA_T)              \
+    }                                                        \
   }
 #define GEMM_DIRECT_K4(BQ, KC)
 #else
 #define GEMM_DIRECT_K16(BQ, KC)
-// f32 storage: four k steps per trip (the same sums in the same order); the loop's
-// counter and branch per step cost 4-6% of the GEMM on a 2-FMA-port AVX-512 Xeon.
-#define GEMM_FMA_Q(r) GEMM_FMA_V(r, ld(ar##r, kq))
-#define GEMM_K_STEP(BQ, KQ)  \
-  {                          \
-    const uint kq = (KQ);    \
-    GEMM_LOAD_B(BQ, kq)      \
-    GEMM_ROWS(GEMM_FMA_Q)    \
-  }
-#define GEMM_DIRECT_K4(BQ, KC)      \
-  for (; k + 4u <= (KC); k += 4u) { \
-    GEMM_K_STEP(BQ, k)              \
-    GEMM_K_STEP(BQ, k + 1u)         \
-    GEMM_K_STEP(BQ, k + 2u)         \
-    GEMM_K_STEP(BQ, k + 3u)         \
+// f32 storage: A read where it lies.
+#define GEMM_FMA_Q(r) GEMM_FMA_V(r, ld(ar##r, ka))
+#define GEMM_DIRECT_K4(BQ, KC)          \
+  for (; k + 4u <= (KC); k += 4u) {     \
+    GEMM_K_STEPS4(BQ, k, k, GEMM_FMA_Q) \
   }
 #endif
 // The sums of one MR x NR block over KC columns of the rows ar0.. of A and the

@@ -515,8 +515,9 @@ BackendOptions backend_options_from_environment(BackendOptions o) {
   env_switch("NANSCOPE_NATIVE_HALF", "hardware", "emulated", o.half_units);
   if (const char* v = std::getenv("NANSCOPE_ATTENTION_CPU_ROWS"); v && *v) {
     const std::string_view s(v);
-    if (s == "8" || s == "16" || s == "32") {
-      o.attention_cpu_rows = s == "8" ? 8 : s == "16" ? 16 : 32;
+    const int rows = s == "8" ? 8 : s == "16" ? 16 : s == "32" ? 32 : 0;
+    if (rows) {
+      o.attention_cpu_rows = rows;
     } else {
       log::warn("NANSCOPE_ATTENTION_CPU_ROWS={} is not 8, 16 or 32; choosing by the device", s);
     }
