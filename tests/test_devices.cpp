@@ -202,12 +202,20 @@ TEST(Devices, BackendOptionsFromTheEnvironment) {
   EXPECT_TRUE(o.profile);
   EXPECT_EQ(o.kernel_style, KernelStyleChoice::gpu);
   EXPECT_EQ(o.attention_cpu_rows, 16);
+  EXPECT_FALSE(o.profile_grids);
   EXPECT_EQ(o.kernel_cache_dir, "/somewhere");  // the base is kept
+  setenv("NANSCOPE_PROFILE", "grid", 1);
+  o = backend_options_from_environment();
+  EXPECT_TRUE(o.profile);
+  EXPECT_TRUE(o.profile_grids);
   setenv("NANSCOPE_POOL_MB", "lots", 1);
   setenv("NANSCOPE_WEIGHT_PANELS_MB", "-3", 1);
   setenv("NANSCOPE_KERNEL_STYLE", "fast", 1);
   setenv("NANSCOPE_ATTENTION_CPU_ROWS", "12", 1);
+  setenv("NANSCOPE_PROFILE", "often", 1);
   o = backend_options_from_environment();
+  EXPECT_FALSE(o.profile);
+  EXPECT_FALSE(o.profile_grids);
   EXPECT_FALSE(o.pool_keep_bytes.has_value());
   EXPECT_FALSE(o.weight_panel_bytes.has_value());
   EXPECT_EQ(o.kernel_style, KernelStyleChoice::by_device);

@@ -495,7 +495,12 @@ BackendOptions backend_options_from_environment(BackendOptions o) {
   if (const auto b = env_mib("NANSCOPE_POOL_MB", true)) o.pool_keep_bytes = *b;
   if (const auto b = env_mib("NANSCOPE_WEIGHT_PANELS_MB", true)) o.weight_panel_bytes = *b;
   if (const auto b = env_mib("NANSCOPE_MAX_ALLOC_MB", false)) o.max_alloc_limit_bytes = *b;
-  if (const char* v = std::getenv("NANSCOPE_PROFILE"); v && *v) o.profile = std::string_view(v) == "1";
+  if (const char* v = std::getenv("NANSCOPE_PROFILE"); v && *v) {
+    const std::string_view s(v);
+    o.profile = s == "1" || s == "grid";
+    o.profile_grids = s == "grid";
+    if (!o.profile && s != "0") log::warn("NANSCOPE_PROFILE={} is not 0, 1 or grid; ignored", s);
+  }
   if (const char* v = std::getenv("NANSCOPE_TENSOR_CORES"); v && std::string_view(v) == "emulate") {
     o.tensor_cores = o.emulate_tensor_cores = true;
   } else {

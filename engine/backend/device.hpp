@@ -215,6 +215,9 @@ struct BackendOptions {
   // device's memory, at most 4 GiB; 0: none, packed at every call).
   std::optional<std::uint64_t> weight_panel_bytes;
   bool profile = false;  // time every launch per op and kernel (OpenCL events)
+  // With profile: time each launch geometry of an op's kernel apart ("MATMUL
+  // gemm_cpu_direct_a global [40,16,2]"), to tell which shape of an op costs.
+  bool profile_grids = false;
   KernelStyleChoice kernel_style = KernelStyleChoice::by_device;
   // The CPU flash attention's query rows per work-item (kernels/attention.cl):
   // 8 (8-wide vectors), 16 (16-wide) or 32 (two 16-wide halves); 0: by the
@@ -264,6 +267,7 @@ struct BackendOptions {
 //   NANSCOPE_POOL_MB=N       pool_keep_bytes = N MiB (0 turns reuse off)
 //   NANSCOPE_WEIGHT_PANELS_MB=N  weight_panel_bytes = N MiB (0: LINEAR weights packed at every call)
 //   NANSCOPE_PROFILE=1       profile
+//   NANSCOPE_PROFILE=grid    profile and profile_grids
 //   NANSCOPE_KERNEL_STYLE=cpu|gpu   kernel_style
 //   NANSCOPE_MAX_ALLOC_MB=N  max_alloc_limit_bytes = N MiB
 //   NANSCOPE_NATIVE_HALF=hardware|emulated   half_units

@@ -475,5 +475,33 @@ TEST(MatmulWeightPanels, PreparedAtLoadServeTheFirstCallOrGiveWayToAnotherView) 
     }
   }
 }
+
+// NANSCOPE_PROFILE=grid (BackendOptions::profile_grids) times each launch geometry of a kernel apart: two linears
+// of different token counts are two rows of the GEMM's profile, one row without it.
+TEST(MatmulProfile, GridsTimeEachLaunchGeometryApart) {
+  const std::vector<opencl::OpenClBackend*> cpu = cpu_family_backends();
+  if (cpu.empty()) GTEST_SKIP() << no_cpu_family_message();
+  const Precision p{DType::f32};
+  Rng rng(seed_from("profile grids"));
+  const HostTensor hw = random_normal(rng, {48, 32}, DType::f32);
+  const HostTensor small = random_normal(rng, {1, 8, 32}, DType::f32);
+  const HostTensor large = random_normal(rng, {1, 200, 32}, DType::f32);
+  for (const bool grids : {false, true}) {
+    SCOPED_TRACE(grids ? "profile_grids" : "profile");
+    BackendOptions o = test_backend_options();
+    o.profile = true;
+    o.profile_grids = grids;
+    const auto be = make_backend(cpu.front()->device(), o);
+    const Tensor w = be->upload(hw);
+    for (const HostTensor* x : {&small, &large})
+      (void)be->download(ops::linear(make_context(*be, p), be->upload(*x), w, nullptr));
+    std::vector<std::string> rows;
+    for (const auto& t : dynamic_cast<opencl::OpenClBackend&>(*be).profile()) {
+      if (t.op.rfind("MATMUL gemm_cpu_direct_a", 0) == 0) rows.push_back(t.op);
+    }
+    ASSERT_EQ(rows.size(), grids ? 2u : 1u) << testing::PrintToString(rows);
+    for (const std::string& r : rows) EXPECT_EQ(r.find(" global [") != std::string::npos, grids) << r;
+  }
+}
 }  // namespace
 }  // namespace nanscope::test

@@ -228,6 +228,7 @@ OpenClBackend::OpenClBackend(const DeviceInfo& device, const BackendOptions& opt
   // and the unoptimised code is the kernel as written, which is what it checks.
   if (info_.kind == DeviceKind::simulator) cl_std_ += " -cl-opt-disable";
   profile_ = options.profile;
+  profile_grids_ = options.profile && options.profile_grids;
   fail_allocation_ = options.fail_allocation;
   guard_bytes_ = options.guard_bytes;
   tensor_cores_ = options.tensor_cores;
@@ -482,8 +483,11 @@ void OpenClBackend::launch(cl_kernel k, std::string_view op, cl_uint dims, const
                        sizes_str(dims, local) + " on \"" + info_.name + "\"");
   }
   if (ev) {
-    // Timed per op and kernel ("CONV2D conv_im2col_panels"): which part of an op costs what.
-    pending_events_.emplace_back(std::string(op) + " " + kernel_name(k), ev);
+    // Timed per op and kernel ("CONV2D conv_im2col_panels"): which part of an op costs what; with
+    // profile_grids per launch geometry too: which of its shapes.
+    std::string key = std::string(op) + " " + kernel_name(k);
+    if (profile_grids_) key += " global " + sizes_str(dims, global);
+    pending_events_.emplace_back(std::move(key), ev);
     // Bound the number of live events in long runs.
     if (pending_events_.size() >= 4096) collect_profile();
   }

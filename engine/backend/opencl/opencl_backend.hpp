@@ -205,6 +205,7 @@ class OpenClBackend final : public Backend {
   std::string
       cl_std_;  // "-cl-std=CL1.2" (or CL1.1 on devices that only speak OpenCL C 1.1; simulators: -cl-opt-disable)
   bool profile_ = false;
+  bool profile_grids_ = false;  // BackendOptions::profile_grids
   KernelStyle style_ = KernelStyle::cpu;
   bool tensor_cores_ = true;  // BackendOptions::tensor_cores
   bool emulate_tensor_cores_ = false;
