@@ -222,7 +222,7 @@ struct ASource {
 
 // Row blocks per work-item of the panel kernels (of a_blocks, next to `columns` column panels x batches): many
 // for cache reuse (at most max_blocks), few enough to keep every core busy. (Equal groups: an uneven last group
-// would leave a thread idle at the end of each pass.)
+// would leave a thread idle at the end of the launch.)
 std::int64_t row_group(std::int64_t a_blocks, std::int64_t columns, std::int64_t max_blocks = 16) {
   std::int64_t groups = static_cast<std::int64_t>(ceil_div(a_blocks, max_blocks));
   while (groups < a_blocks && columns * groups < 64) groups *= 2;
@@ -249,43 +249,29 @@ void compute_blocks(OpenClBackend& be, const Precision& p, const ASource& src, c
   }
   cl_kernel kern = src.direct ? be.kernel("matmul", "gemm_cpu_direct_a", options(be, p))
                               : be.kernel("matmul", "gemm_cpu", packed_a_options(be, p));
-  // One launch per k-block; between them the running sums of a column range of C wait in `part`,
-  // so wide problems go in column ranges that keep it within budget.
-  const std::int64_t passes = static_cast<std::int64_t>(ceil_div(pr.k, kc));
-  const std::int64_t mpad = a_blocks * t.mr;
-  std::int64_t cols = pr.n;
-  std::optional<detail::ScratchBuffer> part;
-  if (passes > 1) {
-    const auto budget = static_cast<std::int64_t>(scratch_budget(be.device()) / 4 / sizeof(float));
-    const std::int64_t per_panel = pr.batch * mpad * t.nr();
-    cols = std::min<std::int64_t>(pr.n, std::max<std::int64_t>(1, budget / per_panel) * t.nr());
-    part.emplace(
-        be, static_cast<std::size_t>(per_panel * static_cast<std::int64_t>(ceil_div(cols, t.nr()))) * sizeof(float),
-        std::string(op) + " partial sums");
+  // One launch for every k-block: each work-item keeps its blocks' running sums in local memory between them.
+  const std::int64_t block_floats = static_cast<std::int64_t>(t.mr) * t.nr();
+  std::int64_t max_blocks = 16;
+  if (const std::uint64_t local = be.device().local_mem_bytes) {
+    max_blocks = std::clamp<std::int64_t>(static_cast<std::int64_t>(local / 2 / (block_floats * sizeof(float))), 1,
+                                          max_blocks);
   }
-  for (std::int64_t n0 = 0; n0 < pr.n; n0 += cols) {
-    const std::int64_t nn = std::min(cols, pr.n - n0);
-    const std::int64_t nblk = static_cast<std::int64_t>(ceil_div(nn, t.nr()));
-    const std::int64_t mgroup = row_group(a_blocks, nblk * pr.batch);
-    const size_t global[3] = {static_cast<size_t>(nblk), ceil_div(a_blocks, mgroup), static_cast<size_t>(pr.batch)};
-    for (std::int64_t pass = 0; pass < passes; ++pass) {
-      const std::int64_t k0 = pass * kc;
-      const int flags = (pass == 0 ? 1 : 0) | (pass == passes - 1 ? 2 : 0);
-      if (src.direct) {
-        OpenClBackend::set_args(kern, src.mem, cl_ulong(src.off), cl_ulong(src.bs), cl_ulong(src.lda));
-      } else {
-        OpenClBackend::set_args(kern, src.mem, cl_ulong(src.off), cl_ulong(src.bs), cl_uint(a_blocks));
-      }
-      OpenClBackend::set_args_from(kern, 4, pr.b_panels, cl_ulong(pr.b_panels_off), cl_ulong(pr.b_panels_bs),
-                                   cl_uint(b_blocks), cl_uint(n0 / t.nr()), part ? part->mem() : cl_mem{nullptr},
-                                   cl_ulong(mpad * nblk * t.nr()), to_uint(k0, op, "k0"),
-                                   to_uint(std::min(kc, pr.k - k0), op, "kc"), cl_int(flags), cl_uint(mgroup), pr.bias,
-                                   cl_ulong(pr.bias_off + (pr.bias_mode == kBiasCol ? n0 : 0)), cl_int(pr.bias_mode),
-                                   pr.c, cl_ulong(pr.c_off + n0), cl_ulong(pr.c_bs), cl_ulong(pr.ldc),
-                                   to_uint(pr.m, op, "m"), to_uint(nn, op, "n"), pr.alpha);
-      be.launch(kern, op, 3, global, nullptr);
-    }
+  const std::int64_t mgroup = row_group(a_blocks, b_blocks * pr.batch, max_blocks);
+  if (src.direct) {
+    OpenClBackend::set_args(kern, src.mem, cl_ulong(src.off), cl_ulong(src.bs), cl_ulong(src.lda));
+  } else {
+    OpenClBackend::set_args(kern, src.mem, cl_ulong(src.off), cl_ulong(src.bs), cl_uint(a_blocks));
   }
+  OpenClBackend::set_args_from(kern, 4, pr.b_panels, cl_ulong(pr.b_panels_off), cl_ulong(pr.b_panels_bs),
+                               cl_uint(b_blocks), LocalMem{static_cast<size_t>(mgroup * block_floats) * sizeof(float)},
+                               to_uint(pr.k, op, "k"), to_uint(kc, op, "kc"), cl_uint(mgroup), pr.bias,
+                               cl_ulong(pr.bias_off), cl_int(pr.bias_mode), pr.c, cl_ulong(pr.c_off),
+                               cl_ulong(pr.c_bs), cl_ulong(pr.ldc), to_uint(pr.m, op, "m"), to_uint(pr.n, op, "n"),
+                               pr.alpha);
+  const size_t global[3] = {static_cast<size_t>(b_blocks), ceil_div(a_blocks, mgroup), static_cast<size_t>(pr.batch)};
+  // One work-item per group on any device: its local memory holds that work-item's sums.
+  const size_t local[3] = {1, 1, 1};
+  be.launch(kern, op, 3, global, local);
 }
 
 }  // namespace

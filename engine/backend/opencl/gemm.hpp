@@ -31,7 +31,8 @@
 namespace nanscope::opencl::gemm {
 
 // Block sizes: panel kernels (MR rows x 16*NV columns per work-item, k in
-// passes of about kc so one work-item's sub-panels stay in L1) and GPU tiles
+// blocks of about kc so a work-item's B sub-panel stays in the caches for its
+// row blocks; one launch walks every k-block) and GPU tiles
 // (TS_M x TS_N per work-group, TS_K deep, WPT_M x WPT_N per work-item).
 struct Tuning {
   int mr = 6, nv = 1, kc = 256;
