@@ -253,8 +253,8 @@ void compute_blocks(OpenClBackend& be, const Precision& p, const ASource& src, c
   const std::int64_t block_floats = static_cast<std::int64_t>(t.mr) * t.nr();
   std::int64_t max_blocks = 16;
   if (const std::uint64_t local = be.device().local_mem_bytes) {
-    max_blocks = std::clamp<std::int64_t>(static_cast<std::int64_t>(local / 2 / (block_floats * sizeof(float))), 1,
-                                          max_blocks);
+    max_blocks =
+        std::clamp<std::int64_t>(static_cast<std::int64_t>(local / 2 / (block_floats * sizeof(float))), 1, max_blocks);
   }
   const std::int64_t mgroup = row_group(a_blocks, b_blocks * pr.batch, max_blocks);
   if (src.direct) {
@@ -265,9 +265,8 @@ void compute_blocks(OpenClBackend& be, const Precision& p, const ASource& src, c
   OpenClBackend::set_args_from(kern, 4, pr.b_panels, cl_ulong(pr.b_panels_off), cl_ulong(pr.b_panels_bs),
                                cl_uint(b_blocks), LocalMem{static_cast<size_t>(mgroup * block_floats) * sizeof(float)},
                                to_uint(pr.k, op, "k"), to_uint(kc, op, "kc"), cl_uint(mgroup), pr.bias,
-                               cl_ulong(pr.bias_off), cl_int(pr.bias_mode), pr.c, cl_ulong(pr.c_off),
-                               cl_ulong(pr.c_bs), cl_ulong(pr.ldc), to_uint(pr.m, op, "m"), to_uint(pr.n, op, "n"),
-                               pr.alpha);
+                               cl_ulong(pr.bias_off), cl_int(pr.bias_mode), pr.c, cl_ulong(pr.c_off), cl_ulong(pr.c_bs),
+                               cl_ulong(pr.ldc), to_uint(pr.m, op, "m"), to_uint(pr.n, op, "n"), pr.alpha);
   const size_t global[3] = {static_cast<size_t>(b_blocks), ceil_div(a_blocks, mgroup), static_cast<size_t>(pr.batch)};
   // One work-item per group on any device: its local memory holds that work-item's sums.
   const size_t local[3] = {1, 1, 1};
