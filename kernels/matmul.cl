@@ -260,8 +260,12 @@ __kernel CPU_ONE_ITEM void gemm_cpu(__global const float* ap, ulong a_poff, ulon
 // in the same order as gemm_cpu, and the f16 / bf16 -> f32 conversion is exact:
 // the results are identical bit for bit.
 // A element (m, k) of batch b is a[a_off + b*a_bs + m*lda + k].
-#define GEMM_ROWPTR(r) const __global store_t* ar##r = a + (ulong)min(m0 + r, M - 1u) * lda;
-#define GEMM_FMA_D(r) GEMM_FMA_V(r, ld(ar##r, k))
+// GEMM_A_T, GEMM_LD_A: A's element type and scalar load (the storage dtype's,
+// or f32 in gemm_cpu_direct_f32a); GEMM_A_STEPS: the k steps that read it.
+#define GEMM_A_T store_t
+#define GEMM_LD_A(p, i) ld(p, i)
+#define GEMM_ROWPTR(r) const __global GEMM_A_T* ar##r = a + (ulong)min(m0 + r, M - 1u) * lda;
+#define GEMM_FMA_D(r) GEMM_FMA_V(r, GEMM_LD_A(ar##r, k))
 // One k step of a block: row KB of the B sub-panel BQ against each row's A value, which FMA_A reads at `ka`
 // (KA). Four steps per trip (the same sums in the same order): the loop's counter and branch per step cost 4-6%
 // of the GEMM on a 2-FMA-port AVX-512 Xeon.
@@ -276,6 +280,12 @@ __kernel CPU_ONE_ITEM void gemm_cpu(__global const float* ap, ulong a_poff, ulon
   GEMM_K_STEP(BQ, (KB) + 1u, (KA) + 1u, FMA_A)          \
   GEMM_K_STEP(BQ, (KB) + 2u, (KA) + 2u, FMA_A)          \
   GEMM_K_STEP(BQ, (KB) + 3u, (KA) + 3u, FMA_A)
+// f32 A: read where it lies, four k steps per trip.
+#define GEMM_FMA_Q(r) GEMM_FMA_V(r, GEMM_LD_A(ar##r, ka))
+#define GEMM_DIRECT_K4(BQ, KC)          \
+  for (; k + 4u <= (KC); k += 4u) {     \
+    GEMM_K_STEPS4(BQ, k, k, GEMM_FMA_Q) \
+  }
 #if !defined(STORE_F32)
 // Half storage: 16 k of each row converted by one vector load (the CPU's
 // conversion instructions; scalar ld() is integer arithmetic) into a private
@@ -290,23 +300,16 @@ __kernel CPU_ONE_ITEM void gemm_cpu(__global const float* ap, ulong a_poff, ulon
       GEMM_K_STEPS4(BQ, k + kk, kk, GEMM_FMA_T)              \
     }                                                        \
   }
-#define GEMM_DIRECT_K4(BQ, KC)
+#define GEMM_A_STEPS GEMM_DIRECT_K16
 #else
-#define GEMM_DIRECT_K16(BQ, KC)
-// f32 storage: A read where it lies.
-#define GEMM_FMA_Q(r) GEMM_FMA_V(r, ld(ar##r, ka))
-#define GEMM_DIRECT_K4(BQ, KC)          \
-  for (; k + 4u <= (KC); k += 4u) {     \
-    GEMM_K_STEPS4(BQ, k, k, GEMM_FMA_Q) \
-  }
+#define GEMM_A_STEPS GEMM_DIRECT_K4
 #endif
 // The sums of one MR x NR block over KC columns of the rows ar0.. of A and the
 // sub-panel BQ (KC x NR floats, global or local): gemm_cpu_direct_a and conv_cpu.
 #define GEMM_DIRECT_A_SUMS(BQ, KC)  \
   {                                 \
     uint k = 0;                     \
-    GEMM_DIRECT_K16(BQ, KC)         \
-    GEMM_DIRECT_K4(BQ, KC)          \
+    GEMM_A_STEPS(BQ, KC)            \
     for (; k < (KC); ++k) {         \
       GEMM_LOAD_B(BQ, k)            \
       GEMM_ROWS(GEMM_FMA_D)         \
@@ -314,43 +317,77 @@ __kernel CPU_ONE_ITEM void gemm_cpu(__global const float* ap, ulong a_poff, ulon
   }
 
 #if !defined(GPU_KERNELS) && !defined(GEMM_PACKED_A)  // CPU family only (reads_a_directly), not in its packed-A variant
-__kernel CPU_ONE_ITEM void gemm_cpu_direct_a(__global const store_t* ap, ulong a_off, ulong a_bs, ulong lda,
-                                             __global const float* bp, ulong b_poff, ulong b_bs, uint b_blocks,
-                                             __local float* pl, uint K, uint kc, uint mgroup,
-                                             __global const store_t* bias, ulong bias_off, int bias_mode,
-                                             __global store_t* c, ulong c_off, ulong c_bs, ulong ldc, uint M, uint N,
-                                             float alpha) {
-  const uint nb = (uint)get_global_id(0);
-  const ulong bt = get_global_id(2);
-  const uint n0 = nb * GEMM_NR;
-  const uint mblocks = (M + GEMM_MR - 1) / GEMM_MR;
-  const __global float* bpanels = bp + b_poff + bt * b_bs;
-  const __global store_t* abt = ap + a_off + bt * a_bs;
-  const ulong cbase = c_off + bt * c_bs;
-  bias += bias_off;
-  const uint mb0 = (uint)get_global_id(1) * mgroup;
-  const uint mb_end = min(mblocks, mb0 + mgroup);
-  for (uint k0 = 0; k0 < K; k0 += kc) {
-    const uint kcb = min(kc, K - k0);
-    const __global float* bq = bpanels + ((ulong)k0 * b_blocks + (ulong)nb * kcb) * GEMM_NR;
-    const __global store_t* a = abt + k0;
-    for (uint mb = mb0; mb < mb_end; ++mb) {
-      __local float* pp = pl + (mb - mb0) * (GEMM_MR * GEMM_NR);
-      const uint m0 = mb * GEMM_MR;
-      GEMM_ROWS(GEMM_ROWPTR)
-      GEMM_ROWS(GEMM_DECL)
-      if (k0 > 0) {
-        GEMM_ROWS(GEMM_LOAD)
-      }
-      GEMM_DIRECT_A_SUMS(bq, kcb)
-      if (k0 + kcb < K) {
-        GEMM_ROWS(GEMM_SAVE)
-      } else {
-        GEMM_ROWS(GEMM_STORE)
-      }
-    }
-  }
+#define GEMM_DIRECT_A_KERNEL(NAME)                                                                                    \
+__kernel CPU_ONE_ITEM void NAME(__global const GEMM_A_T* ap, ulong a_off, ulong a_bs, ulong lda,                      \
+                                             __global const float* bp, ulong b_poff, ulong b_bs, uint b_blocks,       \
+                                             __local float* pl, uint K, uint kc, uint mgroup,                         \
+                                             __global const store_t* bias, ulong bias_off, int bias_mode,             \
+                                             __global store_t* c, ulong c_off, ulong c_bs, ulong ldc, uint M, uint N, \
+                                             float alpha) {                                                           \
+  const uint nb = (uint)get_global_id(0);                                                                             \
+  const ulong bt = get_global_id(2);                                                                                  \
+  const uint n0 = nb * GEMM_NR;                                                                                       \
+  const uint mblocks = (M + GEMM_MR - 1) / GEMM_MR;                                                                   \
+  const __global float* bpanels = bp + b_poff + bt * b_bs;                                                            \
+  const __global GEMM_A_T* abt = ap + a_off + bt * a_bs;                                                              \
+  const ulong cbase = c_off + bt * c_bs;                                                                              \
+  bias += bias_off;                                                                                                   \
+  const uint mb0 = (uint)get_global_id(1) * mgroup;                                                                   \
+  const uint mb_end = min(mblocks, mb0 + mgroup);                                                                     \
+  for (uint k0 = 0; k0 < K; k0 += kc) {                                                                               \
+    const uint kcb = min(kc, K - k0);                                                                                 \
+    const __global float* bq = bpanels + ((ulong)k0 * b_blocks + (ulong)nb * kcb) * GEMM_NR;                          \
+    const __global GEMM_A_T* a = abt + k0;                                                                            \
+    for (uint mb = mb0; mb < mb_end; ++mb) {                                                                          \
+      __local float* pp = pl + (mb - mb0) * (GEMM_MR * GEMM_NR);                                                      \
+      const uint m0 = mb * GEMM_MR;                                                                                   \
+      GEMM_ROWS(GEMM_ROWPTR)                                                                                          \
+      GEMM_ROWS(GEMM_DECL)                                                                                            \
+      if (k0 > 0) {                                                                                                   \
+        GEMM_ROWS(GEMM_LOAD)                                                                                          \
+      }                                                                                                               \
+      GEMM_DIRECT_A_SUMS(bq, kcb)                                                                                     \
+      if (k0 + kcb < K) {                                                                                             \
+        GEMM_ROWS(GEMM_SAVE)                                                                                          \
+      } else {                                                                                                        \
+        GEMM_ROWS(GEMM_STORE)                                                                                         \
+      }                                                                                                               \
+    }                                                                                                                 \
+  }                                                                                                                   \
 }
+GEMM_DIRECT_A_KERNEL(gemm_cpu_direct_a)
+
+#if !defined(STORE_F32)
+// Half-precision A converted to f32 rows once per call (gemm_a_rows_to_f32)
+// instead of in the GEMM's inner loop, once per column panel: on a 2-core Zen 5
+// the f16 linears took 1.2-1.3x the f32 ones' time that way (bench_ops --shapes
+// sd15 --dtype f16). The conversion is exact: the same sums, bit for bit.
+// dst[(b*M + m)*K + k] = A element (m, k) of batch b, at src[off + b*bs + m*rs + k].
+// Grid: (M, batch), a row per work-item.
+__kernel void gemm_a_rows_to_f32(__global const store_t* src, ulong off, ulong bs, ulong rs, __global float* dst,
+                                 uint M, uint K) {
+  const uint m = (uint)get_global_id(0);
+  const ulong b = get_global_id(1);
+  const __global store_t* s = src + off + b * bs + (ulong)m * rs;
+  __global float* d = dst + (b * M + m) * (ulong)K;
+  uint k = 0;
+  for (; k + 16u <= K; k += 16u) vstore16(ld16(s, k), 0, d + k);
+  for (; k < K; ++k) d[k] = ld(s, k);
+}
+#undef GEMM_A_T
+#undef GEMM_LD_A
+#undef GEMM_A_STEPS
+#define GEMM_A_T float
+#define GEMM_LD_A(p, i) ((p)[(i)])
+#define GEMM_A_STEPS GEMM_DIRECT_K4
+GEMM_DIRECT_A_KERNEL(gemm_cpu_direct_f32a)
+#undef GEMM_A_T
+#undef GEMM_LD_A
+#undef GEMM_A_STEPS
+#define GEMM_A_T store_t
+#define GEMM_LD_A(p, i) ld(p, i)
+#define GEMM_A_STEPS GEMM_DIRECT_K16
+#endif  // !STORE_F32
 #endif  // !GPU_KERNELS && !GEMM_PACKED_A
 
 // Convolution on the CPU family with f32 accumulation, without a column

@@ -134,59 +134,75 @@ TEST(MatmulTensorCores, SelectionRule) {
 }
 
 // gemm_cpu_direct_a (A read where it lies, f16 / bf16 rows converted in the
-// kernel) against gemm_cpu on A packed into panels by gemm_pack_a: the same
-// sums in the same order, so the same bytes, for every storage dtype. k = 700
-// runs in three k-blocks (240, 240, 220: the last one ends in 12 k that the
-// half kernel reads one at a time), k = 77 in one block of 4 x 16 + 13; m = 29
-// leaves a partial row block, n = 41 a partial column panel; batch 2 with a
-// per-batch A, alpha and a bias; n = 1041 (33 panels of 32, 66 of 16) has
-// many column work-items over the same converted rows, the last one partial.
-// Both are also checked against the reference backend, so a kernel that
-// wrote nothing would not pass.
+// kernel, or to f32 rows first where 8 or more column panels read them:
+// gemm_cpu_direct_f32a) against gemm_cpu on A packed into panels by
+// gemm_pack_a: the same sums in the same order, so the same bytes, for every
+// storage dtype. k = 700 runs in three k-blocks (240, 240, 220: the last one
+// ends in 12 k that the half kernel reads one at a time), k = 77 in one block
+// of 4 x 16 + 13; m = 29 leaves a partial row block, n = 41 a partial column
+// panel; batch 2 with a per-batch A, alpha and a bias; n = 1041 (33 panels of
+// 32, 66 of 16) has many column work-items over the same converted rows, the
+// last one partial, and its rows are converted first; n = 16 is one column
+// panel. m = 3000 with one A for both batches (a convolution's weights), a
+// bias per row and n = 300 converts its rows first, in chunks. The per-batch cases are also checked
+// against the reference backend, so a kernel that wrote nothing would not pass.
 TEST(MatmulDirectA, ReadsAWhereItLiesBitForBitAsThePackedPanels) {
   // Only the CPU family reads A in place (gemm::reads_a_directly); elsewhere this would only build
   // programs no op uses (about 80 s of PoCL compiles under NANSCOPE_KERNEL_STYLE=gpu).
   const std::vector<opencl::OpenClBackend*> cpu = cpu_family_backends();
   if (cpu.empty()) GTEST_SKIP() << no_cpu_family_message();
+  struct Case {
+    std::int64_t m, k, n;
+    bool shared_a;  // one A for every batch, and a bias per row
+  };
+  const Case cases[] = {
+      {29, 700, 41, false}, {29, 77, 41, false}, {29, 700, 1041, false}, {29, 77, 16, false}, {3000, 700, 300, true}};
   for (opencl::OpenClBackend* ocl : cpu) {
     Backend* be = ocl;
     namespace gemm = opencl::gemm;
     const gemm::Tuning& t = gemm::tuning(ocl->device());
     for (const DType dt : {DType::f32, DType::f16, DType::bf16}) {
-      for (const auto& [k, n] : {std::pair<std::int64_t, std::int64_t>{700, 41}, {77, 41}, {700, 1041}}) {
-        constexpr std::int64_t batch = 2, m = 29;
+      for (const auto& [m, k, n, shared_a] : cases) {
+        constexpr std::int64_t batch = 2;
         const Precision p{dt};
-        SCOPED_TRACE("device \"" + be->device().name + "\", " + p.describe() + ", k " + std::to_string(k) + ", n " +
-                     std::to_string(n));
+        SCOPED_TRACE("device \"" + be->device().name + "\", " + p.describe() + ", m " + std::to_string(m) + ", k " +
+                     std::to_string(k) + ", n " + std::to_string(n) + (shared_a ? ", shared A" : ""));
         Rng rng(seed_from("matmul direct a " + std::to_string(k)));
         SCOPED_TRACE("seed " + std::to_string(rng.seed()));
-        const HostTensor ha = random_normal(rng, {batch, m, k}, dt), hb = random_normal(rng, {batch, k, n}, dt);
-        const HostTensor hbias = random_normal(rng, {n}, dt);
+        const std::int64_t a_batches = shared_a ? 1 : batch;
+        const HostTensor ha = random_normal(rng, {a_batches, m, k}, dt), hb = random_normal(rng, {batch, k, n}, dt);
+        const HostTensor hbias = random_normal(rng, {shared_a ? m : n}, dt);
         const Tensor a = be->upload(ha), b = be->upload(hb), bias = be->upload(hbias);
         const std::int64_t a_f = gemm::a_panel_floats(t, m, k), b_f = gemm::b_panel_floats(t, n, k);
-        const Tensor a_panels = be->upload(HostTensor({batch * a_f}, DType::f32));
+        const Tensor a_panels = be->upload(HostTensor({a_batches * a_f}, DType::f32));
         const Tensor b_panels = be->upload(HostTensor({batch * b_f}, DType::f32));
         const std::string opts = gemm::options(*ocl, p);
         gemm::Problem pr;
-        pr.a = {ocl->buffer(a), 0, m * k, k, 1};
+        pr.a = {ocl->buffer(a), 0, shared_a ? 0 : m * k, k, 1};
         pr.b = {ocl->buffer(b), 0, k * n, n, 1};
-        gemm::pack_a(*ocl, p, pr.a, batch, m, k, ocl->buffer(a_panels), a_f, "TEST");
+        gemm::pack_a(*ocl, p, pr.a, a_batches, m, k, ocl->buffer(a_panels), a_f, "TEST");
         gemm::pack_b(*ocl, opts, pr.b, batch, k, n, ocl->buffer(b_panels), b_f, "TEST");
         pr.b_panels = ocl->buffer(b_panels);
         pr.b_panels_bs = b_f;
         pr.bias = ocl->buffer(bias);
-        pr.bias_mode = gemm::kBiasCol;
+        pr.bias_mode = shared_a ? gemm::kBiasRow : gemm::kBiasCol;
         pr.alpha = 0.7f;
         pr.batch = batch, pr.m = m, pr.n = n, pr.k = k;
         pr.c_bs = m * n, pr.ldc = n;
         const Tensor packed = be->upload(HostTensor({batch, m, n}, dt));
         const Tensor direct = be->upload(HostTensor({batch, m, n}, dt));
         pr.c = ocl->buffer(packed);
-        gemm::compute_panels(*ocl, p, ocl->buffer(a_panels), 0, a_f, pr, "TEST");
+        gemm::compute_panels(*ocl, p, ocl->buffer(a_panels), 0, shared_a ? 0 : a_f, pr, "TEST");
         pr.c = ocl->buffer(direct);
         gemm::compute_direct_a(*ocl, p, pr.a, pr, "TEST");
         const HostTensor got = be->download(direct), want = be->download(packed);
         EXPECT_TRUE(bitwise_equal(got, want)) << "gemm_cpu_direct_a against gemm_cpu on packed panels";
+        if (shared_a) {
+          // The last row's sums (its own bias, the last chunk) are not left at zero.
+          const std::vector<float> v = got.to_f32();
+          EXPECT_NE(v[static_cast<std::size_t>((batch * m - 1) * n)], 0.0f);
+          continue;
+        }
         Backend& ref = reference_backend();
         const Tensor ref_bias = ref.upload(hbias);
         const HostTensor expected =

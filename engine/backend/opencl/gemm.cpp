@@ -217,7 +217,8 @@ struct ASource {
   cl_mem mem = nullptr;
   std::int64_t off = 0, bs = 0;
   bool direct = false;
-  std::int64_t lda = 0;  // direct only
+  std::int64_t lda = 0;   // direct only
+  bool f32_rows = false;  // direct only: f32 rows a half-precision build reads (gemm_cpu_direct_f32a)
 };
 
 // Row blocks per work-item of the panel kernels (of a_blocks, next to `columns` column panels x batches): many
@@ -247,8 +248,9 @@ void compute_blocks(OpenClBackend& be, const Precision& p, const ASource& src, c
     be.launch(kern, op, 3, global, nullptr);
     return;
   }
-  cl_kernel kern = src.direct ? be.kernel("matmul", "gemm_cpu_direct_a", options(be, p))
-                              : be.kernel("matmul", "gemm_cpu", packed_a_options(be, p));
+  cl_kernel kern =
+      src.direct ? be.kernel("matmul", src.f32_rows ? "gemm_cpu_direct_f32a" : "gemm_cpu_direct_a", options(be, p))
+                 : be.kernel("matmul", "gemm_cpu", packed_a_options(be, p));
   // One launch for every k-block: each work-item keeps its blocks' running sums in local memory between them.
   const std::int64_t block_floats = static_cast<std::int64_t>(t.mr) * t.nr();
   std::int64_t max_blocks = 16;
@@ -287,7 +289,48 @@ bool reads_a_directly(const OpenClBackend& be, const Precision& p, const Operand
 }
 
 void compute_direct_a(OpenClBackend& be, const Precision& p, const Operand& a, const Problem& pr, const char* op) {
-  compute_blocks(be, p, ASource{a.mem, a.off, a.bs, true, a.rs}, pr, op);
+  const Tuning& t = tuning(be.device());
+  // Half-precision A is converted to f32 rows (gemm_a_rows_to_f32) where the GEMM would convert each row block
+  // again for every column panel (of every batch, for an A the batches share): from 8 conversions a row on. With
+  // fewer, the rows' round trip through the caches costs more (the UNet's 8x8 convolutions, whose 29 MB of f16
+  // weights are read for 2 panels x 2 images, took longer converted first on a 2-core Zen 5).
+  const std::int64_t reads = static_cast<std::int64_t>(ceil_div(pr.n, t.nr())) * (a.bs == 0 ? pr.batch : 1);
+  if (p.dtype == DType::f32 || reads < 8 || pr.batch * pr.m * pr.k == 0) {
+    compute_blocks(be, p, ASource{a.mem, a.off, a.bs, true, a.rs}, pr, op);
+    return;
+  }
+  // In chunks of whole row groups of about 8 MB of f32 rows, which the GEMM reads back from the last-level cache
+  // (the rows of a 8192 x 1280 activation written to memory and read back cost more than converting them per
+  // panel), and each chunk's conversion writes into the cache lines the last one left there. A weight (shared by
+  // the batches) is converted once for all of them.
+  constexpr std::int64_t kChunkFloats = std::int64_t{2} << 20;
+  const std::int64_t group_rows = std::int64_t{16} * t.mr;
+  const bool shared = a.bs == 0;
+  const std::int64_t mc = std::min(pr.m, std::max<std::int64_t>(1, kChunkFloats / (pr.k * group_rows)) * group_rows);
+  const std::int64_t bg = shared      ? pr.batch
+                          : mc < pr.m ? 1
+                                      : std::clamp<std::int64_t>(kChunkFloats / (pr.m * pr.k), 1, pr.batch);
+  const std::int64_t copies = shared ? 1 : bg;
+  detail::ScratchBuffer rows(be, static_cast<std::size_t>(copies * mc * pr.k) * sizeof(float),
+                             std::string(op) + " A rows in f32");
+  cl_kernel convert = be.kernel("matmul", "gemm_a_rows_to_f32", options(be, p));
+  for (std::int64_t b0 = 0; b0 < pr.batch; b0 += bg) {
+    const std::int64_t nb = std::min(bg, pr.batch - b0);
+    for (std::int64_t m0 = 0; m0 < pr.m; m0 += mc) {
+      const std::int64_t mm = std::min(mc, pr.m - m0);
+      OpenClBackend::set_args(convert, a.mem, cl_ulong(a.off + b0 * a.bs + m0 * a.rs), cl_ulong(a.bs), cl_ulong(a.rs),
+                              rows.mem(), to_uint(mm, op, "m"), to_uint(pr.k, op, "k"));
+      const size_t global[2] = {static_cast<size_t>(mm), static_cast<size_t>(shared ? 1 : nb)};
+      be.launch(convert, op, 2, global, nullptr);
+      Problem chunk = pr;
+      chunk.batch = nb;
+      chunk.m = mm;
+      chunk.b_panels_off = pr.b_panels_off + b0 * pr.b_panels_bs;
+      chunk.c_off = pr.c_off + b0 * pr.c_bs + m0 * pr.ldc;
+      chunk.bias_off = pr.bias_off + (pr.bias_mode == kBiasRow ? m0 : 0);
+      compute_blocks(be, p, ASource{rows.mem(), 0, shared ? 0 : mm * pr.k, true, pr.k, true}, chunk, op);
+    }
+  }
 }
 
 namespace {
