@@ -392,7 +392,17 @@ __kernel CPU_ONE_ITEM void attn_pack_kt(__global const store_t* k, __global floa
   for (uint jj = 0; jj < FK; ++jj) {
     const uint j = jb * FK + jj;
     const __global store_t* kr = k + (b * sk + j) * qstride + (ulong)h * d;
-    for (uint c = 0; c < d; ++c) dst[c * FK + jj] = j < sk ? ld(kr, c) : 0.0f;
+    // 16 values at a time: for f16 the CPU's conversion instruction (a scalar ld() is its exact integer emulation).
+    uint c = 0;
+    if (j < sk) {
+      for (; c + 16u <= d; c += 16u) {
+        float t[16];
+        vstore16(ld16(kr, c), 0, t);
+        for (uint i = 0; i < 16u; ++i) dst[(c + i) * FK + jj] = t[i];
+      }
+      for (; c < d; ++c) dst[c * FK + jj] = ld(kr, c);
+    }
+    for (; c < d; ++c) dst[c * FK + jj] = 0.0f;
   }
 }
 
@@ -409,7 +419,12 @@ __kernel CPU_ONE_ITEM void attn_pack_v(__global const store_t* v, __global float
   for (uint jj = 0; jj < FK; ++jj) {
     const uint j = jb * FK + jj;
     const __global store_t* vr = v + (b * sk + j) * vstride + (ulong)h * dv;
-    for (uint c = 0; c < dvp; ++c) dst[jj * dvp + c] = j < sk && c < dv ? ld(vr, c) : 0.0f;
+    uint c = 0;
+    if (j < sk) {
+      for (; c + 16u <= dv; c += 16u) vstore16(ld16(vr, c), 0, dst + jj * dvp + c);  // as attn_pack_kt
+      for (; c < dv; ++c) dst[jj * dvp + c] = ld(vr, c);
+    }
+    for (; c < dvp; ++c) dst[jj * dvp + c] = 0.0f;
   }
 }
 #endif  // !FL_D && !FM_DK && !GPU_KERNELS && !ATTN_FUSED
