@@ -357,37 +357,6 @@ __kernel CPU_ONE_ITEM void NAME(__global const GEMM_A_T* ap, ulong a_off, ulong 
 }
 GEMM_DIRECT_A_KERNEL(gemm_cpu_direct_a)
 
-#if !defined(STORE_F32)
-// Half-precision A converted to f32 rows once per call (gemm_a_rows_to_f32)
-// instead of in the GEMM's inner loop, once per column panel: on a 2-core Zen 5
-// the f16 linears took 1.2-1.3x the f32 ones' time that way (bench_ops --shapes
-// sd15 --dtype f16). The conversion is exact: the same sums, bit for bit.
-// dst[(b*M + m)*K + k] = A element (m, k) of batch b, at src[off + b*bs + m*rs + k].
-// Grid: (M, batch), a row per work-item.
-__kernel void gemm_a_rows_to_f32(__global const store_t* src, ulong off, ulong bs, ulong rs, __global float* dst,
-                                 uint M, uint K) {
-  const uint m = (uint)get_global_id(0);
-  const ulong b = get_global_id(1);
-  const __global store_t* s = src + off + b * bs + (ulong)m * rs;
-  __global float* d = dst + (b * M + m) * (ulong)K;
-  uint k = 0;
-  for (; k + 16u <= K; k += 16u) vstore16(ld16(s, k), 0, d + k);
-  for (; k < K; ++k) d[k] = ld(s, k);
-}
-#undef GEMM_A_T
-#undef GEMM_LD_A
-#undef GEMM_A_STEPS
-#define GEMM_A_T float
-#define GEMM_LD_A(p, i) ((p)[(i)])
-#define GEMM_A_STEPS GEMM_DIRECT_K4
-GEMM_DIRECT_A_KERNEL(gemm_cpu_direct_f32a)
-#undef GEMM_A_T
-#undef GEMM_LD_A
-#undef GEMM_A_STEPS
-#define GEMM_A_T store_t
-#define GEMM_LD_A(p, i) ld(p, i)
-#define GEMM_A_STEPS GEMM_DIRECT_K16
-#endif  // !STORE_F32
 #endif  // !GPU_KERNELS && !GEMM_PACKED_A
 
 // Convolution on the CPU family with f32 accumulation, without a column
@@ -489,6 +458,33 @@ __kernel CPU_ONE_ITEM void conv_cpu(__global const store_t* ap, __global const s
   }
 }
 #endif  // !GPU_KERNELS && !GEMM_PACKED_A
+
+#if !defined(GPU_KERNELS) && !defined(GEMM_PACKED_A) && !defined(STORE_F32)
+// Half-precision A converted to f32 rows once per call (gemm_a_rows_to_f32)
+// instead of in the GEMM's inner loop, once per column panel: on a 2-core Zen 5
+// the f16 linears took 1.2-1.3x the f32 ones' time that way (bench_ops --shapes
+// sd15 --dtype f16). The conversion is exact: the same sums, bit for bit.
+// dst[(b*M + m)*K + k] = A element (m, k) of batch b, at src[off + b*bs + m*rs + k].
+// Grid: (M, batch), a row per work-item.
+__kernel void gemm_a_rows_to_f32(__global const store_t* src, ulong off, ulong bs, ulong rs, __global float* dst,
+                                 uint M, uint K) {
+  const uint m = (uint)get_global_id(0);
+  const ulong b = get_global_id(1);
+  const __global store_t* s = src + off + b * bs + (ulong)m * rs;
+  __global float* d = dst + (b * M + m) * (ulong)K;
+  uint k = 0;
+  for (; k + 16u <= K; k += 16u) vstore16(ld16(s, k), 0, d + k);
+  for (; k < K; ++k) d[k] = ld(s, k);
+}
+// Here, after conv_cpu and gemm_cpu_direct_a, which read A in the storage dtype: A becomes f32 rows.
+#undef GEMM_A_T
+#undef GEMM_LD_A
+#undef GEMM_A_STEPS
+#define GEMM_A_T float
+#define GEMM_LD_A(p, i) ((p)[(i)])
+#define GEMM_A_STEPS GEMM_DIRECT_K4
+GEMM_DIRECT_A_KERNEL(gemm_cpu_direct_f32a)
+#endif  // !GPU_KERNELS && !GEMM_PACKED_A && !STORE_F32
 
 // ---------------------------------------------------------------------------
 // Native accumulation: acc = round(acc + a*b) for k ascending (the product of

@@ -294,7 +294,8 @@ void compute_direct_a(OpenClBackend& be, const Precision& p, const Operand& a, c
   // again for every column panel (of every batch, for an A the batches share): from 8 conversions a row on. With
   // fewer, the rows' round trip through the caches costs more (the UNet's 8x8 convolutions, whose 29 MB of f16
   // weights are read for 2 panels x 2 images, took longer converted first on a 2-core Zen 5).
-  const std::int64_t reads = static_cast<std::int64_t>(ceil_div(pr.n, t.nr())) * (a.bs == 0 ? pr.batch : 1);
+  const bool shared = a.bs == 0;
+  const std::int64_t reads = static_cast<std::int64_t>(ceil_div(pr.n, t.nr())) * (shared ? pr.batch : 1);
   if (p.dtype == DType::f32 || reads < 8 || pr.batch * pr.m * pr.k == 0) {
     compute_blocks(be, p, ASource{a.mem, a.off, a.bs, true, a.rs}, pr, op);
     return;
@@ -305,7 +306,6 @@ void compute_direct_a(OpenClBackend& be, const Precision& p, const Operand& a, c
   // the batches) is converted once for all of them.
   constexpr std::int64_t kChunkFloats = std::int64_t{2} << 20;
   const std::int64_t group_rows = std::int64_t{16} * t.mr;
-  const bool shared = a.bs == 0;
   const std::int64_t mc = std::min(pr.m, std::max<std::int64_t>(1, kChunkFloats / (pr.k * group_rows)) * group_rows);
   const std::int64_t bg = shared      ? pr.batch
                           : mc < pr.m ? 1
