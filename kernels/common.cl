@@ -109,12 +109,30 @@ NS_DEFINE_ROUND_BF16(ns_round_bf16_4, float4, uint4, as_float4, as_uint4)
 NS_DEFINE_ROUND_BF16(ns_round_bf16_8, float8, uint8, as_float8, as_uint8)
 NS_DEFINE_ROUND_BF16(ns_round_bf16_16, float16, uint16, as_float16, as_uint16)
 
+// f16, 16 values: rounded by the device's conversion instruction (vstore_half16_rte: round to nearest even,
+// subnormals and Inf as above) and widened back (vload_half16, exact). On CPUs these are one instruction each
+// way, against about a dozen integer operations for ns_round_f16_16. The same values; a NaN keeps only the 10
+// payload bits an f16 word can hold (ns_round_f16_16 keeps the f32 ones), which every f16 store drops anyway.
+// ns_f16_words16: the f16 words themselves.
+#if defined(STORE_F16)
+static inline float16 ns_round_f16_16_cvt(float16 x) {
+  ushort h[16] __attribute__((aligned(32)));
+  vstore_half16_rte(x, 0, (__private half*)h);
+  return vload_half16(0, (__private const half*)h);
+}
+static inline ushort16 ns_f16_words16(float16 x) {
+  ushort h[16] __attribute__((aligned(32)));
+  vstore_half16_rte(x, 0, (__private half*)h);
+  return vload16(0, h);
+}
+#endif
+
 // round_store*: to the storage dtype (identity for f32).
 #if defined(STORE_F16)
 #define round_store(x) ns_round_f16(x)
 #define round_store4(x) ns_round_f16_4(x)
 #define round_store8(x) ns_round_f16_8(x)
-#define round_store16(x) ns_round_f16_16(x)
+#define round_store16(x) ns_round_f16_16_cvt(x)
 #elif defined(STORE_BF16)
 #define round_store(x) ns_round_bf16(x)
 #define round_store4(x) ns_round_bf16_4(x)
@@ -359,21 +377,16 @@ static inline float f16_to_f32(ushort h) {
   bits = em < 0x0400u ? as_uint((float)em * 0x1p-24f) : bits;         // zero / subnormal
   return as_float(bits | sign);
 }
-// f32 -> f16 words, scalar and 16 lanes (the streamed stores below): F, U, H are the float, uint and ushort
-// types of one width, ROUND the matching ns_round_f16*. select() is the scalar ternary and the vector lane mask.
-#define NS_DEFINE_F32_TO_F16(NAME, F, U, H, ROUND)                              \
-  static inline H NAME(F f) {                                                   \
-    const U u = as_##U(ROUND(f)); /* now exactly representable (or Inf / NaN) */ \
-    const U a = u & (U)(0x7fffffffu);                                           \
-    const U sign = (u >> 16) & (U)(0x8000u);                                    \
-    U h = (a - (U)(0x38000000u)) >> 13; /* normal */                            \
-    /* Inf / NaN (quiet bit kept) */                                            \
-    h = select(h, (U)(0x7c00u) | ((a >> 13) & (U)(0x3ffu)), a >= (U)(0x7f800000u)); \
-    /* zero / subnormal (exact) */                                              \
-    h = select(h, convert_##U(as_##F(a) * (F)(0x1p24f)), a < (U)(0x38800000u));  \
-    return convert_##H(h | sign);                                               \
-  }
-NS_DEFINE_F32_TO_F16(f32_to_f16, float, uint, ushort, ns_round_f16)
+// f32 -> f16 word, exact (16 lanes: ns_f16_words16).
+static inline ushort f32_to_f16(float f) {
+  const uint u = as_uint(ns_round_f16(f));  // now exactly representable (or Inf / NaN)
+  const uint a = u & 0x7fffffffu;
+  const uint sign = (u >> 16) & 0x8000u;
+  uint h = (a - 0x38000000u) >> 13;                                  // normal
+  h = a >= 0x7f800000u ? 0x7c00u | ((a >> 13) & 0x3ffu) : h;         // Inf / NaN (quiet bit kept)
+  h = a < 0x38800000u ? (uint)(as_float(a) * 0x1p24f) : h;            // zero / subnormal (exact)
+  return (ushort)(h | sign);
+}
 
 #if defined(STORE_F16) && defined(F16_CVT)
 // GPU style (-DF16_CVT): scalar vload_half / vstore_half_rte are conversion
@@ -387,6 +400,10 @@ NS_DEFINE_F32_TO_F16(f32_to_f16, float, uint, ushort, ns_round_f16)
 #define st8(p, i, v) vstore_half8_rte((v), 0, (p) + (i))
 #define st16(p, i, v) vstore_half16_rte((v), 0, (p) + (i))
 #elif defined(STORE_F16)
+// st16 converts in private memory and stores the words: PoCL's vstore_half16_rte into global memory is two
+// 8-wide halves whose stores the compiler may emit as aligned moves (vmovaps), which fault at an address that
+// is only 2-byte aligned, as an f16 element offset is; that happened once the same value was also converted
+// for a streamed store.
 #define ld(p, i) f16_to_f32(((__global const ushort*)(p))[(i)])
 #define ld4(p, i) vload_half4(0, (p) + (i))
 #define ld8(p, i) vload_half8(0, (p) + (i))
@@ -394,7 +411,7 @@ NS_DEFINE_F32_TO_F16(f32_to_f16, float, uint, ushort, ns_round_f16)
 #define st(p, i, v) (((__global ushort*)(p))[(i)] = f32_to_f16(v))
 #define st4(p, i, v) vstore_half4_rte((v), 0, (p) + (i))
 #define st8(p, i, v) vstore_half8_rte((v), 0, (p) + (i))
-#define st16(p, i, v) vstore_half16_rte((v), 0, (p) + (i))
+#define st16(p, i, v) vstore16(ns_f16_words16(v), 0, (__global ushort*)(p) + (i))
 #elif defined(STORE_BF16)
 #define ld(p, i) bf16_to_f32((p)[(i)])
 #define ld4(p, i) as_float4(convert_uint4(vload4(0, (p) + (i))) << 16)
@@ -413,6 +430,25 @@ NS_DEFINE_F32_TO_F16(f32_to_f16, float, uint, ushort, ns_round_f16)
 #define st4(p, i, v) vstore4((v), 0, (p) + (i))
 #define st8(p, i, v) vstore8((v), 0, (p) + (i))
 #define st16(p, i, v) vstore16((v), 0, (p) + (i))
+#endif
+
+// Gathers (im2col_row16_any, row16_padded): ns_word(p, i) is element i's storage word, NS_ZERO_WORD +0.0's, and
+// ns_words16_to_f32(t) widens 16 words in private memory at once, where ld() one at a time would run f16's
+// integer conversion per value (the vector conversion is one instruction on CPUs). The same values.
+#if defined(STORE_F16) || defined(STORE_BF16)
+typedef ushort ns_word_t;
+#define ns_word(p, i) (((__global const ushort*)(p))[(i)])
+#else
+typedef float ns_word_t;
+#define ns_word(p, i) ((p)[(i)])
+#endif
+#define NS_ZERO_WORD ((ns_word_t)0)
+#if defined(STORE_F16)
+#define ns_words16_to_f32(t) vload_half16(0, (__private const half*)(t))
+#elif defined(STORE_BF16)
+#define ns_words16_to_f32(t) as_float16(convert_uint16(vload16(0, (t))) << 16)
+#else
+#define ns_words16_to_f32(t) vload16(0, (t))
 #endif
 
 // st16_stream(p, i, v, stream): st16, or, where the host sets `stream` (an
@@ -436,7 +472,7 @@ typedef uint16 ns_words16;
 #define ns_store_words16(v) as_uint16(v)
 #elif defined(STORE_F16)
 typedef ushort16 ns_words16;
-NS_DEFINE_F32_TO_F16(ns_store_words16, float16, uint16, ushort16, ns_round_f16_16)
+#define ns_store_words16(v) ns_f16_words16(v)
 #else
 typedef ushort16 ns_words16;
 #define ns_store_words16(v) convert_ushort16(as_uint16(ns_round_bf16_16(v)) >> 16)
@@ -713,18 +749,18 @@ static inline ulong panel_row(uint p, uint panels, uint k, uint K, uint kc, uint
 static __attribute__((noinline)) float16 im2col_row16_any(__global const store_t* xp, uint H, uint W, uint stride,
                                                           uint pad, uint OW, uint oy, uint ox, uint ky, uint kx,
                                                           uint count) {
-  float t[16];
+  ns_word_t t[16];
   for (uint j = 0; j < 16u; ++j) {
-    float val = 0.0f;
+    ns_word_t val = NS_ZERO_WORD;
     if (j < count) {
       const int y = (int)(oy * stride + ky) - (int)pad;
       const int xx = (int)(ox * stride + kx) - (int)pad;
-      if (y >= 0 && y < (int)H && xx >= 0 && xx < (int)W) val = ld(xp, (ulong)y * W + (uint)xx);
+      if (y >= 0 && y < (int)H && xx >= 0 && xx < (int)W) val = ns_word(xp, (ulong)y * W + (uint)xx);
     }
     t[j] = val;
     if (++ox == OW) ox = 0, ++oy;
   }
-  return vload16(0, t);
+  return ns_words16_to_f32(t);
 }
 
 // 16 consecutive values of a row of W from column x0, zero outside [0, W) (im2col_row16 at stride 1, the
@@ -740,12 +776,12 @@ static __attribute__((always_inline)) inline float16 row16_padded(__global const
     const float16 a = ld16(row, (uint)(x0 - 1));
     return (float16)(a.s1, a.s2, a.s3, a.s4, a.s5, a.s6, a.s7, a.s8, a.s9, a.sa, a.sb, a.sc, a.sd, a.se, a.sf, 0.0f);
   }
-  float t[16];
+  ns_word_t t[16];
   for (int j = 0; j < 16; ++j) {
     const int xx = x0 + j;
-    t[j] = xx >= 0 && xx < (int)W ? ld(row, (uint)xx) : 0.0f;
+    t[j] = xx >= 0 && xx < (int)W ? ns_word(row, (uint)xx) : NS_ZERO_WORD;
   }
-  return vload16(0, t);
+  return ns_words16_to_f32(t);
 }
 
 static __attribute__((always_inline)) inline float16 im2col_row16(__global const store_t* xp, uint H, uint W,
@@ -756,6 +792,16 @@ static __attribute__((always_inline)) inline float16 im2col_row16(__global const
     const int ix = (int)(ox + kx) - (int)pad;
     if (iy < 0 || iy >= (int)H) return (float16)(0.0f);
     return row16_padded(xp + (ulong)iy * W, ix, W);
+  }
+  // Stride 2 (the downsampling convolutions): 16 positions in one output row read every other value of 32
+  // consecutive ones, two vector loads and the even lanes.
+  if (stride == 2u && count >= 16u && ox + 16u <= OW && W >= 16u) {
+    const int iy = (int)(2u * oy + ky) - (int)pad;
+    const int ix = (int)(2u * ox + kx) - (int)pad;
+    if (iy < 0 || iy >= (int)H) return (float16)(0.0f);
+    const __global store_t* row = xp + (ulong)iy * W;
+    return shuffle2(row16_padded(row, ix, W), row16_padded(row, ix + 16, W),
+                    (uint16)(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30));
   }
   return im2col_row16_any(xp, H, W, stride, pad, OW, oy, ox, ky, kx, count);
 }

@@ -197,7 +197,9 @@ TEST(Conv2dFailureModes, Conv1x1EqualsMatmulBitForBitInNativeF16) {
 // partial row block), 41x48 with padding (1968 positions: a partial column
 // panel and a partial group of panels; the gather's edge paths), and 17x16
 // (every vector at an edge). Shapes that go through conv_im2col_panels: stride
-// 2 and a 5x7 image. Batch 2. Also checked against the reference backend, so a
+// 2 on a 5x7 image, and on images wide enough for its two-load path (16
+// positions in one output row; 20 and 17 wide, so rows also end mid-vector;
+// 3x3 with padding and 1x1). Batch 2. Also checked against the reference backend, so a
 // kernel that wrote nothing would not pass.
 TEST(Conv2dCpuKernel, EqualsMatmulOnTheIm2colMatrixBitForBit) {
   struct Shape4 {
@@ -205,7 +207,8 @@ TEST(Conv2dCpuKernel, EqualsMatmulOnTheIm2colMatrixBitForBit) {
     bool in_kernel;  // runs conv_cpu
   };
   const Shape4 shapes[] = {
-      {100, 41, 48, 13, 3, 1, 1, true}, {4, 17, 16, 8, 3, 1, 1, true}, {6, 5, 7, 9, 3, 2, 1, false}};
+      {100, 41, 48, 13, 3, 1, 1, true}, {4, 17, 16, 8, 3, 1, 1, true}, {6, 5, 7, 9, 3, 2, 1, false},
+      {6, 34, 40, 9, 3, 2, 1, false}, {5, 33, 33, 7, 3, 2, 1, false}, {5, 33, 36, 7, 1, 2, 0, false}};
   const std::vector<opencl::OpenClBackend*> cpu = cpu_family_backends();  // only the CPU family runs conv_cpu
   if (cpu.empty()) GTEST_SKIP() << no_cpu_family_message();
   for (opencl::OpenClBackend* ocl : cpu) {

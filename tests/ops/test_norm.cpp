@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <span>
 #include <string>
 #include <vector>
@@ -188,10 +189,15 @@ TEST(NormFusedSilu, BitEqualToGroupNormThenSilu) {
   for (const Precision& p : precision_matrix()) {
     SCOPED_TRACE(p.describe());
     Rng rng(seed_from("group_norm_silu " + p.describe()));
-    // Odd spatial size (a tail after the 16-wide vectors); 40 x 37 = 1480 values per group.
-    const HostTensor x = random_normal(rng, {2, 16, 37}, p.dtype, 0.5, 3.0);
-    const HostTensor gamma = random_normal(rng, {16}, p.dtype, 1.0, 0.5);
-    const HostTensor beta = random_normal(rng, {16}, p.dtype, 0.0, 0.5);
+    // Odd spatial size (a tail after the 16-wide vectors); 40 x 37 = 1480 values per group. Channel 5's
+    // outputs are below f16's normal range (gamma 1e-5, no beta: subnormal in f16, both before and after
+    // the SILU), and sample 1's group 2 holds a NaN, which makes the whole group NaN.
+    HostTensor x = random_normal(rng, {2, 16, 37}, p.dtype, 0.5, 3.0);
+    HostTensor gamma = random_normal(rng, {16}, p.dtype, 1.0, 0.5);
+    HostTensor beta = random_normal(rng, {16}, p.dtype, 0.0, 0.5);
+    gamma.set(5, 1e-5f);
+    beta.set(5, 0.0f);
+    x.set((16 + 9) * 37 + 20, std::numeric_limits<float>::quiet_NaN());
     for_each_backend([&](Backend& be) {
       const Tensor tx = be.upload(x), tg = be.upload(gamma), tb = be.upload(beta);
       const OpContext ctx = make_context(be, p, {}, "vae.decoder.mid_block.resnets.0.norm1");
