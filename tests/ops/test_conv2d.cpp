@@ -206,9 +206,9 @@ TEST(Conv2dCpuKernel, EqualsMatmulOnTheIm2colMatrixBitForBit) {
     std::int64_t c, h, w, o, k, stride, pad;
     bool in_kernel;  // runs conv_cpu
   };
-  const Shape4 shapes[] = {
-      {100, 41, 48, 13, 3, 1, 1, true}, {4, 17, 16, 8, 3, 1, 1, true}, {6, 5, 7, 9, 3, 2, 1, false},
-      {6, 34, 40, 9, 3, 2, 1, false}, {5, 33, 33, 7, 3, 2, 1, false}, {5, 33, 36, 7, 1, 2, 0, false}};
+  const Shape4 shapes[] = {{100, 41, 48, 13, 3, 1, 1, true}, {4, 17, 16, 8, 3, 1, 1, true},
+                           {6, 5, 7, 9, 3, 2, 1, false},     {6, 34, 40, 9, 3, 2, 1, false},
+                           {5, 33, 33, 7, 3, 2, 1, false},   {5, 33, 36, 7, 1, 2, 0, false}};
   const std::vector<opencl::OpenClBackend*> cpu = cpu_family_backends();  // only the CPU family runs conv_cpu
   if (cpu.empty()) GTEST_SKIP() << no_cpu_family_message();
   for (opencl::OpenClBackend* ocl : cpu) {
