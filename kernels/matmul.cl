@@ -210,45 +210,59 @@ static inline float16 gemm_bias16(__global const store_t* bias, int mode, uint m
   }
 #define GEMM_STORE(r) GEMM_VECS(GEMM_STORE_V, r)
 
+// The work-item's place (gemm_cpu and the direct-A kernels): column panel nb, batch bt, row blocks
+// [mb0, mb_end).
+#define GEMM_CPU_ITEM                                                  \
+  const uint nb = (uint)get_global_id(0);                              \
+  const ulong bt = get_global_id(2);                                   \
+  const uint n0 = nb * GEMM_NR;                                        \
+  const uint mblocks = (M + GEMM_MR - 1) / GEMM_MR;                    \
+  const __global float* bpanels = bp + b_poff + bt * b_bs;             \
+  const ulong cbase = c_off + bt * c_bs;                               \
+  bias += bias_off;                                                    \
+  const uint mb0 = (uint)get_global_id(1) * mgroup;                    \
+  const uint mb_end = min(mblocks, mb0 + mgroup);
+// Its walk: for each k-block, KBLOCK_A (where the block's A starts), then for each row block ROW_A (its
+// rows), the running sums from local memory after the first k-block, BLOCK_SUMS (kcb k steps against the B
+// sub-panel bq), and the sums saved again or, after the last k-block, stored.
+#define GEMM_CPU_KBLOCKS(KBLOCK_A, ROW_A, BLOCK_SUMS)                                        \
+  for (uint k0 = 0; k0 < K; k0 += kc) {                                                     \
+    const uint kcb = min(kc, K - k0);                                                       \
+    const __global float* bq = bpanels + ((ulong)k0 * b_blocks + (ulong)nb * kcb) * GEMM_NR; \
+    KBLOCK_A                                                                                \
+    for (uint mb = mb0; mb < mb_end; ++mb) {                                                \
+      __local float* pp = pl + (mb - mb0) * (GEMM_MR * GEMM_NR);                            \
+      const uint m0 = mb * GEMM_MR;                                                         \
+      ROW_A                                                                                 \
+      GEMM_ROWS(GEMM_DECL)                                                                  \
+      if (k0 > 0) {                                                                         \
+        GEMM_ROWS(GEMM_LOAD)                                                                \
+      }                                                                                     \
+      BLOCK_SUMS                                                                            \
+      if (k0 + kcb < K) {                                                                   \
+        GEMM_ROWS(GEMM_SAVE)                                                                \
+      } else {                                                                              \
+        GEMM_ROWS(GEMM_STORE)                                                               \
+      }                                                                                     \
+    }                                                                                       \
+  }
+
 #if !defined(CPU_KERNELS) || defined(GEMM_PACKED_A)  // packed A: the materialised attention's scores
+// The sums of one block over KC k steps of the packed A panel `a` and the sub-panel BQ.
+#define GEMM_PACKED_SUMS(BQ, KC)    \
+  for (uint k = 0; k < (KC); ++k) { \
+    GEMM_LOAD_B(BQ, k)              \
+    GEMM_ROWS(GEMM_FMA)             \
+  }
 __kernel CPU_ONE_ITEM void gemm_cpu(__global const float* ap, ulong a_poff, ulong a_bs, uint a_blocks,
                                     __global const float* bp, ulong b_poff, ulong b_bs, uint b_blocks,
                                     __local float* pl, uint K, uint kc, uint mgroup, __global const store_t* bias,
                                     ulong bias_off, int bias_mode, __global store_t* c, ulong c_off, ulong c_bs,
                                     ulong ldc, uint M, uint N, float alpha) {
-  const uint nb = (uint)get_global_id(0);
-  const ulong bt = get_global_id(2);
-  const uint n0 = nb * GEMM_NR;
-  const uint mblocks = (M + GEMM_MR - 1) / GEMM_MR;
-  const __global float* bpanels = bp + b_poff + bt * b_bs;
+  GEMM_CPU_ITEM
   const __global float* apanels = ap + a_poff + bt * a_bs;
-  const ulong cbase = c_off + bt * c_bs;
-  bias += bias_off;
-  const uint mb0 = (uint)get_global_id(1) * mgroup;
-  const uint mb_end = min(mblocks, mb0 + mgroup);
-  for (uint k0 = 0; k0 < K; k0 += kc) {
-    const uint kcb = min(kc, K - k0);
-    const __global float* bq = bpanels + ((ulong)k0 * b_blocks + (ulong)nb * kcb) * GEMM_NR;
-    const __global float* abase = apanels + (ulong)k0 * a_blocks * GEMM_MR;
-    for (uint mb = mb0; mb < mb_end; ++mb) {
-      const __global float* a = abase + (ulong)mb * kcb * GEMM_MR;
-      __local float* pp = pl + (mb - mb0) * (GEMM_MR * GEMM_NR);
-      const uint m0 = mb * GEMM_MR;
-      GEMM_ROWS(GEMM_DECL)
-      if (k0 > 0) {
-        GEMM_ROWS(GEMM_LOAD)
-      }
-      for (uint k = 0; k < kcb; ++k) {
-        GEMM_LOAD_B(bq, k)
-        GEMM_ROWS(GEMM_FMA)
-      }
-      if (k0 + kcb < K) {
-        GEMM_ROWS(GEMM_SAVE)
-      } else {
-        GEMM_ROWS(GEMM_STORE)
-      }
-    }
-  }
+  GEMM_CPU_KBLOCKS(const __global float* abase = apanels + (ulong)k0 * a_blocks * GEMM_MR;,
+                   const __global float* a = abase + (ulong)mb * kcb * GEMM_MR;, GEMM_PACKED_SUMS(bq, kcb))
 }
 #endif  // !CPU_KERNELS || GEMM_PACKED_A
 
@@ -324,36 +338,9 @@ __kernel CPU_ONE_ITEM void NAME(__global const GEMM_A_T* ap, ulong a_off, ulong 
                                              __global const store_t* bias, ulong bias_off, int bias_mode,             \
                                              __global store_t* c, ulong c_off, ulong c_bs, ulong ldc, uint M, uint N, \
                                              float alpha) {                                                           \
-  const uint nb = (uint)get_global_id(0);                                                                             \
-  const ulong bt = get_global_id(2);                                                                                  \
-  const uint n0 = nb * GEMM_NR;                                                                                       \
-  const uint mblocks = (M + GEMM_MR - 1) / GEMM_MR;                                                                   \
-  const __global float* bpanels = bp + b_poff + bt * b_bs;                                                            \
+  GEMM_CPU_ITEM                                                                                                       \
   const __global GEMM_A_T* abt = ap + a_off + bt * a_bs;                                                              \
-  const ulong cbase = c_off + bt * c_bs;                                                                              \
-  bias += bias_off;                                                                                                   \
-  const uint mb0 = (uint)get_global_id(1) * mgroup;                                                                   \
-  const uint mb_end = min(mblocks, mb0 + mgroup);                                                                     \
-  for (uint k0 = 0; k0 < K; k0 += kc) {                                                                               \
-    const uint kcb = min(kc, K - k0);                                                                                 \
-    const __global float* bq = bpanels + ((ulong)k0 * b_blocks + (ulong)nb * kcb) * GEMM_NR;                          \
-    const __global GEMM_A_T* a = abt + k0;                                                                            \
-    for (uint mb = mb0; mb < mb_end; ++mb) {                                                                          \
-      __local float* pp = pl + (mb - mb0) * (GEMM_MR * GEMM_NR);                                                      \
-      const uint m0 = mb * GEMM_MR;                                                                                   \
-      GEMM_ROWS(GEMM_ROWPTR)                                                                                          \
-      GEMM_ROWS(GEMM_DECL)                                                                                            \
-      if (k0 > 0) {                                                                                                   \
-        GEMM_ROWS(GEMM_LOAD)                                                                                          \
-      }                                                                                                               \
-      GEMM_DIRECT_A_SUMS(bq, kcb)                                                                                     \
-      if (k0 + kcb < K) {                                                                                             \
-        GEMM_ROWS(GEMM_SAVE)                                                                                          \
-      } else {                                                                                                        \
-        GEMM_ROWS(GEMM_STORE)                                                                                         \
-      }                                                                                                               \
-    }                                                                                                                 \
-  }                                                                                                                   \
+  GEMM_CPU_KBLOCKS(const __global GEMM_A_T* a = abt + k0;, GEMM_ROWS(GEMM_ROWPTR), GEMM_DIRECT_A_SUMS(bq, kcb))       \
 }
 GEMM_DIRECT_A_KERNEL(gemm_cpu_direct_a)
 
@@ -497,8 +484,8 @@ GEMM_DIRECT_A_KERNEL(gemm_cpu_direct_f32a)
 
 #if defined(ACC_NATIVE)
 __kernel CPU_ONE_ITEM void gemm_native(__global const float* ap, ulong a_poff, ulong a_bs, uint a_blocks,
-                                       __global const float* bp, ulong b_poff, ulong b_bs, uint b_blocks, uint nb0,
-                                       uint kc, __global const store_t* bias, ulong bias_off, int bias_mode,
+                                       __global const float* bp, ulong b_poff, ulong b_bs, uint b_blocks, uint kc,
+                                       __global const store_t* bias, ulong bias_off, int bias_mode,
                                        __global store_t* c, ulong c_off, ulong c_bs, ulong ldc, uint M, uint N, uint K,
                                        float alpha) {
   const uint nb = (uint)get_global_id(0);
@@ -517,7 +504,7 @@ __kernel CPU_ONE_ITEM void gemm_native(__global const float* ap, ulong a_poff, u
       for (uint k0 = 0; k0 < K; k0 += kc) {  // k ascending through the k-blocks
         const uint kcb = min(kc, K - k0);
         const __global float* ar = a + ((ulong)k0 * a_blocks + (ulong)mb * kcb) * GEMM_MR + r;
-        const __global float* br = bq + ((ulong)k0 * b_blocks + (ulong)(nb0 + nb) * kcb) * GEMM_NR + 16u * v;
+        const __global float* br = bq + ((ulong)k0 * b_blocks + (ulong)nb * kcb) * GEMM_NR + 16u * v;
         for (uint k = 0; k < kcb; ++k) {
           acc = nat_fma16((float16)(ar[k * GEMM_MR]), vload16(0, br + k * GEMM_NR), acc);
         }

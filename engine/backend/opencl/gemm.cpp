@@ -239,7 +239,7 @@ void compute_blocks(OpenClBackend& be, const Precision& p, const ASource& src, c
   if (p.native_accumulation()) {
     cl_kernel kern = be.kernel("matmul", "gemm_native", options(be, p));
     OpenClBackend::set_args(kern, src.mem, cl_ulong(src.off), cl_ulong(src.bs), cl_uint(a_blocks), pr.b_panels,
-                            cl_ulong(pr.b_panels_off), cl_ulong(pr.b_panels_bs), cl_uint(b_blocks), cl_uint(0),
+                            cl_ulong(pr.b_panels_off), cl_ulong(pr.b_panels_bs), cl_uint(b_blocks),
                             to_uint(kc, op, "kc"), pr.bias, cl_ulong(pr.bias_off), cl_int(pr.bias_mode), pr.c,
                             cl_ulong(pr.c_off), cl_ulong(pr.c_bs), cl_ulong(pr.ldc), to_uint(pr.m, op, "m"),
                             to_uint(pr.n, op, "n"), to_uint(pr.k, op, "k"), pr.alpha);
