@@ -4,8 +4,8 @@
 //
 // Values are always computed in f32 registers. Storage:
 //   f32  float
-//   f16  half, read and written only through vload_half*/vstore_half*_rte
-//        (core OpenCL: works without cl_khr_fp16)
+//   f16  half, converted by vload_half*/vstore_half*_rte (core OpenCL: works
+//        without cl_khr_fp16) or the exact integer emulation below
 //   bf16 ushort words: the upper half of an f32, rounded to nearest even.
 //
 // Native accumulation (op_args.hpp) rounds every partial sum to the storage
@@ -113,18 +113,26 @@ NS_DEFINE_ROUND_BF16(ns_round_bf16_16, float16, uint16, as_float16, as_uint16)
 // subnormals and Inf as above) and widened back (vload_half16, exact). On CPUs these are one instruction each
 // way, against about a dozen integer operations for ns_round_f16_16. The same values; a NaN keeps only the 10
 // payload bits an f16 word can hold (ns_round_f16_16 keeps the f32 ones), which every f16 store drops anyway.
-// ns_f16_words16: the f16 words themselves.
+// ns_f16_wordsN: the f16 words themselves (N = 4, 8, 16), which st4 / st8 / st16 store through
+// ns_ushortN_a2, a vector type aligned like its elements: one vector move at any f16 element offset, where
+// PoCL's vstore_halfN_rte into global memory may come out as aligned moves (vmovaps faulted at a 2-byte
+// aligned offset) and vstoreN of ushortN as N word stores.
 #if defined(STORE_F16)
 static inline float16 ns_round_f16_16_cvt(float16 x) {
   ushort h[16] __attribute__((aligned(32)));
   vstore_half16_rte(x, 0, (__private half*)h);
   return vload_half16(0, (__private const half*)h);
 }
-static inline ushort16 ns_f16_words16(float16 x) {
-  ushort h[16] __attribute__((aligned(32)));
-  vstore_half16_rte(x, 0, (__private half*)h);
-  return vload16(0, h);
-}
+#define NS_DEFINE_F16_WORDS(N)                                    \
+  typedef ushort##N ns_ushort##N##_a2 __attribute__((aligned(2))); \
+  static inline ushort##N ns_f16_words##N(float##N x) {           \
+    ushort h[N] __attribute__((aligned(2 * N)));                  \
+    vstore_half##N##_rte(x, 0, (__private half*)h);               \
+    return vload##N(0, h);                                        \
+  }
+NS_DEFINE_F16_WORDS(4)
+NS_DEFINE_F16_WORDS(8)
+NS_DEFINE_F16_WORDS(16)
 #endif
 
 // round_store*: to the storage dtype (identity for f32).
@@ -400,18 +408,16 @@ static inline ushort f32_to_f16(float f) {
 #define st8(p, i, v) vstore_half8_rte((v), 0, (p) + (i))
 #define st16(p, i, v) vstore_half16_rte((v), 0, (p) + (i))
 #elif defined(STORE_F16)
-// st16 converts in private memory and stores the words: PoCL's vstore_half16_rte into global memory is two
-// 8-wide halves whose stores the compiler may emit as aligned moves (vmovaps), which fault at an address that
-// is only 2-byte aligned, as an f16 element offset is; that happened once the same value was also converted
-// for a streamed store.
+// st4 / st8 / st16: the words converted in private memory, stored by one vector move (ns_f16_words16 above).
 #define ld(p, i) f16_to_f32(((__global const ushort*)(p))[(i)])
 #define ld4(p, i) vload_half4(0, (p) + (i))
 #define ld8(p, i) vload_half8(0, (p) + (i))
 #define ld16(p, i) vload_half16(0, (p) + (i))
 #define st(p, i, v) (((__global ushort*)(p))[(i)] = f32_to_f16(v))
-#define st4(p, i, v) vstore_half4_rte((v), 0, (p) + (i))
-#define st8(p, i, v) vstore_half8_rte((v), 0, (p) + (i))
-#define st16(p, i, v) vstore16(ns_f16_words16(v), 0, (__global ushort*)(p) + (i))
+#define ns_st_words(N, p, i, v) (*(__global ns_ushort##N##_a2*)((__global ushort*)(p) + (i)) = ns_f16_words##N(v))
+#define st4(p, i, v) ns_st_words(4, p, i, v)
+#define st8(p, i, v) ns_st_words(8, p, i, v)
+#define st16(p, i, v) ns_st_words(16, p, i, v)
 #elif defined(STORE_BF16)
 #define ld(p, i) bf16_to_f32((p)[(i)])
 #define ld4(p, i) as_float4(convert_uint4(vload4(0, (p) + (i))) << 16)
