@@ -9,9 +9,9 @@
 //
 // Stages (default: all, in this order; --quick: ops,unet,vae,txt2img,inspect):
 //   ops       bench_ops                                  kernels against the peak and the bandwidth
-//   unet      bench_unet --size 64 (f32, f16)            SD 1.5 UNet call at 512x512, PyTorch, peers
+//   unet      bench_unet --size 64 (f32, f16; 3 rounds)  SD 1.5 UNet call at 512x512, PyTorch, peers
 //   vae       bench_unet --component vae --size 64       VAE decode at 512x512
-//   unet_128  bench_unet --size 128 (f32, f16)           the same at 1024x1024
+//   unet_128  bench_unet --size 128 (f32, f16; 2 rounds) the same at 1024x1024
 //   vae_128   bench_unet --component vae --size 128      VAE decode at 1024x1024
 //   txt2img   bench_txt2img --cold-start 1               embedded model end to end; cold and warm start
 //   growth    bench_txt2img --sizes 256,512,768,1024     step time and peak RSS per image size, 2 steps
@@ -54,9 +54,9 @@ struct Stage {
 // Every stage: the bench it runs and the arguments that make it measure what its targets need.
 constexpr Stage kStages[] = {
     {"ops", "bench_ops", "", "kernels at the models' shapes"},
-    {"unet", "bench_unet", "--size 64 --dtypes f32,f16 --runs 2", "SD 1.5 UNet call, 512x512"},
-    {"vae", "bench_unet", "--component vae --size 64 --dtypes f32,f16 --runs 2", "VAE decode, 512x512"},
-    {"unet_128", "bench_unet", "--size 128 --dtypes f32,f16 --runs 1", "SD 1.5 UNet call, 1024x1024"},
+    {"unet", "bench_unet", "--size 64 --dtypes f32,f16 --runs 2 --rounds 3", "SD 1.5 UNet call, 512x512"},
+    {"vae", "bench_unet", "--component vae --size 64 --dtypes f32,f16 --runs 2 --rounds 2", "VAE decode, 512x512"},
+    {"unet_128", "bench_unet", "--size 128 --dtypes f32,f16 --runs 1 --rounds 2", "SD 1.5 UNet call, 1024x1024"},
     {"vae_128", "bench_unet", "--component vae --size 128 --dtypes f32 --runs 1", "VAE decode, 1024x1024"},
     {"txt2img", "bench_txt2img", "--runs 3 --cold-start 1", "embedded model end to end, cold start"},
     {"growth", "bench_txt2img", "--sizes 256,512,768,1024 --steps 2 --runs 1 --cold-start 0",

@@ -12,8 +12,13 @@
 // [1, 4, LATENT, LATENT], an image 8x that size).
 //
 //   build/bench/bench_unet [--component unet|vae] [--config sd15|sdxl] [--device D] [--model DIR] [--size LATENT]
-//                          [--runs N] [--dtypes f32,f16] [--no-torch | --torch-device cuda] [--no-peers]
-//                          [--json FILE]
+//                          [--runs N] [--rounds N] [--dtypes f32,f16] [--no-torch | --torch-device cuda]
+//                          [--no-peers] [--json FILE]
+//
+// --rounds N runs each NaNscope dtype's process N times, the dtypes taking turns (f32, f16, f32, f16, ...);
+// its row then has the median of the rounds' calls, and the table says each round's f16 / f32 ratio. On a
+// machine whose speed drifts between minutes (a VM beside busy neighbours: 10-20% here), one process per dtype
+// makes their ratio a matter of which ran in the slower minute.
 //
 // --torch-device cuda times diffusers on the GPU instead, in f32 (TF32 off)
 // and f16, each NaNscope dtype against PyTorch's of the same dtype.
@@ -243,7 +248,7 @@ int main(int argc, char** argv) {
   std::string pin, model, child_dtype, dtypes = "f32,f16";
   std::string torch_device = "cpu", component = "unet", unet_config;
   std::string json_path;  // --json: every row and the peak (bench_report reads it)
-  int size = 64, runs = 2;
+  int size = 64, runs = 2, rounds = 1;
   bool torch = true, peers = true;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -259,6 +264,8 @@ int main(int argc, char** argv) {
       size = std::atoi(argv[++i]);
     else if (a == "--runs" && i + 1 < argc)
       runs = std::max(1, std::atoi(argv[++i]));
+    else if (a == "--rounds" && i + 1 < argc)
+      rounds = std::max(1, std::atoi(argv[++i]));
     else if (a == "--dtypes" && i + 1 < argc)
       dtypes = argv[++i];
     else if (a == "--child" && i + 1 < argc)
@@ -274,7 +281,8 @@ int main(int argc, char** argv) {
     else {
       std::fprintf(stderr,
                    "usage: %s [--component unet|vae] [--config sd15|sdxl] [--device D] [--model DIR] [--size LATENT] "
-                   "[--runs N] [--dtypes f32,f16] [--no-torch | --torch-device cuda] [--no-peers] [--json FILE]\n",
+                   "[--runs N] [--rounds N] [--dtypes f32,f16] [--no-torch | --torch-device cuda] [--no-peers] "
+                   "[--json FILE]\n",
                    argv[0]);
       return 2;
     }
@@ -304,14 +312,15 @@ int main(int argc, char** argv) {
       const fs::path cache = xdg && *xdg ? fs::path(xdg) : fs::path(home ? home : "/tmp") / ".cache";
       model = (cache / "nanscope" / "bench" / (vae ? "sd-vae" : sdxl ? "sdxl-unet" : "sd15-unet")).string();
       fs::create_directories(fs::path(model).parent_path());
-      std::fprintf(stderr, "bench_unet: making the %s with random weights in %s (once; %s)\n",
-                   vae    ? "SD VAE"
-                   : sdxl ? "SDXL UNet"
-                          : "SD 1.5 UNet",
-                   model.c_str(),
-                   vae    ? "335 MB"
-                   : sdxl ? "10.3 GB"
-                          : "3.4 GB");
+      if (!fs::exists(fs::path(model) / "diffusion_pytorch_model.safetensors"))
+        std::fprintf(stderr, "bench_unet: making the %s with random weights in %s (once; %s)\n",
+                     vae    ? "SD VAE"
+                     : sdxl ? "SDXL UNet"
+                            : "SD 1.5 UNet",
+                     model.c_str(),
+                     vae    ? "335 MB"
+                     : sdxl ? "10.3 GB"
+                            : "3.4 GB");
       if (!bench::run_python_baseline(vae ? "make_sd_vae.py" : "make_sd15_unet.py",
                                       std::string(sdxl ? "--config sdxl " : "") + "'" + model + "' 0"))
         return 1;
@@ -330,22 +339,47 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "bench_unet: %s: %s\n", name.c_str(), r.dump().c_str());
       std::fflush(stderr);
     };
+    std::vector<std::string> dtype_list;
     std::stringstream ss(dtypes);
+    for (std::string dt; std::getline(ss, dt, ',');) dtype_list.push_back(dt);
     std::vector<std::string> cold_notes;  // configurations measured again because their first process built kernels
-    for (std::string dt; std::getline(ss, dt, ',');) {
-      auto r = run_child(component, pin, model, dt, size, runs);
-      if (r && r->value("first_builds", 0) > 0) {
-        char note[200];
-        std::snprintf(note, sizeof note, "NaNscope %s: its first process built %d programs (%.1f s) in its first call",
-                      dt.c_str(), r->value("first_builds", 0), r->value("first_build_ms", 0.0) / 1000.0);
-        std::fprintf(stderr, "bench_unet: %s; measuring again with the kernel cache warm\n", note);
-        cold_notes.emplace_back(note);
-        r = run_child(component, pin, model, dt, size, runs);
+    std::map<std::string, std::vector<nlohmann::json>> by_round;  // dtype -> each round's result
+    for (int round = 0; round < rounds; ++round) {
+      for (const std::string& dt : dtype_list) {
+        auto r = run_child(component, pin, model, dt, size, runs);
+        if (round == 0 && r && r->value("first_builds", 0) > 0) {
+          char note[200];
+          std::snprintf(note, sizeof note,
+                        "NaNscope %s: its first process built %d programs (%.1f s) in its first call", dt.c_str(),
+                        r->value("first_builds", 0), r->value("first_build_ms", 0.0) / 1000.0);
+          std::fprintf(stderr, "bench_unet: %s; measuring again with the kernel cache warm\n", note);
+          cold_notes.emplace_back(note);
+          r = run_child(component, pin, model, dt, size, runs);
+        }
+        if (r) {
+          by_round[dt].push_back(*r);
+          progress("NaNscope " + dt + (rounds > 1 ? " round " + std::to_string(round + 1) : ""), *r);
+        }
       }
-      if (r) {
-        rows.push_back({"NaNscope " + dt, *r, dt});
-        progress(rows.back().name, *r);
+    }
+    // A dtype's row: its first round's measurements, with the medians of the rounds' calls and first calls,
+    // the largest peak RSS, and each round's call.
+    for (const std::string& dt : dtype_list) {
+      const auto it = by_round.find(dt);
+      if (it == by_round.end()) continue;
+      nlohmann::json r = it->second.front();
+      std::vector<double> calls, firsts;
+      double peak_rss = 0.0;
+      for (const nlohmann::json& x : it->second) {
+        calls.push_back(x.at("call").get<double>());
+        firsts.push_back(x.at("first").get<double>());
+        peak_rss = std::max(peak_rss, x.at("peak_rss_mb").get<double>());
       }
+      r["call"] = bench::median(calls);
+      r["first"] = bench::median(firsts);
+      r["peak_rss_mb"] = peak_rss;
+      r["call_rounds"] = calls;
+      rows.push_back({"NaNscope " + dt, r, dt});
     }
     // Baselines by dtype: on the CPU one f32 run; on CUDA f32 (TF32 off) and f16.
     std::map<std::string, nlohmann::json> base;
@@ -404,10 +438,11 @@ int main(int argc, char** argv) {
         peak > 0 ? "; FP32 peak of this CPU " + std::to_string(std::lround(peak / 1e9)) + " GFLOP/s" : "";
     std::printf(
         "\nbench_unet: %s; %.0f GFLOP per call (multiply-adds x 2 of its GEMMs, convolutions and attention);\n"
-        "%s%s; median of %d calls\n\n",
+        "%s%s; median of %d calls%s\n\n",
         what.c_str(), gflop,
         rows.empty() || !rows.front().r.contains("device") ? "" : rows.front().r["device"].get<std::string>().c_str(),
-        peak_text.c_str(), runs);
+        peak_text.c_str(), runs,
+        rounds > 1 ? (" (NaNscope: the median of " + std::to_string(rounds) + " rounds of them)").c_str() : "");
     std::printf(
         "| | load s | first call s | call s | GFLOP/s |%s cores busy | RSS after load MB | peak RSS MB | "
         "PyTorch call / this |\n"
@@ -423,6 +458,20 @@ int main(int argc, char** argv) {
                   r.at("load").get<double>(), r.at("first").get<double>(), call, gfs, share, r.value("cores", 0.0),
                   r.value("loaded_rss_mb", 0.0), r.at("peak_rss_mb").get<double>(),
                   b ? (std::to_string(b->at("call").get<double>() / call).substr(0, 5) + "x").c_str() : "");
+    }
+    // Each round's f16 / f32 ratio: the two ran minutes apart, where the medians of separate rounds may not.
+    if (const auto a = by_round.find("f16"), b = by_round.find("f32");
+        rounds > 1 && a != by_round.end() && b != by_round.end() && a->second.size() == b->second.size()) {
+      std::string each;
+      std::vector<double> ratios;
+      for (std::size_t i = 0; i < a->second.size(); ++i) {
+        ratios.push_back(a->second[i].at("call").get<double>() / b->second[i].at("call").get<double>());
+        char t[16];
+        std::snprintf(t, sizeof t, "%s%.2fx", i ? ", " : "", ratios.back());
+        each += t;
+      }
+      std::printf("\nf16 / f32 call time, round by round (%d rounds, the dtypes taking turns): %s; median %.2fx.\n",
+                  rounds, each.c_str(), bench::median(ratios));
     }
     // NaNscope f32 against the fastest peer and the peer with the lowest peak RSS.
     const auto ours = std::find_if(rows.begin(), rows.end(), [](const Row& r) { return r.name == "NaNscope f32"; });
@@ -489,6 +538,7 @@ int main(int argc, char** argv) {
                                                                     : "other"},
                           {"size", size},
                           {"runs", runs},
+                          {"rounds", rounds},
                           {"what", what},
                           {"gflop", gflop},
                           {"peak_gflops", peak / 1e9},

@@ -20,6 +20,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench_util.hpp"
+
 namespace nanscope::bench {
 
 enum class Verdict { met, missed, not_measured };
@@ -182,6 +184,21 @@ inline std::vector<Target> evaluate_targets(const nlohmann::json& results) {
       const double r = f16->at("call").get<double>() / f32->at("call").get<double>();
       half.verdict = at_most(r, 1.0);
       half.measured = "f16 takes " + times(r) + " f32's time";
+      // Rounds with the dtypes taking turns (bench_unet --rounds): the median of each round's ratio.
+      const auto* a = f16->contains("call_rounds") ? &f16->at("call_rounds") : nullptr;
+      const auto* b = f32->contains("call_rounds") ? &f32->at("call_rounds") : nullptr;
+      if (a && b && a->size() == b->size() && a->size() > 1) {
+        std::vector<double> ratios;
+        std::string each;
+        for (std::size_t i = 0; i < a->size(); ++i) {
+          ratios.push_back((*a)[i].get<double>() / (*b)[i].get<double>());
+          each += (i ? ", " : "") + times(ratios.back());
+        }
+        const double m = median(ratios);
+        half.verdict = at_most(m, 1.0);
+        half.measured = "f16 takes " + times(m) + " f32's time (the median of " + std::to_string(ratios.size()) +
+                        " rounds taking turns: " + each + ")";
+      }
     }
     out.push_back(half);
   }
