@@ -343,7 +343,8 @@ int main(int argc, char** argv) {
     std::stringstream ss(dtypes);
     for (std::string dt; std::getline(ss, dt, ',');) dtype_list.push_back(dt);
     std::vector<std::string> cold_notes;  // configurations measured again because their first process built kernels
-    std::map<std::string, std::vector<nlohmann::json>> by_round;  // dtype -> each round's result
+    // dtype -> each round's result (empty where that round's process failed).
+    std::map<std::string, std::vector<std::optional<nlohmann::json>>> by_round;
     for (int round = 0; round < rounds; ++round) {
       for (const std::string& dt : dtype_list) {
         auto r = run_child(component, pin, model, dt, size, runs);
@@ -356,29 +357,38 @@ int main(int argc, char** argv) {
           cold_notes.emplace_back(note);
           r = run_child(component, pin, model, dt, size, runs);
         }
-        if (r) {
-          by_round[dt].push_back(*r);
-          progress("NaNscope " + dt + (rounds > 1 ? " round " + std::to_string(round + 1) : ""), *r);
-        }
+        if (r) progress("NaNscope " + dt + (rounds > 1 ? " round " + std::to_string(round + 1) : ""), *r);
+        by_round[dt].push_back(std::move(r));
       }
     }
-    // A dtype's row: its first round's measurements, with the medians of the rounds' calls and first calls,
-    // the largest peak RSS, and each round's call.
+    // A dtype's row: its first measured round, with the medians over its rounds of the call, of the first call and
+    // of first / call (each round's own ratio, the first-call target's), the largest peak RSS, and each round's
+    // call (null where the round failed).
     for (const std::string& dt : dtype_list) {
-      const auto it = by_round.find(dt);
-      if (it == by_round.end()) continue;
-      nlohmann::json r = it->second.front();
-      std::vector<double> calls, firsts;
+      const auto& results = by_round[dt];
+      const auto first_ok = std::find_if(results.begin(), results.end(), [](const auto& x) { return x.has_value(); });
+      if (first_ok == results.end()) continue;
+      nlohmann::json r = **first_ok;
+      std::vector<double> calls, firsts, first_ratios;
+      nlohmann::json call_rounds = nlohmann::json::array();
       double peak_rss = 0.0;
-      for (const nlohmann::json& x : it->second) {
-        calls.push_back(x.at("call").get<double>());
-        firsts.push_back(x.at("first").get<double>());
-        peak_rss = std::max(peak_rss, x.at("peak_rss_mb").get<double>());
+      for (const auto& x : results) {
+        if (!x) {
+          call_rounds.push_back(nullptr);
+          continue;
+        }
+        const double call = x->at("call").get<double>(), first = x->at("first").get<double>();
+        calls.push_back(call);
+        firsts.push_back(first);
+        first_ratios.push_back(first / call);
+        call_rounds.push_back(call);
+        peak_rss = std::max(peak_rss, x->at("peak_rss_mb").get<double>());
       }
       r["call"] = bench::median(calls);
       r["first"] = bench::median(firsts);
+      r["first_ratio"] = bench::median(first_ratios);
       r["peak_rss_mb"] = peak_rss;
-      r["call_rounds"] = calls;
+      r["call_rounds"] = call_rounds;
       rows.push_back({"NaNscope " + dt, r, dt});
     }
     // Baselines by dtype: on the CPU one f32 run; on CUDA f32 (TF32 off) and f16.
@@ -459,19 +469,26 @@ int main(int argc, char** argv) {
                   r.value("loaded_rss_mb", 0.0), r.at("peak_rss_mb").get<double>(),
                   b ? (std::to_string(b->at("call").get<double>() / call).substr(0, 5) + "x").c_str() : "");
     }
-    // Each round's f16 / f32 ratio: the two ran minutes apart, where the medians of separate rounds may not.
-    if (const auto a = by_round.find("f16"), b = by_round.find("f32");
-        rounds > 1 && a != by_round.end() && b != by_round.end() && a->second.size() == b->second.size()) {
+    // Each round's f16 / f32 ratio (rounds where both ran): the two ran minutes apart, where the medians of
+    // separate rounds may not.
+    if (rounds > 1 && by_round.count("f16") && by_round.count("f32")) {
+      const auto& a = by_round["f16"];
+      const auto& b = by_round["f32"];
       std::string each;
       std::vector<double> ratios;
-      for (std::size_t i = 0; i < a->second.size(); ++i) {
-        ratios.push_back(a->second[i].at("call").get<double>() / b->second[i].at("call").get<double>());
-        char t[16];
-        std::snprintf(t, sizeof t, "%s%.2fx", i ? ", " : "", ratios.back());
+      for (std::size_t i = 0; i < a.size() && i < b.size(); ++i) {
+        char t[40];
+        if (!a[i] || !b[i]) {
+          std::snprintf(t, sizeof t, "%sround %zu failed", i ? ", " : "", i + 1);
+        } else {
+          ratios.push_back(a[i]->at("call").get<double>() / b[i]->at("call").get<double>());
+          std::snprintf(t, sizeof t, "%s%.2fx", i ? ", " : "", ratios.back());
+        }
         each += t;
       }
-      std::printf("\nf16 / f32 call time, round by round (%d rounds, the dtypes taking turns): %s; median %.2fx.\n",
-                  rounds, each.c_str(), bench::median(ratios));
+      if (!ratios.empty())
+        std::printf("\nf16 / f32 call time, round by round (%d rounds, the dtypes taking turns): %s; median %.2fx.\n",
+                    rounds, each.c_str(), bench::median(ratios));
     }
     // NaNscope f32 against the fastest peer and the peer with the lowest peak RSS.
     const auto ours = std::find_if(rows.begin(), rows.end(), [](const Row& r) { return r.name == "NaNscope f32"; });

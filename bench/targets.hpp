@@ -184,20 +184,24 @@ inline std::vector<Target> evaluate_targets(const nlohmann::json& results) {
       const double r = f16->at("call").get<double>() / f32->at("call").get<double>();
       half.verdict = at_most(r, 1.0);
       half.measured = "f16 takes " + times(r) + " f32's time";
-      // Rounds with the dtypes taking turns (bench_unet --rounds): the median of each round's ratio.
+      // Rounds with the dtypes taking turns (bench_unet --rounds): the median of each round's ratio, over the
+      // rounds both dtypes ran (a failed round is null).
       const auto* a = f16->contains("call_rounds") ? &f16->at("call_rounds") : nullptr;
       const auto* b = f32->contains("call_rounds") ? &f32->at("call_rounds") : nullptr;
       if (a && b && a->size() == b->size() && a->size() > 1) {
         std::vector<double> ratios;
         std::string each;
         for (std::size_t i = 0; i < a->size(); ++i) {
+          if ((*a)[i].is_null() || (*b)[i].is_null()) continue;
           ratios.push_back((*a)[i].get<double>() / (*b)[i].get<double>());
-          each += (i ? ", " : "") + times(ratios.back());
+          each += (each.empty() ? "" : ", ") + times(ratios.back());
         }
-        const double m = median(ratios);
-        half.verdict = at_most(m, 1.0);
-        half.measured = "f16 takes " + times(m) + " f32's time (the median of " + std::to_string(ratios.size()) +
-                        " rounds taking turns: " + each + ")";
+        if (!ratios.empty()) {
+          const double m = median(ratios);
+          half.verdict = at_most(m, 1.0);
+          half.measured = "f16 takes " + times(m) + " f32's time (the median of " + std::to_string(ratios.size()) +
+                          " rounds taking turns: " + each + ")";
+        }
       }
     }
     out.push_back(half);
@@ -229,7 +233,9 @@ inline std::vector<Target> evaluate_targets(const nlohmann::json& results) {
       if (!s.is_object() || !s.contains("rows")) continue;
       for (const auto& r : s["rows"]) {
         if (r.value("engine", "") != "nanscope") continue;
-        const double ratio = r.at("first").get<double>() / r.at("call").get<double>();
+        // bench_unet --rounds: the median of each round's own first / call.
+        const double ratio = r.contains("first_ratio") ? r.at("first_ratio").get<double>()
+                                                       : r.at("first").get<double>() / r.at("call").get<double>();
         worst_first = std::max(worst_first, ratio);
         first_text +=
             (first_text.empty() ? "" : ", ") + std::string(key) + " " + r.value("dtype", "") + " " + times(ratio);

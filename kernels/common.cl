@@ -9,10 +9,12 @@
 //   bf16 ushort words: the upper half of an f32, rounded to nearest even.
 //
 // Native accumulation (op_args.hpp) rounds every partial sum to the storage
-// dtype. It is emulated here with integer bit operations on f32 values even
-// when the device has cl_khr_fp16: a device's half adder may flush subnormals
-// or differ in other details, and the point of native mode is a result that
-// is the same on every device (and bit-equal to the reference backend).
+// dtype. Its arithmetic is emulated here in f32 with exact rounding (integer
+// bit operations, or the core conversions vstore_half*_rte, which round to
+// nearest even and keep subnormals in OpenCL's full profile) even when the
+// device has cl_khr_fp16: a device's half adder may flush subnormals or differ
+// in other details, and the point of native mode is a result that is the same
+// on every device (and bit-equal to the reference backend).
 //
 // Helpers in every .cl file are `static inline`: PoCL compiles programs with
 // -Dinline=, so a plain `inline` helper is an external function that its
@@ -123,16 +125,20 @@ static inline float16 ns_round_f16_16_cvt(float16 x) {
   vstore_half16_rte(x, 0, (__private half*)h);
   return vload_half16(0, (__private const half*)h);
 }
-#define NS_DEFINE_F16_WORDS(N)                                    \
-  typedef ushort##N ns_ushort##N##_a2 __attribute__((aligned(2))); \
-  static inline ushort##N ns_f16_words##N(float##N x) {           \
-    ushort h[N] __attribute__((aligned(2 * N)));                  \
-    vstore_half##N##_rte(x, 0, (__private half*)h);               \
-    return vload##N(0, h);                                        \
+#define NS_DEFINE_F16_WORDS(N)                          \
+  static inline ushort##N ns_f16_words##N(float##N x) { \
+    ushort h[N] __attribute__((aligned(2 * N)));        \
+    vstore_half##N##_rte(x, 0, (__private half*)h);     \
+    return vload##N(0, h);                              \
   }
+NS_DEFINE_F16_WORDS(16)  // also the streamed stores' words (st16_stream)
+#if !defined(F16_CVT)    // CPU style; GPU style stores with vstore_halfN_rte
 NS_DEFINE_F16_WORDS(4)
 NS_DEFINE_F16_WORDS(8)
-NS_DEFINE_F16_WORDS(16)
+typedef ushort4 ns_ushort4_a2 __attribute__((aligned(2)));
+typedef ushort8 ns_ushort8_a2 __attribute__((aligned(2)));
+typedef ushort16 ns_ushort16_a2 __attribute__((aligned(2)));
+#endif
 #endif
 
 // round_store*: to the storage dtype (identity for f32).
@@ -748,14 +754,15 @@ static inline ulong panel_row(uint p, uint panels, uint k, uint K, uint kc, uint
 // oy*OW + ox onward (xp: channel ci of the image, H x W), zero in the padding
 // and after `count` columns (matmul.cl conv_cpu, conv2d.cl conv_im2col_panels).
 // im2col_row16_any takes every case one element at a time; im2col_row16 first
-// tries the fast paths at stride 1 for 16 positions in one output row: inside
+// tries the fast paths for 16 positions in one output row: at stride 1 inside
 // the image, a padding row, or one column over the left or right edge (3x3
-// with padding 1: one vector load and a lane shift). The general case stays
-// out of line so the gather loops that inline the fast paths stay small.
+// with padding 1: one vector load and a lane shift); at stride 2
+// im2col_row16_s2. The general case and stride 2 stay out of line so the
+// gather loops that inline the stride-1 paths stay small.
 static __attribute__((noinline)) float16 im2col_row16_any(__global const store_t* xp, uint H, uint W, uint stride,
                                                           uint pad, uint OW, uint oy, uint ox, uint ky, uint kx,
                                                           uint count) {
-  ns_word_t t[16];
+  ns_word_t t[16] __attribute__((aligned(16 * sizeof(ns_word_t))));
   for (uint j = 0; j < 16u; ++j) {
     ns_word_t val = NS_ZERO_WORD;
     if (j < count) {
@@ -769,9 +776,9 @@ static __attribute__((noinline)) float16 im2col_row16_any(__global const store_t
   return ns_words16_to_f32(t);
 }
 
-// 16 consecutive values of a row of W from column x0, zero outside [0, W) (im2col_row16 at stride 1, the
-// Winograd input transform): one vector load where they lie inside the row or one past either edge
-// (padding 1), one value at a time otherwise.
+// 16 consecutive values of a row of W from column x0, zero outside [0, W) (im2col_row16, the Winograd input
+// transform): one vector load where they lie inside the row or one past either edge (padding 1), one value at
+// a time otherwise.
 static __attribute__((always_inline)) inline float16 row16_padded(__global const store_t* row, int x0, uint W) {
   if (x0 >= 0 && x0 + 16 <= (int)W) return ld16(row, (uint)x0);
   if (W >= 16u && x0 == -1) {
@@ -782,12 +789,19 @@ static __attribute__((always_inline)) inline float16 row16_padded(__global const
     const float16 a = ld16(row, (uint)(x0 - 1));
     return (float16)(a.s1, a.s2, a.s3, a.s4, a.s5, a.s6, a.s7, a.s8, a.s9, a.sa, a.sb, a.sc, a.sd, a.se, a.sf, 0.0f);
   }
-  ns_word_t t[16];
+  ns_word_t t[16] __attribute__((aligned(16 * sizeof(ns_word_t))));
   for (int j = 0; j < 16; ++j) {
     const int xx = x0 + j;
     t[j] = xx >= 0 && xx < (int)W ? ns_word(row, (uint)xx) : NS_ZERO_WORD;
   }
   return ns_words16_to_f32(t);
+}
+
+// Stride 2 (the downsampling convolutions), 16 positions in one output row, input row iy inside the image: every
+// other value of the 32 consecutive ones from column ix, as two row16_padded reads and their even lanes.
+static __attribute__((noinline)) float16 im2col_row16_s2(__global const store_t* row, int ix, uint W) {
+  return shuffle2(row16_padded(row, ix, W), row16_padded(row, ix + 16, W),
+                  (uint16)(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30));
 }
 
 static __attribute__((always_inline)) inline float16 im2col_row16(__global const store_t* xp, uint H, uint W,
@@ -799,15 +813,10 @@ static __attribute__((always_inline)) inline float16 im2col_row16(__global const
     if (iy < 0 || iy >= (int)H) return (float16)(0.0f);
     return row16_padded(xp + (ulong)iy * W, ix, W);
   }
-  // Stride 2 (the downsampling convolutions): 16 positions in one output row read every other value of 32
-  // consecutive ones, two vector loads and the even lanes.
   if (stride == 2u && count >= 16u && ox + 16u <= OW && W >= 16u) {
     const int iy = (int)(2u * oy + ky) - (int)pad;
-    const int ix = (int)(2u * ox + kx) - (int)pad;
     if (iy < 0 || iy >= (int)H) return (float16)(0.0f);
-    const __global store_t* row = xp + (ulong)iy * W;
-    return shuffle2(row16_padded(row, ix, W), row16_padded(row, ix + 16, W),
-                    (uint16)(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30));
+    return im2col_row16_s2(xp + (ulong)iy * W, (int)(2u * ox + kx) - (int)pad, W);
   }
   return im2col_row16_any(xp, H, W, stride, pad, OW, oy, ox, ky, kx, count);
 }

@@ -189,7 +189,7 @@ TEST(NormFusedSilu, BitEqualToGroupNormThenSilu) {
   for (const Precision& p : precision_matrix()) {
     SCOPED_TRACE(p.describe());
     Rng rng(seed_from("group_norm_silu " + p.describe()));
-    // Odd spatial size (a tail after the 16-wide vectors); 40 x 37 = 1480 values per group. Channel 5's
+    // Odd spatial size (a tail after the 16-wide vectors); 4 x 37 = 148 values per group. Channel 5's
     // outputs are below f16's normal range (gamma 1e-5, no beta: subnormal in f16, both before and after
     // the SILU), and sample 1's group 2 holds a NaN, which makes the whole group NaN.
     HostTensor x = random_normal(rng, {2, 16, 37}, p.dtype, 0.5, 3.0);
@@ -206,6 +206,22 @@ TEST(NormFusedSilu, BitEqualToGroupNormThenSilu) {
       const HostTensor fused = be.download(ops::group_norm_silu(ctx, act, tx, 4, &tg, &tb, 1e-6f));
       EXPECT_TRUE(bitwise_equal(fused, two));
       EXPECT_EQ(fused.dtype, p.dtype);
+      // The special values are there: f16 subnormals (non-zero, below 2^-14) in channel 5, NaN over sample 1's
+      // group 2 (channels 8-11) and nowhere else.
+      int subnormal = 0, nan = 0;
+      for (std::int64_t i = 0; i < fused.numel(); ++i) {
+        const float v = fused.get(i);
+        const std::int64_t n = i / (16 * 37), ch = i / 37 % 16;
+        if (n == 0 && ch == 5 && v != 0.0f && std::fabs(v) < 0x1p-14f) ++subnormal;
+        if (std::isnan(v)) {
+          ++nan;
+          EXPECT_TRUE(n == 1 && ch >= 8 && ch < 12) << "NaN at " << i;
+        }
+      }
+      if (p.dtype == DType::f16) {
+        EXPECT_GT(subnormal, 20);
+      }
+      EXPECT_EQ(nan, 4 * 37);
 
       Recorder rec;
       OpContext traced = ctx, traced_act = act;
