@@ -57,7 +57,7 @@ constexpr Stage kStages[] = {
     {"unet", "bench_unet", "--size 64 --dtypes f32,f16 --runs 2 --rounds 3", "SD 1.5 UNet call, 512x512"},
     {"vae", "bench_unet", "--component vae --size 64 --dtypes f32,f16 --runs 2 --rounds 2", "VAE decode, 512x512"},
     {"unet_128", "bench_unet", "--size 128 --dtypes f32,f16 --runs 1 --rounds 2", "SD 1.5 UNet call, 1024x1024"},
-    {"vae_128", "bench_unet", "--component vae --size 128 --dtypes f32 --runs 1", "VAE decode, 1024x1024"},
+    {"vae_128", "bench_unet", "--component vae --size 128 --dtypes f32 --runs 2", "VAE decode, 1024x1024"},
     {"txt2img", "bench_txt2img", "--runs 3 --cold-start 1", "embedded model end to end, cold start"},
     {"growth", "bench_txt2img", "--sizes 256,512,768,1024 --steps 2 --runs 1 --cold-start 0",
      "embedded model at 256 to 1024"},
