@@ -274,11 +274,11 @@ __kernel CPU_ONE_ITEM void winograd_output(__global const float* mp, ulong m_bs,
     return;
   }
 #if defined(STORE_F16)
-  // Rounded to f16 16 values at a time by the CPU's conversion instruction, as st16 does, then stored as words:
-  // a scalar st() is the exact integer emulation, which made f16 1.5x f32's time here (the UNet's 16x16 and
-  // 32x32 outputs take this path). The same bits.
-  ushort ys[256];
-  for (int i = 0; i < 16; ++i) vstore_half16_rte(y[i], 0, (__private half*)(ys + 16 * i));
+  // Rounded to f16 16 values at a time by the CPU's conversion instruction (ns_f16_words16, as st16), then
+  // stored as words: a scalar st() is the exact integer emulation, which made f16 1.5x f32's time here (the
+  // UNet's 16x16 and 32x32 outputs take this path). The same bits.
+  ushort ys[256] __attribute__((aligned(32)));
+  for (int i = 0; i < 16; ++i) *(__private ushort16*)(ys + 16 * i) = ns_f16_words16(y[i]);
 #define WINO_ST(p, i, v) (((__global ushort*)(p))[(i)] = (v))
 #else
   float ys[256];
