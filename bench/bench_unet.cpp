@@ -469,20 +469,22 @@ int main(int argc, char** argv) {
                   r.value("loaded_rss_mb", 0.0), r.at("peak_rss_mb").get<double>(),
                   b ? (std::to_string(b->at("call").get<double>() / call).substr(0, 5) + "x").c_str() : "");
     }
-    // Each round's f16 / f32 ratio (rounds where both ran): the two ran minutes apart, where the medians of
-    // separate rounds may not.
-    if (rounds > 1 && by_round.count("f16") && by_round.count("f32")) {
-      const auto& a = by_round["f16"];
-      const auto& b = by_round["f32"];
+    // Each round's f16 / f32 ratio: the two ran minutes apart, where the medians of separate rounds may not.
+    const auto row_of = [&](const char* name) {
+      const auto it = std::find_if(rows.begin(), rows.end(), [&](const Row& r) { return r.name == name; });
+      return it == rows.end() ? nullptr : &it->r;
+    };
+    if (const nlohmann::json* a = row_of("NaNscope f16"), *b = row_of("NaNscope f32"); a && b) {
       std::string each;
       std::vector<double> ratios;
-      for (std::size_t i = 0; i < a.size() && i < b.size(); ++i) {
+      const std::vector<std::optional<double>> by_round_ratio = bench::round_ratios(*a, *b);
+      for (std::size_t i = 0; i < by_round_ratio.size(); ++i) {
         char t[40];
-        if (!a[i] || !b[i]) {
-          std::snprintf(t, sizeof t, "%sround %zu failed", i ? ", " : "", i + 1);
-        } else {
-          ratios.push_back(a[i]->at("call").get<double>() / b[i]->at("call").get<double>());
+        if (by_round_ratio[i]) {
+          ratios.push_back(*by_round_ratio[i]);
           std::snprintf(t, sizeof t, "%s%.2fx", i ? ", " : "", ratios.back());
+        } else {
+          std::snprintf(t, sizeof t, "%sround %zu failed", i ? ", " : "", i + 1);
         }
         each += t;
       }
@@ -491,20 +493,20 @@ int main(int argc, char** argv) {
                     rounds, each.c_str(), bench::median(ratios));
     }
     // NaNscope f32 against the fastest peer and the peer with the lowest peak RSS.
-    const auto ours = std::find_if(rows.begin(), rows.end(), [](const Row& r) { return r.name == "NaNscope f32"; });
+    const nlohmann::json* ours = row_of("NaNscope f32");
     const auto best_peer = [&](const char* key) -> const std::pair<std::string, std::size_t>* {
       const std::pair<std::string, std::size_t>* best = nullptr;
       for (const auto& p : peer_rows)
         if (!best || rows[p.second].r.at(key).get<double>() < rows[best->second].r.at(key).get<double>()) best = &p;
       return best;
     };
-    if (ours != rows.end() && !peer_rows.empty()) {
+    if (ours && !peer_rows.empty()) {
       const auto* fastest = best_peer("call");
       const auto* leanest = best_peer("peak_rss_mb");
       const double peer_call = rows[fastest->second].r.at("call").get<double>();
-      const double our_call = ours->r.at("call").get<double>();
+      const double our_call = ours->at("call").get<double>();
       const double peer_rss = rows[leanest->second].r.at("peak_rss_mb").get<double>();
-      const double our_rss = ours->r.at("peak_rss_mb").get<double>();
+      const double our_rss = ours->at("peak_rss_mb").get<double>();
       std::printf(
           "\nNaNscope f32 is %.2fx the speed of the fastest peer (%s: %.4f s a call against %.4f s; > 1: faster).\n",
           peer_call / our_call, fastest->first.c_str(), peer_call, our_call);

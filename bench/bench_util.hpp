@@ -30,6 +30,19 @@ inline double median(std::vector<double> v) {
   return v.size() % 2 ? v[h] : 0.5 * (v[h - 1] + v[h]);
 }
 
+// bench_unet --rounds: each round's a / b from two rows' "call_rounds" (one call per round, null where that
+// round's process failed); nullopt where either failed. Empty unless both list the same rounds, more than one.
+inline std::vector<std::optional<double>> round_ratios(const nlohmann::json& a, const nlohmann::json& b) {
+  std::vector<std::optional<double>> out;
+  if (!a.contains("call_rounds") || !b.contains("call_rounds")) return out;
+  const nlohmann::json &ra = a["call_rounds"], &rb = b["call_rounds"];
+  if (ra.size() != rb.size() || ra.size() < 2) return out;
+  for (std::size_t i = 0; i < ra.size(); ++i)
+    out.push_back(ra[i].is_null() || rb[i].is_null() ? std::nullopt
+                                                     : std::optional(ra[i].get<double>() / rb[i].get<double>()));
+  return out;
+}
+
 // --json FILE of every bench: its measurements as one JSON object (what
 // bench_report reads to judge the speed targets). False, with a message on
 // stderr, when the file cannot be written.

@@ -185,23 +185,19 @@ inline std::vector<Target> evaluate_targets(const nlohmann::json& results) {
       half.verdict = at_most(r, 1.0);
       half.measured = "f16 takes " + times(r) + " f32's time";
       // Rounds with the dtypes taking turns (bench_unet --rounds): the median of each round's ratio, over the
-      // rounds both dtypes ran (a failed round is null).
-      const auto* a = f16->contains("call_rounds") ? &f16->at("call_rounds") : nullptr;
-      const auto* b = f32->contains("call_rounds") ? &f32->at("call_rounds") : nullptr;
-      if (a && b && a->size() == b->size() && a->size() > 1) {
-        std::vector<double> ratios;
-        std::string each;
-        for (std::size_t i = 0; i < a->size(); ++i) {
-          if ((*a)[i].is_null() || (*b)[i].is_null()) continue;
-          ratios.push_back((*a)[i].get<double>() / (*b)[i].get<double>());
-          each += (each.empty() ? "" : ", ") + times(ratios.back());
-        }
-        if (!ratios.empty()) {
-          const double m = median(ratios);
-          half.verdict = at_most(m, 1.0);
-          half.measured = "f16 takes " + times(m) + " f32's time (the median of " + std::to_string(ratios.size()) +
-                          " rounds taking turns: " + each + ")";
-        }
+      // rounds both dtypes ran.
+      std::vector<double> ratios;
+      std::string each;
+      for (const std::optional<double>& q : round_ratios(*f16, *f32)) {
+        if (!q) continue;
+        ratios.push_back(*q);
+        each += (each.empty() ? "" : ", ") + times(*q);
+      }
+      if (!ratios.empty()) {
+        const double m = median(ratios);
+        half.verdict = at_most(m, 1.0);
+        half.measured = "f16 takes " + times(m) + " f32's time (the median of " + std::to_string(ratios.size()) +
+                        " rounds taking turns: " + each + ")";
       }
     }
     out.push_back(half);
