@@ -1,11 +1,13 @@
 // The OpenCL backend's buffer pool: size classes, reuse of released buffers,
 // the cap on what is kept, what is given back above the high-water mark, kept weight panels counted at the sizes
-// served, and tensors that outlive their backend.
+// served, tensors that outlive their backend, and repeated calls served from an arena planned from their pattern.
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "backend/device.hpp"
@@ -88,7 +90,7 @@ TEST_F(BufferPoolDevice, KeptBuffersAreGivenBackAboveTheHighWaterMark) {
   cl_mem a = pool.acquire(64 * kK, err);
   cl_mem b = pool.acquire(64 * kK, err);
   cl_mem c = pool.acquire(64 * kK, err);
-  EXPECT_EQ(pool.peak_in_use_bytes(), 192 * kK);  // the mark: in use + kept may reach 216 KiB
+  EXPECT_EQ(pool.peak_asked_bytes(), 192 * kK);  // the mark: in use + kept may reach 216 KiB
   pool.release(a, 64 * kK);
   pool.release(b, 64 * kK);
   pool.release(c, 64 * kK);
@@ -127,7 +129,7 @@ TEST_F(BufferPoolDevice, KeptBuffersAreGivenBackAboveTheHighWaterMark) {
   cl_mem big = pool.acquire(512 * kK, err);
   ASSERT_EQ(err, CL_SUCCESS);
   EXPECT_EQ(pool.kept_bytes(), 0u);
-  EXPECT_EQ(pool.peak_in_use_bytes(), 512 * kK);
+  EXPECT_EQ(pool.peak_asked_bytes(), 512 * kK);
   pool.release(big, 512 * kK);
 }
 
@@ -230,6 +232,179 @@ TEST_F(BufferPoolDevice, GuardsCatchAWritePastTheEnd) {
   EXPECT_NE(v[0].find("out-of-bounds write"), std::string::npos) << v[0];
   EXPECT_NE(v[0].find("first at byte 4"), std::string::npos) << v[0];
   EXPECT_TRUE(be.take_guard_violations().empty()) << "the list is cleared once taken";
+}
+
+// The memory pattern (memory_pattern.hpp): buffers whose lifetimes do not overlap share offsets, the arena is the
+// live peak, and a buffer alive after the call is left to the pool.
+TEST(MemoryPattern, BuffersAliveAtOnceGetDisjointPlacesAndTheArenaIsTheLivePeak) {
+  using opencl::PatternRequest;
+  // Events: 0 A(100) 1 B(50) 2 B freed 3 A freed 4 C(100) 5 D(30, alive at the end) 6 C freed.
+  const std::vector<PatternRequest> requests{{100, 0, 3}, {50, 1, 2}, {100, 4, 6}, {30, 5, PatternRequest::kAlive}};
+  const opencl::PatternPlan plan = opencl::plan_pattern(requests, 1);
+  ASSERT_EQ(plan.slots.size(), 4u);
+  EXPECT_TRUE(plan.slots[0].in_arena);
+  EXPECT_EQ(plan.slots[0].offset, 0u);
+  EXPECT_EQ(plan.slots[1].offset, 100u) << "B is alive with A";
+  EXPECT_EQ(plan.slots[2].offset, 0u) << "C comes after A is freed: A's place";
+  EXPECT_FALSE(plan.slots[3].in_arena) << "alive after the call: the pool's";
+  EXPECT_EQ(plan.slots[3].bytes, 30u);
+  EXPECT_EQ(plan.arena_bytes, 150u);
+  EXPECT_EQ(opencl::pattern_live_peak(requests, 1), 150u);
+  // Rounded to the alignment: 100 -> 128, 50 -> 64.
+  const opencl::PatternPlan aligned = opencl::plan_pattern(requests, 64);
+  EXPECT_EQ(aligned.slots[1].offset, 128u);
+  EXPECT_EQ(aligned.arena_bytes, 192u);
+}
+
+// A chain whose stages grow (a VAE decoder: each stage's input, its norm and conv outputs, then a larger stage):
+// an online pool of size classes either holds every stage's buffers or makes them again at every call; the plan
+// holds the largest stage's alone.
+TEST(MemoryPattern, AGrowingChainPacksIntoItsLargestStage) {
+  using opencl::PatternRequest;
+  std::vector<PatternRequest> requests;
+  std::size_t event = 0;
+  std::size_t prev = PatternRequest::kAlive;
+  for (std::size_t stage = 0; stage < 5; ++stage) {
+    const std::size_t bytes = std::size_t{4096} << (2 * stage);
+    for (int op = 0; op < 4; ++op) {
+      requests.push_back({bytes, event++});
+      if (prev != PatternRequest::kAlive) requests[prev].released = event++;  // the op's input dies
+      prev = requests.size() - 1;
+    }
+  }
+  requests[prev].released = event++;
+  const opencl::PatternPlan plan = opencl::plan_pattern(requests, 4096);
+  EXPECT_EQ(plan.arena_bytes, opencl::pattern_live_peak(requests, 4096));
+  EXPECT_EQ(plan.arena_bytes, 2 * (std::size_t{4096} << 8)) << "two of the last stage's buffers alive at once";
+}
+
+class RepeatedCalls : public BufferPoolDevice {
+ protected:
+  static bool sub_buffer(cl_mem m) {
+    cl_mem parent = nullptr;
+    EXPECT_EQ(clGetMemObjectInfo(m, CL_MEM_ASSOCIATED_MEMOBJECT, sizeof parent, &parent, nullptr), CL_SUCCESS);
+    return parent != nullptr;
+  }
+  void fill(cl_mem m, std::size_t bytes, unsigned char v) {
+    const std::vector<unsigned char> data(bytes, v);
+    ASSERT_EQ(clEnqueueWriteBuffer(be_->queue(), m, CL_TRUE, 0, bytes, data.data(), 0, nullptr, nullptr), CL_SUCCESS);
+  }
+  bool holds(cl_mem m, std::size_t bytes, unsigned char v) {
+    std::vector<unsigned char> data(bytes);
+    EXPECT_EQ(clEnqueueReadBuffer(be_->queue(), m, CL_TRUE, 0, bytes, data.data(), 0, nullptr, nullptr), CL_SUCCESS);
+    return std::all_of(data.begin(), data.end(), [v](unsigned char x) { return x == v; });
+  }
+};
+
+constexpr std::size_t kKiB = 1024;
+
+// The second call of a key is served from one arena, planned from the first: sub-buffers at the planned places,
+// the arena the call's live peak, nothing made by the driver from the third call on, and the buffer alive after
+// the call (its output) from the pool.
+TEST_F(RepeatedCalls, TheSecondCallIsServedFromOneArenaPlannedFromTheFirst) {
+  BufferPool pool(be_->context(), 64 << 20);
+  cl_int err = CL_SUCCESS;
+  std::vector<cl_mem> outputs;
+  std::size_t created_after_second = 0;
+  for (int call = 0; call < 4; ++call) {
+    SCOPED_TRACE("call " + std::to_string(call + 1));
+    pool.begin_repeat("chain");
+    cl_mem a = pool.acquire(64 * kKiB, err);
+    cl_mem b = pool.acquire(100 * kKiB, err);
+    ASSERT_EQ(err, CL_SUCCESS);
+    const bool a_sub = sub_buffer(a), b_sub = sub_buffer(b);  // asked now: a sub-buffer given back is gone
+    fill(a, 64 * kKiB, 0xA1);
+    fill(b, 100 * kKiB, 0xB2);
+    EXPECT_TRUE(holds(a, 64 * kKiB, 0xA1)) << "a and b are alive at once: their places do not overlap";
+    pool.release(a, 64 * kKiB);
+    cl_mem c = pool.acquire(60 * kKiB, err);
+    const bool c_sub = sub_buffer(c);
+    fill(c, 60 * kKiB, 0xC3);
+    EXPECT_TRUE(holds(b, 100 * kKiB, 0xB2));
+    cl_mem out = pool.acquire(8 * kKiB, err);
+    pool.release(b, 100 * kKiB);
+    pool.release(c, 60 * kKiB);
+    pool.end_repeat(true);
+    EXPECT_FALSE(sub_buffer(out)) << "alive after the call: the pool's";
+    if (call == 0) {
+      EXPECT_FALSE(a_sub || b_sub || c_sub);
+      EXPECT_EQ(pool.counts().replayed, 0u);
+      EXPECT_EQ(pool.arena_bytes(), 0u) << "made when the pattern is first followed";
+    } else {
+      EXPECT_TRUE(a_sub && b_sub && c_sub);
+      EXPECT_EQ(pool.counts().replayed, 3u * call);
+      EXPECT_EQ(pool.arena_bytes(), 164 * kKiB) << "b alive with a, then with c in a's place";
+      EXPECT_EQ(pool.counts().arenas_made, 1u);
+    }
+    if (call == 1) created_after_second = pool.counts().created;
+    if (call > 1) {
+      EXPECT_EQ(pool.counts().created, created_after_second) << "nothing made by the driver";
+    }
+    pool.release(out, 8 * kKiB);
+    EXPECT_EQ(pool.in_use_bytes(), 0u);
+  }
+  pool.trim();
+  EXPECT_EQ(pool.arena_bytes(), 0u) << "an idle arena goes with the kept buffers";
+}
+
+// A call that asks for another size than its pattern is served by the pool from there on, and becomes the
+// pattern; a buffer kept longer than in the pattern keeps its place, and the request planned over it comes from
+// the pool; a call ended by an exception plans nothing.
+TEST_F(RepeatedCalls, ACallThatStraysIsServedByThePoolAndBecomesThePattern) {
+  BufferPool pool(be_->context(), 64 << 20);
+  cl_int err = CL_SUCCESS;
+  const auto call = [&](std::size_t second, bool keep_first_longer) {
+    pool.begin_repeat("k");
+    cl_mem a = pool.acquire(64 * kKiB, err);
+    if (!keep_first_longer) pool.release(a, 64 * kKiB);
+    cl_mem b = pool.acquire(second, err);
+    const bool b_sub = sub_buffer(b);
+    if (keep_first_longer) {
+      fill(a, 64 * kKiB, 0x11);
+      fill(b, second, 0x22);
+      EXPECT_TRUE(holds(a, 64 * kKiB, 0x11)) << "b was planned over a, which is still alive";
+      pool.release(a, 64 * kKiB);
+    }
+    pool.release(b, second);
+    pool.end_repeat(true);
+    return b_sub;
+  };
+  call(64 * kKiB, false);               // recorded: a then b in the same place
+  EXPECT_TRUE(call(64 * kKiB, false));  // followed
+  EXPECT_EQ(pool.arena_bytes(), 64 * kKiB);
+  const std::size_t replayed = pool.counts().replayed;
+  EXPECT_FALSE(call(32 * kKiB, false)) << "another size: the pool's";
+  EXPECT_EQ(pool.counts().replayed, replayed + 1) << "a was still the pattern's";
+  EXPECT_TRUE(call(32 * kKiB, false)) << "the strayed call is the pattern now";
+  EXPECT_FALSE(call(32 * kKiB, true)) << "a kept past b's request: b from the pool";
+
+  pool.begin_repeat("thrown");
+  pool.release(pool.acquire(4 * kKiB, err), 4 * kKiB);
+  pool.end_repeat(false);
+  pool.begin_repeat("thrown");
+  cl_mem m = pool.acquire(4 * kKiB, err);
+  EXPECT_FALSE(sub_buffer(m)) << "nothing was planned from a call that did not complete";
+  pool.release(m, 4 * kKiB);
+  pool.end_repeat(true);
+}
+
+// Without reuse (a pool that keeps nothing, or call_arena off) and on a simulator (an exact pool: a buffer per
+// request, where its bounds checks see every overrun), no arena.
+TEST_F(RepeatedCalls, NoArenaWithoutReuseOrInAnExactPool) {
+  for (const auto& [keep, exact, arena] :
+       {std::tuple{std::size_t{0}, false, true}, std::tuple{std::size_t{64} << 20, true, true},
+        std::tuple{std::size_t{64} << 20, false, false}}) {
+    BufferPool pool(be_->context(), keep, exact, arena);
+    cl_int err = CL_SUCCESS;
+    for (int call = 0; call < 2; ++call) {
+      pool.begin_repeat("k");
+      cl_mem m = pool.acquire(16 * kKiB, err);
+      EXPECT_FALSE(sub_buffer(m));
+      pool.release(m, 16 * kKiB);
+      pool.end_repeat(true);
+    }
+    EXPECT_EQ(pool.counts().replayed, 0u);
+  }
 }
 
 }  // namespace

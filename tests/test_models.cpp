@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <span>
@@ -26,6 +27,7 @@
 
 #include "backend/backend.hpp"
 #include "backend/device.hpp"
+#include "backend/opencl/opencl_backend.hpp"
 #include "core/error.hpp"
 #include "io/safetensors.hpp"
 #include "models/clip_text.hpp"
@@ -119,6 +121,18 @@ void expect_trace_reproduces(const OpNames& traced, const HostTensor& traced_out
   EXPECT_TRUE(test::bitwise_equal(traced_out, untraced_out)) << "the traced call differs from the untraced one";
 }
 
+// A repeated call (Backend::begin_repeated_call): the second and third calls of
+// the same key are served from the OpenCL backend's arena, planned from the
+// first, and give the first's output bit for bit.
+void expect_repeats_reproduce(Backend& be, const std::function<HostTensor()>& call, const HostTensor& first) {
+  auto* cl = dynamic_cast<opencl::OpenClBackend*>(&be);
+  const std::size_t replayed = cl ? cl->pool().counts().replayed : 0;
+  for (int i = 0; i < 2; ++i) EXPECT_TRUE(test::bitwise_equal(call(), first)) << "repeated call " << i + 2;
+  if (cl) {
+    EXPECT_GT(cl->pool().counts().replayed, replayed) << "the repeated calls were not served from the arena";
+  }
+}
+
 void check_unet(const std::string& kind, bool sdxl) {
   NANSCOPE_REQUIRE_PYTHON();
   test::Rng rng(test::seed_from(kind));
@@ -150,6 +164,13 @@ void check_unet(const std::string& kind, bool sdxl) {
                                       be.upload(context_h.converted(dt)), sdxl ? &added : nullptr);
       const HostTensor got = be.download(out);
       EXPECT_TRUE(test::tensors_close(f32(got), want.at("out"), dt == DType::f32 ? kF32 : kF16));
+      expect_repeats_reproduce(
+          be,
+          [&] {
+            return be.download(unet.forward(ctx, be.upload(sample.converted(dt)), timesteps,
+                                            be.upload(context_h.converted(dt)), sdxl ? &added : nullptr));
+          },
+          got);
       OpNames trace;
       OpContext traced = ctx;
       traced.tracer = &trace;
@@ -180,6 +201,8 @@ TEST(Models, VaeMatchesDiffusers) {
       const Tolerance tol = dt == DType::f32 ? kF32 : kF16;
       const HostTensor decoded = be.download(vae.decode(ctx, be.upload(latents.converted(dt))));
       EXPECT_TRUE(test::tensors_close(f32(decoded), want.at("decoded"), tol));
+      expect_repeats_reproduce(
+          be, [&] { return be.download(vae.decode(ctx, be.upload(latents.converted(dt)))); }, decoded);
       OpNames trace;
       OpContext traced = ctx;
       traced.tracer = &trace;

@@ -4,6 +4,7 @@
 // Backends receive checked arguments from engine/ops and never see Qt.
 
 #include <cstdint>
+#include <exception>
 #include <span>
 #include <string>
 #include <string_view>
@@ -119,6 +120,15 @@ class Backend {
   virtual std::uint64_t cache_bytes() const { return 0; }
   virtual std::uint64_t release_caches() { return 0; }
 
+  // A call that repeats with the same buffers in the same order (a UNet call,
+  // a VAE decode) begins and ends; `key` tells its kinds apart (the model,
+  // the input's shape and dtype, traced or not). The OpenCL backend serves a
+  // repeated key's buffers from one arena planned from its previous call
+  // (memory_pattern.hpp): no buffers made and touched afresh at every call,
+  // and no more held than the call has alive at once. Use RepeatedCall.
+  virtual void begin_repeated_call(const std::string& /*key*/) {}
+  virtual void end_repeated_call(bool /*completed*/) {}
+
   // True when the tensor's buffer belongs to this backend instance.
   bool owns(const Tensor& t) const { return t.storage() && t.storage()->owner() == storage_owner(); }
 
@@ -126,6 +136,23 @@ class Backend {
   // The owner() of the buffers this backend accepts: itself, except for a
   // backend that stands in for another one (the memory planner's dry run).
   virtual const void* storage_owner() const { return this; }
+};
+
+// Marks a repeated call for its scope (Backend::begin_repeated_call): declared
+// before the call's tensors, so it ends after they are given back; an
+// exception ending the call leaves no pattern behind.
+class RepeatedCall {
+ public:
+  RepeatedCall(Backend& backend, const std::string& key) : backend_(backend), exceptions_(std::uncaught_exceptions()) {
+    backend_.begin_repeated_call(key);
+  }
+  ~RepeatedCall() { backend_.end_repeated_call(std::uncaught_exceptions() == exceptions_); }
+  RepeatedCall(const RepeatedCall&) = delete;
+  RepeatedCall& operator=(const RepeatedCall&) = delete;
+
+ private:
+  Backend& backend_;
+  int exceptions_;
 };
 
 }  // namespace nanscope

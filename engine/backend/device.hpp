@@ -210,6 +210,11 @@ struct BackendOptions {
   // Most bytes of released device buffers the OpenCL buffer pool keeps for
   // reuse (unset: a quarter of the device's memory, at most 4 GiB; 0: none).
   std::optional<std::uint64_t> pool_keep_bytes;
+  // Repeated calls (a UNet call, a VAE decode) served from one arena planned
+  // from the previous call (backend/opencl/memory_pattern.hpp), in sub-buffers;
+  // false: every buffer from the pool (to compare, or where a driver's
+  // sub-buffers misbehave).
+  bool call_arena = true;
   // Most bytes of packed LINEAR weights the CPU kernel family keeps with the
   // weights (backend/opencl/weight_panels.hpp; unset: an eighth of the
   // device's memory, at most 4 GiB; 0: none, packed at every call).
@@ -265,6 +270,7 @@ struct BackendOptions {
 // environment variable for these itself: the front ends (CLI, workbench) call
 // this once at start-up.
 //   NANSCOPE_POOL_MB=N       pool_keep_bytes = N MiB (0 turns reuse off)
+//   NANSCOPE_CALL_ARENA=on|off  call_arena
 //   NANSCOPE_WEIGHT_PANELS_MB=N  weight_panel_bytes = N MiB (0: LINEAR weights packed at every call)
 //   NANSCOPE_PROFILE=1       profile
 //   NANSCOPE_PROFILE=grid    profile and profile_grids

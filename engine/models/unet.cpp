@@ -115,6 +115,7 @@ void UNet::load_weights(WeightLoader& w) {
 
 Tensor UNet::forward(const OpContext& ctx, const Tensor& sample, std::span<const float> timesteps,
                      const Tensor& context, const AddedConditions* added) const {
+  const RepeatedCall repeated(ctx.be(), repeated_call_key(ctx, "unet", sample));
   const UNetConfig& c = config_;
   const std::int64_t batch = sample.dim(0);
   if (sample.rank() != 4 || sample.dim(1) != c.in_channels) {

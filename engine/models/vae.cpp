@@ -118,6 +118,7 @@ Tensor Vae::decode(const OpContext& ctx, const Tensor& latents) const {
     throw OpError(op_message(ctx, "VAE_DECODE", {{"latents", &latents}},
                              "expected [batch, " + std::to_string(config_.latent_channels) + ", h, w] latents"));
   }
+  const RepeatedCall repeated(ctx.be(), repeated_call_key(ctx, "vae decode", latents));
   Tensor z = ops::scale(ctx.child("scaling"), latents, 1.0f / config_.scaling_factor);
   if (config_.shift_factor != 0.0f) {
     const Tensor shift = ctx.be().upload(HostTensor::from_f32({1}, {config_.shift_factor}, z.dtype()));
@@ -151,6 +152,7 @@ Tensor Vae::encode_moments(const OpContext& ctx, const Tensor& image) const {
   if (!encoder_) {
     throw OpError(op_message(ctx, "VAE_ENCODE", {{"image", &image}}, "the VAE was loaded without its encoder"));
   }
+  const RepeatedCall repeated(ctx.be(), repeated_call_key(ctx, "vae encode", image));
   const OpContext ectx = ctx.child("encoder");
   Tensor h = encoder_->conv_in.forward(ectx, image);
   for (const Stage& s : encoder_->stages) {

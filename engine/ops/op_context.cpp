@@ -21,6 +21,20 @@ Backend& OpContext::be() const {
   return *backend;
 }
 
+std::string repeated_call_key(const OpContext& ctx, std::string_view what, const Tensor& input) {
+  std::string key(what);
+  key += ' ';
+  key += shape_str(input.shape());
+  key += ' ';
+  key += dtype_name(input.dtype());
+  key += ' ';
+  key += dtype_name(ctx.precision.dtype);
+  if (ctx.mixed_precision) key += " mixed";
+  if (traces_each_module(ctx)) key += " traced";
+  if (ctx.faults != nullptr) key += " faults";
+  return key;
+}
+
 namespace ops::detail {
 
 std::string format_op_message(const OpContext& ctx, std::string_view op,

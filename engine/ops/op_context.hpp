@@ -68,6 +68,11 @@ inline bool traces_each_module(const OpContext& ctx) {
   return ctx.tracer != nullptr && ctx.tracer->needs_each_module();
 }
 
+// The key of a repeated call (Backend::begin_repeated_call) of `what` on
+// `input`: its shape and dtype, the context's dtype, and whether it is traced
+// module by module or has faults emulated (each asks for other buffers).
+std::string repeated_call_key(const OpContext& ctx, std::string_view what, const Tensor& input);
+
 // Fault emulation (engine/inspect/fault_emulation.hpp): device quirks
 // reproduced on any device so the detectors can be demonstrated. Ops that a
 // quirk can hit call apply() after the backend computed their output; it may

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <utility>
 
 #include "backend/opencl/cl_check.hpp"
 
@@ -14,15 +15,46 @@ bool out_of_memory(cl_int err) {
   return err == CL_MEM_OBJECT_ALLOCATION_FAILURE || err == CL_OUT_OF_RESOURCES || err == CL_OUT_OF_HOST_MEMORY;
 }
 
+// Sub-buffers start at multiples of every device's CL_DEVICE_MEM_BASE_ADDR_ALIGN, and at least of a page (the
+// alignment the pool's own buffers have on CPU devices, which the kernels' vector accesses are tuned for).
+std::size_t sub_buffer_alignment(cl_context context) {
+  std::size_t align = 4096;
+  std::size_t bytes = 0;
+  if (clGetContextInfo(context, CL_CONTEXT_DEVICES, 0, nullptr, &bytes) != CL_SUCCESS) return align;
+  std::vector<cl_device_id> devices(bytes / sizeof(cl_device_id));
+  if (clGetContextInfo(context, CL_CONTEXT_DEVICES, bytes, devices.data(), nullptr) != CL_SUCCESS) return align;
+  for (cl_device_id d : devices) {
+    cl_uint bits = 0;
+    if (clGetDeviceInfo(d, CL_DEVICE_MEM_BASE_ADDR_ALIGN, sizeof bits, &bits, nullptr) == CL_SUCCESS)
+      align = std::max<std::size_t>(align, std::bit_ceil(std::max<cl_uint>(bits / 8, 1)));
+  }
+  return align;
+}
+
+// Calls in a row that may stray from their key's pattern before the key is served by the pool alone: a call whose
+// requests change every time would otherwise be planned anew, and its arena made again, at every call.
+constexpr int kMaxStrays = 3;
+// Patterns kept, of different keys (a UNet call and a VAE decode at a size or two, traced or not).
+constexpr std::size_t kMaxPatterns = 8;
+
+constexpr std::size_t kNoRequest = static_cast<std::size_t>(-1);
+
 }  // namespace
 
-BufferPool::BufferPool(cl_context context, std::size_t max_kept_bytes, bool exact)
-    : context_(context), max_kept_(max_kept_bytes), exact_(exact) {
+BufferPool::BufferPool(cl_context context, std::size_t max_kept_bytes, bool exact, bool arena)
+    : context_(context),
+      max_kept_(max_kept_bytes),
+      exact_(exact),
+      arena_enabled_(arena && !exact && max_kept_bytes > 0),
+      align_(sub_buffer_alignment(context)) {
   NS_CL_CHECK(clRetainContext(context_));
 }
 
 BufferPool::~BufferPool() {
   trim();
+  // Tensors give their buffers back before the pool goes (they hold it), so no sub-buffer is left; an arena is.
+  for (const auto& [mem, sub] : subs_) NS_CL_CHECK_NOTHROW(clReleaseMemObject(mem));
+  for (const auto& [parent, live] : arena_live_) NS_CL_CHECK_NOTHROW(clReleaseMemObject(parent));
   NS_CL_CHECK_NOTHROW(clReleaseContext(context_));
 }
 
@@ -69,7 +101,10 @@ std::vector<cl_mem> BufferPool::evict_for(std::size_t size) {
   // An eighth above the mark: repeated runs whose weights dominate the mark (a
   // UNet's 3.4 GB against ~100 MB of activations) would otherwise give back and
   // touch afresh buffers of every step.
-  const std::size_t ceiling = std::max(peak_in_use_ + peak_in_use_ / 8, in_use_ + size);
+  // The mark counts the classes asked for, not the (up to twice larger) kept buffers that served them: counted as
+  // served, each larger buffer handed out raised the mark and with it what may be kept, a ratchet that let a
+  // 512x512 VAE decode's kept buffers grow by 180 MB over three calls.
+  const std::size_t ceiling = std::max(peak_asked_ + peak_asked_ / 8, in_use_ + size);
   while (kept_ > 0 && in_use_ + kept_ + size > ceiling) {
     // The class asked for least recently; among equals, the oldest release.
     auto victim = free_.end();
@@ -95,14 +130,22 @@ cl_mem BufferPool::acquire(std::size_t bytes, cl_int& err, std::size_t* served_o
   const std::size_t size = served_size(bytes);
   std::vector<cl_mem> evicted;
   std::function<void()> drain;
+  std::size_t request = kNoRequest;
   {
     std::lock_guard<std::mutex> lock(mu_);
     last_request_[size] = ++requests_;
+    if (depth_ > 0) {
+      request = recording_.size();
+      recording_.push_back(PatternRequest{bytes, events_++});
+      if (cl_mem m = replay(request, bytes, size)) {
+        err = CL_SUCCESS;
+        if (served_out) *served_out = subs_.at(m).bytes;
+        return m;
+      }
+    }
     std::size_t served = size;
     if (cl_mem m = take_kept(size, served)) {
-      served_[m] = served;
-      in_use_ += served;
-      peak_in_use_ = std::max(peak_in_use_, in_use_);
+      hand_out(m, served, size, request);
       ++reused_;
       err = CL_SUCCESS;
       if (served_out) *served_out = served;
@@ -131,41 +174,196 @@ cl_mem BufferPool::acquire(std::size_t bytes, cl_int& err, std::size_t* served_o
   }
   if (err != CL_SUCCESS) return nullptr;
   std::lock_guard<std::mutex> lock(mu_);
-  served_[m] = size;
-  in_use_ += size;
-  peak_in_use_ = std::max(peak_in_use_, in_use_);
+  ++created_;
+  hand_out(m, size, size, request);
   if (served_out) *served_out = size;
   return m;
 }
 
-void BufferPool::release(cl_mem mem, std::size_t bytes) {
-  if (!mem) return;
+void BufferPool::hand_out(cl_mem m, std::size_t served, std::size_t asked, std::size_t request) {
+  served_[m] = Served{served, asked};
+  in_use_ += served;
+  asked_ += asked;
+  peak_asked_ = std::max(peak_asked_, asked_);
+  if (request != kNoRequest && depth_ > 0) recorded_[m] = request;
+}
+
+cl_mem BufferPool::replay(std::size_t request, std::size_t bytes, std::size_t asked) {
+  if (!replaying_) return nullptr;
+  const PatternPlan& plan = patterns_.at(key_).plan;
+  if (request >= plan.slots.size() || plan.slots[request].bytes != bytes || arena_ == nullptr) {
+    replaying_ = false;  // the call strayed from the pattern: the pool serves the rest of it
+    return nullptr;
+  }
+  const PatternPlan::Slot& slot = plan.slots[request];
+  if (!slot.in_arena) return nullptr;  // alive after the call in the recording: the pool's
+  const std::size_t rounded = (std::max<std::size_t>(bytes, 1) + align_ - 1) & ~(align_ - 1);
+  // A buffer that lives longer than in the recording (kept by a caller, or the call strayed in when it gives
+  // buffers back) still holds its part of the arena: nothing is placed over a live sub-buffer.
+  const std::size_t end = slot.offset + rounded;
+  if (auto it = arena_taken_.lower_bound(end); it != arena_taken_.begin() && (--it)->second > slot.offset) {
+    replaying_ = false;
+    return nullptr;
+  }
+  const cl_buffer_region region{slot.offset, rounded};
+  cl_int err = CL_SUCCESS;
+  cl_mem m = clCreateSubBuffer(arena_, CL_MEM_READ_WRITE, CL_BUFFER_CREATE_TYPE_REGION, &region, &err);
+  if (err != CL_SUCCESS || m == nullptr) {
+    replaying_ = false;
+    return nullptr;
+  }
+  subs_[m] = Sub{arena_, slot.offset, rounded, asked};
+  ++arena_live_[arena_];
+  arena_taken_[slot.offset] = end;
+  in_use_ += rounded;
+  asked_ += asked;
+  peak_asked_ = std::max(peak_asked_, asked_);
+  recorded_[m] = request;
+  ++replayed_;
+  return m;
+}
+
+void BufferPool::begin_repeat(const std::string& key) {
+  // A simulator's bounds checks need a buffer per request (see the header); a pool that keeps nothing reuses nothing.
+  if (!arena_enabled_) return;
+  std::vector<cl_mem> release;
+  std::function<void()> drain;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    std::size_t size = served_size(bytes);
-    if (const auto it = served_.find(mem); it != served_.end()) {
-      size = it->second;
-      served_.erase(it);
+    if (depth_++ > 0) return;  // a repeated call inside another is part of the outer one's pattern
+    key_ = key;
+    recording_.clear();
+    recorded_.clear();
+    events_ = 0;
+    replaying_ = false;
+    const auto it = patterns_.find(key);
+    const bool planned = it != patterns_.end() && it->second.strays < kMaxStrays && it->second.plan.arena_bytes > 0;
+    if (planned && arena_ != nullptr && arena_bytes_ >= it->second.plan.arena_bytes) {
+      replaying_ = true;
+    } else {
+      // Another size of arena is needed, or none (a call being recorded is served by the pool, which must have
+      // the room an idle arena holds). An arena with sub-buffers still alive is released with its last one.
+      if (arena_ != nullptr) {
+        if (arena_live_.at(arena_) == 0) {
+          arena_live_.erase(arena_);
+          release.push_back(arena_);
+        }
+        arena_ = nullptr;
+        arena_bytes_ = 0;
+        arena_taken_.clear();
+      }
+      if (planned) {
+        // The recording's buffers kept by the pool are what the arena replaces.
+        for (auto& [size, kept] : free_)
+          for (const Kept& k : kept) release.push_back(k.mem);
+        free_.clear();
+        kept_ = 0;
+      }
     }
-    in_use_ -= std::min(in_use_, size);
-    if (kept_ + size <= max_kept_) {
-      free_[size].push_back(Kept{mem, releases_++});
-      kept_ += size;
-      return;
+    if (!release.empty()) drain = drain_;  // released below, the lock not held: the drain waits for the queue
+  }
+  if (drain) drain();
+  for (cl_mem m : release) NS_CL_CHECK_NOTHROW(clReleaseMemObject(m));
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto it = patterns_.find(key_);
+  if (replaying_ || it == patterns_.end() || it->second.strays >= kMaxStrays || it->second.plan.arena_bytes == 0)
+    return;
+  const std::size_t need = it->second.plan.arena_bytes;
+  cl_int err = CL_SUCCESS;
+  cl_mem arena = clCreateBuffer(context_, CL_MEM_READ_WRITE, need, nullptr, &err);
+  if (err != CL_SUCCESS || arena == nullptr) return;  // the pool serves the call, as before there was a pattern
+  arena_ = arena;
+  arena_bytes_ = need;
+  arena_live_[arena_] = 0;
+  ++arenas_made_;
+  replaying_ = true;
+}
+
+void BufferPool::end_repeat(bool completed) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (depth_ == 0 || --depth_ > 0) return;
+  const auto it = patterns_.find(key_);
+  const bool followed = replaying_ && it != patterns_.end() && recording_.size() == it->second.plan.slots.size();
+  replaying_ = false;
+  recorded_.clear();  // buffers alive after the call are the callers' now
+  if (completed && followed) {
+    it->second.used = ++calls_;
+    it->second.strays = 0;
+  } else if (completed) {
+    Pattern& p = patterns_[key_];
+    if (p.used > 0) ++p.strays;
+    p.plan = plan_pattern(recording_, align_);
+    p.used = ++calls_;
+    if (patterns_.size() > kMaxPatterns) {
+      auto oldest = patterns_.begin();
+      for (auto i = patterns_.begin(); i != patterns_.end(); ++i)
+        if (i->second.used < oldest->second.used) oldest = i;
+      patterns_.erase(oldest);
+    }
+  }
+  recording_.clear();
+}
+
+void BufferPool::release(cl_mem mem, std::size_t bytes) {
+  if (!mem) return;
+  cl_mem retired = nullptr;  // an arena whose last sub-buffer this was, replaced while it was alive
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (const auto it = recorded_.find(mem); it != recorded_.end()) {
+      recording_[it->second].released = events_++;
+      recorded_.erase(it);
+    }
+    if (const auto it = subs_.find(mem); it != subs_.end()) {
+      const Sub sub = it->second;
+      subs_.erase(it);
+      in_use_ -= std::min(in_use_, sub.bytes);
+      asked_ -= std::min(asked_, sub.asked);
+      if (sub.parent == arena_) arena_taken_.erase(sub.offset);
+      if (--arena_live_.at(sub.parent) == 0 && sub.parent != arena_) {
+        arena_live_.erase(sub.parent);
+        retired = sub.parent;
+      }
+    } else {
+      std::size_t size = served_size(bytes);
+      std::size_t asked = size;
+      if (const auto s = served_.find(mem); s != served_.end()) {
+        size = s->second.size;
+        asked = s->second.asked;
+        served_.erase(s);
+      }
+      in_use_ -= std::min(in_use_, size);
+      asked_ -= std::min(asked_, asked);
+      if (kept_ + size <= max_kept_) {
+        free_[size].push_back(Kept{mem, releases_++});
+        kept_ += size;
+        return;
+      }
     }
   }
   NS_CL_CHECK_NOTHROW(clReleaseMemObject(mem));
+  if (retired) NS_CL_CHECK_NOTHROW(clReleaseMemObject(retired));
 }
 
 void BufferPool::trim() {
   std::map<std::size_t, std::vector<Kept>> all;
+  cl_mem idle_arena = nullptr;
   {
     std::lock_guard<std::mutex> lock(mu_);
     all.swap(free_);
     kept_ = 0;
+    // An arena with nothing in it goes too (the next call of its pattern makes it again).
+    if (arena_ != nullptr && arena_live_.at(arena_) == 0) {
+      arena_live_.erase(arena_);
+      idle_arena = arena_;
+      arena_ = nullptr;
+      arena_bytes_ = 0;
+      arena_taken_.clear();
+      replaying_ = false;
+    }
   }
   for (auto& [size, kept] : all)
     for (const Kept& k : kept) NS_CL_CHECK_NOTHROW(clReleaseMemObject(k.mem));
+  if (idle_arena) NS_CL_CHECK_NOTHROW(clReleaseMemObject(idle_arena));
 }
 
 std::size_t BufferPool::kept_bytes() const {
@@ -178,9 +376,19 @@ std::size_t BufferPool::in_use_bytes() const {
   return in_use_;
 }
 
-std::size_t BufferPool::peak_in_use_bytes() const {
+std::size_t BufferPool::peak_asked_bytes() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return peak_in_use_;
+  return peak_asked_;
+}
+
+std::size_t BufferPool::arena_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return arena_bytes_;
+}
+
+BufferPool::Counts BufferPool::counts() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return Counts{created_, replayed_, arenas_made_};
 }
 
 std::size_t BufferPool::reused() const {

@@ -36,14 +36,18 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 #include <vector>
+
+#include "backend/opencl/memory_pattern.hpp"
 
 namespace nanscope::opencl {
 
 class BufferPool {
  public:
-  BufferPool(cl_context context, std::size_t max_kept_bytes, bool exact = false);
+  // `arena`: repeated calls are served from an arena (begin_repeat); never in an exact pool.
+  BufferPool(cl_context context, std::size_t max_kept_bytes, bool exact = false, bool arena = true);
   ~BufferPool();
   BufferPool(const BufferPool&) = delete;
   BufferPool& operator=(const BufferPool&) = delete;
@@ -63,8 +67,21 @@ class BufferPool {
   // weight_panels.hpp) and returns the bytes it freed; the allocation is then
   // tried once more.
   void set_relief(std::function<std::size_t()> relief);
-  // Releases every kept buffer.
+  // Releases every kept buffer, and the arena when no sub-buffer of it is alive.
   void trim();
+
+  // A call that repeats (a UNet call, a VAE decode; Backend::begin_repeated_call) begins and ends. The first call
+  // of a key is served by the pool and its requests recorded; a later call of the key is served from one arena,
+  // a sub-buffer per request at the offset planned from the recording (memory_pattern.hpp), as long as it asks for
+  // the same sizes in the same order and no live sub-buffer is where the next goes. From the first request that
+  // differs, the pool serves the rest and the call's requests become the key's pattern (after kMaxStrays calls in
+  // a row that differ, the key is the pool's alone). Buffers alive when the call ends (its output, caches filled
+  // during it) are the pool's in every call. One arena at a time, sized for the key that needs the most; an
+  // arena with sub-buffers alive when another size is needed goes with its last sub-buffer. A nested call is part
+  // of the outer one; an exact pool has no arena. `completed` false (an exception ended the call): nothing is
+  // planned from it.
+  void begin_repeat(const std::string& key);
+  void end_repeat(bool completed);
 
   // The size a request is served with: multiples of 4 KiB up to 64 KiB, then
   // 8 classes per power of two (at most 12.5% unused).
@@ -73,10 +90,19 @@ class BufferPool {
   // it: size_class(bytes), or bytes in an exact pool.
   std::size_t served_size(std::size_t bytes) const;
 
-  std::size_t kept_bytes() const;
-  std::size_t in_use_bytes() const;       // handed out and not yet given back (the sizes served)
-  std::size_t peak_in_use_bytes() const;  // the most in use at once so far
+  std::size_t kept_bytes() const;    // the pool's buffers kept for reuse (the arena apart)
+  std::size_t in_use_bytes() const;  // handed out and not yet given back (the sizes served; sub-buffers included)
+  // The high-water mark: the most asked for at once so far, each request at its class (a larger kept buffer that
+  // served it counts as the class asked for).
+  std::size_t peak_asked_bytes() const;
   std::size_t reused() const;
+  std::size_t arena_bytes() const;  // the arena's size, 0 when there is none
+  struct Counts {
+    std::size_t created = 0;   // buffers the pool made (clCreateBuffer), arenas apart
+    std::size_t replayed = 0;  // requests served from an arena
+    std::size_t arenas_made = 0;
+  };
+  Counts counts() const;
 
  private:
   struct Kept {
@@ -88,22 +114,64 @@ class BufferPool {
   cl_mem take_kept(std::size_t size, std::size_t& served);
   // Takes kept buffers out (the lock held) until in-use + kept + `size` fits under the high-water mark.
   std::vector<cl_mem> evict_for(std::size_t size);
+  // Counts a buffer from the pool as handed out (the lock held); `request`: its index in the recorded call.
+  void hand_out(cl_mem m, std::size_t served, std::size_t asked, std::size_t request);
+  // The arena's sub-buffer for request `request` of a replayed call (the lock held), or null: not replaying, the
+  // call strayed from the pattern, the request is the pool's, or its place is still taken.
+  cl_mem replay(std::size_t request, std::size_t bytes, std::size_t asked);
+
+  struct Served {
+    std::size_t size;   // the buffer's size
+    std::size_t asked;  // the class of the request it serves
+  };
+  struct Sub {
+    cl_mem parent;       // the arena it is in
+    std::size_t offset;  // in the arena
+    std::size_t bytes;   // its size (the request rounded up to align_)
+    std::size_t asked;   // the class of the request
+  };
+  struct Pattern {
+    PatternPlan plan;
+    std::uint64_t used = 0;  // calls_ when it was last recorded or followed
+    int strays = 0;          // calls in a row that differed from it
+  };
 
   cl_context context_;
   std::size_t max_kept_;
   bool exact_;
+  bool arena_enabled_;
   mutable std::mutex mu_;
   std::map<std::size_t, std::vector<Kept>> free_;      // per class, oldest release first
   std::map<std::size_t, std::uint64_t> last_request_;  // per class: the request count when it was last asked for
-  std::unordered_map<cl_mem, std::size_t> served_;     // handed out -> the size it has
+  std::unordered_map<cl_mem, Served> served_;          // handed out by the pool
   std::function<void()> drain_;
   std::function<std::size_t()> relief_;
   std::size_t kept_ = 0;
   std::size_t in_use_ = 0;
-  std::size_t peak_in_use_ = 0;
+  std::size_t asked_ = 0;       // the classes asked for by the buffers handed out
+  std::size_t peak_asked_ = 0;  // the most asked_ has been
   std::size_t reused_ = 0;
   std::uint64_t releases_ = 0;
   std::uint64_t requests_ = 0;
+  std::size_t created_ = 0;
+
+  // Repeated calls (begin_repeat).
+  std::size_t align_;                                 // of a sub-buffer's offset and size
+  int depth_ = 0;                                     // repeated calls begun and not ended
+  std::string key_;                                   // the outermost one's
+  std::vector<PatternRequest> recording_;             // its requests so far
+  std::unordered_map<cl_mem, std::size_t> recorded_;  // handed out in it and not given back -> request index
+  std::size_t events_ = 0;                            // its requests and releases so far
+  bool replaying_ = false;                            // served from the arena by patterns_[key_]
+  std::map<std::string, Pattern> patterns_;
+  std::uint64_t calls_ = 0;
+  cl_mem arena_ = nullptr;
+  std::size_t arena_bytes_ = 0;
+  std::map<std::size_t, std::size_t> arena_taken_;      // live sub-buffers of arena_: offset -> end
+  std::unordered_map<cl_mem, Sub> subs_;                // live sub-buffers, of arena_ or a replaced arena
+  std::unordered_map<cl_mem, std::size_t> arena_live_;  // arena -> its live sub-buffers (arena_ and replaced ones)
+  std::size_t replayed_ = 0;
+  std::size_t arenas_made_ = 0;
 };
 
 }  // namespace nanscope::opencl

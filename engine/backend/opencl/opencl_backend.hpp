@@ -79,6 +79,8 @@ class OpenClBackend final : public Backend {
   void limit_cache_growth(std::uint64_t bytes) override;
   std::uint64_t cache_bytes() const override;
   std::uint64_t release_caches() override;
+  void begin_repeated_call(const std::string& key) override { pool_->begin_repeat(key); }
+  void end_repeated_call(bool completed) override { pool_->end_repeat(completed); }
 
   void matmul(const MatmulArgs& args) override;
   void prepare_linear_weight(const Tensor& weight, const Precision& p) override;
