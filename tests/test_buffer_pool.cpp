@@ -241,18 +241,18 @@ TEST(MemoryPattern, BuffersAliveAtOnceGetDisjointPlacesAndTheArenaIsTheLivePeak)
   // Events: 0 A(100) 1 B(50) 2 B freed 3 A freed 4 C(100) 5 D(30, alive at the end) 6 C freed.
   const std::vector<PatternRequest> requests{{100, 0, 3}, {50, 1, 2}, {100, 4, 6}, {30, 5, PatternRequest::kAlive}};
   const opencl::PatternPlan plan = opencl::plan_pattern(requests, 1);
-  ASSERT_EQ(plan.slots.size(), 4u);
-  EXPECT_TRUE(plan.slots[0].in_arena);
-  EXPECT_EQ(plan.slots[0].offset, 0u);
-  EXPECT_EQ(plan.slots[1].offset, 100u) << "B is alive with A";
-  EXPECT_EQ(plan.slots[2].offset, 0u) << "C comes after A is freed: A's place";
-  EXPECT_FALSE(plan.slots[3].in_arena) << "alive after the call: the pool's";
-  EXPECT_EQ(plan.slots[3].bytes, 30u);
+  ASSERT_EQ(plan.places.size(), 4u);
+  EXPECT_TRUE(plan.places[0].in_arena);
+  EXPECT_EQ(plan.places[0].offset, 0u);
+  EXPECT_EQ(plan.places[1].offset, 100u) << "B is alive with A";
+  EXPECT_EQ(plan.places[2].offset, 0u) << "C comes after A is freed: A's place";
+  EXPECT_FALSE(plan.places[3].in_arena) << "alive after the call: the pool's";
+  EXPECT_EQ(plan.places[3].bytes, 30u);
   EXPECT_EQ(plan.arena_bytes, 150u);
   EXPECT_EQ(opencl::pattern_live_peak(requests, 1), 150u);
   // Rounded to the alignment: 100 -> 128, 50 -> 64.
   const opencl::PatternPlan aligned = opencl::plan_pattern(requests, 64);
-  EXPECT_EQ(aligned.slots[1].offset, 128u);
+  EXPECT_EQ(aligned.places[1].offset, 128u);
   EXPECT_EQ(aligned.arena_bytes, 192u);
 }
 

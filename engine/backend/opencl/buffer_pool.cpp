@@ -191,11 +191,11 @@ void BufferPool::hand_out(cl_mem m, std::size_t served, std::size_t asked, std::
 cl_mem BufferPool::replay(std::size_t request, std::size_t bytes, std::size_t asked) {
   if (!replaying_) return nullptr;
   const PatternPlan& plan = patterns_.at(key_).plan;
-  if (request >= plan.slots.size() || plan.slots[request].bytes != bytes || arena_ == nullptr) {
+  if (request >= plan.places.size() || plan.places[request].bytes != bytes || arena_ == nullptr) {
     replaying_ = false;  // the call strayed from the pattern: the pool serves the rest of it
     return nullptr;
   }
-  const PatternPlan::Slot& slot = plan.slots[request];
+  const PatternPlan::Slot& slot = plan.places[request];
   if (!slot.in_arena) return nullptr;  // alive after the call in the recording: the pool's
   const std::size_t rounded = (std::max<std::size_t>(bytes, 1) + align_ - 1) & ~(align_ - 1);
   // A buffer that lives longer than in the recording (kept by a caller, or the call strayed in when it gives
@@ -230,66 +230,71 @@ void BufferPool::begin_repeat(const std::string& key) {
   std::function<void()> drain;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (depth_++ > 0) return;  // a repeated call inside another is part of the outer one's pattern
+    if (depth_ > 0) {
+      ++depth_;  // a repeated call inside another is part of the outer one's pattern
+      return;
+    }
     key_ = key;
     recording_.clear();
     recorded_.clear();
     events_ = 0;
     replaying_ = false;
+    ++depth_;
     const auto it = patterns_.find(key);
-    const bool planned = it != patterns_.end() && it->second.strays < kMaxStrays && it->second.plan.arena_bytes > 0;
+    if (it != patterns_.end() && it->second.strays >= kMaxStrays) return;  // the pool's: the arena stays for others
+    const bool planned = it != patterns_.end() && it->second.plan.arena_bytes > 0;
     if (planned && arena_ != nullptr && arena_bytes_ >= it->second.plan.arena_bytes) {
       replaying_ = true;
-    } else {
+    } else if (arena_ != nullptr) {
       // Another size of arena is needed, or none (a call being recorded is served by the pool, which must have
       // the room an idle arena holds). An arena with sub-buffers still alive is released with its last one.
-      if (arena_ != nullptr) {
-        if (arena_live_.at(arena_) == 0) {
-          arena_live_.erase(arena_);
-          release.push_back(arena_);
-        }
-        arena_ = nullptr;
-        arena_bytes_ = 0;
-        arena_taken_.clear();
+      if (arena_live_.at(arena_) == 0) {
+        arena_live_.erase(arena_);
+        release.push_back(arena_);
       }
-      if (planned) {
-        // The recording's buffers kept by the pool are what the arena replaces.
-        for (auto& [size, kept] : free_)
-          for (const Kept& k : kept) release.push_back(k.mem);
-        free_.clear();
-        kept_ = 0;
-      }
+      arena_ = nullptr;
+      arena_bytes_ = 0;
+      arena_taken_.clear();
     }
     if (!release.empty()) drain = drain_;  // released below, the lock not held: the drain waits for the queue
   }
   if (drain) drain();
   for (cl_mem m : release) NS_CL_CHECK_NOTHROW(clReleaseMemObject(m));
-  std::lock_guard<std::mutex> lock(mu_);
-  const auto it = patterns_.find(key_);
-  if (replaying_ || it == patterns_.end() || it->second.strays >= kMaxStrays || it->second.plan.arena_bytes == 0)
-    return;
-  const std::size_t need = it->second.plan.arena_bytes;
-  cl_int err = CL_SUCCESS;
-  cl_mem arena = clCreateBuffer(context_, CL_MEM_READ_WRITE, need, nullptr, &err);
-  if (err != CL_SUCCESS || arena == nullptr) return;  // the pool serves the call, as before there was a pattern
-  arena_ = arena;
-  arena_bytes_ = need;
-  arena_live_[arena_] = 0;
-  ++arenas_made_;
-  replaying_ = true;
+  release.clear();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const auto it = patterns_.find(key_);
+    if (replaying_ || it == patterns_.end() || it->second.strays >= kMaxStrays || it->second.plan.arena_bytes == 0)
+      return;
+    const std::size_t need = it->second.plan.arena_bytes;
+    cl_int err = CL_SUCCESS;
+    cl_mem arena = clCreateBuffer(context_, CL_MEM_READ_WRITE, need, nullptr, &err);
+    if (err != CL_SUCCESS || arena == nullptr) return;  // the pool serves the call, as before there was a pattern
+    arena_ = arena;
+    arena_bytes_ = need;
+    arena_live_[arena_] = 0;
+    ++arenas_made_;
+    replaying_ = true;
+    // The recording's buffers kept by the pool are what the arena replaces.
+    for (auto& [size, kept] : free_)
+      for (const Kept& k : kept) release.push_back(k.mem);
+    free_.clear();
+    kept_ = 0;
+  }
+  for (cl_mem m : release) NS_CL_CHECK_NOTHROW(clReleaseMemObject(m));  // not used by any queued kernel: kept
 }
 
 void BufferPool::end_repeat(bool completed) {
   std::lock_guard<std::mutex> lock(mu_);
   if (depth_ == 0 || --depth_ > 0) return;
   const auto it = patterns_.find(key_);
-  const bool followed = replaying_ && it != patterns_.end() && recording_.size() == it->second.plan.slots.size();
+  const bool followed = replaying_ && it != patterns_.end() && recording_.size() == it->second.plan.places.size();
   replaying_ = false;
   recorded_.clear();  // buffers alive after the call are the callers' now
   if (completed && followed) {
     it->second.used = ++calls_;
     it->second.strays = 0;
-  } else if (completed) {
+  } else if (completed && (it == patterns_.end() || it->second.strays < kMaxStrays)) {
     Pattern& p = patterns_[key_];
     if (p.used > 0) ++p.strays;
     p.plan = plan_pattern(recording_, align_);

@@ -17,10 +17,10 @@ bool placed_in_arena(const PatternRequest& r) { return r.released != PatternRequ
 
 PatternPlan plan_pattern(const std::vector<PatternRequest>& requests, std::size_t align) {
   PatternPlan plan;
-  plan.slots.resize(requests.size());
+  plan.places.resize(requests.size());
   std::vector<std::size_t> order;
   for (std::size_t i = 0; i < requests.size(); ++i) {
-    plan.slots[i].bytes = requests[i].bytes;
+    plan.places[i].bytes = requests[i].bytes;
     if (placed_in_arena(requests[i])) order.push_back(i);
   }
   // Largest first; among equals, the earlier request (a deterministic plan for the same call).
@@ -44,8 +44,8 @@ PatternPlan plan_pattern(const std::vector<PatternRequest>& requests, std::size_
       offset = std::max(offset, end);
     }
     placed.push_back({r.acquired, r.released, offset, offset + bytes});
-    plan.slots[i].offset = offset;
-    plan.slots[i].in_arena = true;
+    plan.places[i].offset = offset;
+    plan.places[i].in_arena = true;
     plan.arena_bytes = std::max(plan.arena_bytes, offset + bytes);
   }
   return plan;

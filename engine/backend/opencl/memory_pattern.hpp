@@ -43,7 +43,7 @@ struct PatternPlan {
     std::size_t offset = 0;  // in the arena
     bool in_arena = false;   // false: served by the pool (alive after the call)
   };
-  std::vector<Slot> slots;  // one per request, in request order
+  std::vector<Slot> places;  // one per request, in request order
   std::size_t arena_bytes = 0;
 };
 

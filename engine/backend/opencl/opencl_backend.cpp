@@ -4,7 +4,9 @@
 // its own file beside this one.
 #include "backend/opencl/opencl_backend.hpp"
 
+#if defined(__GLIBC__)
 #include <malloc.h>
+#endif
 
 #include <algorithm>
 #include <atomic>
@@ -126,6 +128,7 @@ std::size_t pool_limit(const DeviceInfo& info, const BackendOptions& options) {
 // system when freed; the pool's reuse and the repeated calls' arena keep that from costing page faults. Left as
 // it is where the user set glibc.malloc.mmap_threshold.
 void return_freed_buffers_to_the_system(const DeviceInfo& info) {
+#if defined(__GLIBC__)
   if (info.kind != DeviceKind::cpu) return;
   static std::once_flag once;
   std::call_once(once, [] {
@@ -134,6 +137,9 @@ void return_freed_buffers_to_the_system(const DeviceInfo& info) {
     if (mallopt(M_MMAP_THRESHOLD, 1 << 20) != 1)
       log::debug("mallopt(M_MMAP_THRESHOLD) refused; freed buffers may stay in the heap");
   });
+#else
+  (void)info;
+#endif
 }
 
 // LINEAR weights' packed panels kept (weight_panels.hpp): an eighth of the device's memory, at most 4 GiB
