@@ -197,7 +197,7 @@ cl_mem BufferPool::replay(std::size_t request, std::size_t bytes, std::size_t as
   }
   const PatternPlan::Slot& slot = plan.places[request];
   if (!slot.in_arena) return nullptr;  // alive after the call in the recording: the pool's
-  const std::size_t rounded = (std::max<std::size_t>(bytes, 1) + align_ - 1) & ~(align_ - 1);
+  const std::size_t rounded = pattern_bytes(bytes, align_);
   // A buffer that lives longer than in the recording (kept by a caller, or the call strayed in when it gives
   // buffers back) still holds its part of the arena: nothing is placed over a live sub-buffer.
   const std::size_t end = slot.offset + rounded;

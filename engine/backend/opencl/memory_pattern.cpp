@@ -7,13 +7,13 @@ namespace nanscope::opencl {
 
 namespace {
 
-std::size_t round_up(std::size_t bytes, std::size_t align) {
-  return (std::max<std::size_t>(bytes, 1) + align - 1) & ~(align - 1);
-}
-
 bool placed_in_arena(const PatternRequest& r) { return r.released != PatternRequest::kAlive; }
 
 }  // namespace
+
+std::size_t pattern_bytes(std::size_t bytes, std::size_t align) {
+  return (std::max<std::size_t>(bytes, 1) + align - 1) & ~(align - 1);
+}
 
 PatternPlan plan_pattern(const std::vector<PatternRequest>& requests, std::size_t align) {
   PatternPlan plan;
@@ -33,7 +33,7 @@ PatternPlan plan_pattern(const std::vector<PatternRequest>& requests, std::size_
   std::vector<std::pair<std::size_t, std::size_t>> taken;  // [offset, end) of placed buffers alive with this one
   for (const std::size_t i : order) {
     const PatternRequest& r = requests[i];
-    const std::size_t bytes = round_up(r.bytes, align);
+    const std::size_t bytes = pattern_bytes(r.bytes, align);
     taken.clear();
     for (const Placed& p : placed)
       if (p.from < r.released && r.acquired < p.to) taken.emplace_back(p.offset, p.end);
@@ -55,7 +55,7 @@ std::size_t pattern_live_peak(const std::vector<PatternRequest>& requests, std::
   std::vector<std::pair<std::size_t, long long>> changes;  // (event, +bytes / -bytes)
   for (const PatternRequest& r : requests) {
     if (!placed_in_arena(r)) continue;
-    const auto bytes = static_cast<long long>(round_up(r.bytes, align));
+    const auto bytes = static_cast<long long>(pattern_bytes(r.bytes, align));
     changes.emplace_back(r.acquired, bytes);
     changes.emplace_back(r.released, -bytes);
   }

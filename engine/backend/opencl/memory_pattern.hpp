@@ -47,6 +47,9 @@ struct PatternPlan {
   std::size_t arena_bytes = 0;
 };
 
+// A request's size in the arena: `bytes` (at least 1) rounded up to `align`, a power of two.
+std::size_t pattern_bytes(std::size_t bytes, std::size_t align);
+
 // Places every request given back within the call (each rounded up to
 // `align`, a power of two) in one arena; the others get in_arena = false.
 PatternPlan plan_pattern(const std::vector<PatternRequest>& requests, std::size_t align);
