@@ -278,6 +278,19 @@ TEST(MemoryPattern, AGrowingChainPacksIntoItsLargestStage) {
   EXPECT_EQ(plan.arena_bytes, 2 * (std::size_t{4096} << 8)) << "two of the last stage's buffers alive at once";
 }
 
+// A range of the arena held when the next call begins (the recorded call's output, placed in a lazy arena) is
+// overlapped by no place.
+TEST(MemoryPattern, HeldRangesAreKeptClear) {
+  using opencl::PatternRequest;
+  const std::vector<PatternRequest> requests{{100, 0, 1}, {50, 2, 3}};
+  const std::vector<std::pair<std::size_t, std::size_t>> held{{0, 60}};
+  const opencl::PatternPlan plan = opencl::plan_pattern(requests, 1, held);
+  EXPECT_EQ(plan.places[0].offset, 60u) << "placed above the held range";
+  EXPECT_EQ(plan.places[1].offset, 60u) << "after the first is freed, its place";
+  EXPECT_EQ(plan.arena_bytes, 160u);
+  EXPECT_EQ(opencl::plan_pattern(requests, 1).places[0].offset, 0u) << "with nothing held, the arena's start";
+}
+
 class RepeatedCalls : public BufferPoolDevice {
  protected:
   static bool sub_buffer(cl_mem m) {
@@ -288,6 +301,11 @@ class RepeatedCalls : public BufferPoolDevice {
   void fill(cl_mem m, std::size_t bytes, unsigned char v) {
     const std::vector<unsigned char> data(bytes, v);
     ASSERT_EQ(clEnqueueWriteBuffer(be_->queue(), m, CL_TRUE, 0, bytes, data.data(), 0, nullptr, nullptr), CL_SUCCESS);
+  }
+  static std::size_t offset(cl_mem m) {
+    std::size_t at = 0;
+    EXPECT_EQ(clGetMemObjectInfo(m, CL_MEM_OFFSET, sizeof at, &at, nullptr), CL_SUCCESS);
+    return at;
   }
   bool holds(cl_mem m, std::size_t bytes, unsigned char v) {
     std::vector<unsigned char> data(bytes);
@@ -386,6 +404,72 @@ TEST_F(RepeatedCalls, ACallThatStraysIsServedByThePoolAndBecomesThePattern) {
   EXPECT_FALSE(sub_buffer(m)) << "nothing was planned from a call that did not complete";
   pool.release(m, 4 * kKiB);
   pool.end_repeat(true);
+}
+
+// With a lazy arena (a CPU device), the first call is served from the arena too, each request in the smallest gap
+// that holds it, and nothing is made by the driver but the arena; its output, still alive during the next call
+// (a UNet's noise prediction while the sampler steps), is a place the plan keeps clear, so the next call follows
+// the plan; what the plan leaves to the pool comes from the pool.
+TEST_F(RepeatedCalls, WithALazyArenaTheFirstCallIsPlacedInItsGaps) {
+  BufferPool pool(be_->context(), 64 << 20, false, true, 16 << 20);
+  cl_int err = CL_SUCCESS;
+  cl_mem previous_out = nullptr;
+  for (int call = 0; call < 3; ++call) {
+    SCOPED_TRACE("call " + std::to_string(call + 1));
+    pool.begin_repeat("chain");
+    if (call == 0) {
+      EXPECT_EQ(pool.arena_bytes(), std::size_t{16} << 20) << "made once, at its capacity";
+    }
+    cl_mem a = pool.acquire(64 * kKiB, err);
+    cl_mem b = pool.acquire(100 * kKiB, err);
+    ASSERT_EQ(err, CL_SUCCESS);
+    ASSERT_TRUE(sub_buffer(a) && sub_buffer(b));
+    fill(a, 64 * kKiB, 0xA1);
+    fill(b, 100 * kKiB, 0xB2);
+    const std::size_t a_at = offset(a);  // asked now: a sub-buffer given back is gone
+    pool.release(a, 64 * kKiB);
+    cl_mem c = pool.acquire(60 * kKiB, err);
+    ASSERT_TRUE(sub_buffer(c));
+    if (call == 0) {
+      EXPECT_EQ(offset(c), a_at) << "a's place, given back, is the smallest gap that holds c";
+    }
+    fill(c, 60 * kKiB, 0xC3);
+    EXPECT_TRUE(holds(b, 100 * kKiB, 0xB2));
+    cl_mem out = pool.acquire(8 * kKiB, err);
+    fill(out, 8 * kKiB, 0xEE);
+    pool.release(b, 100 * kKiB);
+    pool.release(c, 60 * kKiB);
+    pool.end_repeat(true);
+    if (previous_out != nullptr) {
+      EXPECT_TRUE(holds(previous_out, 8 * kKiB, 0xEE)) << "the last call's output, alive during this one";
+      pool.release(previous_out, 8 * kKiB);
+    }
+    previous_out = out;
+    if (call == 0) {
+      EXPECT_TRUE(sub_buffer(out)) << "placed: nothing tells the first call that it outlives it";
+      EXPECT_EQ(pool.counts().placed, 4u);
+      EXPECT_EQ(pool.counts().created, 0u) << "nothing made by the driver but the arena";
+    } else {
+      EXPECT_FALSE(sub_buffer(out)) << "alive after the call in the pattern: the pool's";
+      EXPECT_EQ(pool.counts().replayed, 3u * call) << "the plan followed: the held output was kept clear";
+      EXPECT_EQ(pool.counts().placed, 4u);
+    }
+    EXPECT_EQ(pool.counts().arenas_made, 1u);
+  }
+  pool.release(previous_out, 8 * kKiB);
+  EXPECT_EQ(pool.in_use_bytes(), 0u);
+  // A buffer the caller keeps past the call (weight panels) is neither placed nor part of the pattern.
+  pool.begin_repeat("chain");
+  cl_mem kept = pool.acquire(32 * kKiB, err, nullptr, /*lasting=*/true);
+  EXPECT_FALSE(sub_buffer(kept));
+  cl_mem a = pool.acquire(64 * kKiB, err);
+  EXPECT_TRUE(sub_buffer(a)) << "the lasting request did not move the call off its pattern";
+  EXPECT_EQ(pool.counts().replayed, 7u) << "calls 2 and 3, and a";
+  pool.release(a, 64 * kKiB);
+  pool.release(kept, 32 * kKiB);
+  pool.end_repeat(false);
+  pool.trim();
+  EXPECT_EQ(pool.arena_bytes(), 0u) << "an idle arena goes with the kept buffers";
 }
 
 // Without reuse (a pool that keeps nothing, or call_arena off) and on a simulator (an exact pool: a buffer per

@@ -215,6 +215,11 @@ struct BackendOptions {
   // false: every buffer from the pool (to compare, or where a driver's
   // sub-buffers misbehave).
   bool call_arena = true;
+  // On a CPU device (buffers take memory where they are written), the arena
+  // is made once, large, and a call no plan places yet (a key's first) is
+  // served from its free gaps too; false: the first call from the pool, the
+  // arena sized by the plan (as on GPUs).
+  bool first_call_arena = true;
   // Most bytes of packed LINEAR weights the CPU kernel family keeps with the
   // weights (backend/opencl/weight_panels.hpp; unset: an eighth of the
   // device's memory, at most 4 GiB; 0: none, packed at every call).
@@ -271,6 +276,7 @@ struct BackendOptions {
 // this once at start-up.
 //   NANSCOPE_POOL_MB=N       pool_keep_bytes = N MiB (0 turns reuse off)
 //   NANSCOPE_CALL_ARENA=on|off  call_arena
+//   NANSCOPE_FIRST_CALL_ARENA=on|off  first_call_arena
 //   NANSCOPE_WEIGHT_PANELS_MB=N  weight_panel_bytes = N MiB (0: LINEAR weights packed at every call)
 //   NANSCOPE_PROFILE=1       profile
 //   NANSCOPE_PROFILE=grid    profile and profile_grids

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <new>
 #include <utility>
 
 #include "backend/opencl/cl_check.hpp"
@@ -41,12 +42,14 @@ constexpr std::size_t kNoRequest = static_cast<std::size_t>(-1);
 
 }  // namespace
 
-BufferPool::BufferPool(cl_context context, std::size_t max_kept_bytes, bool exact, bool arena)
+BufferPool::BufferPool(cl_context context, std::size_t max_kept_bytes, bool exact, bool arena,
+                       std::size_t lazy_arena_bytes)
     : context_(context),
       max_kept_(max_kept_bytes),
       exact_(exact),
       arena_enabled_(arena && !exact && max_kept_bytes > 0),
-      align_(sub_buffer_alignment(context)) {
+      align_(sub_buffer_alignment(context)),
+      lazy_arena_bytes_(arena_enabled_ ? lazy_arena_bytes / align_ * align_ : 0) {
   NS_CL_CHECK(clRetainContext(context_));
 }
 
@@ -126,7 +129,7 @@ std::vector<cl_mem> BufferPool::evict_for(std::size_t size) {
   return out;
 }
 
-cl_mem BufferPool::acquire(std::size_t bytes, cl_int& err, std::size_t* served_out) {
+cl_mem BufferPool::acquire(std::size_t bytes, cl_int& err, std::size_t* served_out, bool lasting) {
   const std::size_t size = served_size(bytes);
   std::vector<cl_mem> evicted;
   std::function<void()> drain;
@@ -134,10 +137,14 @@ cl_mem BufferPool::acquire(std::size_t bytes, cl_int& err, std::size_t* served_o
   {
     std::lock_guard<std::mutex> lock(mu_);
     last_request_[size] = ++requests_;
-    if (depth_ > 0) {
+    if (depth_ > 0 && !lasting) {
       request = recording_.size();
       recording_.push_back(PatternRequest{bytes, events_++});
-      if (cl_mem m = replay(request, bytes, size)) {
+      cl_mem m = replay(request, bytes, size);
+      // What a followed plan leaves to the pool (alive after the call) is the pool's: placed in a gap, it would be
+      // alive where the next call's plan puts its buffers.
+      if (m == nullptr && !replaying_) m = place(request, bytes, size);
+      if (m != nullptr) {
         err = CL_SUCCESS;
         if (served_out) *served_out = subs_.at(m).bytes;
         return m;
@@ -180,12 +187,54 @@ cl_mem BufferPool::acquire(std::size_t bytes, cl_int& err, std::size_t* served_o
   return m;
 }
 
-void BufferPool::hand_out(cl_mem m, std::size_t served, std::size_t asked, std::size_t request) {
-  served_[m] = Served{served, asked};
+void BufferPool::count_out(std::size_t served, std::size_t asked) {
   in_use_ += served;
   asked_ += asked;
   peak_asked_ = std::max(peak_asked_, asked_);
+}
+
+void BufferPool::hand_out(cl_mem m, std::size_t served, std::size_t asked, std::size_t request) {
+  served_[m] = Served{served, asked};
+  count_out(served, asked);
   if (request != kNoRequest && depth_ > 0) recorded_[m] = request;
+}
+
+cl_mem BufferPool::make_sub(std::size_t offset, std::size_t bytes, std::size_t asked, std::size_t request) {
+  const cl_buffer_region region{offset, bytes};
+  cl_int err = CL_SUCCESS;
+  cl_mem m = clCreateSubBuffer(arena_, CL_MEM_READ_WRITE, CL_BUFFER_CREATE_TYPE_REGION, &region, &err);
+  if (err != CL_SUCCESS || m == nullptr) return nullptr;
+  subs_[m] = Sub{arena_, offset, bytes, asked};
+  ++arena_live_[arena_];
+  arena_taken_[offset] = offset + bytes;
+  count_out(bytes, asked);
+  recorded_[m] = request;
+  return m;
+}
+
+cl_mem BufferPool::place(std::size_t request, std::size_t bytes, std::size_t asked) {
+  if (!placing_ || arena_ == nullptr) return nullptr;
+  const std::size_t rounded = pattern_bytes(bytes, align_);
+  // The smallest gap that holds it: the large gaps stay whole for the larger buffers a growing chain asks for
+  // next, and the space above the last live sub-buffer (the largest gap, and pages not yet touched past the
+  // highest offset used so far) is taken last.
+  std::size_t best = kNoRequest, best_size = 0;
+  const auto consider = [&](std::size_t begin, std::size_t end) {
+    if (end >= begin + rounded && (best == kNoRequest || end - begin < best_size)) {
+      best = begin;
+      best_size = end - begin;
+    }
+  };
+  std::size_t free_from = 0;
+  for (const auto& [offset, end] : arena_taken_) {
+    if (offset > free_from) consider(free_from, offset);
+    free_from = std::max(free_from, end);
+  }
+  if (arena_bytes_ > free_from) consider(free_from, arena_bytes_);
+  if (best == kNoRequest) return nullptr;  // no gap holds it: the pool's
+  cl_mem m = make_sub(best, rounded, asked, request);
+  if (m != nullptr) ++placed_;
+  return m;
 }
 
 cl_mem BufferPool::replay(std::size_t request, std::size_t bytes, std::size_t asked) {
@@ -205,22 +254,42 @@ cl_mem BufferPool::replay(std::size_t request, std::size_t bytes, std::size_t as
     replaying_ = false;
     return nullptr;
   }
-  const cl_buffer_region region{slot.offset, rounded};
-  cl_int err = CL_SUCCESS;
-  cl_mem m = clCreateSubBuffer(arena_, CL_MEM_READ_WRITE, CL_BUFFER_CREATE_TYPE_REGION, &region, &err);
-  if (err != CL_SUCCESS || m == nullptr) {
+  cl_mem m = make_sub(slot.offset, rounded, asked, request);
+  if (m == nullptr) {
     replaying_ = false;
     return nullptr;
   }
-  subs_[m] = Sub{arena_, slot.offset, rounded, asked};
-  ++arena_live_[arena_];
-  arena_taken_[slot.offset] = end;
-  in_use_ += rounded;
-  asked_ += asked;
-  peak_asked_ = std::max(peak_asked_, asked_);
-  recorded_[m] = request;
   ++replayed_;
   return m;
+}
+
+cl_mem BufferPool::drop_arena() {
+  cl_mem idle = nullptr;
+  if (arena_ != nullptr && arena_live_.at(arena_) == 0) {
+    arena_live_.erase(arena_);
+    idle = arena_;
+  }
+  arena_ = nullptr;
+  arena_bytes_ = 0;
+  arena_taken_.clear();
+  replaying_ = placing_ = false;
+  return idle;
+}
+
+bool BufferPool::make_arena(std::size_t bytes, std::vector<cl_mem>& release) {
+  cl_int err = CL_SUCCESS;
+  cl_mem arena = clCreateBuffer(context_, CL_MEM_READ_WRITE, bytes, nullptr, &err);
+  if (err != CL_SUCCESS || arena == nullptr) return false;  // the pool serves the call, as before there was one
+  arena_ = arena;
+  arena_bytes_ = bytes;
+  arena_live_[arena_] = 0;
+  ++arenas_made_;
+  // The buffers the pool keeps are what the arena replaces (a recording's, or those of the work before the call).
+  for (auto& [size, kept] : free_)
+    for (const Kept& k : kept) release.push_back(k.mem);
+  free_.clear();
+  kept_ = 0;
+  return true;
 }
 
 void BufferPool::begin_repeat(const std::string& key) {
@@ -238,50 +307,45 @@ void BufferPool::begin_repeat(const std::string& key) {
     recording_.clear();
     recorded_.clear();
     events_ = 0;
-    replaying_ = false;
+    replaying_ = placing_ = false;
     ++depth_;
     const auto it = patterns_.find(key);
-    if (it != patterns_.end() && it->second.strays >= kMaxStrays) return;  // the pool's: the arena stays for others
-    const bool planned = it != patterns_.end() && it->second.plan.arena_bytes > 0;
-    if (planned && arena_ != nullptr && arena_bytes_ >= it->second.plan.arena_bytes) {
+    // The arena the key's plan needs; 0: none to follow (not recorded yet, nothing to reuse, or the pool's after
+    // kMaxStrays calls that strayed).
+    const std::size_t need =
+        it != patterns_.end() && it->second.strays < kMaxStrays ? it->second.plan.arena_bytes : std::size_t{0};
+    if (lazy_arena_bytes_ > 0) {
+      // One arena for every key, its pages taken where requests reach: what the plan does not place goes to its
+      // gaps (a key's first call, the rest of a call that strays, a key that strays every time).
+      if (arena_ != nullptr || make_arena(lazy_arena_bytes_, release)) {
+        replaying_ = need > 0 && need <= arena_bytes_;
+        placing_ = true;
+      }
+    } else if (need > 0 && arena_ != nullptr && arena_bytes_ >= need) {
       replaying_ = true;
     } else if (arena_ != nullptr) {
       // Another size of arena is needed, or none (a call being recorded is served by the pool, which must have
       // the room an idle arena holds). An arena with sub-buffers still alive is released with its last one.
-      if (arena_live_.at(arena_) == 0) {
-        arena_live_.erase(arena_);
-        release.push_back(arena_);
+      if (cl_mem idle = drop_arena()) {
+        release.push_back(idle);
+        drain = drain_;  // released below, the lock not held: the drain waits for the queue
       }
-      arena_ = nullptr;
-      arena_bytes_ = 0;
-      arena_taken_.clear();
     }
-    if (!release.empty()) drain = drain_;  // released below, the lock not held: the drain waits for the queue
   }
   if (drain) drain();
   for (cl_mem m : release) NS_CL_CHECK_NOTHROW(clReleaseMemObject(m));
   release.clear();
   {
+    // The new arena is made once the old one is freed (a device may not have room for both).
     std::lock_guard<std::mutex> lock(mu_);
     const auto it = patterns_.find(key_);
-    if (replaying_ || it == patterns_.end() || it->second.strays >= kMaxStrays || it->second.plan.arena_bytes == 0)
+    if (replaying_ || lazy_arena_bytes_ > 0 || it == patterns_.end() || it->second.strays >= kMaxStrays ||
+        it->second.plan.arena_bytes == 0 || arena_ != nullptr || !make_arena(it->second.plan.arena_bytes, release))
       return;
-    const std::size_t need = it->second.plan.arena_bytes;
-    cl_int err = CL_SUCCESS;
-    cl_mem arena = clCreateBuffer(context_, CL_MEM_READ_WRITE, need, nullptr, &err);
-    if (err != CL_SUCCESS || arena == nullptr) return;  // the pool serves the call, as before there was a pattern
-    arena_ = arena;
-    arena_bytes_ = need;
-    arena_live_[arena_] = 0;
-    ++arenas_made_;
     replaying_ = true;
-    // The recording's buffers kept by the pool are what the arena replaces.
-    for (auto& [size, kept] : free_)
-      for (const Kept& k : kept) release.push_back(k.mem);
-    free_.clear();
-    kept_ = 0;
   }
-  for (cl_mem m : release) NS_CL_CHECK_NOTHROW(clReleaseMemObject(m));  // not used by any queued kernel: kept
+  // The pool's kept buffers the arena replaces: made before they go, so that a failed arena costs nothing.
+  for (cl_mem m : release) NS_CL_CHECK_NOTHROW(clReleaseMemObject(m));
 }
 
 void BufferPool::end_repeat(bool completed) {
@@ -289,16 +353,25 @@ void BufferPool::end_repeat(bool completed) {
   if (depth_ == 0 || --depth_ > 0) return;
   const auto it = patterns_.find(key_);
   const bool followed = replaying_ && it != patterns_.end() && recording_.size() == it->second.plan.places.size();
-  replaying_ = false;
+  replaying_ = placing_ = false;
   recorded_.clear();  // buffers alive after the call are the callers' now
   if (completed && followed) {
     it->second.used = ++calls_;
     it->second.strays = 0;
   } else if (completed && (it == patterns_.end() || it->second.strays < kMaxStrays)) {
-    Pattern& p = patterns_[key_];
-    if (p.used > 0) ++p.strays;
-    p.plan = plan_pattern(recording_, align_);
-    p.used = ++calls_;
+    // Called from RepeatedCall's destructor: no exception may leave. Without the memory to plan, the key has no
+    // pattern, and its next call is recorded again.
+    try {
+      Pattern& p = patterns_[key_];
+      if (p.used > 0) ++p.strays;
+      // Live sub-buffers of the arena (this call's output placed in a lazy arena) are held when the next call
+      // begins: its places keep clear of them.
+      const std::vector<std::pair<std::size_t, std::size_t>> held(arena_taken_.begin(), arena_taken_.end());
+      p.plan = plan_pattern(recording_, align_, held);
+      p.used = ++calls_;
+    } catch (const std::bad_alloc&) {
+      patterns_.erase(key_);
+    }
     if (patterns_.size() > kMaxPatterns) {
       auto oldest = patterns_.begin();
       for (auto i = patterns_.begin(); i != patterns_.end(); ++i)
@@ -357,14 +430,7 @@ void BufferPool::trim() {
     all.swap(free_);
     kept_ = 0;
     // An arena with nothing in it goes too (the next call of its pattern makes it again).
-    if (arena_ != nullptr && arena_live_.at(arena_) == 0) {
-      arena_live_.erase(arena_);
-      idle_arena = arena_;
-      arena_ = nullptr;
-      arena_bytes_ = 0;
-      arena_taken_.clear();
-      replaying_ = false;
-    }
+    if (arena_ != nullptr && arena_live_.at(arena_) == 0) idle_arena = drop_arena();
   }
   for (auto& [size, kept] : all)
     for (const Kept& k : kept) NS_CL_CHECK_NOTHROW(clReleaseMemObject(k.mem));
@@ -393,7 +459,7 @@ std::size_t BufferPool::arena_bytes() const {
 
 BufferPool::Counts BufferPool::counts() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return Counts{created_, replayed_, arenas_made_};
+  return Counts{created_, replayed_, arenas_made_, placed_};
 }
 
 std::size_t BufferPool::reused() const {

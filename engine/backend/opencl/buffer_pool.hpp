@@ -46,16 +46,23 @@ namespace nanscope::opencl {
 
 class BufferPool {
  public:
-  // `arena`: repeated calls are served from an arena (begin_repeat); never in an exact pool.
-  BufferPool(cl_context context, std::size_t max_kept_bytes, bool exact = false, bool arena = true);
+  // `arena`: repeated calls are served from an arena (begin_repeat); never in an exact pool. `lazy_arena_bytes`
+  // (0: none), for a device whose buffers take memory only where they are written (a CPU device: PoCL's buffers
+  // are malloc'd, their pages faulted in at first touch): the arena is made once with this capacity for every key,
+  // and a request that no plan places (the first call of a key, the rest of a call that strayed) goes to its
+  // free gaps (see begin_repeat).
+  BufferPool(cl_context context, std::size_t max_kept_bytes, bool exact = false, bool arena = true,
+             std::size_t lazy_arena_bytes = 0);
   ~BufferPool();
   BufferPool(const BufferPool&) = delete;
   BufferPool& operator=(const BufferPool&) = delete;
 
   // A buffer of at least `bytes` (its size class or a kept one up to twice
   // that; exactly `bytes` in an exact pool); err receives the OpenCL status,
-  // `served` (when given) the size it counts in in_use_bytes().
-  cl_mem acquire(std::size_t bytes, cl_int& err, std::size_t* served = nullptr);
+  // `served` (when given) the size it counts in in_use_bytes(). `lasting`: the caller keeps it past the repeated
+  // call it is asked in (a cache filled at the first call: weight panels), so it is neither part of the call's
+  // pattern nor placed in the arena, where it would hold its place for good.
+  cl_mem acquire(std::size_t bytes, cl_int& err, std::size_t* served = nullptr, bool lasting = false);
   // Gives a buffer from acquire(bytes) back.
   void release(cl_mem mem, std::size_t bytes);
   // Called before kept buffers are given back to make room: a buffer that
@@ -80,6 +87,12 @@ class BufferPool {
   // arena with sub-buffers alive when another size is needed goes with its last sub-buffer. A nested call is part
   // of the outer one; an exact pool has no arena. `completed` false (an exception ended the call): nothing is
   // planned from it.
+  // With a lazy arena (the constructor), the first call of a key is served from the arena too: each request at the
+  // smallest free gap between live sub-buffers that holds it (above the last one if none does), so memory given
+  // back within the call is used again by the next request that fits, where size classes would have taken fresh
+  // pages (a 512x512 VAE decode touched 2.6 GB of them in its first call, against 1 GB alive at its peak). The
+  // arena's pages are taken only where the gaps reach; planned calls then reuse them. Buffers the first call
+  // leaves alive in the arena (its output, still held during the next call) are places the plan keeps clear.
   void begin_repeat(const std::string& key);
   void end_repeat(bool completed);
 
@@ -101,6 +114,7 @@ class BufferPool {
     std::size_t created = 0;   // buffers the pool made (clCreateBuffer), arenas apart
     std::size_t replayed = 0;  // requests served from an arena
     std::size_t arenas_made = 0;
+    std::size_t placed = 0;  // requests no plan placed, served from a lazy arena's free gaps
   };
   Counts counts() const;
 
@@ -114,11 +128,25 @@ class BufferPool {
   cl_mem take_kept(std::size_t size, std::size_t& served);
   // Takes kept buffers out (the lock held) until in-use + kept + `size` fits under the high-water mark.
   std::vector<cl_mem> evict_for(std::size_t size);
+  // Counts `served` bytes (serving a request of class `asked`) as handed out (the lock held), for pool and arena
+  // buffers alike.
+  void count_out(std::size_t served, std::size_t asked);
   // Counts a buffer from the pool as handed out (the lock held); `request`: its index in the recorded call.
   void hand_out(cl_mem m, std::size_t served, std::size_t asked, std::size_t request);
   // The arena's sub-buffer for request `request` of a replayed call (the lock held), or null: not replaying, the
   // call strayed from the pattern, the request is the pool's, or its place is still taken.
   cl_mem replay(std::size_t request, std::size_t bytes, std::size_t asked);
+  // A lazy arena's sub-buffer in its smallest free gap that holds the request (the lock held), or null.
+  cl_mem place(std::size_t request, std::size_t bytes, std::size_t asked);
+  // A sub-buffer of the arena at [offset, offset + bytes) for request `request`, counted as handed out (the lock
+  // held), or null when the driver refuses it.
+  cl_mem make_sub(std::size_t offset, std::size_t bytes, std::size_t asked, std::size_t request);
+  // Forgets the arena (the lock held): returned for the caller to release when no sub-buffer of it is alive,
+  // otherwise it goes with its last sub-buffer (release).
+  cl_mem drop_arena();
+  // Makes the arena of `bytes` (the lock held; false when the driver refuses) and takes the pool's kept buffers
+  // out into `release`: the arena replaces them.
+  bool make_arena(std::size_t bytes, std::vector<cl_mem>& release);
 
   struct Served {
     std::size_t size;   // the buffer's size
@@ -163,6 +191,8 @@ class BufferPool {
   std::unordered_map<cl_mem, std::size_t> recorded_;  // handed out in it and not given back -> request index
   std::size_t events_ = 0;                            // its requests and releases so far
   bool replaying_ = false;                            // served from the arena by patterns_[key_]
+  bool placing_ = false;                              // requests not replayed go to a lazy arena's gaps
+  std::size_t lazy_arena_bytes_;                      // 0: the arena is sized by its plan
   std::map<std::string, Pattern> patterns_;
   std::uint64_t calls_ = 0;
   cl_mem arena_ = nullptr;
@@ -172,6 +202,7 @@ class BufferPool {
   std::unordered_map<cl_mem, std::size_t> arena_live_;  // arena -> its live sub-buffers (arena_ and replaced ones)
   std::size_t replayed_ = 0;
   std::size_t arenas_made_ = 0;
+  std::size_t placed_ = 0;
 };
 
 }  // namespace nanscope::opencl

@@ -15,7 +15,8 @@ std::size_t pattern_bytes(std::size_t bytes, std::size_t align) {
   return (std::max<std::size_t>(bytes, 1) + align - 1) & ~(align - 1);
 }
 
-PatternPlan plan_pattern(const std::vector<PatternRequest>& requests, std::size_t align) {
+PatternPlan plan_pattern(const std::vector<PatternRequest>& requests, std::size_t align,
+                         std::span<const std::pair<std::size_t, std::size_t>> reserved) {
   PatternPlan plan;
   plan.places.resize(requests.size());
   std::vector<std::size_t> order;
@@ -34,7 +35,7 @@ PatternPlan plan_pattern(const std::vector<PatternRequest>& requests, std::size_
   for (const std::size_t i : order) {
     const PatternRequest& r = requests[i];
     const std::size_t bytes = pattern_bytes(r.bytes, align);
-    taken.clear();
+    taken.assign(reserved.begin(), reserved.end());
     for (const Placed& p : placed)
       if (p.from < r.released && r.acquired < p.to) taken.emplace_back(p.offset, p.end);
     std::sort(taken.begin(), taken.end());

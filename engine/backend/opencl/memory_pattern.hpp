@@ -22,6 +22,8 @@
 
 #include <cstddef>
 #include <limits>
+#include <span>
+#include <utility>
 #include <vector>
 
 namespace nanscope::opencl {
@@ -52,7 +54,11 @@ std::size_t pattern_bytes(std::size_t bytes, std::size_t align);
 
 // Places every request given back within the call (each rounded up to
 // `align`, a power of two) in one arena; the others get in_arena = false.
-PatternPlan plan_pattern(const std::vector<PatternRequest>& requests, std::size_t align);
+// `reserved`: [begin, end) ranges of the arena that buffers from before the
+// next call still hold when it begins (the recorded call's output, placed in a
+// lazy arena: buffer_pool.hpp), overlapped by no place.
+PatternPlan plan_pattern(const std::vector<PatternRequest>& requests, std::size_t align,
+                         std::span<const std::pair<std::size_t, std::size_t>> reserved = {});
 
 // The most bytes alive at once among the requests the plan places (each rounded up to `align`): the least any
 // arena holding them can be.

@@ -142,6 +142,15 @@ void return_freed_buffers_to_the_system(const DeviceInfo& info) {
 #endif
 }
 
+// The capacity of the repeated calls' one arena where a buffer takes memory only where it is written (buffer_pool.hpp):
+// on a CPU device, whose buffers are host memory from malloc (PoCL), its untouched pages cost nothing. The largest
+// buffer the device allows, at most half its memory: an SD 1.5 1024x1024 VAE decode has 2.5 GB alive at once.
+// Elsewhere (a GPU commits a buffer's memory when it is made) the arena is sized by its plan.
+std::size_t lazy_arena_bytes(const DeviceInfo& info, const BackendOptions& options) {
+  if (info.kind != DeviceKind::cpu || !options.first_call_arena) return 0;
+  return static_cast<std::size_t>(std::min(info.max_alloc_bytes, info.global_mem_bytes / 2));
+}
+
 // LINEAR weights' packed panels kept (weight_panels.hpp): an eighth of the device's memory, at most 4 GiB
 // (SD 1.5's linear layers take 0.9 GB in f32). The GPU kernel family reads B where it lies: nothing to keep.
 std::size_t weight_panel_budget(const DeviceInfo& info, const BackendOptions& options) {
@@ -230,7 +239,7 @@ OpenClBackend::OpenClBackend(const DeviceInfo& device, const BackendOptions& opt
   // On a simulator every buffer has its exact size: an access past a tensor's end is then reported.
   return_freed_buffers_to_the_system(info_);
   pool_ = std::make_shared<BufferPool>(context_, pool_limit(info_, options), info_.kind == DeviceKind::simulator,
-                                       options.call_arena);
+                                       options.call_arena, lazy_arena_bytes(info_, options));
   queue_ = clCreateCommandQueue(context_, dev, CL_QUEUE_PROFILING_ENABLE, &err);
   if (err != CL_SUCCESS) {
     NS_CL_CHECK_NOTHROW(clReleaseContext(context_));

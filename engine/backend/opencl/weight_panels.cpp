@@ -41,7 +41,7 @@ cl_mem WeightPanels::make(const Storage* weight, const std::string& key, std::si
   }
   cl_int err = CL_SUCCESS;
   std::size_t served = reserved;
-  cl_mem mem = pool_->acquire(bytes, err, &served);
+  cl_mem mem = pool_->acquire(bytes, err, &served, /*lasting=*/true);  // kept with the weight, past any call
   {
     std::lock_guard lock(mu_);
     kept_bytes_ -= reserved;
