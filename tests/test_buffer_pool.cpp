@@ -435,14 +435,19 @@ TEST_F(RepeatedCalls, WithALazyArenaTheFirstCallIsPlacedInItsGaps) {
     }
     fill(c, 60 * kKiB, 0xC3);
     EXPECT_TRUE(holds(b, 100 * kKiB, 0xB2));
-    cl_mem out = pool.acquire(8 * kKiB, err);
-    fill(out, 8 * kKiB, 0xEE);
+    // 4 KiB: the gap c left in a's place. The plan puts b (the largest) at the arena's start, over it, unless
+    // the output, alive when the next call begins, is kept clear.
+    cl_mem out = pool.acquire(4 * kKiB, err);
+    if (call == 0) {
+      EXPECT_EQ(offset(out), a_at + 60 * kKiB);
+    }
+    fill(out, 4 * kKiB, 0xEE);
     pool.release(b, 100 * kKiB);
     pool.release(c, 60 * kKiB);
     pool.end_repeat(true);
     if (previous_out != nullptr) {
-      EXPECT_TRUE(holds(previous_out, 8 * kKiB, 0xEE)) << "the last call's output, alive during this one";
-      pool.release(previous_out, 8 * kKiB);
+      EXPECT_TRUE(holds(previous_out, 4 * kKiB, 0xEE)) << "the last call's output, alive during this one";
+      pool.release(previous_out, 4 * kKiB);
     }
     previous_out = out;
     if (call == 0) {
@@ -451,12 +456,12 @@ TEST_F(RepeatedCalls, WithALazyArenaTheFirstCallIsPlacedInItsGaps) {
       EXPECT_EQ(pool.counts().created, 0u) << "nothing made by the driver but the arena";
     } else {
       EXPECT_FALSE(sub_buffer(out)) << "alive after the call in the pattern: the pool's";
-      EXPECT_EQ(pool.counts().replayed, 3u * call) << "the plan followed: the held output was kept clear";
+      EXPECT_EQ(pool.counts().replayed, 3u * call) << "the plan followed: b's place keeps clear of the held output";
       EXPECT_EQ(pool.counts().placed, 4u);
     }
     EXPECT_EQ(pool.counts().arenas_made, 1u);
   }
-  pool.release(previous_out, 8 * kKiB);
+  pool.release(previous_out, 4 * kKiB);
   EXPECT_EQ(pool.in_use_bytes(), 0u);
   // A buffer the caller keeps past the call (weight panels) is neither placed nor part of the pattern.
   pool.begin_repeat("chain");
@@ -470,6 +475,57 @@ TEST_F(RepeatedCalls, WithALazyArenaTheFirstCallIsPlacedInItsGaps) {
   pool.end_repeat(false);
   pool.trim();
   EXPECT_EQ(pool.arena_bytes(), 0u) << "an idle arena goes with the kept buffers";
+}
+
+// A request no gap of a lazy arena holds comes from the pool; a lazy arena the driver refuses leaves arenas sized by
+// their plans (as on a GPU).
+TEST_F(RepeatedCalls, ALazyArenaFallsBackToThePool) {
+  cl_int err = CL_SUCCESS;
+  {
+    BufferPool pool(be_->context(), 64 << 20, false, true, 256 * kKiB);
+    pool.begin_repeat("k");
+    cl_mem small = pool.acquire(200 * kKiB, err);
+    cl_mem large = pool.acquire(100 * kKiB, err);
+    EXPECT_TRUE(sub_buffer(small));
+    EXPECT_FALSE(sub_buffer(large)) << "56 KiB left in the arena: the pool's";
+    pool.release(small, 200 * kKiB);
+    pool.release(large, 100 * kKiB);
+    pool.end_repeat(true);
+  }
+  BufferPool pool(be_->context(), 64 << 20, false, true, std::size_t{1} << 62);  // past any device's largest buffer
+  for (int call = 0; call < 2; ++call) {
+    pool.begin_repeat("k");
+    cl_mem m = pool.acquire(16 * kKiB, err);
+    ASSERT_EQ(err, CL_SUCCESS);
+    EXPECT_EQ(sub_buffer(m), call == 1) << "the first call the pool's, the second from the planned arena";
+    pool.release(m, 16 * kKiB);
+    pool.end_repeat(true);
+  }
+  EXPECT_EQ(pool.arena_bytes(), 16 * kKiB) << "the plan's size";
+}
+
+// A key that strays every call is the pool's, and leaves the arena of a key that follows its plan alone (on a GPU
+// an arena's memory is committed when it is made).
+TEST_F(RepeatedCalls, AKeyPastItsStraysLeavesTheArenaToOthers) {
+  BufferPool pool(be_->context(), 64 << 20);
+  cl_int err = CL_SUCCESS;
+  const auto call = [&](const std::string& key, std::size_t bytes) {
+    pool.begin_repeat(key);
+    cl_mem m = pool.acquire(bytes, err);
+    const bool sub = sub_buffer(m);
+    pool.release(m, bytes);
+    pool.end_repeat(true);
+    return sub;
+  };
+  call("steady", 64 * kKiB);
+  for (int i = 0; i < 6; ++i) call("changing", (8 + 4 * i) * kKiB);  // another size at every call
+  EXPECT_TRUE(call("steady", 64 * kKiB));
+  const std::size_t made = pool.counts().arenas_made;
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_FALSE(call("changing", (40 + 4 * i) * kKiB));
+    EXPECT_TRUE(call("steady", 64 * kKiB));
+  }
+  EXPECT_EQ(pool.counts().arenas_made, made) << "the steady key's arena was not made again";
 }
 
 // Without reuse (a pool that keeps nothing, or call_arena off) and on a simulator (an exact pool: a buffer per

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "backend/opencl/cl_check.hpp"
+#include "core/log.hpp"
 
 namespace nanscope::opencl {
 
@@ -204,11 +205,19 @@ cl_mem BufferPool::make_sub(std::size_t offset, std::size_t bytes, std::size_t a
   cl_int err = CL_SUCCESS;
   cl_mem m = clCreateSubBuffer(arena_, CL_MEM_READ_WRITE, CL_BUFFER_CREATE_TYPE_REGION, &region, &err);
   if (err != CL_SUCCESS || m == nullptr) return nullptr;
-  subs_[m] = Sub{arena_, offset, bytes, asked};
-  ++arena_live_[arena_];
-  arena_taken_[offset] = offset + bytes;
+  try {
+    subs_[m] = Sub{arena_, offset, bytes, asked};
+    arena_taken_[offset] = offset + bytes;
+    recorded_[m] = request;
+  } catch (...) {  // no memory for the bookkeeping: nothing of the sub-buffer is left counted
+    subs_.erase(m);
+    arena_taken_.erase(offset);
+    recorded_.erase(m);
+    NS_CL_CHECK_NOTHROW(clReleaseMemObject(m));
+    throw;
+  }
+  ++arena_live_[arena_];  // the arena's entry exists (make_arena): no allocation
   count_out(bytes, asked);
-  recorded_[m] = request;
   return m;
 }
 
@@ -216,8 +225,8 @@ cl_mem BufferPool::place(std::size_t request, std::size_t bytes, std::size_t ask
   if (!placing_ || arena_ == nullptr) return nullptr;
   const std::size_t rounded = pattern_bytes(bytes, align_);
   // The smallest gap that holds it: the large gaps stay whole for the larger buffers a growing chain asks for
-  // next, and the space above the last live sub-buffer (the largest gap, and pages not yet touched past the
-  // highest offset used so far) is taken last.
+  // next. The space above the last live sub-buffer is one more gap, usually the largest (and the one whose pages
+  // past the highest offset used so far are not yet touched), so it is usually taken last.
   std::size_t best = kNoRequest, best_size = 0;
   const auto consider = [&](std::size_t begin, std::size_t end) {
     if (end >= begin + rounded && (best == kNoRequest || end - begin < best_size)) {
@@ -233,7 +242,11 @@ cl_mem BufferPool::place(std::size_t request, std::size_t bytes, std::size_t ask
   if (arena_bytes_ > free_from) consider(free_from, arena_bytes_);
   if (best == kNoRequest) return nullptr;  // no gap holds it: the pool's
   cl_mem m = make_sub(best, rounded, asked, request);
-  if (m != nullptr) ++placed_;
+  if (m == nullptr) {
+    placing_ = false;  // the driver refuses sub-buffers: the pool serves the rest of the call
+    return nullptr;
+  }
+  ++placed_;
   return m;
 }
 
@@ -310,17 +323,20 @@ void BufferPool::begin_repeat(const std::string& key) {
     replaying_ = placing_ = false;
     ++depth_;
     const auto it = patterns_.find(key);
-    // The arena the key's plan needs; 0: none to follow (not recorded yet, nothing to reuse, or the pool's after
-    // kMaxStrays calls that strayed).
-    const std::size_t need =
-        it != patterns_.end() && it->second.strays < kMaxStrays ? it->second.plan.arena_bytes : std::size_t{0};
+    if (it != patterns_.end() && it->second.strays >= kMaxStrays) return;  // the pool's: the arena stays for others
+    // The arena the key's plan needs; 0: none to follow (not recorded yet, or nothing to reuse).
+    const std::size_t need = it != patterns_.end() ? it->second.plan.arena_bytes : std::size_t{0};
+    if (lazy_arena_bytes_ > 0 && arena_ == nullptr && !make_arena(lazy_arena_bytes_, release)) {
+      // Refused (overcommit off, an address-space limit): arenas sized by their plans from now on.
+      log::debug("the repeated calls' {} MiB arena was refused; sized by each call's plan instead",
+                 lazy_arena_bytes_ >> 20);
+      lazy_arena_bytes_ = 0;
+    }
     if (lazy_arena_bytes_ > 0) {
       // One arena for every key, its pages taken where requests reach: what the plan does not place goes to its
-      // gaps (a key's first call, the rest of a call that strays, a key that strays every time).
-      if (arena_ != nullptr || make_arena(lazy_arena_bytes_, release)) {
-        replaying_ = need > 0 && need <= arena_bytes_;
-        placing_ = true;
-      }
+      // gaps (a key's first call, the rest of a call that strays).
+      replaying_ = need > 0 && need <= arena_bytes_;
+      placing_ = true;
     } else if (need > 0 && arena_ != nullptr && arena_bytes_ >= need) {
       replaying_ = true;
     } else if (arena_ != nullptr) {
@@ -364,9 +380,10 @@ void BufferPool::end_repeat(bool completed) {
     try {
       Pattern& p = patterns_[key_];
       if (p.used > 0) ++p.strays;
-      // Live sub-buffers of the arena (this call's output placed in a lazy arena) are held when the next call
-      // begins: its places keep clear of them.
-      const std::vector<std::pair<std::size_t, std::size_t>> held(arena_taken_.begin(), arena_taken_.end());
+      // Live sub-buffers of a lazy arena (this call's output, placed) are held when the next call begins: its
+      // places keep clear of them. A plan-sized arena holds none of this call's outputs (they are the pool's).
+      std::vector<std::pair<std::size_t, std::size_t>> held;
+      if (lazy_arena_bytes_ > 0) held.assign(arena_taken_.begin(), arena_taken_.end());
       p.plan = plan_pattern(recording_, align_, held);
       p.used = ++calls_;
     } catch (const std::bad_alloc&) {

@@ -82,17 +82,19 @@ class BufferPool {
   // a sub-buffer per request at the offset planned from the recording (memory_pattern.hpp), as long as it asks for
   // the same sizes in the same order and no live sub-buffer is where the next goes. From the first request that
   // differs, the pool serves the rest and the call's requests become the key's pattern (after kMaxStrays calls in
-  // a row that differ, the key is the pool's alone). Buffers alive when the call ends (its output, caches filled
-  // during it) are the pool's in every call. One arena at a time, sized for the key that needs the most; an
+  // a row that differ, the key is the pool's alone). Buffers alive when the call ends in the recording (its output)
+  // are the pool's in the calls that follow the plan. One arena at a time, sized for the key that needs the most; an
   // arena with sub-buffers alive when another size is needed goes with its last sub-buffer. A nested call is part
   // of the outer one; an exact pool has no arena. `completed` false (an exception ended the call): nothing is
   // planned from it.
-  // With a lazy arena (the constructor), the first call of a key is served from the arena too: each request at the
-  // smallest free gap between live sub-buffers that holds it (above the last one if none does), so memory given
-  // back within the call is used again by the next request that fits, where size classes would have taken fresh
-  // pages (a 512x512 VAE decode touched 2.6 GB of them in its first call, against 1 GB alive at its peak). The
-  // arena's pages are taken only where the gaps reach; planned calls then reuse them. Buffers the first call
-  // leaves alive in the arena (its output, still held during the next call) are places the plan keeps clear.
+  // With a lazy arena (the constructor), the first call of a key, and the rest of a call that strays, are served
+  // from the arena too: each request in the smallest free gap that holds it, the space above the last live
+  // sub-buffer counting as one more gap (no gap holds it: the pool's). Memory given back within the call is used
+  // again by the next request that fits, where size classes would have taken fresh pages (a 512x512 VAE decode
+  // touched 2.6 GB of them in its first call, against 1 GB alive at its peak). The arena's pages are taken only
+  // where the gaps reach; planned calls then reuse them. Buffers the first call leaves alive in the arena (its
+  // output, still held during the next call) are ranges the plan keeps clear. A key past kMaxStrays is the pool's
+  // here too. If the lazy arena cannot be made, arenas are sized by their plans from then on.
   void begin_repeat(const std::string& key);
   void end_repeat(bool completed);
 
