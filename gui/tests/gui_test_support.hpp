@@ -104,4 +104,40 @@ inline QString screenshot_path(const QString& name) {
   return QDir(dir).filePath(name);
 }
 
+// What each test class's initTestCase does: a clean settings scope; whether the embedded model is there (`note`
+// says why not).
+inline bool start_clean(QString& note) {
+  QSettings("NaNscope", qEnvironmentVariable("NANSCOPE_GUI_SETTINGS_SCOPE", "nanscope-test")).clear();
+  try {
+    pipeline::embedded_model_dir();
+    return true;
+  } catch (const std::exception& e) {
+    note = QString::fromUtf8(e.what());
+    return false;
+  }
+}
+
+// XDG_CACHE_HOME pointed at `dir` for a test's scope (the hash cache stays in its folder), restored after it for
+// the tests that follow.
+class ScopedCacheHome {
+ public:
+  explicit ScopedCacheHome(const QString& dir)
+      : old_(qgetenv("XDG_CACHE_HOME")), had_(qEnvironmentVariableIsSet("XDG_CACHE_HOME")) {
+    qputenv("XDG_CACHE_HOME", dir.toUtf8());
+  }
+  ~ScopedCacheHome() {
+    if (had_) {
+      qputenv("XDG_CACHE_HOME", old_);
+    } else {
+      qunsetenv("XDG_CACHE_HOME");
+    }
+  }
+  ScopedCacheHome(const ScopedCacheHome&) = delete;
+  ScopedCacheHome& operator=(const ScopedCacheHome&) = delete;
+
+ private:
+  QByteArray old_;
+  bool had_;
+};
+
 }  // namespace nanscope::gui::workbench_test

@@ -17,15 +17,7 @@ class GuiTest : public QObject {
   QString model_note_;
 
  private slots:
-  void initTestCase() {
-    QSettings("NaNscope", qEnvironmentVariable("NANSCOPE_GUI_SETTINGS_SCOPE", "nanscope-test")).clear();
-    try {
-      pipeline::embedded_model_dir();
-      have_model_ = true;
-    } catch (const std::exception& e) {
-      model_note_ = QString::fromUtf8(e.what());
-    }
-  }
+  void initTestCase() { have_model_ = start_clean(model_note_); }
 
   void run_end_to_end_with_low_latency() {
     if (!have_model_) QSKIP(qPrintable("no embedded model: " + model_note_));

@@ -17,15 +17,7 @@ class GuiPanelsTest : public QObject {
   QString model_note_;
 
  private slots:
-  void initTestCase() {
-    QSettings("NaNscope", qEnvironmentVariable("NANSCOPE_GUI_SETTINGS_SCOPE", "nanscope-test")).clear();
-    try {
-      pipeline::embedded_model_dir();
-      have_model_ = true;
-    } catch (const std::exception& e) {
-      model_note_ = QString::fromUtf8(e.what());
-    }
-  }
+  void initTestCase() { have_model_ = start_clean(model_note_); }
 
   // Settings without a control of their own are listed under More, each with
   // an editor made from its settings-table row: a new row needs no GUI code.
@@ -420,17 +412,7 @@ class GuiPanelsTest : public QObject {
   void a_foreign_png_opens_the_reproduce_dialog_and_apply_runs_it() {
     if (!have_model_) QSKIP(qPrintable("no embedded model: " + model_note_));
     QTemporaryDir dir;
-    // The hash cache stays in the test's folder; the variable is restored for the tests after this one.
-    const QByteArray old_cache = qgetenv("XDG_CACHE_HOME");
-    const bool had_cache = qEnvironmentVariableIsSet("XDG_CACHE_HOME");
-    qputenv("XDG_CACHE_HOME", dir.filePath("cache").toUtf8());
-    const std::shared_ptr<void> restore(nullptr, [&](void*) {
-      if (had_cache) {
-        qputenv("XDG_CACHE_HOME", old_cache);
-      } else {
-        qunsetenv("XDG_CACHE_HOME");
-      }
-    });
+    const ScopedCacheHome cache_home(dir.filePath("cache"));
     const QString models = dir.filePath("models");
     QVERIFY(QDir().mkpath(models));
     QVERIFY(QFile::link(QString::fromStdString(pipeline::embedded_model_dir().string()), models + "/nanscope-tiny"));
@@ -514,16 +496,7 @@ class GuiPanelsTest : public QObject {
   // hashes a few.
   void reproduce_dialog_hashes_on_a_worker_with_progress_and_stop() {
     QTemporaryDir dir;
-    const QByteArray old_cache = qgetenv("XDG_CACHE_HOME");
-    const bool had_cache = qEnvironmentVariableIsSet("XDG_CACHE_HOME");
-    qputenv("XDG_CACHE_HOME", dir.filePath("cache").toUtf8());
-    const std::shared_ptr<void> restore(nullptr, [&](void*) {
-      if (had_cache) {
-        qputenv("XDG_CACHE_HOME", old_cache);
-      } else {
-        qunsetenv("XDG_CACHE_HOME");
-      }
-    });
+    const ScopedCacheHome cache_home(dir.filePath("cache"));
     const QString models = dir.filePath("models");
     QVERIFY(QDir().mkpath(models + "/Stable-diffusion"));
     constexpr int kFiles = 40;
