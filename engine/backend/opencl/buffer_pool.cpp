@@ -194,6 +194,11 @@ void BufferPool::count_out(std::size_t served, std::size_t asked) {
   peak_asked_ = std::max(peak_asked_, asked_);
 }
 
+void BufferPool::count_back(std::size_t served, std::size_t asked) {
+  in_use_ -= std::min(in_use_, served);
+  asked_ -= std::min(asked_, asked);
+}
+
 void BufferPool::hand_out(cl_mem m, std::size_t served, std::size_t asked, std::size_t request) {
   served_[m] = Served{served, asked};
   count_out(served, asked);
@@ -310,6 +315,7 @@ void BufferPool::begin_repeat(const std::string& key) {
   if (!arena_enabled_) return;
   std::vector<cl_mem> release;
   std::function<void()> drain;
+  std::size_t make = 0;  // a plan-sized arena to make once the old one is freed
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (depth_ > 0) {
@@ -339,25 +345,24 @@ void BufferPool::begin_repeat(const std::string& key) {
       placing_ = true;
     } else if (need > 0 && arena_ != nullptr && arena_bytes_ >= need) {
       replaying_ = true;
-    } else if (arena_ != nullptr) {
+    } else {
       // Another size of arena is needed, or none (a call being recorded is served by the pool, which must have
       // the room an idle arena holds). An arena with sub-buffers still alive is released with its last one.
       if (cl_mem idle = drop_arena()) {
         release.push_back(idle);
         drain = drain_;  // released below, the lock not held: the drain waits for the queue
       }
+      make = need;
     }
   }
   if (drain) drain();
   for (cl_mem m : release) NS_CL_CHECK_NOTHROW(clReleaseMemObject(m));
   release.clear();
+  if (make == 0) return;
   {
     // The new arena is made once the old one is freed (a device may not have room for both).
     std::lock_guard<std::mutex> lock(mu_);
-    const auto it = patterns_.find(key_);
-    if (replaying_ || lazy_arena_bytes_ > 0 || it == patterns_.end() || it->second.strays >= kMaxStrays ||
-        it->second.plan.arena_bytes == 0 || arena_ != nullptr || !make_arena(it->second.plan.arena_bytes, release))
-      return;
+    if (arena_ != nullptr || !make_arena(make, release)) return;
     replaying_ = true;
   }
   // The pool's kept buffers the arena replaces: made before they go, so that a failed arena costs nothing.
@@ -411,8 +416,7 @@ void BufferPool::release(cl_mem mem, std::size_t bytes) {
     if (const auto it = subs_.find(mem); it != subs_.end()) {
       const Sub sub = it->second;
       subs_.erase(it);
-      in_use_ -= std::min(in_use_, sub.bytes);
-      asked_ -= std::min(asked_, sub.asked);
+      count_back(sub.bytes, sub.asked);
       if (sub.parent == arena_) arena_taken_.erase(sub.offset);
       if (--arena_live_.at(sub.parent) == 0 && sub.parent != arena_) {
         arena_live_.erase(sub.parent);
@@ -426,8 +430,7 @@ void BufferPool::release(cl_mem mem, std::size_t bytes) {
         asked = s->second.asked;
         served_.erase(s);
       }
-      in_use_ -= std::min(in_use_, size);
-      asked_ -= std::min(asked_, asked);
+      count_back(size, asked);
       if (kept_ + size <= max_kept_) {
         free_[size].push_back(Kept{mem, releases_++});
         kept_ += size;

@@ -133,6 +133,8 @@ class BufferPool {
   // Counts `served` bytes (serving a request of class `asked`) as handed out (the lock held), for pool and arena
   // buffers alike.
   void count_out(std::size_t served, std::size_t asked);
+  // Its inverse, for a buffer given back (the lock held).
+  void count_back(std::size_t served, std::size_t asked);
   // Counts a buffer from the pool as handed out (the lock held); `request`: its index in the recorded call.
   void hand_out(cl_mem m, std::size_t served, std::size_t asked, std::size_t request);
   // The arena's sub-buffer for request `request` of a replayed call (the lock held), or null: not replaying, the
