@@ -670,10 +670,70 @@ static inline __attribute__((always_inline)) float wg_max(float v, __local float
   return r;
 }
 
+#ifndef ACC_NATIVE
+// The sum of the 16 lanes of v.
+static inline float lane_sum16(float16 v) {
+  const float8 a8 = v.lo + v.hi;
+  const float4 a4 = a8.lo + a8.hi;
+  return a4.x + a4.y + a4.z + a4.w;
+}
+
+// (mean, rstd) of x[base, base + count) by one work-item (the CPU kernel style: a work-group of one) with x
+// read once from memory: per chunk of NORM_CHUNK values (16 KB, which stays in L1), its mean and its centred
+// squares in two passes, merged into the running statistics by Chan et al.'s pairwise update
+// (n = na + nb; mean += d * nb / n; m2 += m2b + d^2 * na * nb / n, d = mean_b - mean). The two-pass form over
+// the whole group read it twice (a VAE group at 512x512 is 4 MB, more than a core's L2), three reads with the
+// normalisation. Everything is summed about a shift, the first chunk's mean: x - shift is exact where x is
+// within a factor 2 of it, and the running mean then carries rounding errors of the spread's size, not of the
+// mean's (an f32 mean of 300 rounded at each merge drifted by ulps of 300; test_norm NormStatistics). The
+// second pass also sums the deviations it squares (the corrected two-pass form): what a chunk's mean lost to
+// rounding, the shift's own error included, is put back.
+#define NORM_CHUNK 4096u
+static inline float2 norm_stats_chunked(__global const store_t* x, ulong base, ulong count, float eps) {
+  float shift = 0.0f;
+  float n = 0.0f, mean = 0.0f, m2 = 0.0f;  // of x - shift
+  for (ulong c0 = 0; c0 < count; c0 += NORM_CHUNK) {
+    const uint len = (uint)min((ulong)NORM_CHUNK, count - c0);
+    const ulong at = base + c0;
+    const uint whole = len & ~15u;
+    const float nb = (float)len;
+    float16 acc = 0.0f;
+    float tail = 0.0f;
+    for (uint i = 0; i < whole; i += 16u) acc += ld16(x, at + i) - shift;
+    for (uint i = whole; i < len; ++i) tail += ld(x, at + i) - shift;
+    float mb = (lane_sum16(acc) + tail) / nb;
+    if (c0 == 0) shift = mb, mb = 0.0f;
+    float16 acc1 = 0.0f, acc2 = 0.0f;
+    float tail1 = 0.0f, tail2 = 0.0f;
+    for (uint i = 0; i < whole; i += 16u) {
+      const float16 d = (ld16(x, at + i) - shift) - mb;
+      acc1 += d;
+      acc2 = fma(d, d, acc2);
+    }
+    for (uint i = whole; i < len; ++i) {
+      const float d = (ld(x, at + i) - shift) - mb;
+      tail1 += d;
+      tail2 = fma(d, d, tail2);
+    }
+    const float s1 = lane_sum16(acc1) + tail1;
+    const float m2b = (lane_sum16(acc2) + tail2) - s1 * (s1 / nb);
+    mb += s1 / nb;
+    const float total = n + nb;
+    const float d = mb - mean;
+    mean += d * (nb / total);
+    m2 += m2b + d * d * (n * nb / total);
+    n = total;
+  }
+  if (m2 < 0.0f) m2 = 0.0f;  // rounding, for a constant group; a NaN stays NaN
+  return (float2)(shift + mean, 1.0f / sqrt(m2 / n + eps));
+}
+#endif
+
 // ---------------------------------------------------------------------------
 // Norm statistics of x[base, base + count), computed by the whole work-group;
 // returns (mean, rstd). f32 accumulation: two passes (mean, then centred
-// squares) with f32 partial sums. Native: one work-item sums x and x*x in
+// squares) with f32 partial sums; by a work-group of one (the CPU style) chunk
+// by chunk (norm_stats_chunked), x read once. Native: one work-item sums x and x*x in
 // memory order, every partial sum rounded to the dtype (op_args.hpp), then
 // mean = sum / n, var = max(sumsq / n - mean^2, 0) in f32 as the reference.
 // scratch: max(2, local size) floats.
@@ -709,35 +769,35 @@ static inline __attribute__((always_inline)) float2 norm_stats(__global const st
   barrier(CLK_LOCAL_MEM_FENCE);
   return r;
 #else
+  if (nl == 1) return norm_stats_chunked(x, base, count, eps);
+  // Summed about the first value (the shifted-data form): the mean's rounding errors are then of the spread's
+  // size, not of the mean's (norm_stats_chunked).
+  const float shift = ld(x, base);
   float16 acc = 0.0f;
   float tail = 0.0f;
   for (ulong i = (ulong)lid * 16u; i < count; i += (ulong)nl * 16u) {
     if (i + 16u <= count) {
-      acc += ld16(x, base + i);
+      acc += ld16(x, base + i) - shift;
     } else {
-      for (ulong j = i; j < count; ++j) tail += ld(x, base + j);
+      for (ulong j = i; j < count; ++j) tail += ld(x, base + j) - shift;
     }
   }
-  const float8 a8 = acc.lo + acc.hi;
-  const float4 a4 = a8.lo + a8.hi;
-  const float mean = wg_sum(a4.x + a4.y + a4.z + a4.w + tail, scratch) / (float)count;
+  const float mean = wg_sum(lane_sum16(acc) + tail, scratch) / (float)count;  // of x - shift
   acc = 0.0f;
   tail = 0.0f;
   for (ulong i = (ulong)lid * 16u; i < count; i += (ulong)nl * 16u) {
     if (i + 16u <= count) {
-      const float16 d = ld16(x, base + i) - mean;
+      const float16 d = (ld16(x, base + i) - shift) - mean;
       acc = fma(d, d, acc);
     } else {
       for (ulong j = i; j < count; ++j) {
-        const float d = ld(x, base + j) - mean;
+        const float d = (ld(x, base + j) - shift) - mean;
         tail = fma(d, d, tail);
       }
     }
   }
-  const float8 b8 = acc.lo + acc.hi;
-  const float4 b4 = b8.lo + b8.hi;
-  const float var = wg_sum(b4.x + b4.y + b4.z + b4.w + tail, scratch) / (float)count;
-  return (float2)(mean, 1.0f / sqrt(var + eps));
+  const float var = wg_sum(lane_sum16(acc) + tail, scratch) / (float)count;
+  return (float2)(shift + mean, 1.0f / sqrt(var + eps));
 #endif
 }
 

@@ -78,6 +78,11 @@ std::vector<OpCasePtr> cases() {
   OpCase big = group_norm_case({1, 320, 64, 64}, 32, true, 1e-6f);  // SD VAE/UNet at 64x64
   big.native_close_to_exact = false;
   add(big);
+  // Groups of 17956 values: the CPU kernels' statistics (common.cl norm_stats_chunked) in 4 chunks of 4096 and
+  // a last one of 1572, whose last 4 values are not a whole vector.
+  OpCase chunks = group_norm_case({1, 8, 67, 67}, 2, true);
+  chunks.native_close_to_exact = false;
+  add(chunks);
   add(layer_norm_case({5, 13}, true));
   add(layer_norm_case({1, 77, 768}, true));     // CLIP
   add(layer_norm_case({2, 4096, 320}, false));  // SD transformer block norm1 at 64x64 (affine folded)
@@ -115,6 +120,38 @@ TEST(NormFailureModes, GroupNormNativeF16OverflowsOnLargeActivations) {
       EXPECT_NEAR(s2 / n, 1.0, 0.02) << "group " << g;
     }
   }
+}
+
+// Groups around a mean 150x their spread (300 + N(0, 2), 17956 values each), f32: the statistics must keep the
+// mean within half an ulp of 300 (1.5e-5), as a correctly rounded f32 mean is. That error moves every output by
+// up to 1.5e-5 / 2: nmse 5.8e-11 against the exact normalisation of the same inputs (f64 on the host), the limit.
+// Both kernel styles sum about a shift (common.cl norm_stats): 1.3e-11 here. Summed as they come, over the whole
+// group (one f32 sum per vector lane), they gave 7.8e-11: the mean about 1.2 ulp off.
+TEST(NormStatistics, AMeanFarFromZeroIsKeptToAboutOneUlp) {
+  const Shape shape{1, 8, 67, 67};
+  const std::int64_t groups = 2, n = 4 * 67 * 67;
+  Rng rng(seed_from("group_norm far mean"));
+  SCOPED_TRACE("seed " + std::to_string(rng.seed()));
+  const HostTensor x = random_normal(rng, shape, DType::f32, 300.0, 2.0);
+  std::vector<double> want(static_cast<std::size_t>(groups * n));
+  for (std::int64_t g = 0; g < groups; ++g) {
+    double sum = 0, m2 = 0;
+    for (std::int64_t i = g * n; i < (g + 1) * n; ++i) sum += x.get(i);
+    const double mean = sum / static_cast<double>(n);
+    for (std::int64_t i = g * n; i < (g + 1) * n; ++i) m2 += (x.get(i) - mean) * (x.get(i) - mean);
+    const double rstd = 1.0 / std::sqrt(m2 / static_cast<double>(n) + 1e-5);
+    for (std::int64_t i = g * n; i < (g + 1) * n; ++i) want[static_cast<std::size_t>(i)] = (x.get(i) - mean) * rstd;
+  }
+  for_each_backend([&](Backend& be) {
+    const HostTensor got =
+        be.download(ops::group_norm(make_context(be, {DType::f32}), be.upload(x), 2, nullptr, nullptr, 1e-5f));
+    double err = 0, ref = 0;
+    for (std::size_t i = 0; i < want.size(); ++i) {
+      err += (got.get(static_cast<std::int64_t>(i)) - want[i]) * (got.get(static_cast<std::int64_t>(i)) - want[i]);
+      ref += want[i] * want[i];
+    }
+    EXPECT_LE(err / ref, 5.8e-11);
+  });
 }
 
 TEST(NormBadInput, ShapesDtypesAndEmptyTensors) {
