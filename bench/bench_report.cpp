@@ -54,6 +54,8 @@ struct Stage {
 // Every stage: the bench it runs and the arguments that make it measure what its targets need.
 constexpr Stage kStages[] = {
     {"ops", "bench_ops", "", "kernels at the models' shapes"},
+    {"linears", "bench_ops", "--shapes sd15 --only linear",
+     "GEMM at the models' shapes: an SD 1.5 UNet call's linears"},
     {"unet", "bench_unet", "--size 64 --dtypes f32,f16 --runs 2 --rounds 3", "SD 1.5 UNet call, 512x512"},
     {"vae", "bench_unet", "--component vae --size 64 --dtypes f32,f16 --runs 2 --rounds 2", "VAE decode, 512x512"},
     {"unet_128", "bench_unet", "--size 128 --dtypes f32,f16 --runs 1 --rounds 2", "SD 1.5 UNet call, 1024x1024"},
@@ -63,7 +65,7 @@ constexpr Stage kStages[] = {
      "embedded model at 256 to 1024"},
     {"inspect", "bench_inspect", "", "the inspector's cost"},
 };
-constexpr const char* kQuick = "ops,unet,vae,txt2img,inspect";
+constexpr const char* kQuick = "ops,linears,unet,vae,txt2img,inspect";
 
 std::vector<std::string> split(const std::string& list) {
   std::vector<std::string> out;
@@ -126,10 +128,11 @@ int main(int argc, char** argv) {
     else if (a == "--no-torch")
       torch = false;
     else {
-      std::fprintf(stderr,
-                   "usage: %s [--out DIR] [--quick] [--stages ops,unet,vae,unet_128,vae_128,txt2img,growth,inspect] "
-                   "[--device D] [--no-peers] [--no-torch] | --from DIR\n",
-                   argv[0]);
+      std::fprintf(
+          stderr,
+          "usage: %s [--out DIR] [--quick] [--stages ops,linears,unet,vae,unet_128,vae_128,txt2img,growth,inspect] "
+          "[--device D] [--no-peers] [--no-torch] | --from DIR\n",
+          argv[0]);
       return 2;
     }
   }
@@ -140,7 +143,7 @@ int main(int argc, char** argv) {
   for (const std::string& w : wanted) {
     if (std::none_of(std::begin(kStages), std::end(kStages), [&](const Stage& st) { return w == st.name; })) {
       std::fprintf(stderr,
-                   "bench_report: unknown stage \"%s\" (ops, unet, vae, unet_128, vae_128, txt2img, growth, "
+                   "bench_report: unknown stage \"%s\" (ops, linears, unet, vae, unet_128, vae_128, txt2img, growth, "
                    "inspect)\n",
                    w.c_str());
       return 2;

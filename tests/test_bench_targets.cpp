@@ -74,6 +74,12 @@ TEST(BenchTargets, JudgesEveryTargetFromTheBenchResults) {
                 {{"name", "attention_16384x8x40 (fused)"}, {"pct_peak", 45.0}},
                 {{"name", "layer_norm_2x4096x320"}, {"pct_bandwidth", 82.0}},
                 {{"name", "geglu_2x4096x2560"}, {"pct_bandwidth", 19.0}}}}};
+  // The call's linears: 30 x 3 ms at 90% of the peak and 10 x 0.2 ms at 70%: 89.6% by their FLOPs.
+  r["linears"] = {
+      {"peak_gflops", 200.0},
+      {"rows",
+       {{{"name", "linear_8192_320_320"}, {"count", 30}, {"ms", 3.0}, {"gflops", 180.0}, {"pct_peak", 90.0}},
+        {{"name", "linear_154_768_320"}, {"count", 10}, {"ms", 0.2}, {"gflops", 140.0}, {"pct_peak", 70.0}}}}};
   // UNet: 8 s a call = 1600 GFLOP / 8 s = 200 GFLOP/s = 100% of peak; PyTorch 20 s: 2.5x.
   r["unet"] = component("unet", 8.0, 8.4, 20.0, 7.6, 9.0, 4000, 6900);
   r["vae"] = component("vae", 12.0, 11.0, 13.0, 12.5, 13.5, 1200, 1300);
@@ -86,7 +92,12 @@ TEST(BenchTargets, JudgesEveryTargetFromTheBenchResults) {
   r["inspect"] = {{"sizes", {{{"size", 64}, {"overhead_pct", 1.0}}, {{"size", 256}, {"overhead_pct", -0.5}}}}};
 
   const std::vector<Target> ts = evaluate_targets(r);
-  EXPECT_EQ(find(ts, "GEMM").verdict, Verdict::met);
+  const Target& gemm = find(ts, "GEMM at the models' shapes");
+  EXPECT_EQ(gemm.verdict, Verdict::met);
+  EXPECT_NE(gemm.measured.find("90% over the call's 2 linear shapes (lowest linear_154_768_320 70%)"),
+            std::string::npos)
+      << gemm.measured;
+  EXPECT_NE(gemm.measured.find("square SGEMM: gemm_1024 88%, gemm_2048 91%"), std::string::npos) << gemm.measured;
   const Target& conv = find(ts, "3x3 convolution");
   EXPECT_EQ(conv.verdict, Verdict::missed);
   EXPECT_NE(conv.measured.find("short by 5 points (conv3x3_128_512)"), std::string::npos) << conv.measured;
@@ -126,6 +137,34 @@ TEST(BenchTargets, JudgesEveryTargetFromTheBenchResults) {
   EXPECT_NE(cold.measured.find("short by 2.50 s"), std::string::npos) << cold.measured;
   EXPECT_EQ(find(ts, "warm start").verdict, Verdict::met);
   EXPECT_EQ(find(ts, "inspector").verdict, Verdict::met);
+}
+
+// The GEMM target weighs each linear shape by its FLOPs in the call: one slow small shape does not decide it,
+// a slow large one does. Without the linears stage the square SGEMMs are shown and nothing is judged.
+TEST(BenchTargets, GemmIsJudgedOnTheCallsLinearsByTheirFlops) {
+  const auto judge = [](double big_pct) {
+    nlohmann::json r;
+    r["linears"] = {
+        {"peak_gflops", 100.0},
+        {"rows",
+         {{{"name", "linear_2048_640_5120"}, {"count", 5}, {"ms", 10.0}, {"gflops", big_pct}, {"pct_peak", big_pct}},
+          {{"name", "linear_154_768_640"}, {"count", 10}, {"ms", 0.1}, {"gflops", 50.0}, {"pct_peak", 50.0}}}}};
+    r["ops"] = {{"rows", {{{"name", "gemm_2048"}, {"pct_peak", 80.0}}}}};
+    return find(evaluate_targets(r), "GEMM at the models' shapes");
+  };
+  EXPECT_EQ(judge(88.0).verdict, Verdict::met);  // (5 x 10 x 88 + 10 x 0.1 x 50) / 51 ms: 87%
+  const Target slow = judge(80.0);
+  EXPECT_EQ(slow.verdict, Verdict::missed);
+  EXPECT_NE(slow.measured.find("79% over the call's 2 linear shapes"), std::string::npos) << slow.measured;
+  EXPECT_NE(slow.measured.find("short by 6 points"), std::string::npos) << slow.measured;
+
+  EXPECT_NE(judge(84.5).measured.find("short by 1 point;"), std::string::npos) << judge(84.5).measured;  // 83.8%
+
+  nlohmann::json square_only;
+  square_only["ops"] = {{"rows", {{{"name", "gemm_1024"}, {"pct_peak", 90.0}}}}};
+  const Target none = find(evaluate_targets(square_only), "GEMM at the models' shapes");
+  EXPECT_EQ(none.verdict, Verdict::not_measured);
+  EXPECT_NE(none.measured.find("gemm_1024 90%"), std::string::npos) << none.measured;
 }
 
 // bench_unet --rounds: the dtypes' processes took turns, and f16 against f32 is the median of each round's
