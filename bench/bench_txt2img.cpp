@@ -32,6 +32,7 @@
 
 #include <stdlib.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -81,6 +82,14 @@ double peak_rss_mb() {
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
   return static_cast<double>(ru.ru_maxrss) / 1024.0;
+}
+
+// Resident now (/proc/self/statm): what the process keeps after a size's runs, which the next sizes start with.
+double rss_mb() {
+  std::ifstream statm("/proc/self/statm");
+  double total = 0, resident = 0;
+  statm >> total >> resident;
+  return resident * static_cast<double>(::sysconf(_SC_PAGESIZE)) / (1024.0 * 1024.0);
 }
 
 TorchResult run_torch(const std::string& model, int steps, double cfg, int runs, int size) {
@@ -195,7 +204,7 @@ int main(int argc, char** argv) {
     if (sizes.empty()) sizes.push_back(0);  // the model's own size
     struct Row {
       int size;
-      double first, per_step, total, peak_rss_mb;
+      double first, per_step, total, peak_rss_mb, rss_after_mb;
       TorchResult torch;
     };
     std::vector<Row> rows;
@@ -216,7 +225,7 @@ int main(int argc, char** argv) {
         totals.push_back(seconds_since(t0));
         per_step.push_back(clock.per_step());
       }
-      Row row{size, first, median(per_step), median(totals), peak_rss_mb(), {}};
+      Row row{size, first, median(per_step), median(totals), peak_rss_mb(), rss_mb(), {}};
       if (torch) row.torch = run_torch(model, steps, config.cfg_scale, runs, size);
       std::fprintf(stderr, "bench_txt2img: size %d: ours %.3f s, diffusers %.3f s\n", size, row.total,
                    row.torch.end_to_end);
@@ -226,21 +235,24 @@ int main(int argc, char** argv) {
     std::printf("\nbench_txt2img: %s, %d steps, CFG 7, one 1-image run (median of %d) on \"%s\"\n\n", model.c_str(),
                 steps, runs, device.c_str());
     std::printf(
-        "| | size | first run s (load + kernels) | per step ms | end to end s | peak RSS MB | diffusers / ours |\n");
-    std::printf("|---|---:|---|---|---|---:|---|\n");
+        "| | size | first run s (load + kernels) | per step ms | end to end s | peak RSS MB | RSS after MB | diffusers "
+        "/ "
+        "ours |\n");
+    std::printf("|---|---:|---|---|---|---:|---:|---|\n");
     for (const Row& r : rows) {
       const std::string size = r.size ? std::to_string(r.size) + "x" + std::to_string(r.size) : "model's";
-      std::printf("| NaNscope | %s | %.2f | %.1f | %.3f | %.0f | |\n", size.c_str(), r.first, r.per_step * 1e3, r.total,
-                  r.peak_rss_mb);
+      std::printf("| NaNscope | %s | %.2f | %.1f | %.3f | %.0f | %.0f | |\n", size.c_str(), r.first, r.per_step * 1e3,
+                  r.total, r.peak_rss_mb, r.rss_after_mb);
       if (r.torch.ok) {
         std::printf(
-            "| diffusers (PyTorch CPU) | %s | %.2f (load) | %.1f | %.3f | %.0f | %.2fx end to end, %.2fx per step |\n",
+            "| diffusers (PyTorch CPU) | %s | %.2f (load) | %.1f | %.3f | %.0f | | %.2fx end to end, %.2fx per step "
+            "|\n",
             size.c_str(), r.torch.load, r.torch.per_step * 1e3, r.torch.end_to_end, r.torch.peak_rss_mb,
             r.torch.end_to_end / r.total, r.torch.per_step / r.per_step);
       } else if (torch) {
         std::printf(
             "| diffusers (PyTorch CPU) | %s | did not finish: its process failed (out of memory, or the "
-            "error in the log) | | | | |\n",
+            "error in the log) | | | | | |\n",
             size.c_str());
       }
     }
@@ -264,7 +276,8 @@ int main(int argc, char** argv) {
                             {"first", r.first},
                             {"per_step", r.per_step},
                             {"total", r.total},
-                            {"peak_rss_mb", r.peak_rss_mb}};
+                            {"peak_rss_mb", r.peak_rss_mb},
+                            {"rss_after_mb", r.rss_after_mb}};
       if (torch && !r.torch.ok) row["torch_failed"] = true;
       if (r.torch.ok) {
         row["torch"] = {{"end_to_end", r.torch.end_to_end},

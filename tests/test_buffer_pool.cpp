@@ -4,7 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <tuple>
@@ -530,6 +533,58 @@ TEST_F(RepeatedCalls, AKeyPastItsStraysLeavesTheArenaToOthers) {
 
 // Without reuse (a pool that keeps nothing, or call_arena off) and on a simulator (an exact pool: a buffer per
 // request, where its bounds checks see every overrun), no arena.
+// The process's resident memory in bytes (/proc/self/statm).
+std::size_t resident_bytes() {
+  std::ifstream statm("/proc/self/statm");
+  std::size_t total = 0, resident = 0;
+  statm >> total >> resident;
+  return resident * static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+}
+
+// A lazy arena is made afresh at a new key's first call (the image size changed) when its calls reached past 1/32
+// of it and nothing in it is alive: the pages they touched are given back, on a CPU device where a buffer's pages
+// are taken where it is written. Not while a buffer in it is alive (img2img's encoded latents at the UNet's first
+// call), nor for a key known before, nor when its calls stayed small.
+TEST_F(RepeatedCalls, ANewKeyMakesALazyArenaAfreshWhenNothingInItIsAlive) {
+  const bool cpu = be_->device().kind == DeviceKind::cpu;
+  cl_int err = CL_SUCCESS;
+  const auto call = [&](BufferPool& pool, const std::string& key, std::size_t bytes, bool write) {
+    pool.begin_repeat(key);
+    cl_mem m = pool.acquire(bytes, err);
+    EXPECT_EQ(err, CL_SUCCESS);
+    EXPECT_TRUE(sub_buffer(m)) << key;
+    if (write) fill(m, bytes, 0x5A);
+    pool.release(m, bytes);
+    pool.end_repeat(true);
+  };
+  {
+    BufferPool pool(be_->context(), 64 << 20, false, true, std::size_t{256} << 20);  // renewed past 8 MiB
+    call(pool, "1024", std::size_t{64} << 20, true);
+    const std::size_t before = resident_bytes();
+    call(pool, "512", 1 << 20, false);
+    EXPECT_EQ(pool.counts().arenas_made, 2u) << "a new key, 64 MiB reached, nothing alive: made afresh";
+    if (cpu) {
+      EXPECT_GT(before, resident_bytes() + (std::size_t{48} << 20)) << "the 64 MiB written are given back";
+    }
+    call(pool, "512", 1 << 20, false);
+    call(pool, "1024", std::size_t{64} << 20, false);
+    EXPECT_EQ(pool.counts().arenas_made, 2u) << "keys known before: the same arena";
+    EXPECT_EQ(pool.counts().replayed, 2u);
+    // A buffer alive in the arena (the output of the last call) keeps it.
+    pool.begin_repeat("encode");
+    cl_mem held = pool.acquire(std::size_t{16} << 20, err);
+    pool.end_repeat(true);
+    EXPECT_EQ(pool.counts().arenas_made, 3u) << "a new key again, 64 MiB reached before it";
+    call(pool, "unet", 1 << 20, false);
+    EXPECT_EQ(pool.counts().arenas_made, 3u) << "a buffer in it is alive";
+    pool.release(held, std::size_t{16} << 20);
+  }
+  BufferPool pool(be_->context(), 64 << 20, false, true, std::size_t{256} << 20);
+  call(pool, "a", 4 << 20, false);
+  call(pool, "b", 4 << 20, false);
+  EXPECT_EQ(pool.counts().arenas_made, 1u) << "4 MiB reached: below 1/32 of the arena, kept";
+}
+
 TEST_F(RepeatedCalls, NoArenaWithoutReuseOrInAnExactPool) {
   for (const auto& [keep, exact, arena] :
        {std::tuple{std::size_t{0}, false, true}, std::tuple{std::size_t{64} << 20, true, true},

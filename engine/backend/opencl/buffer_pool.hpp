@@ -94,7 +94,9 @@ class BufferPool {
   // touched 2.6 GB of them in its first call, against 1 GB alive at its peak). The arena's pages are taken only
   // where the gaps reach; planned calls then reuse them. Buffers the first call leaves alive in the arena (its
   // output, still held during the next call) are ranges the plan keeps clear. A key past kMaxStrays is the pool's
-  // here too. If the lazy arena cannot be made, arenas are sized by their plans from then on.
+  // here too. If the lazy arena cannot be made, arenas are sized by their plans from then on. A new key's first call
+  // makes the lazy arena afresh when nothing in it is alive and earlier calls reached past 1/32 of it: the pages
+  // they touched are given back (kRenewShare).
   void begin_repeat(const std::string& key);
   void end_repeat(bool completed);
 
@@ -201,6 +203,7 @@ class BufferPool {
   std::uint64_t calls_ = 0;
   cl_mem arena_ = nullptr;
   std::size_t arena_bytes_ = 0;
+  std::size_t arena_top_ = 0;                           // the end of the highest sub-buffer made in arena_
   std::map<std::size_t, std::size_t> arena_taken_;      // live sub-buffers of arena_: offset -> end
   std::unordered_map<cl_mem, Sub> subs_;                // live sub-buffers, of arena_ or a replaced arena
   std::unordered_map<cl_mem, std::size_t> arena_live_;  // arena -> its live sub-buffers (arena_ and replaced ones)

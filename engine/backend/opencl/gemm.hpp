@@ -107,7 +107,12 @@ void prepare_weight(OpenClBackend& be, const Precision& p, const Operand& b, con
 std::string run_options(OpenClBackend& be, const Precision& p, std::int64_t batch, std::int64_t m, std::int64_t n,
                         std::int64_t k);
 
-// The tile tuner (`nanscope-cli tune`): GPU-style tile shapes the device can
+// gemm_tiled (GPU style; A with unit column stride) with the tiles t.
+void run_tiled(OpenClBackend& be, const Precision& p, const Problem& pr, const Tuning& t, const char* op);
+// The device's key in the tuner's file and the tensor-core failure list: id|name|driver.
+std::string device_key(const DeviceInfo& d);
+
+// The tile tuner (`nanscope-cli tune`, gemm_tuner.cpp): GPU-style tile shapes the device can
 // run, each timed on one f32 GEMM; the winner is stored per device (id, name,
 // driver) in <kernel cache>/gemm-tuning.json and taken by later runs in place
 // of the tuning table's tiles. Part of the program cache key through -D.
