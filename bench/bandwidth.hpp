@@ -4,6 +4,11 @@
 // larger than the caches. Counted as STREAM counts it: 8 bytes per element
 // (one read, one write; the write-allocate read a store miss causes is not
 // counted), which is also how the memory-bound ops' rows count their bytes.
+//
+// A VM's bandwidth drifts by tens of percent within minutes (the memory-bound
+// shares of one bench_ops run swung from 53% to 114% when the bandwidth was
+// measured once for all rows), so bench_ops measures it right before and
+// right after each memory-bound op and divides by the better of the two.
 
 #include <algorithm>
 #include <memory>
@@ -14,35 +19,46 @@
 
 namespace nanscope::bench {
 
-// Bytes per second: the best of five passes (another process that takes a core
-// or the memory bus for a moment lowers one of them, never raises it).
-inline double measure_bandwidth() {
-  constexpr std::size_t kElems = std::size_t{32} << 20;  // 128 MiB per array and thread
-  const unsigned threads = std::max(1u, std::thread::hardware_concurrency());
-  std::vector<std::unique_ptr<float[]>> a(threads), b(threads);
-  const auto each = [&](auto&& fn) {
-    std::vector<std::thread> pool;
-    for (unsigned t = 0; t < threads; ++t) pool.emplace_back([&, t] { fn(t); });
-    for (auto& th : pool) th.join();
-  };
-  // First touch on the thread that streams the arrays (their pages land on its node).
-  each([&](unsigned t) {
-    a[t].reset(new float[kElems]);
-    b[t].reset(new float[kElems]);
-    std::fill_n(a[t].get(), kElems, 1.0f);
-    std::fill_n(b[t].get(), kElems, 0.0f);
-  });
-  double best = 0;
-  for (int rep = 0; rep < 5; ++rep) {
-    const auto t0 = Clock::now();
+class BandwidthMeter {
+ public:
+  BandwidthMeter() : threads_(std::max(1u, std::thread::hardware_concurrency())), a_(threads_), b_(threads_) {
+    // First touch on the thread that streams the arrays (their pages land on its node).
     each([&](unsigned t) {
-      const float* __restrict src = a[t].get();
-      float* __restrict dst = b[t].get();
-      for (std::size_t i = 0; i < kElems; ++i) dst[i] = 1.0001f * src[i];
+      a_[t].reset(new float[kElems]);
+      b_[t].reset(new float[kElems]);
+      std::fill_n(a_[t].get(), kElems, 1.0f);
+      std::fill_n(b_[t].get(), kElems, 0.0f);
     });
-    best = std::max(best, 8.0 * kElems * threads / seconds_since(t0));
   }
-  return best;
-}
+
+  // Bytes per second: the best of `passes` (another process that takes a core
+  // or the memory bus for a moment lowers one of them, never raises it).
+  double measure(int passes = 5) {
+    double best = 0;
+    for (int rep = 0; rep < passes; ++rep) {
+      const auto t0 = Clock::now();
+      each([&](unsigned t) {
+        const float* __restrict src = a_[t].get();
+        float* __restrict dst = b_[t].get();
+        for (std::size_t i = 0; i < kElems; ++i) dst[i] = 1.0001f * src[i];
+      });
+      best = std::max(best, 8.0 * kElems * threads_ / seconds_since(t0));
+    }
+    return best;
+  }
+
+ private:
+  static constexpr std::size_t kElems = std::size_t{32} << 20;  // 128 MiB per array and thread
+
+  template <class Fn>
+  void each(Fn&& fn) {
+    std::vector<std::thread> pool;
+    for (unsigned t = 0; t < threads_; ++t) pool.emplace_back([&, t] { fn(t); });
+    for (auto& th : pool) th.join();
+  }
+
+  unsigned threads_;
+  std::vector<std::unique_ptr<float[]>> a_, b_;
+};
 
 }  // namespace nanscope::bench

@@ -7,14 +7,15 @@
 // The default set: GEMMs, 3x3 convs at the UNet's and the VAE's shapes (the
 // VAE's 128-512 channels at 64-512 px of a 512x512 decode), attention, and the
 // memory-bound ops (norms, activations, adds, upsampling) as a share of the
-// memory bandwidth, measured in the same run (bandwidth.hpp).
+// memory bandwidth, measured in the same run right before and after each of
+// them (bandwidth.hpp).
 //
 // --shapes sd15 times every distinct conv, linear and attention shape of one
 // SD 1.5 UNet call instead (batch 2, bench/unet_shapes.hpp), each with its
 // count in the call, so the table shows where a call's time goes by shape
 // (`--only` keeps the rows whose name starts with one of its comma-separated
-// prefixes, e.g. attention_2_4096_77, or geglu,upsample: the memory-bound rows
-// of one run share that run's bandwidth measurement).
+// prefixes, e.g. attention_2_4096_77, or geglu,upsample for memory-bound rows
+// alone).
 //
 // The PyTorch baseline runs as a well-set-up user would run it: OpenBLAS with
 // the fastest OPENBLAS_CORETYPE for this CPU (measured, bench_util.hpp) and
@@ -165,9 +166,10 @@ int main(int argc, char** argv) {
       std::string name;
       double flops;
       double ours;
-      int count = 0;          // --shapes: occurrences in one UNet call
-      double bytes = 0.0;     // memory-bound rows: the bytes the op must read and write at least
-      bool winograd = false;  // a convolution the backend runs as Winograd: its rate counts the direct work
+      int count = 0;           // --shapes: occurrences in one UNet call
+      double bytes = 0.0;      // memory-bound rows: the bytes the op must read and write at least
+      bool winograd = false;   // a convolution the backend runs as Winograd: its rate counts the direct work
+      double bandwidth = 0.0;  // memory-bound rows: the machine's bandwidth measured beside the op (bytes/s)
     };
     // Whether the backend runs this convolution as Winograd (Backend::conv2d_winograd, as the device probe asks).
     const auto winograd = [&](const Tensor& x, const Tensor& w, int stride, int pad) {
@@ -259,12 +261,18 @@ int main(int argc, char** argv) {
     // Memory-bound ops at the UNet's shapes (batch 2, latent 64) and the VAE's (512x512 decode).
     // Bytes: what the op must read and write at least, each element once.
     const double es = static_cast<double>(dtype_size(dtype));
+    // Each op's share is of the bandwidth measured right before and right
+    // after it, the better of the two (bandwidth.hpp: the VM's drifts).
+    std::unique_ptr<bench::BandwidthMeter> meter;
     const auto memory_row = [&](const std::string& name, const Shape& shape, double passes,
                                 const std::function<void(const Tensor&)>& op) {
       if (!shapes.empty() || !wanted(name)) return;
+      if (!meter) meter = std::make_unique<bench::BandwidthMeter>();
       const Tensor x = be->upload(random_host(shape, dtype, 9));
+      const double before = meter->measure();
       const double s = time_op(*be, [&] { op(x); });
-      rows.push_back({name, 0.0, s, 0, passes * static_cast<double>(shape_numel(shape)) * es});
+      const double bandwidth = std::max(before, meter->measure());
+      rows.push_back({name, 0.0, s, 0, passes * static_cast<double>(shape_numel(shape)) * es, false, bandwidth});
     };
     const Tensor gamma320 = be->upload(random_host({320}, dtype, 10)),
                  beta320 = be->upload(random_host({320}, dtype, 11));
@@ -284,8 +292,14 @@ int main(int argc, char** argv) {
                [&](const Tensor& x) { ops::upsample_nearest2x(ctx, x); });
 
     const double peak = std::max(peak_before, bench::measure_peak_flops());
+    meter.reset();
     const bool memory_rows = std::any_of(rows.begin(), rows.end(), [](const Row& r) { return r.bytes > 0; });
-    const double bandwidth = memory_rows ? bench::measure_bandwidth() : 0.0;
+    double bandwidth = 0.0, bandwidth_low = 0.0;  // the best and the lowest of the rows' measurements
+    for (const auto& r : rows) {
+      if (r.bytes <= 0) continue;
+      bandwidth = std::max(bandwidth, r.bandwidth);
+      bandwidth_low = bandwidth_low > 0 ? std::min(bandwidth_low, r.bandwidth) : r.bandwidth;
+    }
     std::map<std::string, double> ref;
     if (torch) ref = run_torch(shapes_file);
     if (!shapes_file.empty()) std::filesystem::remove(shapes_file);
@@ -336,17 +350,19 @@ int main(int argc, char** argv) {
     }
     if (memory_rows) {
       std::printf(
-          "\nMemory-bound ops; memory bandwidth of this machine %.1f GB/s (STREAM scale, all cores; bytes: each\n"
-          "element the op must read or write, once)\n\n",
-          bandwidth / 1e9);
-      std::printf("| op | ours ms | ours GB/s | %% of bandwidth | PyTorch ms | PyTorch / ours |\n");
-      std::printf("|---|---:|---:|---:|---:|---:|\n");
+          "\nMemory-bound ops; memory bandwidth of this machine %.1f-%.1f GB/s (STREAM scale, all cores, measured\n"
+          "right before and after each op, the better of the two is the row's; bytes: each element the op must\n"
+          "read or write, once)\n\n",
+          bandwidth_low / 1e9, bandwidth / 1e9);
+      std::printf("| op | ours ms | ours GB/s | bandwidth GB/s | %% of bandwidth | PyTorch ms | PyTorch / ours |\n");
+      std::printf("|---|---:|---:|---:|---:|---:|---:|\n");
       for (const auto& r : rows) {
         if (r.bytes <= 0) continue;
         const auto it = ref.find(r.name);
         const double gbs = r.bytes / r.ours / 1e9;
-        std::printf("| %s | %.2f | %.1f | %.0f%% | %s | %s |\n", r.name.c_str(), r.ours * 1e3, gbs,
-                    100.0 * gbs * 1e9 / bandwidth, it != ref.end() ? fmt_ms(it->second).c_str() : "-",
+        std::printf("| %s | %.2f | %.1f | %.1f | %.0f%% | %s | %s |\n", r.name.c_str(), r.ours * 1e3, gbs,
+                    r.bandwidth / 1e9, 100.0 * gbs * 1e9 / r.bandwidth,
+                    it != ref.end() ? fmt_ms(it->second).c_str() : "-",
                     it != ref.end() ? fmt_ratio(it->second / r.ours).c_str() : "-");
       }
     }
@@ -369,7 +385,8 @@ int main(int argc, char** argv) {
       nlohmann::json row = {{"name", r.name}, {"ms", r.ours * 1e3}};
       if (r.bytes > 0) {
         row["gbs"] = r.bytes / r.ours / 1e9;
-        if (bandwidth > 0) row["pct_bandwidth"] = 100.0 * r.bytes / r.ours / bandwidth;
+        row["bandwidth_gbs"] = r.bandwidth / 1e9;
+        row["pct_bandwidth"] = 100.0 * r.bytes / r.ours / r.bandwidth;
       } else {
         row["gflops"] = r.flops / r.ours / 1e9;
         row["pct_peak"] = 100.0 * r.flops / r.ours / peak;
