@@ -76,18 +76,13 @@ static inline float4 attn_dot4(float qv[ATTN_QB][ATTN_MAX_D], __global const sto
 #endif
 }
 
-// NaN-propagating maximum and the sum of the 16 lanes.
+// NaN-propagating maximum of the 16 lanes.
 static inline float max16_nan(float16 x) {
   if (any(isnan(x))) return NAN;
   const float8 a = fmax(x.lo, x.hi);
   const float4 b = fmax(a.lo, a.hi);
   const float2 c = fmax(b.lo, b.hi);
   return fmax(c.x, c.y);
-}
-static inline float sum16(float16 x) {
-  const float8 a = x.lo + x.hi;
-  const float4 b = a.lo + a.hi;
-  return (b.x + b.y) + (b.z + b.w);
 }
 
 static inline float attn_score(float dot, float scale) {
@@ -193,7 +188,7 @@ __kernel CPU_ONE_ITEM void attention_fused(__global const store_t* q, __global c
       corr[r] = exp(m[r] - m_new);
       const float16 p16 = exp(s16 - m_new);  // masked keys hold -Inf: p = 0
       vstore16(p16, 0, p[r]);
-      l[r] = fma(l[r], corr[r], sum16(p16));
+      l[r] = fma(l[r], corr[r], lane_sum16(p16));
       m[r] = m_new;
     }
 

@@ -670,14 +670,14 @@ static inline __attribute__((always_inline)) float wg_max(float v, __local float
   return r;
 }
 
-#ifndef ACC_NATIVE
-// The sum of the 16 lanes of v.
+// The sum of the 16 lanes of v, pairwise: the f32 reductions' last step (softmax, fused attention, norms).
 static inline float lane_sum16(float16 v) {
   const float8 a8 = v.lo + v.hi;
   const float4 a4 = a8.lo + a8.hi;
-  return a4.x + a4.y + a4.z + a4.w;
+  return (a4.x + a4.y) + (a4.z + a4.w);
 }
 
+#ifndef ACC_NATIVE
 // (mean, rstd) of x[base, base + count) by one work-item (the CPU kernel style: a work-group of one) with x
 // read once from memory: per chunk of NORM_CHUNK values (16 KB, which stays in L1), its mean and its centred
 // squares in two passes, merged into the running statistics by Chan et al.'s pairwise update

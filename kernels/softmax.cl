@@ -63,9 +63,7 @@ static inline uint softmax_valid(ulong row, uint d, uint causal_sq) {
       for (uint i = j; i < n; ++i) part += exp(LD1(x, i) - m);                               \
     }                                                                                        \
   }                                                                                          \
-  const float8 p8 = part16.lo + part16.hi;                                                   \
-  const float4 p4 = p8.lo + p8.hi;                                                           \
-  const float sum = wg_sum(part + ((p4.x + p4.y) + (p4.z + p4.w)), scratch);                 \
+  const float sum = wg_sum(part + lane_sum16(part16), scratch);                              \
   for (uint j = lid * 16u; j < n; j += nl * 16u) {                                           \
     if (j + 16u <= n) {                                                                      \
       st16(out, o + j, exp(LD16(x, j) - m) / sum);                                           \
