@@ -1,6 +1,9 @@
 // `nanscope-cli precompile`: builds every kernel program for the chosen device
-// in every precision variant and fills the kernel cache (report R4), so the
-// first real run pays no compile time. Prints what each build cost.
+// in every precision variant and, on GPUs, in every variant the shapes of SD
+// 1.x/2.x/XL and the embedded model take (GEMM tiles, tensor-core blocks,
+// flash tiles: OpenClBackend::precompile_variants), and fills the kernel
+// cache (report R4), so the first real run pays no compile time. Prints what
+// each build cost.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>

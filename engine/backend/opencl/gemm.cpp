@@ -481,15 +481,36 @@ void transpose_taps(OpenClBackend& be, DType dtype, cl_mem src, cl_mem dst, std:
   be.launch(k, op, 2, global, nullptr);
 }
 
-}  // namespace
-
-void run_implicit_conv(OpenClBackend& be, const Precision& p, const ConvShape& s, cl_mem w, cl_mem x, cl_mem bias,
-                       cl_mem out, const char* op) {
-  Problem shape;  // for the tile choice: M = output channels, N = output positions, per image
+// The implicit convolution as a GEMM, for the tile choice: M = output channels, N = output positions, per image.
+Problem implicit_conv_problem(const ConvShape& s) {
+  Problem shape;
   shape.batch = s.n;
   shape.m = s.o;
   shape.n = s.oh * s.ow;
   shape.k = s.c * s.kh * s.kw;
+  return shape;
+}
+
+// conv_implicit_mma's blocks where it takes the convolution. It walks whole blocks of 32 input channels (fewer
+// would be mostly padding: a first layer's 4 channels run on conv_implicit_gemm, a negligible share of a UNet),
+// and its image offsets are 32-bit: 33 channel planes from a tile's first channel.
+std::optional<MmaTiles> implicit_conv_mma(OpenClBackend& be, const Precision& p, const ConvShape& s) {
+  const Problem shape = implicit_conv_problem(s);
+  const bool mma_fits = s.c >= 32 && s.h * s.w * 33 < (std::int64_t{1} << 32);
+  return mma_fits ? mma_tiles_for(be, p, shape.batch, shape.m, shape.n, shape.k) : std::nullopt;
+}
+
+}  // namespace
+
+std::string conv_run_options(OpenClBackend& be, const Precision& p, const ConvShape& s) {
+  if (uses_panels(be, p)) return options(be, p);
+  if (const std::optional<MmaTiles> mt = implicit_conv_mma(be, p, s)) return mma_options(be, p, *mt);
+  return options_with(be, p, tiles_for(be, implicit_conv_problem(s)));
+}
+
+void run_implicit_conv(OpenClBackend& be, const Precision& p, const ConvShape& s, cl_mem w, cl_mem x, cl_mem bias,
+                       cl_mem out, const char* op) {
+  const Problem shape = implicit_conv_problem(s);
   to_uint(shape.k, op, "c*kh*kw");
   // Both implicit-GEMM kernels walk k in blocks of input channels tap by tap and take the weights
   // tap-major, w[o][tap][c]: a copy per call (one read and one write of the weights; 0.8 ms per
@@ -501,13 +522,7 @@ void run_implicit_conv(OpenClBackend& be, const Precision& p, const ConvShape& s
     transpose_taps(be, p.dtype, w, tap_major->mem(), s.o, s.c, taps, op);
   }
   const cl_mem wt = tap_major ? tap_major->mem() : w;
-  // conv_implicit_mma walks whole blocks of 32 input channels (fewer would be mostly padding: a first
-  // layer's 4 channels run on conv_implicit_gemm, a negligible share of a UNet), and its image offsets
-  // are 32-bit: 33 channel planes from a tile's first channel.
-  const bool mma_fits = s.c >= 32 && s.h * s.w * 33 < (std::int64_t{1} << 32);
-  const std::optional<MmaTiles> mt =
-      mma_fits ? mma_tiles_for(be, p, shape.batch, shape.m, shape.n, shape.k) : std::nullopt;
-  if (mt) {
+  if (const std::optional<MmaTiles> mt = implicit_conv_mma(be, p, s)) {
     const bool ran = try_tensor_cores(be, op, [&] {
       cl_kernel kern = be.kernel("matmul", "conv_implicit_mma", mma_options(be, p, *mt));
       OpenClBackend::set_args(kern, wt, x, cl_ulong(s.c * s.h * s.w), bias, cl_int(bias ? kBiasRow : kBiasNone), out,

@@ -101,9 +101,8 @@ void prepare_weight(OpenClBackend& be, const Precision& p, const Operand& b, con
                     std::int64_t n, const char* op);
 
 // The "matmul" program options run() builds for a problem of this shape (A
-// with unit column stride), which are also run_implicit_conv's for a
-// convolution (batch = images, m = output channels, n = positions, k =
-// c * kh * kw): the variant the kernel plan lists for a recorded call.
+// with unit column stride): the variant the kernel plan lists for a recorded
+// call.
 std::string run_options(OpenClBackend& be, const Precision& p, std::int64_t batch, std::int64_t m, std::int64_t n,
                         std::int64_t k);
 
@@ -139,6 +138,12 @@ struct ConvShape {
 // tap by tap: the weights are copied tap-major (w[o][tap][c]) for the call.
 void run_implicit_conv(OpenClBackend& be, const Precision& p, const ConvShape& s, cl_mem w, cl_mem x, cl_mem bias,
                        cl_mem out, const char* op);
+// The "matmul" program options a convolution takes (the kernel plan's variant
+// for a recorded call): run_implicit_conv's choice where the GPU family runs
+// it (conv_implicit_mma, or conv_implicit_gemm below 32 input channels, where
+// a GEMM of the same size would take the tensor cores), the precision's
+// panels program otherwise.
+std::string conv_run_options(OpenClBackend& be, const Precision& p, const ConvShape& s);
 
 // CPU family, f32 accumulation (the weights read as gemm_cpu_direct_a reads A): the convolution in one kernel
 // whose work-items gather their B sub-panels from the image into local memory (kernels/matmul.cl conv_cpu), no

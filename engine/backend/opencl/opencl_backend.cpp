@@ -9,6 +9,7 @@
 #endif
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -608,6 +609,13 @@ std::vector<std::string> OpenClBackend::precompile_variants(const std::string& p
   }
   std::set<std::string> seen;
   std::vector<std::string> out;
+  // The variants the shapes of precompile_calls() take (on GPUs: tiles, tensor-core blocks, flash tiles).
+  const ProgramVariants shaped = call_variants(precompile_calls());
+  if (const auto it = shaped.find(program); it != shaped.end()) {
+    for (const std::string& o : it->second) {
+      if (seen.insert(o).second) out.push_back(o);
+    }
+  }
   for (DType dt : {DType::f32, DType::f16, DType::bf16}) {
     for (Accumulate acc : {Accumulate::f32, Accumulate::native}) {
       for (SoftmaxPrecision sm : {SoftmaxPrecision::f32, SoftmaxPrecision::native}) {
@@ -640,6 +648,64 @@ void add_variant(ProgramVariants& variants, const std::string& program, std::str
   if (std::find(v.begin(), v.end(), options) == v.end()) v.push_back(std::move(options));
 }
 
+ProgramVariants OpenClBackend::call_variants(const KernelCalls& calls) {
+  ProgramVariants out;
+  for (const char* program : {"matmul", "conv2d", "attention", "softmax"}) out[program];
+  const auto add = [&out](const char* program, std::string options) { add_variant(out, program, std::move(options)); };
+  for (const KernelCalls::Gemm& g : calls.gemm)
+    add("matmul", gemm::run_options(*this, g.precision, g.batch, g.m, g.n, g.k));
+  for (const KernelCalls::Conv& c : calls.conv) {
+    // The input's size as far as the kernel choice needs it (padding keeps oh * stride for the 3x3 convolutions).
+    const gemm::ConvShape s{
+        c.images, c.in_channels, c.oh * c.stride, c.ow * c.stride, c.out_channels, c.kh, c.kw, c.stride, 0, c.oh, c.ow};
+    add("matmul", gemm::conv_run_options(*this, c.precision, s));
+    // The panel path's im2col (on CPUs only where conv_cpu does not run: planned either way).
+    if (gemm::uses_panels(*this, c.precision)) add("conv2d", gemm::options(*this, c.precision));
+    // Winograd: its transforms are in that program, its 36 products an f32 GEMM.
+    if (gemm::runs_winograd(*this, c.precision, s)) add("matmul", gemm::options(*this, gemm::kWinogradProduct));
+  }
+  attention_call_variants(*this, calls, out);
+  return out;
+}
+
+KernelCalls precompile_calls() {
+  KernelCalls calls;
+  calls.recorded = true;
+  for (DType dt : {DType::f32, DType::f16, DType::bf16}) {
+    for (Accumulate acc : {Accumulate::f32, Accumulate::native}) {
+      for (SoftmaxPrecision sm : {SoftmaxPrecision::f32, SoftmaxPrecision::native}) {
+        const Precision p{dt, acc, sm};
+        // A GEMM too small to fill a GPU's compute units with the large tiles, one the tensor cores' small
+        // blocks take, and a large one (an SD 1.5 feed-forward layer at 1024x1024).
+        for (const auto& [m, n, k] : {std::array<std::int64_t, 3>{16, 16, 16}, {64, 64, 64}, {32768, 2560, 640}}) {
+          KernelCalls::add(calls.gemm, {p, 1, m, n, k});
+        }
+        // 3x3 convolutions: a first layer's 4 input channels (never the tensor cores), and 320 channels at the
+        // UNet's 64x64 (512x512) and a VAE's 256 channels at 1024x1024 (stride 1); a downsampler (stride 2).
+        for (const auto& [c, o, size, stride] :
+             {std::array<std::int64_t, 4>{4, 320, 64, 1}, {320, 320, 64, 1}, {256, 256, 1024, 1}, {320, 320, 64, 2}}) {
+          const std::int64_t out_size = size / stride;
+          KernelCalls::add(calls.conv, {p, 2, o, out_size * out_size, c * 9, c, 3, 3, stride, out_size, out_size});
+        }
+        // Attention in every implementation at the head sizes of the models NaNscope runs: SD 1.x 40, 80
+        // and 160; SD 2.x, SDXL and the CLIP text encoders 64 (the encoders causal); the SD VAE's one
+        // 512-wide head; the embedded model's 16 (UNet), 32 (text encoder) and 64 (VAE); with 77 and with
+        // 4096 queries (the materialised path's GEMM tiles follow the query count).
+        for (AttentionImpl impl : {AttentionImpl::fused, AttentionImpl::bmm, AttentionImpl::sliced}) {
+          for (std::int64_t d : {16, 32, 40, 64, 80, 160, 512}) {
+            for (std::int64_t sq : {77, 4096}) {
+              for (bool causal : {false, true}) {
+                KernelCalls::add(calls.attention, {p, 2, 8, sq, causal ? sq : 4096, d, d, causal, impl});
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  return calls;
+}
+
 KernelPlan OpenClBackend::plan_kernels(std::span<const Precision> precisions, const KernelCalls& calls) {
   // Every program in each precision (the same option functions the ops use);
   // f32 storage always: the sampler's state, the latent and the inspector's maps are f32.
@@ -650,24 +716,7 @@ KernelPlan OpenClBackend::plan_kernels(std::span<const Precision> precisions, co
   // tiles, tensor cores and flash tiles follow the shapes, and a run without
   // materialised attention needs no softmax program.
   ProgramVariants from_calls;
-  if (calls.recorded) {
-    for (const char* program : {"matmul", "conv2d", "attention", "softmax"}) from_calls[program];
-    const auto add = [&from_calls](const char* program, std::string options) {
-      add_variant(from_calls, program, std::move(options));
-    };
-    for (const KernelCalls::Gemm& g : calls.gemm) {
-      add("matmul", gemm::run_options(*this, g.precision, g.batch, g.m, g.n, g.k));
-    }
-    for (const KernelCalls::Conv& c : calls.conv) {
-      add("matmul", gemm::run_options(*this, c.precision, c.images, c.out_channels, c.positions, c.k));
-      // The panel path's im2col (on CPUs only where conv_cpu does not run: planned either way).
-      if (gemm::uses_panels(*this, c.precision)) add("conv2d", gemm::options(*this, c.precision));
-      // Winograd: its transforms are in that program, its 36 products an f32 GEMM.
-      const gemm::ConvShape s{c.images, c.in_channels, 0, 0, c.out_channels, c.kh, c.kw, c.stride, 0, c.oh, c.ow};
-      if (gemm::runs_winograd(*this, c.precision, s)) add("matmul", gemm::options(*this, gemm::kWinogradProduct));
-    }
-    attention_call_variants(*this, calls, from_calls);
-  }
+  if (calls.recorded) from_calls = call_variants(calls);
   const BuildHistory history = build_history(programs_->dir(), info_);
   // With no past builds on the device: what a program took elsewhere. PoCL on a 2-core CPU (bench/README.md,
   // the cold-start sections) built matmul in 3.5-4.6 s, attention in 2.3-3.4 s and each small program in

@@ -60,6 +60,17 @@ void add_variant(ProgramVariants& variants, const std::string& program, std::str
 // (attention.cpp; OpenClBackend::plan_kernels).
 void attention_call_variants(OpenClBackend& be, const KernelCalls& calls, ProgramVariants& out);
 
+// The calls `nanscope-cli precompile` plans for beyond the precision grid, so
+// that a first run after it builds nothing: on GPUs the GEMM tiles, the tensor
+// cores' blocks and the flash tiles follow a call's shape, so every precision
+// gets calls of each kind those choices tell apart (GEMMs too small to fill
+// the device and large ones; 3x3 convolutions of 4 and of 320 input channels,
+// stride 1 and 2; attention in each implementation at the head sizes of SD
+// 1.x/2.x/XL, their text encoders and VAEs, and the embedded model, causal
+// and not, with few and many queries). On CPUs they take the precision's
+// programs: nothing is added.
+KernelCalls precompile_calls();
+
 // A context holding only this device (err: the status; null unless CL_SUCCESS).
 // A platform the ICD loader did not list (Oclgrind loaded directly) is not named
 // in the properties: the loader rejects it; the device alone finds it.
@@ -166,8 +177,13 @@ class OpenClBackend final : public Backend {
   std::string program_options(const std::string& program, const Precision& p);
   KernelPlan plan_kernels(std::span<const Precision> precisions, const KernelCalls& calls) override;
   void build_planned(const KernelPlan& plan) override;
-  // The option strings precompile() builds for a program (one per distinct precision variant).
+  // The option strings precompile() builds for a program: one per distinct
+  // precision variant, and those the calls of precompile_calls() take.
   std::vector<std::string> precompile_variants(const std::string& program);
+  // The GEMM, convolution, attention and softmax programs' variants that
+  // these calls take (the ops' own choice functions; plan_kernels' for a dry
+  // run's calls).
+  ProgramVariants call_variants(const KernelCalls& calls);
 
   // True when NANSCOPE_PROFILE=1 was set at construction: launch() then keeps an event per launch.
   bool profiling() const { return profile_; }
