@@ -593,6 +593,17 @@ namespace {
 // The programs runs use: not common.cl (prepended to all) nor the half-unit
 // probe (half_units.cpp builds it once per device, outside any run's plan).
 bool runs_ops(const std::string& program) { return program != "common" && program != "half_probe"; }
+// Every storage dtype x accumulation x softmax precision: what precompile builds each program in.
+std::vector<Precision> precision_grid() {
+  std::vector<Precision> out;
+  for (DType dt : {DType::f32, DType::f16, DType::bf16}) {
+    for (Accumulate acc : {Accumulate::f32, Accumulate::native}) {
+      for (SoftmaxPrecision sm : {SoftmaxPrecision::f32, SoftmaxPrecision::native}) out.push_back({dt, acc, sm});
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 std::vector<std::string> OpenClBackend::precompile_variants(const std::string& program) {
@@ -616,17 +627,12 @@ std::vector<std::string> OpenClBackend::precompile_variants(const std::string& p
       if (seen.insert(o).second) out.push_back(o);
     }
   }
-  for (DType dt : {DType::f32, DType::f16, DType::bf16}) {
-    for (Accumulate acc : {Accumulate::f32, Accumulate::native}) {
-      for (SoftmaxPrecision sm : {SoftmaxPrecision::f32, SoftmaxPrecision::native}) {
-        const Precision p{dt, acc, sm};
-        std::string o = fn ? fn(*this, p) : precision_options(p);
-        if (seen.insert(o).second) out.push_back(std::move(o));
-        if (more) {
-          for (std::string& m : more(*this, p)) {
-            if (seen.insert(m).second) out.push_back(std::move(m));
-          }
-        }
+  for (const Precision& p : precision_grid()) {
+    std::string o = fn ? fn(*this, p) : precision_options(p);
+    if (seen.insert(o).second) out.push_back(std::move(o));
+    if (more) {
+      for (std::string& m : more(*this, p)) {
+        if (seen.insert(m).second) out.push_back(std::move(m));
       }
     }
   }
@@ -671,33 +677,28 @@ ProgramVariants OpenClBackend::call_variants(const KernelCalls& calls) {
 KernelCalls precompile_calls() {
   KernelCalls calls;
   calls.recorded = true;
-  for (DType dt : {DType::f32, DType::f16, DType::bf16}) {
-    for (Accumulate acc : {Accumulate::f32, Accumulate::native}) {
-      for (SoftmaxPrecision sm : {SoftmaxPrecision::f32, SoftmaxPrecision::native}) {
-        const Precision p{dt, acc, sm};
-        // A GEMM too small to fill a GPU's compute units with the large tiles, one the tensor cores' small
-        // blocks take, and a large one (an SD 1.5 feed-forward layer at 1024x1024).
-        for (const auto& [m, n, k] : {std::array<std::int64_t, 3>{16, 16, 16}, {64, 64, 64}, {32768, 2560, 640}}) {
-          KernelCalls::add(calls.gemm, {p, 1, m, n, k});
-        }
-        // 3x3 convolutions: a first layer's 4 input channels (never the tensor cores), and 320 channels at the
-        // UNet's 64x64 (512x512) and a VAE's 256 channels at 1024x1024 (stride 1); a downsampler (stride 2).
-        for (const auto& [c, o, size, stride] :
-             {std::array<std::int64_t, 4>{4, 320, 64, 1}, {320, 320, 64, 1}, {256, 256, 1024, 1}, {320, 320, 64, 2}}) {
-          const std::int64_t out_size = size / stride;
-          KernelCalls::add(calls.conv, {p, 2, o, out_size * out_size, c * 9, c, 3, 3, stride, out_size, out_size});
-        }
-        // Attention in every implementation at the head sizes of the models NaNscope runs: SD 1.x 40, 80
-        // and 160; SD 2.x, SDXL and the CLIP text encoders 64 (the encoders causal); the SD VAE's one
-        // 512-wide head; the embedded model's 16 (UNet), 32 (text encoder) and 64 (VAE); with 77 and with
-        // 4096 queries (the materialised path's GEMM tiles follow the query count).
-        for (AttentionImpl impl : {AttentionImpl::fused, AttentionImpl::bmm, AttentionImpl::sliced}) {
-          for (std::int64_t d : {16, 32, 40, 64, 80, 160, 512}) {
-            for (std::int64_t sq : {77, 4096}) {
-              for (bool causal : {false, true}) {
-                KernelCalls::add(calls.attention, {p, 2, 8, sq, causal ? sq : 4096, d, d, causal, impl});
-              }
-            }
+  for (const Precision& p : precision_grid()) {
+    // A GEMM too small to fill a GPU's compute units with the large tiles, one the tensor cores' small
+    // blocks take, and a large one (an SD 1.5 feed-forward layer at 1024x1024).
+    for (const auto& [m, n, k] : {std::array<std::int64_t, 3>{16, 16, 16}, {64, 64, 64}, {32768, 2560, 640}}) {
+      KernelCalls::add(calls.gemm, {p, 1, m, n, k});
+    }
+    // 3x3 convolutions: a first layer's 4 input channels (never the tensor cores), and 320 channels at the
+    // UNet's 64x64 (512x512) and a VAE's 256 channels at 1024x1024 (stride 1); a downsampler (stride 2).
+    for (const auto& [c, o, size, stride] :
+         {std::array<std::int64_t, 4>{4, 320, 64, 1}, {320, 320, 64, 1}, {256, 256, 1024, 1}, {320, 320, 64, 2}}) {
+      const std::int64_t out_size = size / stride;
+      KernelCalls::add(calls.conv, {p, 2, o, out_size * out_size, c * 9, c, 3, 3, stride, out_size, out_size});
+    }
+    // Attention in every implementation at the head sizes of the models NaNscope runs: SD 1.x 40, 80
+    // and 160; SD 2.x, SDXL and the CLIP text encoders 64 (the encoders causal); the SD VAE's one
+    // 512-wide head; the embedded model's 16 (UNet), 32 (text encoder) and 64 (VAE); with 77 and with
+    // 4096 queries (the materialised path's GEMM tiles follow the query count).
+    for (AttentionImpl impl : {AttentionImpl::fused, AttentionImpl::bmm, AttentionImpl::sliced}) {
+      for (std::int64_t d : {16, 32, 40, 64, 80, 160, 512}) {
+        for (std::int64_t sq : {77, 4096}) {
+          for (bool causal : {false, true}) {
+            KernelCalls::add(calls.attention, {p, 2, 8, sq, causal ? sq : 4096, d, d, causal, impl});
           }
         }
       }
