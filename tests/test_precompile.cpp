@@ -69,6 +69,14 @@ std::vector<std::string> missing_from_precompile(OpenClBackend& be, const Kernel
   return missing;
 }
 
+// The first OpenCL test device's backend (its device for backends of other families), or null.
+OpenClBackend* first_opencl_backend() {
+  for (Backend* b : test::opencl_backends()) {
+    if (auto* be = dynamic_cast<OpenClBackend*>(b)) return be;
+  }
+  return nullptr;
+}
+
 std::string lines(const std::vector<std::string>& v) {
   std::string s;
   for (const auto& l : v) s += "  " + l + "\n";
@@ -134,8 +142,7 @@ KernelCalls sd15_calls(const Precision& p, AttentionImpl impl, std::int64_t late
 
 TEST(Precompile, BuildsEveryVariantAnSd15UnetCallTakes) {
   for (const Family& f : kFamilies) {
-    OpenClBackend* be = nullptr;
-    for (Backend* b : test::opencl_backends()) be = be ? be : dynamic_cast<OpenClBackend*>(b);
+    OpenClBackend* be = first_opencl_backend();
     if (be == nullptr) GTEST_SKIP() << test::no_opencl_message();
     OpenClBackend family(be->device(), family_options(f));
     for (const Precision& p : run_precisions()) {
@@ -155,8 +162,7 @@ TEST(Precompile, BuildsEveryVariantAnSd15UnetCallTakes) {
 // GEMM of its size would take them, the convolution runs conv_implicit_gemm (conv_implicit_mma walks whole
 // blocks of 32 channels). The kernel plan lists the program it builds, so a planned run builds nothing more.
 TEST(Precompile, TheKernelPlanNamesTheProgramAConvolutionOfFewChannelsBuilds) {
-  OpenClBackend* any = nullptr;
-  for (Backend* b : test::opencl_backends()) any = any ? any : dynamic_cast<OpenClBackend*>(b);
+  OpenClBackend* any = first_opencl_backend();
   if (any == nullptr) GTEST_SKIP() << test::no_opencl_message();
   OpenClBackend be(any->device(), family_options(kFamilies[2]));
   const Precision f16{DType::f16};
