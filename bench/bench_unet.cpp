@@ -13,7 +13,11 @@
 //
 //   build/bench/bench_unet [--component unet|vae] [--config sd15|sdxl] [--device D] [--model DIR] [--size LATENT]
 //                          [--runs N] [--rounds N] [--dtypes f32,f16] [--no-torch | --torch-device cuda]
-//                          [--no-peers] [--json FILE]
+//                          [--no-peers] [--set KEY=VALUE ...] [--json FILE]
+//
+// --set KEY=VALUE (repeatable) runs NaNscope's rows under run settings as `nanscope-cli generate --set` takes
+// them: per-module precision overrides (unet.up_blocks.*.attentions.*.dtype=f32 on an f16 UNet) time what a
+// mixed-precision run costs against the plain rows of another bench run. The component's own dtype is the row's.
 //
 // --rounds N runs each NaNscope dtype's process N times, the dtypes taking turns (f32, f16, f32, f16, ...);
 // its row then has the median of the rounds' calls, and the table says each round's f16 / f32 ratio. On a
@@ -65,6 +69,7 @@
 #include "models/vae.hpp"
 #include "ops/op_context.hpp"
 #include "peak_flops.hpp"
+#include "pipeline/component_context.hpp"
 
 using namespace nanscope;
 namespace fs = std::filesystem;
@@ -126,7 +131,7 @@ std::vector<float> normal(std::mt19937& rng, std::size_t n) {
 
 // The measured side, in this process: load, one warm-up call (kernel builds), then median of `runs`.
 int child(const std::string& component, const std::string& pin, const fs::path& folder, DType dtype, int size,
-          int runs) {
+          const std::vector<std::string>& sets, int runs) {
   auto be = make_backend(select_device(enumerate_devices(), pin), backend_options_from_environment());
   const bool vae = component == "vae";
   auto t0 = Clock::now();
@@ -159,9 +164,19 @@ int child(const std::string& component, const std::string& pin, const fs::path& 
     for (int row = 0; row < 2; ++row) added.time_ids.insert(added.time_ids.end(), {px, px, 0.0f, 0.0f, px, px});
     added_ptr = &added;
   }
-  OpContext ctx;
-  ctx.backend = be.get();
-  ctx.precision.dtype = dtype;
+  // The run settings (--set) as a run applies them to the component's root: its precision, attention and
+  // per-module overrides; without any, the ops' default precision in the row's dtype.
+  RunConfig config;
+  for (const std::string& s : sets) config.set(s);
+  config.validate();
+  const Component c = vae ? Component::vae : Component::unet;
+  const pipeline::ComponentPolicy policy(config, c, dtype);
+  OpContext ctx = pipeline::component_context(*be, config, c, &policy, dtype);
+  if (sets.empty()) {
+    ctx = OpContext{};
+    ctx.backend = be.get();
+    ctx.precision.dtype = dtype;
+  }
   double cpu = 0;
   auto call = [&] {
     const auto s = Clock::now();
@@ -234,11 +249,13 @@ std::string describe_unet(const fs::path& folder, int size) {
 }
 
 std::optional<nlohmann::json> run_child(const std::string& component, const std::string& pin, const fs::path& folder,
-                                        const std::string& dtype, int size, int runs) {
+                                        const std::string& dtype, int size, int runs,
+                                        const std::vector<std::string>& sets) {
   std::ostringstream cmd;
   cmd << "'" << fs::read_symlink("/proc/self/exe").string() << "' --component " << component << " --child " << dtype
       << " --model '" << folder.string() << "' --size " << size << " --runs " << runs;
   if (!pin.empty()) cmd << " --device '" << pin << "'";
+  for (const std::string& s : sets) cmd << " --set '" << s << "'";
   return bench::run_json_command(cmd.str(), "bench_unet: the " + dtype + " run");
 }
 
@@ -247,7 +264,8 @@ std::optional<nlohmann::json> run_child(const std::string& component, const std:
 int main(int argc, char** argv) {
   std::string pin, model, child_dtype, dtypes = "f32,f16";
   std::string torch_device = "cpu", component = "unet", unet_config;
-  std::string json_path;  // --json: every row and the peak (bench_report reads it)
+  std::string json_path;          // --json: every row and the peak (bench_report reads it)
+  std::vector<std::string> sets;  // --set: run settings for NaNscope's rows
   int size = 64, runs = 2, rounds = 1;
   bool torch = true, peers = true;
   for (int i = 1; i < argc; ++i) {
@@ -278,11 +296,13 @@ int main(int argc, char** argv) {
       peers = false;
     else if (a == "--json" && i + 1 < argc)
       json_path = argv[++i];
+    else if (a == "--set" && i + 1 < argc)
+      sets.emplace_back(argv[++i]);
     else {
       std::fprintf(stderr,
                    "usage: %s [--component unet|vae] [--config sd15|sdxl] [--device D] [--model DIR] [--size LATENT] "
                    "[--runs N] [--rounds N] [--dtypes f32,f16] [--no-torch | --torch-device cuda] [--no-peers] "
-                   "[--json FILE]\n",
+                   "[--set KEY=VALUE ...] [--json FILE]\n",
                    argv[0]);
       return 2;
     }
@@ -304,7 +324,7 @@ int main(int argc, char** argv) {
     if (!child_dtype.empty()) {
       const auto dt = parse_dtype(child_dtype);
       if (!dt) throw ConfigError("unknown dtype \"" + child_dtype + "\" (f32, f16, bf16)");
-      return child(component, pin, model, *dt, size, runs);
+      return child(component, pin, model, *dt, size, sets, runs);
     }
     if (model.empty()) {
       const char* xdg = std::getenv("XDG_CACHE_HOME");
@@ -347,7 +367,7 @@ int main(int argc, char** argv) {
     std::map<std::string, std::vector<std::optional<nlohmann::json>>> by_round;
     for (int round = 0; round < rounds; ++round) {
       for (const std::string& dt : dtype_list) {
-        auto r = run_child(component, pin, model, dt, size, runs);
+        auto r = run_child(component, pin, model, dt, size, runs, sets);
         if (round == 0 && r && r->value("first_builds", 0) > 0) {
           char note[200];
           std::snprintf(note, sizeof note,
@@ -355,7 +375,7 @@ int main(int argc, char** argv) {
                         r->value("first_builds", 0), r->value("first_build_ms", 0.0) / 1000.0);
           std::fprintf(stderr, "bench_unet: %s; measuring again with the kernel cache warm\n", note);
           cold_notes.emplace_back(note);
-          r = run_child(component, pin, model, dt, size, runs);
+          r = run_child(component, pin, model, dt, size, runs, sets);
         }
         if (r) progress("NaNscope " + dt + (rounds > 1 ? " round " + std::to_string(round + 1) : ""), *r);
         by_round[dt].push_back(std::move(r));
@@ -453,6 +473,11 @@ int main(int argc, char** argv) {
         rows.empty() || !rows.front().r.contains("device") ? "" : rows.front().r["device"].get<std::string>().c_str(),
         peak_text.c_str(), runs,
         rounds > 1 ? (" (NaNscope: the median of " + std::to_string(rounds) + " rounds of them)").c_str() : "");
+    if (!sets.empty()) {
+      std::string list;
+      for (const std::string& s : sets) list += (list.empty() ? "" : ", ") + s;
+      std::printf("NaNscope's rows run with the settings %s.\n\n", list.c_str());
+    }
     std::printf(
         "| | load s | first call s | call s | GFLOP/s |%s cores busy | RSS after load MB | peak RSS MB | "
         "PyTorch call / this |\n"
@@ -563,6 +588,7 @@ int main(int argc, char** argv) {
                           {"peak_gflops", peak / 1e9},
                           {"cpus", threads},
                           {"torch_device", torch_device},
+                          {"settings", sets},
                           {"rows", nlohmann::json::array()}};
     for (std::size_t i = 0; i < rows.size(); ++i) {
       const bool peer = std::any_of(peer_rows.begin(), peer_rows.end(), [&](const auto& p) { return p.second == i; });

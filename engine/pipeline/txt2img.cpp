@@ -26,17 +26,6 @@ namespace fs = std::filesystem;
 
 namespace txt2img {
 
-OpContext make_context(Backend& be, const RunConfig& config, Component c, const ComponentPolicy* policy, DType dtype) {
-  OpContext ctx;
-  ctx.backend = &be;
-  ctx.precision = config.component(c).precision;
-  ctx.precision.dtype = dtype;
-  ctx.attention = config.component(c).attention;
-  if (!config.overrides.empty()) ctx.policy = policy;
-  ctx.mixed_precision = config.has_dtype_overrides(c);
-  return ctx;
-}
-
 std::unique_ptr<NoiseSource> make_noise(NoiseKind kind, std::uint64_t seed, TorchCpuKernel torch_kernel) {
   if (kind == NoiseKind::torch_cpu) {
     TorchCpuNoise::Kernel k = torch_cpu_kernel_of_this_cpu();
@@ -309,9 +298,9 @@ void Txt2ImgRun::prepare() {
   cc_.te_policy = std::make_unique<ComponentPolicy>(config_, Component::text_encoder, te_dtype);
   cc_.unet_policy = std::make_unique<ComponentPolicy>(config_, Component::unet, unet_dtype_);
   cc_.vae_policy = std::make_unique<ComponentPolicy>(config_, Component::vae, vae_dtype_);
-  cc_.te = make_context(*be_, config_, Component::text_encoder, cc_.te_policy.get(), te_dtype);
-  cc_.unet = make_context(*be_, config_, Component::unet, cc_.unet_policy.get(), unet_dtype_);
-  cc_.vae = make_context(*be_, config_, Component::vae, cc_.vae_policy.get(), vae_dtype_);
+  cc_.te = component_context(*be_, config_, Component::text_encoder, cc_.te_policy.get(), te_dtype);
+  cc_.unet = component_context(*be_, config_, Component::unet, cc_.unet_policy.get(), unet_dtype_);
+  cc_.vae = component_context(*be_, config_, Component::vae, cc_.vae_policy.get(), vae_dtype_);
   cc_.te.faults = cc_.unet.faults = cc_.vae.faults = faults_;
   cc_.te.cancel = cc_.unet.cancel = cc_.vae.cancel = &cancel_;
 
@@ -526,8 +515,8 @@ GeneratedImage Session::redecode(const RunConfig& config, const GeneratedImage& 
   Backend& be = backend(config.device);
   const bool own = vae_folder == m.vae_folder() && dtype == m.dtypes().vae;
   models::Vae& vae = own ? *m.vae : vae_for(be, vae_folder, dtype, m.family());
-  txt2img::ComponentPolicy policy(config, Component::vae, dtype);
-  OpContext ctx = txt2img::make_context(be, config, Component::vae, &policy, dtype);
+  ComponentPolicy policy(config, Component::vae, dtype);
+  OpContext ctx = component_context(be, config, Component::vae, &policy, dtype);
   ctx.tracer = tracer;
   ctx.faults = faults;
   ctx.cancel = cancel;

@@ -19,6 +19,7 @@
 #include "config/inspect_settings.hpp"
 #include "inspect/fault_emulation.hpp"
 #include "inspect/layer_trace.hpp"
+#include "pipeline/component_context.hpp"
 #include "pipeline/img2img.hpp"
 #include "pipeline/noise.hpp"
 #include "pipeline/scheduler.hpp"
@@ -30,33 +31,11 @@ using Clock = std::chrono::steady_clock;
 
 inline double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-// Per-module overrides within one component: accumulation, softmax,
-// attention, and the dtype a module computes in (its weights stay stored in
-// the component's dtype and are cast on use; OpContext::mixed_precision).
-// `base`: the component's dtype in this call (a decode retried in f32 passes f32).
-class ComponentPolicy final : public PrecisionPolicy {
- public:
-  ComponentPolicy(const RunConfig& config, Component c, DType base) : config_(config), component_(c), base_(base) {}
-  void resolve(std::string_view path, Precision& p, AttentionConfig& a) const override {
-    p = config_.resolve(component_, path);
-    p.dtype = config_.override_dtype(component_, path).value_or(base_);
-    a = config_.resolve_attention(component_, path);
-  }
-
- private:
-  const RunConfig& config_;
-  Component component_;
-  DType base_;
-};
-
 struct ComponentContexts {
   std::unique_ptr<ComponentPolicy> te_policy, unet_policy, vae_policy;
   OpContext te, unet, vae;
 };
 
-// The context of a component's root in `dtype`, with the policy that
-// resolves each module's precision when the config has overrides.
-OpContext make_context(Backend& be, const RunConfig& config, Component c, const ComponentPolicy* policy, DType dtype);
 std::unique_ptr<NoiseSource> make_noise(NoiseKind kind, std::uint64_t seed, TorchCpuKernel torch_kernel);
 Tensor upload_as(Backend& be, const Shape& shape, std::span<const float> values, DType dtype);
 std::vector<float> download_f32(Backend& be, const Tensor& t);

@@ -13,6 +13,7 @@
 #include "backend/dry_run_backend.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "pipeline/component_context.hpp"
 #include "pipeline/session.hpp"
 
 namespace nanscope::studies {
@@ -342,28 +343,10 @@ class RecordingTracer final : public OpTracer {
   const ProbeObserver* obs_;
 };
 
-// A component's per-module precision (config overrides), as a run resolves it.
-class Policy final : public PrecisionPolicy {
- public:
-  Policy(const RunConfig& config, Component c) : config_(config), c_(c) {}
-  void resolve(std::string_view path, Precision& p, AttentionConfig& a) const override {
-    p = config_.resolve(c_, path);
-    p.dtype = config_.override_dtype(c_, path).value_or(config_.component(c_).precision.dtype);
-    a = config_.resolve_attention(c_, path);
-  }
-
- private:
-  const RunConfig& config_;
-  Component c_;
-};
-
-OpContext context(Backend& be, const RunConfig& config, Component c, const Policy& policy, OpTracer& tracer) {
-  OpContext ctx;
-  ctx.backend = &be;
-  ctx.precision = config.component(c).precision;
-  ctx.attention = config.component(c).attention;
-  if (!config.overrides.empty()) ctx.policy = &policy;
-  ctx.mixed_precision = config.has_dtype_overrides(c);
+// The component's root as a run sets it up (its dtype, per-module overrides), with the probe's tracer.
+OpContext context(Backend& be, const RunConfig& config, Component c, const pipeline::ComponentPolicy& policy,
+                  OpTracer& tracer) {
+  OpContext ctx = pipeline::component_context(be, config, c, &policy, config.component(c).precision.dtype);
   ctx.tracer = &tracer;
   return ctx;
 }
@@ -522,8 +505,11 @@ ProbeReport probe_device(pipeline::Session& session, const ProbeOptions& options
   const auto t_rec = Clock::now();
   RecordingBackend rec(dev);
   RecordingTracer tracer(rec, &obs);
-  const Policy te_policy(config, Component::text_encoder), unet_policy(config, Component::unet),
-      vae_policy(config, Component::vae);
+  const auto policy = [&](Component c) {
+    return pipeline::ComponentPolicy(config, c, config.component(c).precision.dtype);
+  };
+  const pipeline::ComponentPolicy te_policy = policy(Component::text_encoder), unet_policy = policy(Component::unet),
+                                  vae_policy = policy(Component::vae);
   const bool cfg = config.cfg_scale > 1.0;
   const auto& uc = m.unet->config();
   const DType unet_dtype = config.component(Component::unet).precision.dtype;
