@@ -180,6 +180,8 @@ class OpenClBackend final : public Backend {
   // The option strings precompile() builds for a program: one per distinct
   // precision variant, and those the calls of precompile_calls() take.
   std::vector<std::string> precompile_variants(const std::string& program);
+  // As above, with call_variants(precompile_calls()) already at hand (precompile() makes it once for every program).
+  std::vector<std::string> precompile_variants(const std::string& program, const ProgramVariants& shaped);
   // The GEMM, convolution, attention and softmax programs' variants that
   // these calls take (the ops' own choice functions; plan_kernels' for a dry
   // run's calls).
