@@ -215,7 +215,35 @@ __kernel CPU_ONE_ITEM void winograd_input(__global const store_t* x, uint C, uin
     for (int e = 0; e < 36; ++e) wino_store16(dst + (ulong)e * v_bs, out[e]);
     return;
   }
-  // Tiles across a tile row's end, or the chunk's: one at a time (zero after the chunk's last tile).
+  if (16u * nb + 16u <= tc) {
+    // 16 tiles across tile rows (fewer than 16 tiles a row: the 32x32 and 16x16 layers) or images: each lane
+    // gathers its own tile's 6x6 window, and the transform runs in the vector lanes as above. One tile at a time
+    // (below) took 16x the vector path's arithmetic: the input transform was 0.59 s of a 3.75 s SD 1.5 UNet call
+    // (f32, latent 64, 2-core Zen 5), 0.16 s this way.
+    int ys[16], xs[16];
+    ulong base[16];
+    for (uint j = 0; j < 16u; ++j) {
+      uint im;
+      wino_tile(q0 + j, TH, TW, pad, &im, &ys[j], &xs[j]);
+      base[j] = ((ulong)im * C + c) * H * W;
+    }
+    float16 d[36];
+    for (int r = 0; r < 6; ++r) {
+      for (int k = 0; k < 6; ++k) {
+        float g[16];
+        for (int j = 0; j < 16; ++j) {
+          const int y = ys[j] + r, xx = xs[j] + k;
+          g[j] = y >= 0 && y < (int)H && xx >= 0 && xx < (int)W ? ld(x, base[j] + (ulong)y * W + (uint)xx) : 0.0f;
+        }
+        d[6 * r + k] = vload16(0, g);
+      }
+    }
+    float16 out[36];
+    WINO_INPUT(float16, d, out);
+    for (int e = 0; e < 36; ++e) wino_store16(dst + (ulong)e * v_bs, out[e]);
+    return;
+  }
+  // The chunk's last tiles (fewer than 16): one at a time, zero after the last.
   for (uint j = 0; j < 16u; ++j) {
     float d[36];
     const bool live = 16u * nb + j < tc;
