@@ -219,7 +219,7 @@ __kernel CPU_ONE_ITEM void winograd_input(__global const store_t* x, uint C, uin
     // 16 tiles across tile rows (fewer than 16 tiles a row: the 32x32 and 16x16 layers) or images: each lane
     // gathers its own tile's 6x6 window, and the transform runs in the vector lanes as above. One tile at a time
     // (below) took 16x the vector path's arithmetic: the input transform was 0.59 s of a 3.75 s SD 1.5 UNet call
-    // (f32, latent 64, 2-core Zen 5), 0.16 s this way.
+    // (f32, latent 64, 2-core Zen 5), 0.13 s this way (f16: 0.16 s).
     int ys[16], xs[16];
     ulong base[16];
     for (uint j = 0; j < 16u; ++j) {
@@ -227,17 +227,31 @@ __kernel CPU_ONE_ITEM void winograd_input(__global const store_t* x, uint C, uin
       wino_tile(q0 + j, TH, TW, pad, &im, &ys[j], &xs[j]);
       base[j] = ((ulong)im * C + c) * H * W;
     }
-    float16 d[36];
-    for (int r = 0; r < 6; ++r) {
-      for (int k = 0; k < 6; ++k) {
-        float g[16];
-        for (int j = 0; j < 16; ++j) {
-          const int y = ys[j] + r, xx = xs[j] + k;
-          g[j] = y >= 0 && y < (int)H && xx >= 0 && xx < (int)W ? ld(x, base[j] + (ulong)y * W + (uint)xx) : 0.0f;
+    // win[16 (6r + k) + j]: lane j's window; a row segment inside the image in two 4-wide loads (halves and
+    // bf16 converted four at a time), bounds checked value by value only at the image's edges.
+    float win[36 * 16];
+    for (int j = 0; j < 16; ++j) {
+      const __global store_t* xc = x + base[j];
+      const int xj = xs[j];
+      const bool inner = xj >= 0 && xj + 6 <= (int)W;
+      for (int r = 0; r < 6; ++r) {
+        const int y = ys[j] + r;
+        float* w = win + 16 * 6 * r + j;
+        if (y < 0 || y >= (int)H) {
+          for (int k = 0; k < 6; ++k) w[16 * k] = 0.0f;
+          continue;
         }
-        d[6 * r + k] = vload16(0, g);
+        const __global store_t* row = xc + (ulong)y * W;
+        if (inner) {
+          const float4 a = ld4(row, xj), b = ld4(row, xj + 2);
+          w[0] = a.s0, w[16] = a.s1, w[32] = a.s2, w[48] = a.s3, w[64] = b.s2, w[80] = b.s3;
+        } else {
+          for (int k = 0; k < 6; ++k) w[16 * k] = xj + k >= 0 && xj + k < (int)W ? ld(row, (uint)(xj + k)) : 0.0f;
+        }
       }
     }
+    float16 d[36];
+    for (int e = 0; e < 36; ++e) d[e] = vload16(0, win + 16 * e);
     float16 out[36];
     WINO_INPUT(float16, d, out);
     for (int e = 0; e < 36; ++e) wino_store16(dst + (ulong)e * v_bs, out[e]);
