@@ -171,12 +171,9 @@ int child(const std::string& component, const std::string& pin, const fs::path& 
   config.validate();
   const Component c = vae ? Component::vae : Component::unet;
   const pipeline::ComponentPolicy policy(config, c, dtype);
-  OpContext ctx = pipeline::component_context(*be, config, c, &policy, dtype);
-  if (sets.empty()) {
-    ctx = OpContext{};
-    ctx.backend = be.get();
-    ctx.precision.dtype = dtype;
-  }
+  // Without --set this is a plain context: RunConfig's defaults are Precision{} and AttentionConfig{}, and no
+  // overrides means no policy.
+  const OpContext ctx = pipeline::component_context(*be, config, c, &policy, dtype);
   double cpu = 0;
   auto call = [&] {
     const auto s = Clock::now();

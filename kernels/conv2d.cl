@@ -215,64 +215,50 @@ __kernel CPU_ONE_ITEM void winograd_input(__global const store_t* x, uint C, uin
     for (int e = 0; e < 36; ++e) wino_store16(dst + (ulong)e * v_bs, out[e]);
     return;
   }
-  if (16u * nb + 16u <= tc) {
-    // 16 tiles across tile rows (fewer than 16 tiles a row: the 32x32 and 16x16 layers) or images: each lane
-    // gathers its own tile's 6x6 window, and the transform runs in the vector lanes as above. One tile at a time
-    // (below) took 16x the vector path's arithmetic: the input transform was 0.59 s of a 3.75 s SD 1.5 UNet call
-    // (f32, latent 64, 2-core Zen 5), 0.13 s this way (f16: 0.16 s).
-    int ys[16], xs[16];
-    ulong base[16];
-    for (uint j = 0; j < 16u; ++j) {
-      uint im;
-      wino_tile(q0 + j, TH, TW, pad, &im, &ys[j], &xs[j]);
-      base[j] = ((ulong)im * C + c) * H * W;
-    }
-    // win[16 (6r + k) + j]: lane j's window; a row segment inside the image in two 4-wide loads (halves and
-    // bf16 converted four at a time), bounds checked value by value only at the image's edges.
-    float win[36 * 16];
-    for (int j = 0; j < 16; ++j) {
-      const __global store_t* xc = x + base[j];
-      const int xj = xs[j];
-      const bool inner = xj >= 0 && xj + 6 <= (int)W;
-      for (int r = 0; r < 6; ++r) {
-        const int y = ys[j] + r;
-        float* w = win + 16 * 6 * r + j;
-        if (y < 0 || y >= (int)H) {
-          for (int k = 0; k < 6; ++k) w[16 * k] = 0.0f;
-          continue;
-        }
-        const __global store_t* row = xc + (ulong)y * W;
-        if (inner) {
-          const float4 a = ld4(row, xj), b = ld4(row, xj + 2);
-          w[0] = a.s0, w[16] = a.s1, w[32] = a.s2, w[48] = a.s3, w[64] = b.s2, w[80] = b.s3;
-        } else {
-          for (int k = 0; k < 6; ++k) w[16 * k] = xj + k >= 0 && xj + k < (int)W ? ld(row, (uint)(xj + k)) : 0.0f;
-        }
-      }
-    }
-    float16 d[36];
-    for (int e = 0; e < 36; ++e) d[e] = vload16(0, win + 16 * e);
-    float16 out[36];
-    WINO_INPUT(float16, d, out);
-    for (int e = 0; e < 36; ++e) wino_store16(dst + (ulong)e * v_bs, out[e]);
-    return;
+  // 16 tiles across tile rows (fewer than 16 tiles a row: the 32x32 and 16x16 layers) or images, or the chunk's
+  // last tiles (fewer than 16; the lanes after the last are zero and load nothing: their tile positions lie past
+  // the last image): each lane gathers its own tile's 6x6 window, and the transform runs in the vector lanes as
+  // above. One tile at a time took 16x the vector path's arithmetic: the input transform was 0.59 s of a 3.75 s
+  // SD 1.5 UNet call (f32, latent 64, 2-core Zen 5), 0.13 s this way (f16: 0.16 s).
+  const uint live = min(16u, tc - 16u * nb);
+  int ys[16], xs[16];
+  ulong base[16];
+  for (uint j = 0; j < live; ++j) {
+    uint im;
+    wino_tile(q0 + j, TH, TW, pad, &im, &ys[j], &xs[j]);
+    base[j] = ((ulong)im * C + c) * H * W;
   }
-  // The chunk's last tiles (fewer than 16): one at a time, zero after the last.
-  for (uint j = 0; j < 16u; ++j) {
-    float d[36];
-    const bool live = 16u * nb + j < tc;
-    wino_tile(q0 + j, TH, TW, pad, &img, &y0, &x0);
-    const __global store_t* xc = x + ((ulong)img * C + c) * H * W;
+  // win[16 (6r + k) + j]: lane j's window; a row segment inside the image in two 4-wide loads (halves and
+  // bf16 converted four at a time), bounds checked value by value only at the image's edges.
+  float win[36 * 16];
+  for (uint j = live; j < 16u; ++j) {
+    for (int e = 0; e < 36; ++e) win[16 * e + j] = 0.0f;
+  }
+  for (uint j = 0; j < live; ++j) {
+    const __global store_t* xc = x + base[j];
+    const int xj = xs[j];
+    const bool inner = xj >= 0 && xj + 6 <= (int)W;
     for (int r = 0; r < 6; ++r) {
-      for (int k = 0; k < 6; ++k) {
-        const int y = y0 + r, xx = x0 + k;
-        d[6 * r + k] = live && y >= 0 && y < (int)H && xx >= 0 && xx < (int)W ? ld(xc, (ulong)y * W + (uint)xx) : 0.0f;
+      const int y = ys[j] + r;
+      float* w = win + 16 * 6 * r + j;
+      if (y < 0 || y >= (int)H) {
+        for (int k = 0; k < 6; ++k) w[16 * k] = 0.0f;
+        continue;
+      }
+      const __global store_t* row = xc + (ulong)y * W;
+      if (inner) {
+        const float4 a = ld4(row, xj), b = ld4(row, xj + 2);
+        w[0] = a.s0, w[16] = a.s1, w[32] = a.s2, w[48] = a.s3, w[64] = b.s2, w[80] = b.s3;
+      } else {
+        for (int k = 0; k < 6; ++k) w[16 * k] = xj + k >= 0 && xj + k < (int)W ? ld(row, (uint)(xj + k)) : 0.0f;
       }
     }
-    float out[36];
-    WINO_INPUT(float, d, out);
-    for (int e = 0; e < 36; ++e) dst[(ulong)e * v_bs + j] = out[e];
   }
+  float16 d[36];
+  for (int e = 0; e < 36; ++e) d[e] = vload16(0, win + 16 * e);
+  float16 out[36];
+  WINO_INPUT(float16, d, out);
+  for (int e = 0; e < 36; ++e) wino_store16(dst + (ulong)e * v_bs, out[e]);
 }
 
 // Output channels [o0, o0 + rows of M) for tiles [t0, t0 + tc) from M[e] (row o - o0, tile q of the chunk in
