@@ -1,10 +1,12 @@
 #include "inspector_panel.hpp"
 
 #include <QComboBox>
+#include <QFontMetricsF>
 #include <QGridLayout>
 #include <QHBoxLayout>
 #include <QLabel>
 #include <QPushButton>
+#include <QScrollArea>
 #include <QSlider>
 #include <QSplitter>
 #include <QToolTip>
@@ -47,6 +49,28 @@ QPixmap scaled(const QImage& img, int box) {
 
 QString count(std::int64_t n) { return QLocale().toString(static_cast<qlonglong>(n)); }
 
+// A linear axis from 0 over [0, hi] in whole-number labels, a step of 1, 2 or 5 times a power of ten, and as many
+// labels as a plot of this height holds 1.6 text lines apart: Qt's five fixed labels overlapped in the short
+// charts of a 1400x1052 window and were drawn as "...". Refitted whenever the plot's size changes.
+void fit_whole_axis(QValueAxis* axis, double hi, qreal plot_height) {
+  hi = std::isfinite(hi) ? std::clamp(hi, 1.0, 1e12) : 1e12;
+  axis->setProperty("wholeAxisHi", hi);
+  const qreal line = QFontMetricsF(axis->labelsFont()).height();
+  const int most = std::clamp(static_cast<int>(plot_height / (1.6 * line)) + 1, 2, 6);
+  constexpr double kMantissas[] = {1, 2, 5};
+  double step = 1;
+  for (int i = 1; std::ceil(hi / step) + 1 > most; ++i) step = kMantissas[i % 3] * std::pow(10.0, i / 3);
+  const double n = std::ceil(hi / step);
+  axis->setRange(0, n * step);
+  axis->setTickCount(static_cast<int>(n) + 1);
+}
+
+void keep_whole_axis_fitted(QChart* chart, QValueAxis* axis) {
+  QObject::connect(chart, &QChart::plotAreaChanged, axis, [axis](const QRectF& plot) {
+    fit_whole_axis(axis, axis->property("wholeAxisHi").toDouble(), plot.height());
+  });
+}
+
 }  // namespace
 
 QChartView* InspectorPanel::make_chart(const QString& title, QChart*& chart) {
@@ -55,7 +79,9 @@ QChartView* InspectorPanel::make_chart(const QString& title, QChart*& chart) {
   QFont f = chart->titleFont();
   f.setBold(true);
   chart->setTitleFont(f);
-  chart->legend()->setAlignment(Qt::AlignBottom);
+  // Beside the plot: the charts are wider than tall, and a legend below took the height the plot needed (in a
+  // 1400x1052 window the legend was cut off).
+  chart->legend()->setAlignment(Qt::AlignRight);
   QFont small = chart->legend()->font();
   small.setPointSizeF(small.pointSizeF() * 0.9);
   chart->legend()->setFont(small);
@@ -63,7 +89,7 @@ QChartView* InspectorPanel::make_chart(const QString& title, QChart*& chart) {
   chart->setBackgroundRoundness(0);
   auto* view = new QChartView(chart);
   view->setRenderHint(QPainter::Antialiasing);
-  view->setMinimumHeight(190);
+  view->setMinimumHeight(170);
   view->setMinimumWidth(260);
   return view;
 }
@@ -159,7 +185,8 @@ InspectorPanel::InspectorPanel(QWidget* parent)
   step_label_->setAlignment(Qt::AlignTop | Qt::AlignLeft);
   for (QLabel* l : {preview_, mask_}) {
     l->setAlignment(Qt::AlignCenter);
-    l->setFixedSize(180, 180);
+    // 160: a 64x64 or 128x128 latent is drawn 128 px wide in it (whole pixel factors), as in 180.
+    l->setFixedSize(160, 160);
     l->setFrameShape(QFrame::StyledPanel);
   }
   preview_->setObjectName("latentPreview");
@@ -217,7 +244,17 @@ InspectorPanel::InspectorPanel(QWidget* parent)
   fix_row->addWidget(apply_fix_);
   fix_row->addStretch(1);
   layout->addLayout(fix_row);
-  layout->addWidget(split, 1);
+  // The charts and the step's images scroll where the window is too short for them; the verdict above always shows
+  // whole. (Squeezed, the splitter got less than its minimum and its rows overlapped: the lower charts hid the
+  // upper ones' step labels in a 1400x1052 window.)
+  auto* scroll = new QScrollArea;
+  scroll->setObjectName("inspectorScroll");
+  scroll->setWidget(split);
+  scroll->setWidgetResizable(true);
+  scroll->setFrameShape(QFrame::NoFrame);
+  scroll->setHorizontalScrollBarPolicy(Qt::ScrollBarAsNeeded);
+  scroll->setMinimumHeight(fontMetrics().lineSpacing() * 6);
+  layout->addWidget(scroll, 1);
   clear(1, 20);
   verdict_->setText(tr("Press <b>Run</b>: every step's statistics appear here as the sampler produces them."));
 }
@@ -245,7 +282,7 @@ void InspectorPanel::rebuild_series() {
   for (auto* s : {max_latent_, max_cond_, max_uncond_, nf_latent_, nf_cond_, nf_uncond_, band_latent_, band_threshold_})
     s->clear();
   band_hi_ = inspect::kBandThreshold * 1.5;
-  band_y_->setRange(0, band_hi_);
+  fit_whole_axis(band_y_, band_hi_, band_chart_->plotArea().height());
   band_threshold_->append(1, inspect::kBandThreshold);
   band_threshold_->append(std::max(2, steps_), inspect::kBandThreshold);
   for (auto* s : std_series_) {
@@ -266,7 +303,7 @@ void InspectorPanel::rebuild_series() {
     axis->setTickInterval(std::max(1, (steps_ + 4) / 5));
   }
   max_y_->setRange(0.1, 10);
-  nf_y_->setRange(0, 4);
+  fit_whole_axis(nf_y_, 4, nonfinite_chart_->plotArea().height());
   std_y_->setRange(0.1, 10);
   const auto& steps = images_[shown_].steps;
   for (int i = 0; i < steps.size(); ++i) append_points(steps[i], i + 1);
@@ -301,14 +338,13 @@ void InspectorPanel::append_points(const StepView& s, int position) {
   if (r.noise_uncond.count > 0) nf_uncond_->append(x, static_cast<double>(r.noise_uncond.nonfinite()));
   nf_hi_ = std::max({nf_hi_, static_cast<double>(r.latent.nonfinite()), static_cast<double>(r.noise_cond.nonfinite()),
                      static_cast<double>(r.noise_uncond.nonfinite())});
-  nf_y_->setRange(0, std::max(4.0, nf_hi_ * 1.1));  // whole counts: never a 0..1 axis with repeated labels
-  nf_y_->applyNiceNumbers();
+  // Whole counts: never a 0..1 axis with repeated labels.
+  fit_whole_axis(nf_y_, std::max(4.0, nf_hi_ * 1.1), nonfinite_chart_->plotArea().height());
 
   band_latent_->append(x, s.band_score);
   if (s.band_score > band_hi_) {
     band_hi_ = s.band_score * 1.1;
-    band_y_->setRange(0, band_hi_);
-    band_y_->applyNiceNumbers();
+    fit_whole_axis(band_y_, band_hi_, band_chart_->plotArea().height());
   }
 
   while (std_series_.size() < s.channel_std.size()) {

@@ -3,6 +3,10 @@
 // embedded model (or NANSCOPE_MODEL_DIR) and skip with a note without it.
 // This file: runs, cancels, scenarios, probes, studies; test_gui_panels.cpp: the panels and dialogs.
 
+#include <QFontMetricsF>
+#include <QtCharts/QChartView>
+#include <QtCharts/QValueAxis>
+
 #include "gui_test_support.hpp"
 
 using namespace nanscope;
@@ -331,6 +335,28 @@ class GuiTest : public QObject {
     QVERIFY2(apply->text().startsWith("Apply this fix"), qPrintable(apply->text()));
     QVERIFY2(w->inspector()->verdict().contains("recovered by retry-layer-f32"), qPrintable(w->inspector()->verdict()));
     QCoreApplication::processEvents();
+    {
+      // The inspector's charts in a 1400x900 window: whole (each view at least its chart's minimum, no view over
+      // another: squeezed, the lower row hid the upper one's step labels) and their linear y axes with no more
+      // labels than fit (Qt draws the ones that do not as "...").
+      const auto views = w->inspector()->findChildren<QtCharts::QChartView*>();
+      QCOMPARE(views.size(), 4);
+      for (auto* v : views) {
+        QVERIFY2(v->height() >= v->chart()->minimumSize().height(), qPrintable(v->chart()->title()));
+        for (auto* u : views) {
+          if (u != v)
+            QVERIFY(!QRect(u->mapTo(w.get(), QPoint()), u->size())
+                         .intersects(QRect(v->mapTo(w.get(), QPoint()), v->size())));
+        }
+        for (auto* axis : v->chart()->axes(Qt::Vertical)) {
+          if (auto* linear = qobject_cast<QtCharts::QValueAxis*>(axis)) {
+            const qreal line = QFontMetricsF(linear->labelsFont()).height();
+            QVERIFY2(v->chart()->plotArea().height() / (linear->tickCount() - 1) >= line,
+                     qPrintable(v->chart()->title()));
+          }
+        }
+      }
+    }
     const QString offer = screenshot_path("retry-layer-f32-fix-offer.png");
     QVERIFY(w->screenshot().save(offer));
     qInfo("screenshot: %s", qPrintable(offer));
