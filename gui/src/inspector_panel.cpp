@@ -51,7 +51,7 @@ QString count(std::int64_t n) { return QLocale().toString(static_cast<qlonglong>
 
 // A linear axis from 0 over [0, hi] in whole-number labels, a step of 1, 2 or 5 times a power of ten, and as many
 // labels as a plot of this height holds 1.6 text lines apart: Qt's five fixed labels overlapped in the short
-// charts of a 1400x1052 window and were drawn as "...". Refitted whenever the plot's size changes.
+// charts of a 1400x900 window and were drawn as "...". Refitted whenever the plot's size changes.
 void fit_whole_axis(QValueAxis* axis, double hi, qreal plot_height) {
   hi = std::isfinite(hi) ? std::clamp(hi, 1.0, 1e12) : 1e12;
   axis->setProperty("wholeAxisHi", hi);
@@ -80,7 +80,7 @@ QChartView* InspectorPanel::make_chart(const QString& title, QChart*& chart) {
   f.setBold(true);
   chart->setTitleFont(f);
   // Beside the plot: the charts are wider than tall, and a legend below took the height the plot needed (in a
-  // 1400x1052 window the legend was cut off).
+  // 1400x900 window the legend was cut off).
   chart->legend()->setAlignment(Qt::AlignRight);
   QFont small = chart->legend()->font();
   small.setPointSizeF(small.pointSizeF() * 0.9);
@@ -139,6 +139,7 @@ InspectorPanel::InspectorPanel(QWidget* parent)
   nf_y_->setLabelFormat("%d");
   nonfinite_chart_->addAxis(nf_x_, Qt::AlignBottom);
   nonfinite_chart_->addAxis(nf_y_, Qt::AlignLeft);
+  keep_whole_axis_fitted(nonfinite_chart_, nf_y_);
   for (auto* s : {nf_latent_, nf_cond_, nf_uncond_}) {
     nonfinite_chart_->addSeries(s);
     s->attachAxis(nf_x_);
@@ -163,6 +164,7 @@ InspectorPanel::InspectorPanel(QWidget* parent)
   band_y_->setLabelFormat("%.0f");
   band_chart_->addAxis(band_x_, Qt::AlignBottom);
   band_chart_->addAxis(band_y_, Qt::AlignLeft);
+  keep_whole_axis_fitted(band_chart_, band_y_);
   for (auto* s : {band_latent_, band_threshold_}) {
     band_chart_->addSeries(s);
     s->attachAxis(band_x_);
@@ -185,8 +187,7 @@ InspectorPanel::InspectorPanel(QWidget* parent)
   step_label_->setAlignment(Qt::AlignTop | Qt::AlignLeft);
   for (QLabel* l : {preview_, mask_}) {
     l->setAlignment(Qt::AlignCenter);
-    // 160: a 64x64 or 128x128 latent is drawn 128 px wide in it (whole pixel factors), as in 180.
-    l->setFixedSize(160, 160);
+    l->setFixedSize(180, 180);
     l->setFrameShape(QFrame::StyledPanel);
   }
   preview_->setObjectName("latentPreview");
@@ -246,13 +247,12 @@ InspectorPanel::InspectorPanel(QWidget* parent)
   layout->addLayout(fix_row);
   // The charts and the step's images scroll where the window is too short for them; the verdict above always shows
   // whole. (Squeezed, the splitter got less than its minimum and its rows overlapped: the lower charts hid the
-  // upper ones' step labels in a 1400x1052 window.)
+  // upper ones' step labels in a 1400x900 window.)
   auto* scroll = new QScrollArea;
   scroll->setObjectName("inspectorScroll");
   scroll->setWidget(split);
   scroll->setWidgetResizable(true);
   scroll->setFrameShape(QFrame::NoFrame);
-  scroll->setHorizontalScrollBarPolicy(Qt::ScrollBarAsNeeded);
   scroll->setMinimumHeight(fontMetrics().lineSpacing() * 6);
   layout->addWidget(scroll, 1);
   clear(1, 20);

@@ -342,7 +342,8 @@ class GuiTest : public QObject {
       const auto views = w->inspector()->findChildren<QtCharts::QChartView*>();
       QCOMPARE(views.size(), 4);
       for (auto* v : views) {
-        QVERIFY2(v->height() >= v->chart()->minimumSize().height(), qPrintable(v->chart()->title()));
+        QVERIFY2(v->height() >= std::max<qreal>(v->minimumHeight(), v->chart()->minimumSize().height()),
+                 qPrintable(v->chart()->title()));
         for (auto* u : views) {
           if (u != v)
             QVERIFY(!QRect(u->mapTo(w.get(), QPoint()), u->size())
