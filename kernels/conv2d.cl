@@ -220,21 +220,23 @@ __kernel CPU_ONE_ITEM void winograd_input(__global const store_t* x, uint C, uin
   // the last image): each lane gathers its own tile's 6x6 window, and the transform runs in the vector lanes as
   // above. One tile at a time took 16x the vector path's arithmetic: the input transform was 0.59 s of a 3.75 s
   // SD 1.5 UNet call (f32, latent 64, 2-core Zen 5), 0.13 s this way (f16: 0.16 s).
+  // (The loops run over all 16 lanes, a constant trip count as before the last tiles came here.)
   const uint live = min(16u, tc - 16u * nb);
   int ys[16], xs[16];
   ulong base[16];
-  for (uint j = 0; j < live; ++j) {
+  for (uint j = 0; j < 16u; ++j) {
     uint im;
-    wino_tile(q0 + j, TH, TW, pad, &im, &ys[j], &xs[j]);
+    wino_tile(q0 + j, TH, TW, pad, &im, &ys[j], &xs[j]);  // arithmetic only: past the last image for dead lanes
     base[j] = ((ulong)im * C + c) * H * W;
   }
   // win[16 (6r + k) + j]: lane j's window; a row segment inside the image in two 4-wide loads (halves and
   // bf16 converted four at a time), bounds checked value by value only at the image's edges.
   float win[36 * 16];
-  for (uint j = live; j < 16u; ++j) {
-    for (int e = 0; e < 36; ++e) win[16 * e + j] = 0.0f;
-  }
-  for (uint j = 0; j < live; ++j) {
+  for (uint j = 0; j < 16u; ++j) {
+    if (j >= live) {
+      for (int e = 0; e < 36; ++e) win[16 * e + j] = 0.0f;
+      continue;
+    }
     const __global store_t* xc = x + base[j];
     const int xj = xs[j];
     const bool inner = xj >= 0 && xj + 6 <= (int)W;
