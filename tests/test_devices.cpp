@@ -181,7 +181,7 @@ TEST(Devices, PinFromEnvironment) {
 // the environment into BackendOptions once, and bad values are ignored.
 TEST(Devices, BackendOptionsFromTheEnvironment) {
   for (const char* v : {"NANSCOPE_POOL_MB", "NANSCOPE_WEIGHT_PANELS_MB", "NANSCOPE_PROFILE", "NANSCOPE_KERNEL_STYLE",
-                        "NANSCOPE_ATTENTION_CPU_ROWS"})
+                        "NANSCOPE_ATTENTION_CPU_ROWS", "NANSCOPE_ATTENTION_CPU_LANES"})
     unsetenv(v);
   BackendOptions o = backend_options_from_environment();
   EXPECT_FALSE(o.pool_keep_bytes.has_value());
@@ -189,11 +189,13 @@ TEST(Devices, BackendOptionsFromTheEnvironment) {
   EXPECT_FALSE(o.profile);
   EXPECT_EQ(o.kernel_style, KernelStyleChoice::by_device);
   EXPECT_EQ(o.attention_cpu_rows, 0);
+  EXPECT_EQ(o.attention_cpu_lanes, 0);
   setenv("NANSCOPE_POOL_MB", "12", 1);
   setenv("NANSCOPE_WEIGHT_PANELS_MB", "0", 1);
   setenv("NANSCOPE_PROFILE", "1", 1);
   setenv("NANSCOPE_KERNEL_STYLE", "gpu", 1);
   setenv("NANSCOPE_ATTENTION_CPU_ROWS", "16", 1);
+  setenv("NANSCOPE_ATTENTION_CPU_LANES", "8", 1);
   BackendOptions base;
   base.kernel_cache_dir = "/somewhere";
   o = backend_options_from_environment(base);
@@ -202,6 +204,7 @@ TEST(Devices, BackendOptionsFromTheEnvironment) {
   EXPECT_TRUE(o.profile);
   EXPECT_EQ(o.kernel_style, KernelStyleChoice::gpu);
   EXPECT_EQ(o.attention_cpu_rows, 16);
+  EXPECT_EQ(o.attention_cpu_lanes, 8);
   EXPECT_FALSE(o.profile_grids);
   EXPECT_EQ(o.kernel_cache_dir, "/somewhere");  // the base is kept
   setenv("NANSCOPE_PROFILE", "grid", 1);
@@ -212,6 +215,7 @@ TEST(Devices, BackendOptionsFromTheEnvironment) {
   setenv("NANSCOPE_WEIGHT_PANELS_MB", "-3", 1);
   setenv("NANSCOPE_KERNEL_STYLE", "fast", 1);
   setenv("NANSCOPE_ATTENTION_CPU_ROWS", "12", 1);
+  setenv("NANSCOPE_ATTENTION_CPU_LANES", "4", 1);
   setenv("NANSCOPE_PROFILE", "often", 1);
   o = backend_options_from_environment();
   EXPECT_FALSE(o.profile);
@@ -220,8 +224,9 @@ TEST(Devices, BackendOptionsFromTheEnvironment) {
   EXPECT_FALSE(o.weight_panel_bytes.has_value());
   EXPECT_EQ(o.kernel_style, KernelStyleChoice::by_device);
   EXPECT_EQ(o.attention_cpu_rows, 0) << "12 is no geometry: by the device";
+  EXPECT_EQ(o.attention_cpu_lanes, 0) << "4 lanes is no geometry: by the device";
   for (const char* v : {"NANSCOPE_POOL_MB", "NANSCOPE_WEIGHT_PANELS_MB", "NANSCOPE_PROFILE", "NANSCOPE_KERNEL_STYLE",
-                        "NANSCOPE_ATTENTION_CPU_ROWS"})
+                        "NANSCOPE_ATTENTION_CPU_ROWS", "NANSCOPE_ATTENTION_CPU_LANES"})
     unsetenv(v);
   // NANSCOPE_TENSOR_CORES=0|1 (anything else is ignored): NVIDIA tensor cores for f16 GEMMs.
   unsetenv("NANSCOPE_TENSOR_CORES");

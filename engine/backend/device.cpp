@@ -520,6 +520,15 @@ BackendOptions backend_options_from_environment(BackendOptions o) {
   env_switch("NANSCOPE_CALL_ARENA", "on", "off", o.call_arena);
   env_switch("NANSCOPE_FIRST_CALL_ARENA", "on", "off", o.first_call_arena);
   env_switch("NANSCOPE_NATIVE_HALF", "hardware", "emulated", o.half_units);
+  if (const char* v = std::getenv("NANSCOPE_ATTENTION_CPU_LANES"); v && *v) {
+    const std::string_view s(v);
+    const int lanes = s == "8" ? 8 : s == "16" ? 16 : 0;
+    if (lanes) {
+      o.attention_cpu_lanes = lanes;
+    } else {
+      log::warn("NANSCOPE_ATTENTION_CPU_LANES={} is not 8 or 16; choosing by the device", s);
+    }
+  }
   if (const char* v = std::getenv("NANSCOPE_ATTENTION_CPU_ROWS"); v && *v) {
     const std::string_view s(v);
     const int rows = s == "8" ? 8 : s == "16" ? 16 : s == "32" ? 32 : 0;

@@ -229,10 +229,13 @@ struct BackendOptions {
   // gemm_cpu_direct_a global [40,16,2]"), to tell which shape of an op costs.
   bool profile_grids = false;
   KernelStyleChoice kernel_style = KernelStyleChoice::by_device;
-  // The CPU flash attention's query rows per work-item (kernels/attention.cl):
-  // 8 (8-wide vectors), 16 (16-wide) or 32 (two 16-wide halves); 0: by the
-  // device's native float vector width, 32 on AVX-512, 8 below. Tests run
-  // every geometry on any CPU.
+  // The CPU flash attention's geometry (kernels/attention.cl): its vector lanes
+  // (8 or 16 query rows a vector) and query rows per work-item (one or two
+  // vectors' worth): 16 lanes x 32 rows (x 8 keys a block), 16 x 16 (x 16),
+  // 8 x 16 (x 6) or 8 x 8 (x 12). 0: by the device's native float vector
+  // width, 16 x 32 on AVX-512 and 8 x 16 below; rows alone given (8 or 32)
+  // imply their lanes. Tests run every geometry on any CPU.
+  int attention_cpu_lanes = 0;
   int attention_cpu_rows = 0;
   // Test setting: the CPU flash attention's blocking over memory, forced (0:
   // by the call's size): query row blocks per work-item, and key blocks per
@@ -285,6 +288,7 @@ struct BackendOptions {
 //   NANSCOPE_NATIVE_HALF=hardware|emulated   half_units
 //   NANSCOPE_TENSOR_CORES=0|1|emulate  tensor_cores (emulate: emulate_tensor_cores)
 //   NANSCOPE_WINOGRAD=0|1    winograd
+//   NANSCOPE_ATTENTION_CPU_LANES=8|16  attention_cpu_lanes
 //   NANSCOPE_ATTENTION_CPU_ROWS=8|16|32  attention_cpu_rows
 // A value that cannot be used is logged as a warning and ignored.
 BackendOptions backend_options_from_environment(BackendOptions base = {});

@@ -9,9 +9,13 @@
 #include <cmath>
 #include <limits>
 #include <memory>
+#include <string>
 #include <utility>
+#include <vector>
 
+#include "backend/opencl/gemm.hpp"
 #include "backend/opencl/opencl_backend.hpp"
+#include "core/error.hpp"
 #include "support/backends.hpp"
 #include "support/op_case.hpp"
 
@@ -27,6 +31,15 @@ struct AttnShape {
            (causal ? "_causal" : "");
   }
 };
+
+// The CPU flash kernel's geometries (BackendOptions::attention_cpu_lanes and attention_cpu_rows): 16 lanes x 32
+// rows (two halves) x 8 keys a block and 16 x 16 x 16 for AVX-512, 8 x 16 x 6 and 8 x 8 x 12 for AVX2. PoCL
+// builds each for any CPU (wider vectors than the CPU's are split), so every CPU runs all four.
+struct FlashCpuGeometry {
+  int lanes = 0, rows = 0;
+  std::string tag() const { return std::to_string(lanes) + " lanes x " + std::to_string(rows) + " rows"; }
+};
+constexpr FlashCpuGeometry kFlashCpuGeometries[] = {{16, 32}, {16, 16}, {8, 16}, {8, 8}};
 
 OpCase attention_case(const AttnShape& s, const AttentionConfig& cfg) {
   OpCase c;
@@ -207,17 +220,22 @@ TEST(AttentionImpls, SlicedEqualsBmmBitForBit) {
 void expect_flash_nonfinite_like(const std::vector<HostTensor>& qkv, const HostTensor& want, int heads, float scale,
                                  const std::string& trace) {
   for (Backend* be : all_backends()) {
-    // The GPU style, and the CPU style at each of its flash kernel's geometries (32, 16 and 8 query rows).
-    for (const auto& [style, rows] : {std::pair{KernelStyleChoice::cpu, 32}, std::pair{KernelStyleChoice::cpu, 16},
-                                      std::pair{KernelStyleChoice::cpu, 8}, std::pair{KernelStyleChoice::gpu, 0}}) {
+    // The GPU style, and the CPU style at each of its flash kernel's geometries.
+    struct Family {
+      KernelStyleChoice style;
+      FlashCpuGeometry geometry;
+    };
+    std::vector<Family> families{{KernelStyleChoice::gpu, {}}};
+    for (const FlashCpuGeometry& g : kFlashCpuGeometries) families.push_back({KernelStyleChoice::cpu, g});
+    for (const auto& [style, geometry] : families) {
       if (be->device().kind == DeviceKind::reference) continue;
       BackendOptions options = test_backend_options();
       options.kernel_style = style;
-      options.attention_cpu_rows = rows;
+      options.attention_cpu_lanes = geometry.lanes;
+      options.attention_cpu_rows = geometry.rows;
       const std::unique_ptr<Backend> own = make_backend(be->device(), options);
       SCOPED_TRACE(trace + "device \"" + be->device().name +
-                   (style == KernelStyleChoice::cpu ? "\" cpu style, " + std::to_string(rows) + " rows"
-                                                    : std::string("\" gpu style")));
+                   (style == KernelStyleChoice::cpu ? "\" cpu style, " + geometry.tag() : std::string("\" gpu style")));
       const HostTensor got = run_attention(*own, qkv, {DType::f32}, {AttentionImpl::fused, 1}, heads, scale);
       EXPECT_TRUE(tensors_close(got, want, tolerance("attention_fused", Precision{DType::f32}, Check::backend), true));
       const CompareStats st = compare_stats(got, want);
@@ -256,10 +274,8 @@ void expect_tensor_core_flash_nonfinite_like(const std::vector<HostTensor>& qkv,
   }
 }
 
-// The CPU flash kernel's three geometries (32 query rows in two halves x 8 keys
-// per block or 16 x 16 on AVX-512, 8 x 12 on AVX2; the op suite runs the
-// device's own) against the
-// reference on every CPU-style OpenCL device: ragged query and key blocks,
+// The CPU flash kernel's four geometries (kFlashCpuGeometries; the op suite
+// runs the device's own) against the reference on every CPU-style OpenCL device: ragged query and key blocks,
 // d != dv, dv not a multiple of the 8-column pass, the SD head sizes, batch and
 // heads above 1, f32 and f16 storage.
 TEST(AttentionFlashCpu, EveryGeometryMatchesTheReference) {
@@ -271,10 +287,11 @@ TEST(AttentionFlashCpu, EveryGeometryMatchesTheReference) {
                               {1, 9, 200, 2, 80, 80, false}};
   for (Backend* be : all_backends()) {
     if (be->device().kind == DeviceKind::reference || be->device().kind == DeviceKind::simulator) continue;
-    for (const int rows : {32, 16, 8}) {
+    for (const FlashCpuGeometry& g : kFlashCpuGeometries) {
       BackendOptions options = test_backend_options();
       options.kernel_style = KernelStyleChoice::cpu;
-      options.attention_cpu_rows = rows;
+      options.attention_cpu_lanes = g.lanes;
+      options.attention_cpu_rows = g.rows;
       const std::unique_ptr<Backend> own = make_backend(be->device(), options);
       for (const AttnShape& s : shapes) {
         const std::vector<HostTensor> qkv{random_normal(rng, {s.batch, s.sq, s.heads * s.d}, DType::f32),
@@ -282,7 +299,7 @@ TEST(AttentionFlashCpu, EveryGeometryMatchesTheReference) {
                                           random_normal(rng, {s.batch, s.sk, s.heads * s.dv}, DType::f32)};
         const float scale = static_cast<float>(1.0 / std::sqrt(double(s.d)));
         for (const Precision& p : {Precision{DType::f32}, Precision{DType::f16}}) {
-          SCOPED_TRACE("device \"" + be->device().name + "\" " + std::to_string(rows) + " rows, " + s.tag() + " " +
+          SCOPED_TRACE("device \"" + be->device().name + "\" " + g.tag() + ", " + s.tag() + " " +
                        std::string(dtype_name(p.dtype)));
           const HostTensor want =
               run_attention(reference_backend(), qkv, p, {AttentionImpl::fused, 1}, int(s.heads), scale);
@@ -295,6 +312,41 @@ TEST(AttentionFlashCpu, EveryGeometryMatchesTheReference) {
       for (const std::string& n : own->kernel_notes())
         flash = flash && n.find("flash attention not used") == std::string::npos;
       EXPECT_TRUE(flash) << "the CPU flash kernel must have run every case";
+    }
+  }
+}
+
+// The geometry by default follows the device's native float vectors (16 lanes x 32 rows on AVX-512, 8 x 16
+// below); rows alone imply their lanes; rows that are neither the lanes nor twice them are refused by name.
+TEST(AttentionFlashCpu, GeometryFromTheDeviceAndTheOptions) {
+  for (Backend* be : all_backends()) {
+    if (be->device().kind == DeviceKind::reference) continue;
+    const auto geometry = [&](int lanes, int rows) {
+      BackendOptions options = test_backend_options();
+      options.attention_cpu_lanes = lanes;
+      options.attention_cpu_rows = rows;
+      const std::unique_ptr<Backend> own = make_backend(be->device(), options);
+      const auto* ocl = dynamic_cast<const opencl::OpenClBackend*>(own.get());
+      EXPECT_NE(ocl, nullptr);
+      return ocl ? FlashCpuGeometry{ocl->attention_cpu_lanes(), ocl->attention_cpu_rows()} : FlashCpuGeometry{};
+    };
+    SCOPED_TRACE("device \"" + be->device().name + "\"");
+    const int native = opencl::gemm::native_float_width(be->device()) >= 16 ? 16 : 8;
+    EXPECT_EQ(geometry(0, 0).lanes, native);
+    EXPECT_EQ(geometry(0, 0).rows, 2 * native);
+    EXPECT_EQ(geometry(0, 8).lanes, 8);
+    EXPECT_EQ(geometry(0, 32).lanes, 16);
+    EXPECT_EQ(geometry(0, 16).lanes, native);
+    EXPECT_EQ(geometry(16, 0).rows, 32);
+    EXPECT_EQ(geometry(8, 0).rows, 16);
+    EXPECT_EQ(geometry(8, 8).rows, 8);
+    try {
+      geometry(16, 8);
+      ADD_FAILURE() << "16 lanes x 8 rows must be refused";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("attention_cpu_rows must be attention_cpu_lanes or twice it"),
+                std::string::npos)
+          << e.what();
     }
   }
 }
@@ -313,11 +365,12 @@ TEST(AttentionFlashCpu, BlockingOverMemoryKeepsTheResultsBitForBit) {
   };
   for (Backend* be : all_backends()) {
     if (be->device().kind == DeviceKind::reference || be->device().kind == DeviceKind::simulator) continue;
-    for (const int rows : {32, 16, 8}) {
+    for (const FlashCpuGeometry& g : kFlashCpuGeometries) {
       const auto backend = [&](Blocking b) {
         BackendOptions options = test_backend_options();
         options.kernel_style = KernelStyleChoice::cpu;
-        options.attention_cpu_rows = rows;
+        options.attention_cpu_lanes = g.lanes;
+        options.attention_cpu_rows = g.rows;
         options.attention_cpu_row_blocks = b.row_blocks;
         options.attention_cpu_key_chunk = b.key_chunk;
         return make_backend(be->device(), options);
@@ -334,7 +387,7 @@ TEST(AttentionFlashCpu, BlockingOverMemoryKeepsTheResultsBitForBit) {
             run_attention(reference_backend(), qkv, p, {AttentionImpl::fused, 1}, int(s.heads), scale, s.causal);
         EXPECT_TRUE(tensors_close(want, ref, tolerance("attention_fused", p, Check::backend)));
         for (const Blocking b : {Blocking{3, 2}, Blocking{2, 1}, Blocking{16, 3}}) {
-          SCOPED_TRACE("device \"" + be->device().name + "\" " + std::to_string(rows) + " rows, " + s.tag() + ", " +
+          SCOPED_TRACE("device \"" + be->device().name + "\" " + g.tag() + ", " + s.tag() + ", " +
                        std::to_string(b.row_blocks) + " row blocks, chunks of " + std::to_string(b.key_chunk));
           const std::unique_ptr<Backend> blocked = backend(b);
           EXPECT_TRUE(bitwise_equal(

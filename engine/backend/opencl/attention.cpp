@@ -26,19 +26,19 @@ namespace {
 
 constexpr std::int64_t kFusedQueryRows = 4;  // ATTN_QB in attention.cl
 constexpr std::int64_t kFusedMaxHead = 512;  // ATTN_MAX_D in attention.cl
-constexpr std::int64_t kFlashCpuCols = 8;    // FV in attention.cl (8; 4 at 32 rows): the packed V rows are whole passes
+constexpr std::int64_t kFlashCpuCols =
+    8;  // FV in attention.cl (8; 4 at two halves): the packed V rows are whole passes
 
-// attention_flash_cpu's geometry (-DFLW, -DFLH in attention.cl): 32 query rows (two halves of 16 lanes) x 8 keys
-// per block on 16-wide float vectors (AVX-512), or 16 x 16 (one half); 8 x 12 on narrower ones (AVX2).
+// attention_flash_cpu's geometry (-DFLW, -DFLH in attention.cl): query rows along `lanes`-wide vectors, one or
+// two halves of them per work-item, and the keys a block that fit the registers beside them. 16-wide float
+// vectors (AVX-512): 32 rows (two halves) x 8 keys, or 16 x 16 (one half); 8-wide (AVX2): 16 x 6 or 8 x 12.
 struct FlashCpuGeometry {
-  std::int64_t rows, keys;
+  std::int64_t lanes, rows, keys;
 };
 FlashCpuGeometry flash_cpu_geometry(const OpenClBackend& be) {
-  switch (be.attention_cpu_rows()) {
-    case 32: return {32, 8};
-    case 16: return {16, 16};
-    default: return {8, 12};
-  }
+  const std::int64_t lanes = be.attention_cpu_lanes(), rows = be.attention_cpu_rows();
+  if (lanes == 16) return {16, rows, rows == 32 ? 8 : 16};
+  return {8, rows, rows == 16 ? 6 : 12};
 }
 
 // The CPU family's programs carry attention_flash_cpu's geometry; the GPU family's leave
@@ -49,9 +49,9 @@ FlashCpuGeometry flash_cpu_geometry(const OpenClBackend& be) {
 std::string attention_options(OpenClBackend& be, const Precision& p) {
   std::string o = be.precision_options(p) + detail::exact_math_options(be.device());
   if (be.kernel_style() == KernelStyle::gpu) return o + " -DGPU_KERNELS";
-  const std::int64_t rows = flash_cpu_geometry(be).rows;
-  if (rows == 8) o += " -DFLW=8";
-  if (rows == 32) o += " -DFLH=2";
+  const FlashCpuGeometry g = flash_cpu_geometry(be);
+  if (g.lanes == 8) o += " -DFLW=8";
+  if (g.rows == 2 * g.lanes) o += " -DFLH=2";
   o += " -DCPU_KERNELS";  // common.cl CPU_ONE_ITEM
   if (p.native_accumulation() || p.native_softmax()) o += " -DATTN_FUSED";
   return o;

@@ -233,15 +233,27 @@ OpenClBackend::OpenClBackend(const DeviceInfo& device, const BackendOptions& opt
     throw Error("attention_cpu_rows must be 8, 16 or 32 (0: by the device); got " +
                 std::to_string(options.attention_cpu_rows));
   }
+  if (options.attention_cpu_lanes != 0 && options.attention_cpu_lanes != 8 && options.attention_cpu_lanes != 16) {
+    throw Error("attention_cpu_lanes must be 8 or 16 (0: by the device); got " +
+                std::to_string(options.attention_cpu_lanes));
+  }
   if (options.attention_cpu_row_blocks < 0 || options.attention_cpu_key_chunk < 0) {
     throw Error("attention_cpu_row_blocks and attention_cpu_key_chunk must be 0 (by the call) or positive");
   }
   attention_cpu_row_blocks_ = options.attention_cpu_row_blocks;
   attention_cpu_key_chunk_ = options.attention_cpu_key_chunk;
   // Resolved once: the device's width does not change (one driver query, not one per attention call).
-  attention_cpu_rows_ = options.attention_cpu_rows              ? options.attention_cpu_rows
-                        : gemm::native_float_width(info_) >= 16 ? 32
-                                                                : 8;
+  attention_cpu_lanes_ = options.attention_cpu_lanes             ? options.attention_cpu_lanes
+                         : options.attention_cpu_rows == 8       ? 8
+                         : options.attention_cpu_rows == 32      ? 16
+                         : gemm::native_float_width(info_) >= 16 ? 16
+                                                                 : 8;
+  attention_cpu_rows_ = options.attention_cpu_rows ? options.attention_cpu_rows : 2 * attention_cpu_lanes_;
+  if (attention_cpu_rows_ != attention_cpu_lanes_ && attention_cpu_rows_ != 2 * attention_cpu_lanes_) {
+    throw Error("attention_cpu_rows must be attention_cpu_lanes or twice it (" + std::to_string(attention_cpu_lanes_) +
+                " lanes: " + std::to_string(attention_cpu_lanes_) + " or " + std::to_string(2 * attention_cpu_lanes_) +
+                " rows); got " + std::to_string(attention_cpu_rows_));
+  }
   guard_log_ = std::make_shared<GuardLog>();
   switch (options.kernel_style) {
     case KernelStyleChoice::cpu: style_ = KernelStyle::cpu; break;

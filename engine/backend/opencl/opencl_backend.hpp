@@ -139,8 +139,10 @@ class OpenClBackend final : public Backend {
   // (work-groups sharing local-memory tiles). Chosen by device kind unless
   // BackendOptions::kernel_style forces one (to test the GPU kernels on a CPU).
   KernelStyle kernel_style() const { return style_; }
-  // The CPU flash attention's query rows per work-item, 8, 16 or 32: BackendOptions::attention_cpu_rows,
-  // else by the device's native float vector width.
+  // The CPU flash attention's vector lanes (8 or 16) and query rows per work-item (the lanes or twice
+  // them): BackendOptions::attention_cpu_lanes and attention_cpu_rows, else by the device's native float
+  // vector width.
+  int attention_cpu_lanes() const { return attention_cpu_lanes_; }
   int attention_cpu_rows() const { return attention_cpu_rows_; }
   // BackendOptions::attention_cpu_row_blocks and attention_cpu_key_chunk (0: by the call).
   int attention_cpu_row_blocks() const { return attention_cpu_row_blocks_; }
@@ -230,7 +232,7 @@ class OpenClBackend final : public Backend {
   bool tensor_cores_ = true;  // BackendOptions::tensor_cores
   bool emulate_tensor_cores_ = false;
   bool winograd_ = true;  // BackendOptions::winograd
-  int attention_cpu_rows_ = 8;
+  int attention_cpu_lanes_ = 8, attention_cpu_rows_ = 16;
   int attention_cpu_row_blocks_ = 0, attention_cpu_key_chunk_ = 0;
   mutable std::mutex notes_mutex_;
   std::vector<std::string> fallbacks_;                            // note_fallback()
