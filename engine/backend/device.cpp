@@ -10,8 +10,10 @@
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
+#include <initializer_list>
 #include <mutex>
 #include <sstream>
+#include <string>
 #include <string_view>
 
 #include "backend/opencl/cl_check.hpp"
@@ -489,6 +491,22 @@ std::optional<std::uint64_t> env_mib(const char* name, bool zero_allowed) {
   return std::nullopt;
 }
 
+// One of `choices`, written in decimal, from the environment variable `name` into `value` (unchanged when unset;
+// anything else is logged and ignored: the device chooses).
+void env_choice(const char* name, std::initializer_list<int> choices, int& value) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return;
+  std::string list;
+  for (const int c : choices) {
+    if (std::to_string(c) == v) {
+      value = c;
+      return;
+    }
+    list += (list.empty() ? "" : c == *(choices.end() - 1) ? " or " : ", ") + std::to_string(c);
+  }
+  log::warn("{}={} is not {}; choosing by the device", name, v, list);
+}
+
 }  // namespace
 
 BackendOptions backend_options_from_environment(BackendOptions o) {
@@ -520,24 +538,8 @@ BackendOptions backend_options_from_environment(BackendOptions o) {
   env_switch("NANSCOPE_CALL_ARENA", "on", "off", o.call_arena);
   env_switch("NANSCOPE_FIRST_CALL_ARENA", "on", "off", o.first_call_arena);
   env_switch("NANSCOPE_NATIVE_HALF", "hardware", "emulated", o.half_units);
-  if (const char* v = std::getenv("NANSCOPE_ATTENTION_CPU_LANES"); v && *v) {
-    const std::string_view s(v);
-    const int lanes = s == "8" ? 8 : s == "16" ? 16 : 0;
-    if (lanes) {
-      o.attention_cpu_lanes = lanes;
-    } else {
-      log::warn("NANSCOPE_ATTENTION_CPU_LANES={} is not 8 or 16; choosing by the device", s);
-    }
-  }
-  if (const char* v = std::getenv("NANSCOPE_ATTENTION_CPU_ROWS"); v && *v) {
-    const std::string_view s(v);
-    const int rows = s == "8" ? 8 : s == "16" ? 16 : s == "32" ? 32 : 0;
-    if (rows) {
-      o.attention_cpu_rows = rows;
-    } else {
-      log::warn("NANSCOPE_ATTENTION_CPU_ROWS={} is not 8, 16 or 32; choosing by the device", s);
-    }
-  }
+  env_choice("NANSCOPE_ATTENTION_CPU_LANES", {8, 16}, o.attention_cpu_lanes);
+  env_choice("NANSCOPE_ATTENTION_CPU_ROWS", {8, 16, 32}, o.attention_cpu_rows);
   return o;
 }
 

@@ -26,8 +26,7 @@ namespace {
 
 constexpr std::int64_t kFusedQueryRows = 4;  // ATTN_QB in attention.cl
 constexpr std::int64_t kFusedMaxHead = 512;  // ATTN_MAX_D in attention.cl
-constexpr std::int64_t kFlashCpuCols =
-    8;  // FV in attention.cl (8; 4 at two halves): the packed V rows are whole passes
+constexpr std::int64_t kFlashCpuCols = 8;    // FV in attention.cl (8, or 4 at two halves): V rows are whole passes
 
 // attention_flash_cpu's geometry (-DFLW, -DFLH in attention.cl): query rows along `lanes`-wide vectors, one or
 // two halves of them per work-item, and the keys a block that fit the registers beside them. 16-wide float
