@@ -539,9 +539,20 @@ __kernel CPU_ONE_ITEM void attention_flash_cpu(__global const store_t* q, __glob
     const uint i0 = i00 + g * FR, rows = min((uint)FR, sq - i0);
     __local float* qt = state + g * gs;  // Q^T, scaled: the FR values of channel c are adjacent
     __local float* ot = qt + d * FR;  // O^T
+    // Q's rows 8 channels at a time: for f16 the CPU's conversion instruction, where a scalar ld() is its exact
+    // integer emulation (the UNet's Q and O in f16 made its attention 4-7% slower than in f32). Same values.
     for (uint r = 0; r < FR; ++r) {
       const __global store_t* qr = q + (b * sq + i0 + r) * qstride + (ulong)h * d;
-      for (uint c = 0; c < d; ++c) qt[c * FR + r] = r < rows ? ld(qr, c) * qscale : 0.0f;  // rows past sq: never stored
+      uint c = 0;
+      if (r < rows) {
+        for (; c + 8u <= d; c += 8u) {
+          float t[8];
+          vstore8(ld8(qr, c) * qscale, 0, t);
+          for (uint i = 0; i < 8u; ++i) qt[(c + i) * FR + r] = t[i];
+        }
+        for (; c < d; ++c) qt[c * FR + r] = ld(qr, c) * qscale;
+      }
+      for (; c < d; ++c) qt[c * FR + r] = 0.0f;  // rows past sq: never stored
     }
     for (uint c = 0; c < dvp * FLH; ++c) vstorew((floatw)(0.0f), c, ot);
     for (uint h = 0; h < FLH; ++h) {
@@ -611,9 +622,15 @@ __kernel CPU_ONE_ITEM void attention_flash_cpu(__global const store_t* q, __glob
       const floatw l = vloadw(FLH + h, ot + dvp * FR);
       for (uint c = 0; c < dv; ++c) vstorew(vloadw(c * FLH + h, ot) / l, c * FLH + h, ot);
     }
-    for (uint r = 0; r < rows; ++r) {
+    for (uint r = 0; r < rows; ++r) {  // 8 channels a store, as Q's loads
       __global store_t* orow = out + (b * sq + i0 + r) * vstride + (ulong)h * dv;
-      for (uint c = 0; c < dv; ++c) st(orow, c, ot[c * FR + r]);
+      uint c = 0;
+      for (; c + 8u <= dv; c += 8u) {
+        float t[8];
+        for (uint i = 0; i < 8u; ++i) t[i] = ot[(c + i) * FR + r];
+        st8(orow, c, vload8(0, t));
+      }
+      for (; c < dv; ++c) st(orow, c, ot[c * FR + r]);
     }
   }
 }
