@@ -77,28 +77,33 @@ TEST(Conv2dWinograd, TakesTheLargeStrideOneThreeByThreeConvolutionsWithF32Sums) 
 // or the block of output channels they are computed in: a backend whose scratch budget is 16 MB (largest
 // allocation 32 MB) splits 256 output channels of 1024 inputs into blocks of 112 and 160 tiles into chunks of
 // 96, and gives the same bytes as one block and one chunk. Both within the Winograd tolerance of the reference.
+// Under a 16 MB scratch budget the weights go in three blocks of output channels; at 32x40 the tiles in two
+// chunks too (each chunk transformed again per block), at 16x16 in one chunk (transformed once for all blocks).
 TEST(Conv2dWinograd, ChunksOfTilesAndBlocksOfOutputChannelsChangeNoBit) {
   const std::vector<opencl::OpenClBackend*> cpu = cpu_family_backends();
   if (cpu.empty()) GTEST_SKIP() << no_cpu_family_message();
   Rng rng(seed_from("winograd chunks"));
   SCOPED_TRACE("seed " + std::to_string(rng.seed()));
-  const std::int64_t n = 2, c = 1024, h = 32, w = 40, o = 256;
+  const std::int64_t n = 2, c = 1024, o = 256;
   const Precision p{DType::f32};
-  const HostTensor hx = random_normal(rng, {n, c, h, w}, p.dtype);
-  const HostTensor hw = random_normal(rng, {o, c, 3, 3}, p.dtype, 0.0, 1.0 / std::sqrt(double(c * 9)));
-  const HostTensor hb = random_normal(rng, {o}, p.dtype, 0.0, 0.1);
   BackendOptions small = test_backend_options();
   small.max_alloc_limit_bytes = std::uint64_t{32} << 20;
-  for (opencl::OpenClBackend* be : cpu) {
-    SCOPED_TRACE("device \"" + be->device().name + "\"");
-    ASSERT_TRUE(opencl::gemm::runs_winograd(*be, p, shape3x3(n, c, h, w, o)));
-    const auto limited = cpu_backend_with(*be, small);
-    ASSERT_EQ(opencl::gemm::scratch_budget(limited->device()), std::size_t{16} << 20);
-    const HostTensor whole = conv(*be, hx, hw, &hb, p);
-    const HostTensor split = conv(*limited, hx, hw, &hb, p);
-    EXPECT_TRUE(bitwise_equal(whole, split));
-    Backend& ref = reference_backend();
-    EXPECT_TRUE(tensors_close(whole, conv(ref, hx, hw, &hb, p), tolerance("conv2d_winograd", p, Check::backend)));
+  for (const auto& [h, w] : {std::pair<std::int64_t, std::int64_t>{32, 40}, {16, 16}}) {
+    SCOPED_TRACE(std::to_string(h) + "x" + std::to_string(w));
+    const HostTensor hx = random_normal(rng, {n, c, h, w}, p.dtype);
+    const HostTensor hw = random_normal(rng, {o, c, 3, 3}, p.dtype, 0.0, 1.0 / std::sqrt(double(c * 9)));
+    const HostTensor hb = random_normal(rng, {o}, p.dtype, 0.0, 0.1);
+    for (opencl::OpenClBackend* be : cpu) {
+      SCOPED_TRACE("device \"" + be->device().name + "\"");
+      ASSERT_TRUE(opencl::gemm::runs_winograd(*be, p, shape3x3(n, c, h, w, o)));
+      const auto limited = cpu_backend_with(*be, small);
+      ASSERT_EQ(opencl::gemm::scratch_budget(limited->device()), std::size_t{16} << 20);
+      const HostTensor whole = conv(*be, hx, hw, &hb, p);
+      const HostTensor split = conv(*limited, hx, hw, &hb, p);
+      EXPECT_TRUE(bitwise_equal(whole, split));
+      Backend& ref = reference_backend();
+      EXPECT_TRUE(tensors_close(whole, conv(ref, hx, hw, &hb, p), tolerance("conv2d_winograd", p, Check::backend)));
+    }
   }
 }
 

@@ -52,6 +52,12 @@ void run_winograd(OpenClBackend& be, const Precision& p, const ConvShape& s, cl_
   tc = std::min<std::int64_t>(tc, static_cast<std::int64_t>(ceil_div(tiles, t.nr())) * t.nr());
   const std::int64_t kc = k_block(t, s.c);
   const std::int64_t v_bs = b_panel_floats(t, tc, s.c);
+  // All tiles in one chunk (the 16x16 layers of the SD UNet at 512x512, the 32x32 ones with 1280-1920 inputs:
+  // wide weights in more than one block, few tiles): the inputs are transformed once instead of once per block
+  // of output channels (bench_ops, 2-core Xeon: the 2560-input 16x16 layer 87-93 -> 75 ms, the 1920-input 32x32
+  // one 85-91 -> 75-77 ms). Smaller weight blocks, which the GEMM would read back from the caches, are slower
+  // there (8 MB: 91 ms; 2 MB: 103 ms), and so are streamed stores of them (86 ms).
+  const bool one_chunk = tiles <= tc;
   const std::int64_t m_bs = ob * tc;
 
   detail::ScratchBuffer u(be, static_cast<std::size_t>(kPlanes * ob * s.c * f), std::string(op) + " Winograd weights");
@@ -63,8 +69,17 @@ void run_winograd(OpenClBackend& be, const Precision& p, const ConvShape& s, cl_
   cl_kernel weights = be.kernel("conv2d", "winograd_weights", opts);
   cl_kernel input = be.kernel("conv2d", "winograd_input", opts);
   cl_kernel output = be.kernel("conv2d", "winograd_output", opts);
-  // With more than one block of output channels the input tiles are transformed again for each block: only
-  // where the weights are large and the image small (one chunk of tiles) in the SD models.
+  const auto transform_inputs = [&](std::int64_t t0, std::int64_t len) {
+    OpenClBackend::set_args(input, x, to_uint(s.c, op, "c"), to_uint(s.h, op, "h"), to_uint(s.w, op, "w"),
+                            to_uint(s.padding, op, "padding"), to_uint(th, op, "tile rows"),
+                            to_uint(tw, op, "tile columns"), to_uint(t0, op, "tile"), to_uint(len, op, "tiles"),
+                            v.mem(), cl_ulong(v_bs), to_uint(kc, op, "kc"));
+    const size_t ig[2] = {static_cast<size_t>(s.c), ceil_div(len, 16)};  // 16 tiles per work-item
+    be.launch(input, op, 2, ig, nullptr);
+  };
+  if (one_chunk) transform_inputs(0, tiles);
+  // Otherwise, with more than one block of output channels, each chunk's tiles are transformed again for each
+  // block (weights of more than 64 MB transformed, on images of more than one chunk of tiles).
   for (std::int64_t o0 = 0; o0 < s.o; o0 += ob) {
     const std::int64_t rows = std::min(ob, s.o - o0);
     OpenClBackend::set_args(weights, w, u.mem(), to_uint(s.c, op, "c"), to_uint(o0, op, "o"),
@@ -83,13 +98,7 @@ void run_winograd(OpenClBackend& be, const Precision& p, const ConvShape& s, cl_
     pr.k = s.c;
     for (std::int64_t t0 = 0; t0 < tiles; t0 += tc) {
       const std::int64_t len = std::min(tc, tiles - t0);
-      const size_t groups = ceil_div(len, 16);  // 16 tiles per work-item
-      OpenClBackend::set_args(input, x, to_uint(s.c, op, "c"), to_uint(s.h, op, "h"), to_uint(s.w, op, "w"),
-                              to_uint(s.padding, op, "padding"), to_uint(th, op, "tile rows"),
-                              to_uint(tw, op, "tile columns"), to_uint(t0, op, "tile"), to_uint(len, op, "tiles"),
-                              v.mem(), cl_ulong(v_bs), to_uint(kc, op, "kc"));
-      const size_t ig[2] = {static_cast<size_t>(s.c), groups};
-      be.launch(input, op, 2, ig, nullptr);
+      if (!one_chunk) transform_inputs(t0, len);
 
       Problem chunk = pr;
       chunk.n = len;
@@ -99,7 +108,7 @@ void run_winograd(OpenClBackend& be, const Precision& p, const ConvShape& s, cl_
                               to_uint(o0, op, "o"), to_uint(s.o, op, "o"), to_uint(s.oh, op, "oh"),
                               to_uint(s.ow, op, "ow"), to_uint(th, op, "tile rows"), to_uint(tw, op, "tile columns"),
                               to_uint(t0, op, "tile"), to_uint(len, op, "tiles"), cl_uint(stream ? 1 : 0));
-      const size_t og[2] = {static_cast<size_t>(rows), groups};
+      const size_t og[2] = {static_cast<size_t>(rows), ceil_div(len, 16)};
       be.launch(output, op, 2, og, nullptr);
     }
   }
