@@ -292,6 +292,7 @@ int main(int argc, char** argv) {
                [&](const Tensor& x) { ops::upsample_nearest2x(ctx, x); });
 
     const double peak = std::max(peak_before, bench::measure_peak_flops());
+    const double block = bench::measure_gemm_block_flops();
     meter.reset();
     const bool memory_rows = std::any_of(rows.begin(), rows.end(), [](const Row& r) { return r.bytes > 0; });
     double bandwidth = 0.0, bandwidth_low = 0.0;  // the best and the lowest of the rows' measurements
@@ -306,6 +307,10 @@ int main(int argc, char** argv) {
 
     std::printf("\nbench_ops on \"%s\" (%s storage), FP32 peak of this CPU: %.0f GFLOP/s\n\n", dev.name.c_str(),
                 std::string(dtype_name(dtype)).c_str(), peak / 1e9);
+    std::printf(
+        "The CPU GEMM's register block alone (operands in L1, no memory traffic): %.0f GFLOP/s, %.0f%% of "
+        "the peak.\n\n",
+        block / 1e9, 100.0 * block / peak);
     const bool counted = !shapes.empty();
     if (counted) {
       std::printf(
@@ -379,6 +384,7 @@ int main(int argc, char** argv) {
                           {"dtype", std::string(dtype_name(dtype))},
                           {"shapes", shapes},
                           {"peak_gflops", peak / 1e9},
+                          {"gemm_block_gflops", block / 1e9},
                           {"bandwidth_gbs", bandwidth / 1e9},
                           {"rows", nlohmann::json::array()}};
     for (const auto& r : rows) {

@@ -145,6 +145,11 @@ inline void gemm_at_model_shapes(std::vector<Target>& out, const nlohmann::json&
                               where + " " + pct(lowest) + ")",
                           t.verdict, points(goal - share));
     if (!square.empty()) t.measured += "; square SGEMM: " + square;
+    // Why a miss: how far the register block itself gets without any memory traffic (bench_ops measures it).
+    if (const double block = linears.value("gemm_block_gflops", 0.0); block > 0) {
+      t.measured += "; the register block alone (operands in L1) " + pct(100.0 * block / peak) +
+                    " of the peak, the linears " + pct(share * peak / block) + " of that";
+    }
   } else if (!square.empty()) {
     t.measured = "square SGEMM only (not the models' shapes; run the linears stage): " + square;
   }
