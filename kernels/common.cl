@@ -908,3 +908,38 @@ static __attribute__((always_inline)) inline void im2col_taps3(__global const st
   *r1 = im2col_row16(xp, H, W, 1u, 1u, OW, oy, ox, ky, 1u, count);
   *r2 = im2col_row16(xp, H, W, 1u, 1u, OW, oy, ox, ky, 2u, count);
 }
+
+// Winograd F(4x4, 3x3)'s weight transform (conv2d.cl winograd_weights, matmul.cl winograd_fused_cpu: one
+// definition, so both give the same U bit for bit).
+// One row of G times three values (WINO_G_ROW), and G g GT for a 3x3 kernel g[3r + col] as u[6i + j]
+// (WINO_WEIGHTS). For float and float16.
+#define WINO_G_ROW(T, g0, g1, g2, r)                                               \
+  do {                                                                             \
+    (r)[0] = (g0) * 0.25f;                                                         \
+    (r)[1] = ((g0) + (g1) + (g2)) * (-1.0f / 6.0f);                                \
+    (r)[2] = ((g0) - (g1) + (g2)) * (-1.0f / 6.0f);                                \
+    (r)[3] = (g0) * (1.0f / 24.0f) + (g1) * (1.0f / 12.0f) + (g2) * (1.0f / 6.0f); \
+    (r)[4] = (g0) * (1.0f / 24.0f) - (g1) * (1.0f / 12.0f) + (g2) * (1.0f / 6.0f); \
+    (r)[5] = (g2);                                                                 \
+  } while (0)
+#define WINO_WEIGHTS(T, g, u)                                                 \
+  do {                                                                        \
+    T h_[18]; /* G g: 6 rows of 3 */                                          \
+    for (int col = 0; col < 3; ++col) {                                       \
+      T r_[6];                                                                \
+      WINO_G_ROW(T, g[col], g[3 + col], g[6 + col], r_);                      \
+      for (int i = 0; i < 6; ++i) h_[3 * i + col] = r_[i];                    \
+    }                                                                         \
+    for (int i = 0; i < 6; ++i) WINO_G_ROW(T, h_[3 * i], h_[3 * i + 1], h_[3 * i + 2], (u) + 6 * i); \
+  } while (0)
+// G g GT for 16 kernels at once: gs holds 16 consecutive 3x3 kernels (kernel j's tap t at 9j + t), uv[e] the
+// transformed value e of each in its lane.
+static inline void wino_weights16(const float* gs, float16* uv) {
+  float16 gv[9];
+  for (int t = 0; t < 9; ++t) {
+    gv[t] = (float16)(gs[t], gs[9 + t], gs[18 + t], gs[27 + t], gs[36 + t], gs[45 + t], gs[54 + t], gs[63 + t],
+                      gs[72 + t], gs[81 + t], gs[90 + t], gs[99 + t], gs[108 + t], gs[117 + t], gs[126 + t],
+                      gs[135 + t]);
+  }
+  WINO_WEIGHTS(float16, gv, uv);
+}

@@ -97,28 +97,6 @@ __kernel CPU_ONE_ITEM void conv_im2col_panels(__global const store_t* x, ulong x
 #define WINO_INPUT(T, d, v) WINO_2D(T, WINO_BT_COLUMN, 6, d, v)
 #define WINO_OUTPUT(T, m, y) WINO_2D(T, WINO_AT_COLUMN, 4, m, y)
 
-// One row of G times three values (WINO_G_ROW), and G g GT for a 3x3 kernel g[3r + col] as u[6i + j]
-// (WINO_WEIGHTS). For float and float16.
-#define WINO_G_ROW(T, g0, g1, g2, r)                                               \
-  do {                                                                             \
-    (r)[0] = (g0) * 0.25f;                                                         \
-    (r)[1] = ((g0) + (g1) + (g2)) * (-1.0f / 6.0f);                                \
-    (r)[2] = ((g0) - (g1) + (g2)) * (-1.0f / 6.0f);                                \
-    (r)[3] = (g0) * (1.0f / 24.0f) + (g1) * (1.0f / 12.0f) + (g2) * (1.0f / 6.0f); \
-    (r)[4] = (g0) * (1.0f / 24.0f) - (g1) * (1.0f / 12.0f) + (g2) * (1.0f / 6.0f); \
-    (r)[5] = (g2);                                                                 \
-  } while (0)
-#define WINO_WEIGHTS(T, g, u)                                                 \
-  do {                                                                        \
-    T h_[18]; /* G g: 6 rows of 3 */                                          \
-    for (int col = 0; col < 3; ++col) {                                       \
-      T r_[6];                                                                \
-      WINO_G_ROW(T, g[col], g[3 + col], g[6 + col], r_);                      \
-      for (int i = 0; i < 6; ++i) h_[3 * i + col] = r_[i];                    \
-    }                                                                         \
-    for (int i = 0; i < 6; ++i) WINO_G_ROW(T, h_[3 * i], h_[3 * i + 1], h_[3 * i + 2], (u) + 6 * i); \
-  } while (0)
-
 // U[e][o - o0][c] = (G g GT)[e] for the 3x3 kernels g = w[o][c] of output channels [o0, o0 + ob), 16 input
 // channels per work-item. Grid: (ceil(C / 16), ob).
 __kernel CPU_ONE_ITEM void winograd_weights(__global const store_t* w, __global float* u, uint C, uint o0, uint ob) {
@@ -130,13 +108,8 @@ __kernel CPU_ONE_ITEM void winograd_weights(__global const store_t* w, __global 
     // The 16 kernels are 144 consecutive values: kernel j's tap t is value 9j + t.
     float gs[144];
     for (int i = 0; i < 9; ++i) vstore16(ld16(g, 16 * i), 0, gs + 16 * i);
-    float16 gv[9], uv[36];
-    for (int t = 0; t < 9; ++t) {
-      gv[t] = (float16)(gs[t], gs[9 + t], gs[18 + t], gs[27 + t], gs[36 + t], gs[45 + t], gs[54 + t], gs[63 + t],
-                        gs[72 + t], gs[81 + t], gs[90 + t], gs[99 + t], gs[108 + t], gs[117 + t], gs[126 + t],
-                        gs[135 + t]);
-    }
-    WINO_WEIGHTS(float16, gv, uv);
+    float16 uv[36];
+    wino_weights16(gs, uv);
     for (int e = 0; e < 36; ++e) vstore16(uv[e], 0, dst + e * plane);
     return;
   }

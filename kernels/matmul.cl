@@ -446,6 +446,94 @@ __kernel CPU_ONE_ITEM void conv_cpu(__global const store_t* ap, __global const s
 }
 #endif  // !GPU_KERNELS && !GEMM_PACKED_A
 
+#if !defined(GPU_KERNELS) && !defined(GEMM_PACKED_A) && defined(STORE_F32)
+// Winograd F(4x4, 3x3) with the weight transform inside the GEMM, for images of one or two column panels of
+// tiles (winograd.cpp fuses_weights: the SD UNet's 16x16 layers at batch 2, 32 tiles). There winograd_weights
+// wrote U, 4x the weights (236 MB for 1280 x 1280 channels), to memory for gemm_cpu_direct_a to read back: about
+// half of such a layer's time. Here each work-item transforms the kernels of its rows, WINO_KS input channels at a
+// time, into local memory (ul, in L2) and multiplies them there against V's panels; the running sums of all 36
+// planes wait in local memory too (pl). U is the same (common.cl wino_weights16), and the sums are those of
+// gemm_cpu_direct_a in the same order (k ascending, f32): the products are identical bit for bit.
+// w: the weights [O][C][3][3] in the storage dtype (wdt 0 f32, 1 f16, 2 bf16: this f32 program runs every
+// storage's product), read as widened exactly. v: winograd_input's B panels (plane e at e * v_bs floats, k-blocked
+// by kc, nblocks panels). m: the products, plane e at e * m_bs floats, row o at o * ldm, for winograd_output.
+// C is a multiple of 16 (and so is every k-block). Grid: (panels, ceil(ceil(O / MR) / mgroup)), local size 1;
+// ul: 36 x mgroup * MR x WINO_KS floats, pl: 36 x mgroup x MR x NR floats.
+#define WINO_KS 32u
+#define WINO_AROW(r) const __local float* al##r = ua + r * WINO_KS;
+#define WINO_FMA_L(r) GEMM_FMA_V(r, al##r[ka])
+#define WINO_STORE_V(r, v) \
+  if (m0 + r < O) vstore16(acc##r##_##v, 0, mp + (ulong)(m0 + r) * ldm + n0 + 16u * v);
+#define WINO_STORE(r) GEMM_VECS(WINO_STORE_V, r)
+__kernel CPU_ONE_ITEM void winograd_fused_cpu(__global const void* w, uint wdt, __global const float* v, ulong v_bs,
+                                              uint nblocks, uint kc, __global float* m, ulong m_bs, ulong ldm,
+                                              __local float* ul, __local float* pl, uint mgroup, uint O, uint C) {
+  const uint nb = (uint)get_global_id(0);
+  const uint n0 = nb * GEMM_NR;
+  const uint mblocks = (O + GEMM_MR - 1) / GEMM_MR;
+  const uint mb0 = (uint)get_global_id(1) * mgroup;
+  const uint mb_end = min(mblocks, mb0 + mgroup);
+  const uint rows = (mb_end - mb0) * GEMM_MR;
+  for (uint k0 = 0; k0 < C; k0 += kc) {
+    const uint kcb = min(kc, C - k0);
+    for (uint s0 = 0; s0 < kcb; s0 += WINO_KS) {
+      const uint ks = min(WINO_KS, kcb - s0);
+      // U of the work-item's rows for input channels [k0 + s0, + ks): ul[(e * rows + row) * WINO_KS + c].
+      // Rows past O transform row O - 1 (their sums are never stored).
+      for (uint r = 0; r < rows; ++r) {
+        const ulong o = min(mb0 * GEMM_MR + r, O - 1u);
+        for (uint c = 0; c < ks; c += 16u) {
+          const ulong off = (o * C + k0 + s0 + c) * 9u;
+          float gs[144];
+          for (int i = 0; i < 9; ++i) {
+            float16 x;
+            if (wdt == 1u) {
+              x = vload_half16(0, (__global const half*)w + off + 16 * i);
+            } else if (wdt == 2u) {
+              x = as_float16(convert_uint16(vload16(0, (__global const ushort*)w + off + 16 * i)) << 16);
+            } else {
+              x = vload16(0, (__global const float*)w + off + 16 * i);
+            }
+            vstore16(x, 0, gs + 16 * i);
+          }
+          float16 uv[36];
+          wino_weights16(gs, uv);
+          for (uint e = 0; e < 36u; ++e) vstore16(uv[e], 0, ul + (e * rows + r) * WINO_KS + c);
+        }
+      }
+      const bool first = k0 == 0 && s0 == 0, last = k0 + kcb == C && s0 + ks == kcb;
+      for (uint e = 0; e < 36u; ++e) {
+        const __global float* bq = v + e * v_bs + ((ulong)k0 * nblocks + (ulong)nb * kcb + s0) * GEMM_NR;
+        __global float* mp = m + e * m_bs;
+        for (uint mb = mb0; mb < mb_end; ++mb) {
+          const uint m0 = mb * GEMM_MR;
+          const __local float* ua = ul + (e * rows + (mb - mb0) * GEMM_MR) * WINO_KS;
+          __local float* pp = pl + (e * mgroup + (mb - mb0)) * (GEMM_MR * GEMM_NR);
+          GEMM_ROWS(WINO_AROW)
+          GEMM_ROWS(GEMM_DECL)
+          if (!first) {
+            GEMM_ROWS(GEMM_LOAD)
+          }
+          for (uint k = 0; k < ks; k += 4u) {
+            GEMM_K_STEPS4(bq, k, k, WINO_FMA_L)
+          }
+          if (last) {
+            GEMM_ROWS(WINO_STORE)
+          } else {
+            GEMM_ROWS(GEMM_SAVE)
+          }
+        }
+      }
+    }
+  }
+}
+#undef WINO_KS
+#undef WINO_AROW
+#undef WINO_FMA_L
+#undef WINO_STORE_V
+#undef WINO_STORE
+#endif  // !GPU_KERNELS && !GEMM_PACKED_A && STORE_F32
+
 #if !defined(GPU_KERNELS) && !defined(GEMM_PACKED_A) && !defined(STORE_F32)
 // Half-precision A converted to f32 rows once per call (gemm_a_rows_to_f32)
 // instead of in the GEMM's inner loop, once per column panel: on a 2-core Zen 5

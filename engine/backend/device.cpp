@@ -535,6 +535,7 @@ BackendOptions backend_options_from_environment(BackendOptions o) {
     }
   }
   env_switch("NANSCOPE_WINOGRAD", "1", "0", o.winograd);
+  env_switch("NANSCOPE_WINOGRAD_FUSED", "1", "0", o.winograd_fused_weights);
   env_switch("NANSCOPE_CALL_ARENA", "on", "off", o.call_arena);
   env_switch("NANSCOPE_FIRST_CALL_ARENA", "on", "off", o.first_call_arena);
   env_switch("NANSCOPE_NATIVE_HALF", "hardware", "emulated", o.half_units);

@@ -272,6 +272,12 @@ struct BackendOptions {
   // and a non-finite input makes NaN over the output tiles it touches; false
   // keeps every convolution direct, to compare the two.
   bool winograd = true;
+  // Where the Winograd convolution's tiles fill one or two column panels (the
+  // SD UNet's 16x16 layers at batch 2), its weights are transformed inside
+  // the GEMM, in the caches (kernels/matmul.cl winograd_fused_cpu); false
+  // writes them to memory first (winograd_weights), to compare the two. The
+  // same bits either way.
+  bool winograd_fused_weights = true;
 };
 
 // The options the environment asks for, on top of `base`. The engine reads no
@@ -288,6 +294,7 @@ struct BackendOptions {
 //   NANSCOPE_NATIVE_HALF=hardware|emulated   half_units
 //   NANSCOPE_TENSOR_CORES=0|1|emulate  tensor_cores (emulate: emulate_tensor_cores)
 //   NANSCOPE_WINOGRAD=0|1    winograd
+//   NANSCOPE_WINOGRAD_FUSED=0|1  winograd_fused_weights
 //   NANSCOPE_ATTENTION_CPU_LANES=8|16  attention_cpu_lanes
 //   NANSCOPE_ATTENTION_CPU_ROWS=8|16|32  attention_cpu_rows
 // A value that cannot be used is logged as a warning and ignored.

@@ -107,6 +107,55 @@ TEST(Conv2dWinograd, ChunksOfTilesAndBlocksOfOutputChannelsChangeNoBit) {
   }
 }
 
+// Where the tiles fill one or two column panels, winograd_fused_cpu transforms the weights inside the GEMM
+// (gemm::fuses_winograd_weights): the same U (common.cl wino_weights16) and the same sums in the same order as
+// winograd_weights + gemm_cpu_direct_a, so the same bytes as the two passes (BackendOptions::
+// winograd_fused_weights = false), in every storage dtype. 784 input channels go in two k-blocks of 400 and 384
+// (32 at a time, the last 16 of the first block alone), 200 output channels end in a partial row block, and 28
+// tiles (1 x 16 x 28) leave part of a panel empty; 2 x 16 x 16 is 32 tiles, the SD UNet's 16x16 layers.
+TEST(Conv2dWinograd, WeightsTransformedInsideTheGemmAreTheSameBitsAsTwoPasses) {
+  const std::vector<opencl::OpenClBackend*> cpu = cpu_family_backends();
+  if (cpu.empty()) GTEST_SKIP() << no_cpu_family_message();
+  Rng rng(seed_from("winograd fused weights"));
+  SCOPED_TRACE("seed " + std::to_string(rng.seed()));
+  BackendOptions apart = test_backend_options();
+  apart.winograd_fused_weights = false;
+  struct Case {
+    std::int64_t n, c, h, w, o;
+  };
+  for (const Case& k : {Case{2, 784, 16, 16, 200}, Case{1, 336, 16, 28, 64}}) {
+    for (const DType dt : {DType::f32, DType::f16, DType::bf16}) {
+      const Precision p{dt};
+      SCOPED_TRACE(std::to_string(k.n) + "x" + std::to_string(k.c) + "x" + std::to_string(k.h) + "x" +
+                   std::to_string(k.w) + " -> " + std::to_string(k.o) + ", " + p.describe());
+      const HostTensor hx = random_normal(rng, {k.n, k.c, k.h, k.w}, dt);
+      const HostTensor hw = random_normal(rng, {k.o, k.c, 3, 3}, dt, 0.0, 1.0 / std::sqrt(double(k.c * 9)));
+      const HostTensor hb = random_normal(rng, {k.o}, dt, 0.0, 0.1);
+      const ConvShape s = shape3x3(k.n, k.c, k.h, k.w, k.o);
+      for (opencl::OpenClBackend* be : cpu) {
+        SCOPED_TRACE("device \"" + be->device().name + "\"");
+        ASSERT_TRUE(opencl::gemm::fuses_winograd_weights(*be, p, s));
+        const auto two = cpu_backend_with(*be, apart);
+        ASSERT_FALSE(opencl::gemm::fuses_winograd_weights(dynamic_cast<opencl::OpenClBackend&>(*two), p, s));
+        ASSERT_TRUE(opencl::gemm::runs_winograd(dynamic_cast<opencl::OpenClBackend&>(*two), p, s));
+        const HostTensor fused = conv(*be, hx, hw, &hb, p);
+        EXPECT_TRUE(bitwise_equal(fused, conv(*two, hx, hw, &hb, p)));
+        if (dt == DType::f32 && k.c == 336) {
+          EXPECT_TRUE(tensors_close(fused, conv(reference_backend(), hx, hw, &hb, p),
+                                    tolerance("conv2d_winograd", p, Check::backend)));
+        }
+      }
+    }
+  }
+  // The two-pass path where the tiles fill more than two panels: 2 x 16 x 48 is 96 tiles, three panels of 32
+  // (six of 16 on AVX2).
+  for (opencl::OpenClBackend* be : cpu) {
+    const ConvShape wide = shape3x3(2, 64, 16, 48, 64);
+    EXPECT_TRUE(opencl::gemm::runs_winograd(*be, Precision{DType::f32}, wide));
+    EXPECT_FALSE(opencl::gemm::fuses_winograd_weights(*be, Precision{DType::f32}, wide));
+  }
+}
+
 // Outputs of 32 MB and more are stored around the caches (OpenClBackend::streams_output, common.cl
 // st16_stream): 128 output channels at 128x512 (f32) or 256x512 (f16) against the same convolution in two
 // halves of 64 channels (16 MB outputs, stored the ordinary way), which must give the same bytes (each output's

@@ -160,6 +160,9 @@ void run_cpu_conv(OpenClBackend& be, const Precision& p, const ConvShape& s, cl_
 // precision, options and the shapes where it is faster, bench_ops --shapes).
 inline constexpr Precision kWinogradProduct{DType::f32, Accumulate::f32, SoftmaxPrecision::f32};
 bool runs_winograd(const OpenClBackend& be, const Precision& p, const ConvShape& s);
+// Whether run_winograd transforms the weights inside the GEMM (kernels/matmul.cl winograd_fused_cpu: tiles in
+// one or two column panels, BackendOptions::winograd_fused_weights) rather than into memory first.
+bool fuses_winograd_weights(const OpenClBackend& be, const Precision& p, const ConvShape& s);
 void run_winograd(OpenClBackend& be, const Precision& p, const ConvShape& s, cl_mem w, cl_mem x, cl_mem bias,
                   cl_mem out, const char* op);
 

@@ -227,6 +227,7 @@ OpenClBackend::OpenClBackend(const DeviceInfo& device, const BackendOptions& opt
   guard_bytes_ = options.guard_bytes;
   tensor_cores_ = options.tensor_cores;
   winograd_ = options.winograd;
+  winograd_fused_weights_ = options.winograd_fused_weights;
   emulate_tensor_cores_ = options.tensor_cores && options.emulate_tensor_cores;
   if (options.attention_cpu_rows != 0 && options.attention_cpu_rows != 8 && options.attention_cpu_rows != 16 &&
       options.attention_cpu_rows != 32) {

@@ -153,6 +153,7 @@ class OpenClBackend final : public Backend {
   bool tensor_cores_emulated() const { return emulate_tensor_cores_; }
   // BackendOptions::winograd: whether 3x3 stride-1 convolutions may run as Winograd F(4x4, 3x3) (gemm.hpp).
   bool winograd_allowed() const { return winograd_; }
+  bool winograd_fuses_weights() const { return winograd_fused_weights_; }  // BackendOptions::winograd_fused_weights
   std::vector<KernelBuildRecord> kernel_builds() const override;
   std::string kernel_cache_dir() const override;
   std::vector<std::string> kernel_notes() const override;
@@ -232,6 +233,7 @@ class OpenClBackend final : public Backend {
   bool tensor_cores_ = true;  // BackendOptions::tensor_cores
   bool emulate_tensor_cores_ = false;
   bool winograd_ = true;  // BackendOptions::winograd
+  bool winograd_fused_weights_ = true;
   int attention_cpu_lanes_ = 8, attention_cpu_rows_ = 16;
   int attention_cpu_row_blocks_ = 0, attention_cpu_key_chunk_ = 0;
   mutable std::mutex notes_mutex_;
