@@ -299,6 +299,24 @@ TEST(OclgrindCpuFamily, PanelKernelsStayInBoundsAndMatchTheReference) {
         tensors_close(run(be), run(ref), g.dtype == DType::f32 ? kF32Sums : tolerance("conv2d", p, Check::backend)))
         << what;
   }
+  // Winograd with the weights transformed inside the GEMM (winograd_fused_cpu): 80 input channels in steps of 32,
+  // 32 and 16, 72 output channels in a partial row block, 16 tiles in part of one column panel (test_winograd
+  // compares its bits with the two passes').
+  {
+    const Precision p{DType::f32};
+    const opencl::gemm::ConvShape s{1, 80, 16, 16, 72, 3, 3, 1, 1, 16, 16};
+    ASSERT_TRUE(opencl::gemm::fuses_winograd_weights(be, p, s)) << "local memory " << be.device().local_mem_bytes;
+    Rng rng(seed_from("oclgrind cpu family winograd fused"));
+    const HostTensor x = random_normal(rng, {1, 80, 16, 16}, p.dtype);
+    const HostTensor w = random_normal(rng, {72, 80, 3, 3}, p.dtype, 0.0, 0.1);
+    const HostTensor b = random_normal(rng, {72}, p.dtype);
+    const auto run = [&](Backend& on) {
+      const Tensor tb = on.upload(b);
+      return on.download(ops::conv2d(make_context(on, p), on.upload(x), on.upload(w), &tb, 1, 1));
+    };
+    const HostTensor fused = run(be);
+    EXPECT_TRUE(tensors_close(fused, run(ref), tolerance("conv2d_winograd", p, Check::backend))) << "winograd fused";
+  }
   // The packed GEMM over two k-blocks (k 600 > kc 512 or 256) with a bias. With f16 storage gemm_cpu_direct_a
   // converts the rows of A in its inner loop, 16 k at a time (k-blocks that end in a partial 16), then one at a time.
   Rng rng(seed_from("oclgrind cpu family matmul"));
