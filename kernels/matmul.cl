@@ -448,7 +448,7 @@ __kernel CPU_ONE_ITEM void conv_cpu(__global const store_t* ap, __global const s
 
 #if !defined(GPU_KERNELS) && !defined(GEMM_PACKED_A) && defined(STORE_F32)
 // Winograd F(4x4, 3x3) with the weight transform inside the GEMM, for images of one or two column panels of
-// tiles (winograd.cpp fuses_weights: the SD UNet's 16x16 layers at batch 2, 32 tiles). There winograd_weights
+// tiles (gemm::fuses_winograd_weights: the SD UNet's 16x16 layers at batch 2, 32 tiles). There winograd_weights
 // wrote U, 4x the weights (236 MB for 1280 x 1280 channels), to memory for gemm_cpu_direct_a to read back: about
 // half of such a layer's time. Here each work-item transforms the kernels of its rows, WINO_KS input channels at a
 // time, into local memory (ul, in L2) and multiplies them there against V's panels; the running sums of all 36

@@ -25,9 +25,9 @@ constexpr std::int64_t kWeightBytes = std::int64_t{64} << 20;
 // take their tiles in one chunk; the 128-256-channel VAE layers at 512-1024 px, where a decode's memory peaks
 // beside activations of 128-512 MB, take chunks of 8-10 MB (110-230 tiles), no slower than 64 MB ones
 // (bench_ops conv3x3_*) and 170 MB less at the peak of a 512x512 decode (bench_unet --component vae: 1241 MB).
+constexpr std::int64_t kTileBytesMin = std::int64_t{8} << 20, kTileBytesMax = std::int64_t{64} << 20;
 // Input channels per step of winograd_fused_cpu's weight transform (kernels/matmul.cl WINO_KS).
 constexpr std::int64_t kFusedChannels = 32;
-constexpr std::int64_t kTileBytesMin = std::int64_t{8} << 20, kTileBytesMax = std::int64_t{64} << 20;
 
 }  // namespace
 
@@ -44,12 +44,13 @@ namespace {
 // How run_winograd splits a convolution: blocks of output channels, chunks of tiles, and whether the weights are
 // transformed inside the GEMM.
 struct Plan {
-  std::int64_t ob = 0;                     // output channels per block (whole row blocks of the GEMM)
-  std::int64_t th = 0, tw = 0, tiles = 0;  // tile rows and columns per image, tiles of the call
-  std::int64_t tc = 0;                     // tiles per chunk (whole column panels)
-  std::int64_t kc = 0, v_bs = 0;           // V's k-blocks and floats per plane
-  std::int64_t panels = 0;                 // column panels of a chunk
-  std::int64_t a_blocks = 0, mgroup = 0;   // the fused GEMM's row blocks, and per work-item
+  std::int64_t ob = 0;                       // output channels per block (whole row blocks of the GEMM)
+  std::int64_t th = 0, tw = 0, tiles = 0;    // tile rows and columns per image, tiles of the call
+  std::int64_t tc = 0;                       // tiles per chunk (whole column panels)
+  std::int64_t kc = 0, v_bs = 0;             // V's k-blocks and floats per plane
+  std::int64_t panels = 0;                   // column panels of a chunk
+  std::int64_t a_blocks = 0, mgroup = 0;     // the fused GEMM's row blocks, and per work-item
+  std::int64_t u_bytes = 0, sums_bytes = 0;  // its local memory: a work-item's U and the running sums
   bool one_chunk = false, fused = false;
 };
 
@@ -84,9 +85,11 @@ Plan plan(const OpenClBackend& be, const ConvShape& s) {
   while (pl.mgroup > 1 && static_cast<std::int64_t>(ceil_div(pl.a_blocks, pl.mgroup)) * pl.panels < 8) pl.mgroup /= 2;
   pl.mgroup =
       static_cast<std::int64_t>(ceil_div(pl.a_blocks, static_cast<std::int64_t>(ceil_div(pl.a_blocks, pl.mgroup))));
-  const std::int64_t local = kPlanes * pl.mgroup * t.mr * (kFusedChannels + t.nr()) * f;
+  pl.u_bytes = kPlanes * pl.mgroup * t.mr * kFusedChannels * f;
+  pl.sums_bytes = kPlanes * pl.mgroup * t.mr * t.nr() * f;
   pl.fused = be.winograd_fuses_weights() && pl.one_chunk && pl.panels <= 2 && s.c % 16 == 0 &&
-             local <= static_cast<std::int64_t>(be.device().local_mem_bytes) && kPlanes * s.o * pl.tc * f <= limit;
+             pl.u_bytes + pl.sums_bytes <= static_cast<std::int64_t>(be.device().local_mem_bytes) &&
+             kPlanes * s.o * pl.tc * f <= limit;
   if (pl.fused) pl.ob = s.o;
   return pl;
 }
@@ -99,7 +102,6 @@ bool fuses_winograd_weights(const OpenClBackend& be, const Precision& p, const C
 
 void run_winograd(OpenClBackend& be, const Precision& p, const ConvShape& s, cl_mem w, cl_mem x, cl_mem bias,
                   cl_mem out, const char* op) {
-  const Tuning& t = tuning(be.device());
   const auto f = static_cast<std::int64_t>(sizeof(float));
   const Plan pl = plan(be, s);
   const std::int64_t ob = pl.ob, th = pl.th, tw = pl.tw, tiles = pl.tiles, tc = pl.tc, kc = pl.kc, v_bs = pl.v_bs;
@@ -136,10 +138,9 @@ void run_winograd(OpenClBackend& be, const Precision& p, const ConvShape& s, cl_
     cl_kernel gemm = be.kernel("matmul", "winograd_fused_cpu", options(be, kWinogradProduct));
     const cl_uint wdt = p.dtype == DType::f16 ? 1 : p.dtype == DType::bf16 ? 2 : 0;
     OpenClBackend::set_args(gemm, w, wdt, v.mem(), cl_ulong(v_bs), cl_uint(pl.panels), to_uint(kc, op, "kc"), m.mem(),
-                            cl_ulong(m_bs), cl_ulong(tc),
-                            LocalMem{static_cast<size_t>(kPlanes * pl.mgroup * t.mr * kFusedChannels * f)},
-                            LocalMem{static_cast<size_t>(kPlanes * pl.mgroup * t.mr * t.nr() * f)}, cl_uint(pl.mgroup),
-                            to_uint(s.o, op, "o"), to_uint(s.c, op, "c"));
+                            cl_ulong(m_bs), cl_ulong(tc), LocalMem{static_cast<size_t>(pl.u_bytes)},
+                            LocalMem{static_cast<size_t>(pl.sums_bytes)}, cl_uint(pl.mgroup), to_uint(s.o, op, "o"),
+                            to_uint(s.c, op, "c"));
     const size_t global[2] = {static_cast<size_t>(pl.panels), ceil_div(pl.a_blocks, pl.mgroup)};
     const size_t local[2] = {1, 1};
     be.launch(gemm, op, 2, global, local);
