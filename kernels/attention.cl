@@ -341,7 +341,6 @@ __kernel CPU_ONE_ITEM void attention_fused(__global const store_t* q, __global c
 #define intw int16
 #define FL_LANES (int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)
 #define vloadw vload16
-#define vstorew vstore16
 #define as_floatw as_float16
 #define as_uintw as_uint16
 #else
@@ -349,7 +348,6 @@ __kernel CPU_ONE_ITEM void attention_fused(__global const store_t* q, __global c
 #define intw int8
 #define FL_LANES (int8)(0, 1, 2, 3, 4, 5, 6, 7)
 #define vloadw vload8
-#define vstorew vstore8
 #define as_floatw as_float8
 #define as_uintw as_uint8
 #endif
@@ -373,6 +371,10 @@ static inline floatw fl_exp2(floatw x) {
   p = fma(p, f, (floatw)(1.0f));
   return p * as_floatw(as_uintw(t) << 23);
 }
+// Vector i of a work-item's state (local memory, every vector at a multiple of FLW floats: the state's blocks
+// are FR floats apart) as one store: vstore16 there splits a 16-wide store into three (16, 16 and 32 bytes) in
+// PoCL's build, which was 15-20% of the kernel's samples in the saves of O.
+static inline void fl_store(floatw x, uint i, __local float* p) { *(__local floatw*)(p + i * FLW) = x; }
 // Columns of O per pass over a block's P (the packed V's rows are whole passes of 8: attention.cpp).
 #if FLH == 2
 #define FV 4
@@ -462,8 +464,8 @@ __kernel CPU_ONE_ITEM void attn_pack_v(__global const store_t* v, __global float
   floatw l##h = vloadw(FLH + (h), ml);      \
   const intw last##h = (intw)((int)(i0 + (h) * FLW)) + FL_LANES;  // causal: each lane's last key
 #define FL_SAVE_ML(h)     \
-  vstorew(m##h, h, ml);   \
-  vstorew(l##h, FLH + (h), ml);
+  fl_store(m##h, h, ml);  \
+  fl_store(l##h, FLH + (h), ml);
 // The half's new running max mn (nan_max(m, block): fmax drops NaN, a NaN row stays NaN), the rows that take
 // no key yet (the reference skips them; their P are exp2(-Inf - 0) = 0), the rescale, P and l.
 #define FL_SOFTMAX(h)                                                                     \
@@ -506,7 +508,7 @@ __kernel CPU_ONE_ITEM void attn_pack_v(__global const store_t* v, __global float
   }
 #define FL_PV(j) FL_PV_KEY(j, FL_PV_COL)
 #define FL_PV_TAKE(j) FL_PV_KEY(j, FL_PV_COL_TAKE)  // rows that take no key yet keep their O (0 * Inf would be NaN)
-#define FL_SAVE_O_H(x, h) vstorew(o##x##_##h, (x) * FLH + (h), oc);
+#define FL_SAVE_O_H(x, h) fl_store(o##x##_##h, (x) * FLH + (h), oc);
 #define FL_SAVE_O(x) FL_HALVES(FL_SAVE_O_H, x)
 
 // Grid: (ceil(sq / (FR * groups)), heads, batch); one work-item per group.
@@ -554,10 +556,10 @@ __kernel CPU_ONE_ITEM void attention_flash_cpu(__global const store_t* q, __glob
       }
       for (; c < d; ++c) qt[c * FR + r] = 0.0f;  // rows past sq: never stored
     }
-    for (uint c = 0; c < dvp * FLH; ++c) vstorew((floatw)(0.0f), c, ot);
+    for (uint c = 0; c < dvp * FLH; ++c) fl_store((floatw)(0.0f), c, ot);
     for (uint h = 0; h < FLH; ++h) {
-      vstorew((floatw)(-INFINITY), h, ot + dvp * FR);  // m
-      vstorew((floatw)(0.0f), FLH + h, ot + dvp * FR);  // l
+      fl_store((floatw)(-INFINITY), h, ot + dvp * FR);  // m
+      fl_store((floatw)(0.0f), FLH + h, ot + dvp * FR);  // l
     }
   }
 
@@ -620,7 +622,7 @@ __kernel CPU_ONE_ITEM void attention_flash_cpu(__global const store_t* q, __glob
     // then row by row.
     for (uint h = 0; h < FLH; ++h) {
       const floatw l = vloadw(FLH + h, ot + dvp * FR);
-      for (uint c = 0; c < dv; ++c) vstorew(vloadw(c * FLH + h, ot) / l, c * FLH + h, ot);
+      for (uint c = 0; c < dv; ++c) fl_store(vloadw(c * FLH + h, ot) / l, c * FLH + h, ot);
     }
     for (uint r = 0; r < rows; ++r) {  // 8 channels a store, as Q's loads
       __global store_t* orow = out + (b * sq + i0 + r) * vstride + (ulong)h * dv;
