@@ -56,6 +56,15 @@
 #define BIAS_NONE 0
 #define BIAS_COL 1
 #define BIAS_ROW 2
+// What the direct-A kernels do with a finished block (GemmEpilogue in gemm.hpp): store it; store it plus the
+// residual r (C = round(round(alpha A.B + bias) + r), ADD's sum); or GEGLU over B's panels packed split
+// (gemm_pack_b): each NR-column panel nb holds the value columns nb*NR/2.. of the output's first half and the
+// gate columns N/2 + nb*NR/2.. side by side, and C (N/2 wide, row stride ldc) = y * gelu_erf(g) of the block's
+// rounded values. Both the same operations on the same values as the GEMM followed by the ADD or GEGLU
+// kernel: the same bits.
+#define EPI_STORE 0
+#define EPI_ADD 1
+#define EPI_GEGLU 2
 
 // Up to 16 elements src[base + i * step] for i < count, zeros after.
 static inline float16 ld16_masked(__global const store_t* src, ulong base, ulong step, uint count) {
@@ -102,8 +111,10 @@ __kernel CPU_ONE_ITEM void gemm_pack_a(__global const store_t* src, ulong src_of
 // B panels (k-blocked by kc): column j of panel nb = element (k, n = nb*NR + j) at
 // src[src_off + b*sbs + k*ks + n*ns]; columns past N are zero. Grid: (ceil(K/16), ceil(N/NR), batch).
 #if !defined(GEMM_PACKED_A)
+// split (B's columns contiguous along k only, ns != 1): 0, or NR/2 for the GEGLU epilogue's column order (panel
+// nb: columns nb*split.. of the first half, then N/2 + nb*split.. of the second; N a multiple of NR).
 __kernel CPU_ONE_ITEM void gemm_pack_b(__global const store_t* src, ulong src_off, ulong sbs, ulong ks, ulong ns,
-                                       __global float* dst, ulong dbs, uint N, uint K, uint kc) {
+                                       __global float* dst, ulong dbs, uint N, uint K, uint kc, uint split) {
   const uint k0 = (uint)get_global_id(0) * 16u;
   const uint nb = (uint)get_global_id(1);
   const ulong b = get_global_id(2);
@@ -125,7 +136,7 @@ __kernel CPU_ONE_ITEM void gemm_pack_b(__global const store_t* src, ulong src_of
   } else {
     // Columns of B (rows of a [N, K] matrix, trans_b) are contiguous along k.
     for (uint j = 0; j < GEMM_NR; ++j) {
-      const uint n = n0 + j;
+      const uint n = split == 0u ? n0 + j : (j < split ? nb * split + j : N / 2u + nb * split + (j - split));
       float v[16];
       if (n < N && kn == 16u && ks == 1u) {
         vstore16(ld16(src, n * ns + k0), 0, v);
@@ -152,8 +163,13 @@ static inline void gemm_store16(__global store_t* c, ulong off, uint n0, uint N,
   }
 }
 
+// Elements off + n0.. of a row of N, zeros past N.
+static inline float16 gemm_load16(__global const store_t* p, ulong off, uint n0, uint N) {
+  return n0 + 16u <= N ? ld16(p, off + n0) : ld16_masked(p, off + n0, 1, n0 < N ? N - n0 : 0u);
+}
+
 static inline float16 gemm_bias16(__global const store_t* bias, int mode, uint m, uint n0, uint N) {
-  if (mode == BIAS_COL) return n0 + 16u <= N ? ld16(bias, n0) : ld16_masked(bias, n0, 1, n0 < N ? N - n0 : 0u);
+  if (mode == BIAS_COL) return gemm_load16(bias, 0, n0, N);
   if (mode == BIAS_ROW) return (float16)(ld(bias, m));
   return (float16)(-0.0f);  // -0 is the exact identity of addition (keeps -0 results)
 }
@@ -209,6 +225,43 @@ static inline float16 gemm_bias16(__global const store_t* bias, int mode, uint m
                                               gemm_bias16(bias, bias_mode, m0 + r, n0 + 16u * v, N)));    \
   }
 #define GEMM_STORE(r) GEMM_VECS(GEMM_STORE_V, r)
+// EPI_ADD: the residual's row at rbase + m * ldc.
+#define GEMM_ROUNDED(r, v, n) \
+  round_store16(fma((float16)(alpha), acc##r##_##v, gemm_bias16(bias, bias_mode, m0 + r, (n), N)))
+#define GEMM_STORE_ADD_V(r, v)                                                                 \
+  if (m0 + r < M) {                                                                            \
+    const ulong row = (ulong)(m0 + r) * ldc;                                                   \
+    const uint n = n0 + 16u * v;                                                               \
+    gemm_store16(c, cbase + row, n, N, GEMM_ROUNDED(r, v, n) + gemm_load16(res, rbase + row, n, N)); \
+  }
+#define GEMM_STORE_ADD(r) GEMM_VECS(GEMM_STORE_ADD_V, r)
+// EPI_GEGLU: the block's output columns j0.. = nb * NR/2 (of N/2).
+#if GEMM_NV == 2
+#define GEMM_STORE_GEGLU(r)                                                                                 \
+  if (m0 + r < M) {                                                                                         \
+    const float16 y = GEMM_ROUNDED(r, 0, j0), g = GEMM_ROUNDED(r, 1, N / 2u + j0);                         \
+    gemm_store16(c, cbase + (ulong)(m0 + r) * ldc, j0, N / 2u, y * gelu_erf16(g));                          \
+  }
+#elif GEMM_NV == 1
+// Values in lanes 0-7, gates in 8-15 (gelu_erf16 is lane by lane: the same bits in any lane).
+#define GEMM_STORE_GEGLU(r)                                                                                 \
+  if (m0 + r < M) {                                                                                         \
+    const float16 y = round_store16(fma((float16)(alpha), acc##r##_0, bias_mode == BIAS_COL ?                \
+                                        (float16)(ld8(bias, j0), ld8(bias, N / 2u + j0)) : (float16)(-0.0f))); \
+    st8(c, cbase + (ulong)(m0 + r) * ldc + j0, y.lo * gelu_erf16(y).hi);                                    \
+  }
+#else
+#define GEMM_STORE_GEGLU(r)  // not at 48 columns (the host stores and runs GEGLU apart)
+#endif
+#define GEMM_EPILOGUE_STORE                        \
+  if (epilogue == EPI_GEGLU) {                     \
+    const uint j0 = nb * (GEMM_NR / 2u);           \
+    GEMM_ROWS(GEMM_STORE_GEGLU)                    \
+  } else if (epilogue == EPI_ADD) {                \
+    GEMM_ROWS(GEMM_STORE_ADD)                      \
+  } else {                                         \
+    GEMM_ROWS(GEMM_STORE)                          \
+  }
 
 // The work-item's place (gemm_cpu and the direct-A kernels): column panel nb, batch bt, row blocks
 // [mb0, mb_end).
@@ -224,8 +277,8 @@ static inline float16 gemm_bias16(__global const store_t* bias, int mode, uint m
   const uint mb_end = min(mblocks, mb0 + mgroup);
 // Its walk: for each k-block, KBLOCK_A (where the block's A starts), then for each row block ROW_A (its
 // rows), the running sums from local memory after the first k-block, BLOCK_SUMS (kcb k steps against the B
-// sub-panel bq), and the sums saved again or, after the last k-block, stored.
-#define GEMM_CPU_KBLOCKS(KBLOCK_A, ROW_A, BLOCK_SUMS)                                        \
+// sub-panel bq), and the sums saved again or, after the last k-block, stored (STORE_BLOCK).
+#define GEMM_CPU_KBLOCKS(KBLOCK_A, ROW_A, BLOCK_SUMS, STORE_BLOCK)                           \
   for (uint k0 = 0; k0 < K; k0 += kc) {                                                     \
     const uint kcb = min(kc, K - k0);                                                       \
     const __global float* bq = bpanels + ((ulong)k0 * b_blocks + (ulong)nb * kcb) * GEMM_NR; \
@@ -242,7 +295,7 @@ static inline float16 gemm_bias16(__global const store_t* bias, int mode, uint m
       if (k0 + kcb < K) {                                                                   \
         GEMM_ROWS(GEMM_SAVE)                                                                \
       } else {                                                                              \
-        GEMM_ROWS(GEMM_STORE)                                                               \
+        STORE_BLOCK                                                                         \
       }                                                                                     \
     }                                                                                       \
   }
@@ -262,7 +315,8 @@ __kernel CPU_ONE_ITEM void gemm_cpu(__global const float* ap, ulong a_poff, ulon
   GEMM_CPU_ITEM
   const __global float* apanels = ap + a_poff + bt * a_bs;
   GEMM_CPU_KBLOCKS(const __global float* abase = apanels + (ulong)k0 * a_blocks * GEMM_MR;,
-                   const __global float* a = abase + (ulong)mb * kcb * GEMM_MR;, GEMM_PACKED_SUMS(bq, kcb))
+                   const __global float* a = abase + (ulong)mb * kcb * GEMM_MR;, GEMM_PACKED_SUMS(bq, kcb),
+                   GEMM_ROWS(GEMM_STORE))
 }
 #endif  // !CPU_KERNELS || GEMM_PACKED_A
 
@@ -331,16 +385,20 @@ __kernel CPU_ONE_ITEM void gemm_cpu(__global const float* ap, ulong a_poff, ulon
   }
 
 #if !defined(GPU_KERNELS) && !defined(GEMM_PACKED_A)  // CPU family only (reads_a_directly), not in its packed-A variant
+// epilogue: EPI_STORE, EPI_ADD (the residual res, batch b at res_off + b*res_bs, rows ldc apart) or EPI_GEGLU.
 #define GEMM_DIRECT_A_KERNEL(NAME)                                                                                    \
 __kernel CPU_ONE_ITEM void NAME(__global const GEMM_A_T* ap, ulong a_off, ulong a_bs, ulong lda,                      \
                                              __global const float* bp, ulong b_poff, ulong b_bs, uint b_blocks,       \
                                              __local float* pl, uint K, uint kc, uint mgroup,                         \
                                              __global const store_t* bias, ulong bias_off, int bias_mode,             \
                                              __global store_t* c, ulong c_off, ulong c_bs, ulong ldc, uint M, uint N, \
-                                             float alpha) {                                                           \
+                                             float alpha, int epilogue, __global const store_t* res, ulong res_off,  \
+                                             ulong res_bs) {                                                          \
   GEMM_CPU_ITEM                                                                                                       \
   const __global GEMM_A_T* abt = ap + a_off + bt * a_bs;                                                              \
-  GEMM_CPU_KBLOCKS(const __global GEMM_A_T* a = abt + k0;, GEMM_ROWS(GEMM_ROWPTR), GEMM_DIRECT_A_SUMS(bq, kcb))       \
+  const ulong rbase = res_off + bt * res_bs;                                                                          \
+  GEMM_CPU_KBLOCKS(const __global GEMM_A_T* a = abt + k0;, GEMM_ROWS(GEMM_ROWPTR), GEMM_DIRECT_A_SUMS(bq, kcb),       \
+                   GEMM_EPILOGUE_STORE)                                                                               \
 }
 GEMM_DIRECT_A_KERNEL(gemm_cpu_direct_a)
 

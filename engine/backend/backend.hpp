@@ -51,8 +51,9 @@ class Backend {
   // A LINEAR weight the caller keeps unchanged, prepared now for calls at
   // precision p instead of at its first call: the CPU kernels' packed panels
   // (a model's load, so that its first step runs at the speed of the next).
-  // Nothing for backends that keep nothing.
-  virtual void prepare_linear_weight(const Tensor& weight, const Precision& p) {}
+  // Nothing for backends that keep nothing. `geglu`: its calls take the
+  // GEGLU epilogue (MatmulEpilogue::geglu: a feed-forward's projection).
+  virtual void prepare_linear_weight(const Tensor& weight, const Precision& p, bool geglu) {}
 
   // The inspector's reductions (map_reduce.hpp): computed where the tensor
   // lives, only the result is read back.
@@ -100,6 +101,14 @@ class Backend {
   // further from the exact ones than the direct path's, which the device
   // probe judges by their own tolerance.
   virtual bool conv2d_winograd(const Conv2dArgs& /*args*/) const { return false; }
+  // True when matmul() applies `epilogue` inside the product for LINEAR's problem (x [m, k] row-major, its own
+  // weight [n, k], bias [n] if `bias`; GEGLU: n the product's width) at this precision. The ops ask first
+  // (ops::linear_geglu, linear_add) and run the two ops where it does not: matmul() is never given an epilogue
+  // it cannot apply, and every buffer a call needs is one the memory plan sees.
+  virtual bool linear_fuses_epilogue(MatmulEpilogue /*epilogue*/, const Precision& /*p*/, std::int64_t /*m*/,
+                                     std::int64_t /*n*/, std::int64_t /*k*/, bool /*bias*/) const {
+    return false;
+  }
   // Out-of-bounds writes the guard buffers caught since the last call
   // (BackendOptions::guard_bytes), one message each naming the buffer; the
   // list is cleared. Buffers are checked when released.

@@ -28,6 +28,11 @@ class DryRunBackend : public Backend {
   HostTensor download(const Tensor& t) override { return HostTensor(t.shape(), t.dtype()); }
 
   void matmul(const MatmulArgs&) override {}
+  // As the real backend: the calls it stands in for fuse what the real ones do.
+  bool linear_fuses_epilogue(MatmulEpilogue e, const Precision& p, std::int64_t m, std::int64_t n, std::int64_t k,
+                             bool bias) const override {
+    return real_.linear_fuses_epilogue(e, p, m, n, k, bias);
+  }
   void conv2d(const Conv2dArgs&) override {}
   void group_norm(const GroupNormArgs&) override {}
   void layer_norm(const LayerNormArgs&) override {}

@@ -44,9 +44,11 @@ Tensor matmul(const OpContext& ctx, const Tensor& a, const Tensor& b, bool trans
 namespace {
 
 // own_weight: `weight` is the caller's own tensor, not a converted copy made for this call (the backend may keep
-// a prepared form of it: MatmulArgs::b_weight).
-Tensor linear_with(const OpContext& ctx, const Tensor& x, const Tensor& weight, const Tensor* bias, bool own_weight) {
-  const OpCall call(ctx, "LINEAR", {{"x", &x}, {"weight", &weight}, {"bias", bias}});
+// a prepared form of it: MatmulArgs::b_weight). epilogue, residual: MatmulArgs'; with geglu the output is
+// [..., out / 2].
+Tensor linear_with(const OpContext& ctx, const Tensor& x, const Tensor& weight, const Tensor* bias, bool own_weight,
+                   MatmulEpilogue epilogue = MatmulEpilogue::none, const Tensor* residual = nullptr) {
+  const OpCall call(ctx, "LINEAR", {{"x", &x}, {"weight", &weight}, {"bias", bias}, {"residual", residual}});
   call.check_tensor("x", x);
   call.check_tensor("weight", weight);
   call.check_rank("x", x, 1, 1 << 20);
@@ -58,11 +60,32 @@ Tensor linear_with(const OpContext& ctx, const Tensor& x, const Tensor& weight, 
   // Every leading dimension of x folds into m: one shared [n, k] weight.
   const std::int64_t m = detail::dims_product(x.shape(), 0, x.rank() - 1);
   Shape out_shape(x.shape().begin(), x.shape().end() - 1);
-  out_shape.push_back(n);
+  out_shape.push_back(epilogue == MatmulEpilogue::geglu ? n / 2 : n);
+  if (epilogue == MatmulEpilogue::geglu) call.require(n % 2 == 0, "GEGLU needs an even number of outputs");
+  if (residual) {
+    call.check_tensor("residual", *residual);
+    call.require(residual->shape() == out_shape,
+                 "residual " + shape_str(residual->shape()) + " is not the output's shape " + shape_str(out_shape));
+  }
   Tensor out = call.allocate(out_shape);
-  call.run(&Backend::matmul, MatmulArgs{x, weight, bias, out, 1, m, n, k, true, true, 1.0f, ctx.precision, own_weight});
-  call.trace({&x, &weight, bias}, out);
+  MatmulArgs args{x, weight, bias, out, 1, m, n, k, true, true, 1.0f, ctx.precision, own_weight, epilogue, residual};
+  call.run(&Backend::matmul, args);
+  call.trace({&x, &weight, bias, residual}, out);
   return out;
+}
+
+// Whether LINEAR in ctx and the op after it in `next` may run as one call on these inputs: nothing needs the
+// projection on its own, both compute alike, and the backend applies the epilogue to this problem.
+bool fuses_next(const OpContext& ctx, const OpContext& next, MatmulEpilogue epilogue, const Tensor& x,
+                const Tensor& weight, const Tensor* bias, std::initializer_list<const Tensor*> inputs) {
+  if (traces_each_module(ctx) || traces_each_module(next) || ctx.faults != nullptr || next.faults != nullptr ||
+      next.precision.dtype != ctx.precision.dtype || detail::needs_conform(ctx, inputs) ||
+      detail::needs_conform(next, inputs) || !x.defined() || !weight.defined() || x.rank() < 1 || weight.rank() != 2 ||
+      x.dim(x.rank() - 1) != weight.dim(1) || (bias && !bias->defined())) {
+    return false;  // linear() reports what is wrong with the inputs
+  }
+  const std::int64_t m = detail::dims_product(x.shape(), 0, x.rank() - 1);
+  return ctx.be().linear_fuses_epilogue(epilogue, ctx.precision, m, weight.dim(0), weight.dim(1), bias != nullptr);
 }
 
 }  // namespace
@@ -74,6 +97,26 @@ Tensor linear(const OpContext& ctx, const Tensor& x, const Tensor& weight, const
     return linear_with(ctx, detail::conform(ctx, x), w, detail::optional_arg(b), w.storage() == weight.storage());
   }
   return linear_with(ctx, x, weight, bias, true);
+}
+
+Tensor linear_geglu(const OpContext& ctx, const OpContext& act, const Tensor& x, const Tensor& weight,
+                    const Tensor* bias) {
+  if (!fuses_next(ctx, act, MatmulEpilogue::geglu, x, weight, bias, {&x, &weight, bias})) {
+    return geglu(act, linear(ctx, x, weight, bias));
+  }
+  return linear_with(ctx, x, weight, bias, true, MatmulEpilogue::geglu);
+}
+
+Tensor linear_add(const OpContext& ctx, const OpContext& add_ctx, const Tensor& x, const Tensor& weight,
+                  const Tensor* bias, const Tensor& residual) {
+  if (!fuses_next(ctx, add_ctx, MatmulEpilogue::add, x, weight, bias, {&x, &weight, bias, &residual}) ||
+      !residual.defined() || residual.dtype() != ctx.precision.dtype) {
+    return add(add_ctx, linear(ctx, x, weight, bias), residual);
+  }
+  Shape out_shape(x.shape().begin(), x.shape().end() - 1);
+  out_shape.push_back(weight.dim(0));
+  if (residual.shape() != out_shape) return add(add_ctx, linear(ctx, x, weight, bias), residual);  // a broadcast
+  return linear_with(ctx, x, weight, bias, true, MatmulEpilogue::add, &residual);
 }
 
 }  // namespace nanscope::ops

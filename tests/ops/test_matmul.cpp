@@ -436,16 +436,16 @@ TEST(MatmulWeightPanels, PreparedAtLoadServeTheFirstCallOrGiveWayToAnotherView) 
       cold.use_kernel_cache = false;
       const auto fresh = make_backend(be->device(), cold);
       const Tensor fw = fresh->upload(hw);
-      fresh->prepare_linear_weight(fw, p);
+      fresh->prepare_linear_weight(fw, p, false);
       EXPECT_EQ(dynamic_cast<opencl::OpenClBackend&>(*fresh).weight_panels().kept_bytes(), 0u) << "cold: not packed";
       (void)linear_on(*be, hx, be->upload(hw));  // the program at hand
       const std::size_t kept_before = ocl->weight_panels().kept_bytes();
       {
         const Tensor w = be->upload(hw);
-        be->prepare_linear_weight(w, p);
+        be->prepare_linear_weight(w, p, false);
         const std::size_t kept = ocl->weight_panels().kept_bytes() - kept_before;
         EXPECT_GT(kept, 0u) << "packed at load";
-        be->prepare_linear_weight(w, p);
+        be->prepare_linear_weight(w, p, false);
         EXPECT_EQ(ocl->weight_panels().kept_bytes() - kept_before, kept) << "prepared once";
         EXPECT_TRUE(bitwise_equal(linear_on(*be, hx, w), linear_on(*uncached, hx, uncached->upload(hw))));
         EXPECT_EQ(ocl->weight_panels().kept_bytes() - kept_before, kept) << "the first call found them";
@@ -461,14 +461,14 @@ TEST(MatmulWeightPanels, PreparedAtLoadServeTheFirstCallOrGiveWayToAnotherView) 
         (void)linear_on(*profiled, hx, profiled->upload(hw));  // the program at hand
         const std::uint64_t packs_before = packs();
         const Tensor pw = profiled->upload(hw);
-        profiled->prepare_linear_weight(pw, p);
+        profiled->prepare_linear_weight(pw, p, false);
         (void)linear_on(*profiled, hx, pw);
         (void)linear_on(*profiled, hx, pw);
         EXPECT_EQ(packs() - packs_before, 1u) << "packed at load only";
 
         // Another view of a prepared buffer ([65, 140]) at its first call: the prepared panels give way.
         const Tensor v = be->upload(hw);
-        be->prepare_linear_weight(v, p);
+        be->prepare_linear_weight(v, p, false);
         const HostTensor hx2 = random_normal(rng, {2, tokens, 2 * in}, dt);
         const Tensor view = v.reshaped({out / 2, 2 * in});
         const HostTensor got = linear_on(*be, hx2, view);
@@ -484,7 +484,7 @@ TEST(MatmulWeightPanels, PreparedAtLoadServeTheFirstCallOrGiveWayToAnotherView) 
 
         // A weight in another dtype than the calls' is converted per call: nothing to prepare.
         const Tensor other = be->upload(hw.converted(dt == DType::f32 ? DType::f16 : DType::f32));
-        be->prepare_linear_weight(other, p);
+        be->prepare_linear_weight(other, p, false);
         EXPECT_EQ(ocl->weight_panels().kept_bytes() - kept_before, with_view);
       }
       EXPECT_EQ(ocl->weight_panels().kept_bytes(), kept_before) << "the panels go with the weights";

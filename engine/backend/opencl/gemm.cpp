@@ -193,11 +193,16 @@ void pack_a(OpenClBackend& be, const Precision& p, const Operand& a, std::int64_
 }
 
 void pack_b(OpenClBackend& be, const std::string& options, const Operand& b, std::int64_t batch, std::int64_t k,
-            std::int64_t n, cl_mem dst, std::int64_t dst_bs, const char* op) {
+            std::int64_t n, cl_mem dst, std::int64_t dst_bs, const char* op, std::int64_t split) {
   const Tuning& t = tuning(be.device());
+  if (split != 0 && (split * 2 != t.nr() || n % t.nr() != 0 || b.cs == 1)) {
+    throw OpError(std::string(op) + ": GEGLU panels need B's columns contiguous along k and n (" + std::to_string(n) +
+                  ") a multiple of " + std::to_string(t.nr()));
+  }
   cl_kernel kern = be.kernel("matmul", "gemm_pack_b", options);
   OpenClBackend::set_args(kern, b.mem, cl_ulong(b.off), cl_ulong(b.bs), cl_ulong(b.rs), cl_ulong(b.cs), dst,
-                          cl_ulong(dst_bs), to_uint(n, op, "n"), to_uint(k, op, "k"), to_uint(k_block(t, k), op, "kc"));
+                          cl_ulong(dst_bs), to_uint(n, op, "n"), to_uint(k, op, "k"), to_uint(k_block(t, k), op, "kc"),
+                          cl_uint(split));
   const size_t global[3] = {ceil_div(k, 16), ceil_div(n, t.nr()), static_cast<size_t>(batch)};
   be.launch(kern, op, 3, global, nullptr);
 }
@@ -262,6 +267,12 @@ void compute_blocks(OpenClBackend& be, const Precision& p, const ASource& src, c
                                to_uint(pr.k, op, "k"), to_uint(kc, op, "kc"), cl_uint(mgroup), pr.bias,
                                cl_ulong(pr.bias_off), cl_int(pr.bias_mode), pr.c, cl_ulong(pr.c_off), cl_ulong(pr.c_bs),
                                cl_ulong(pr.ldc), to_uint(pr.m, op, "m"), to_uint(pr.n, op, "n"), pr.alpha);
+  if (src.direct) {
+    OpenClBackend::set_args_from(kern, 22, cl_int(pr.epilogue), pr.residual, cl_ulong(pr.residual_off),
+                                 cl_ulong(pr.residual_bs));
+  } else if (pr.epilogue != Epilogue::store) {
+    throw OpError(std::string(op) + ": an epilogue needs the kernel that reads A where it lies");
+  }
   const size_t global[3] = {static_cast<size_t>(b_blocks), ceil_div(a_blocks, mgroup), static_cast<size_t>(pr.batch)};
   // One work-item per group on any device: its local memory holds that work-item's sums.
   const size_t local[3] = {1, 1, 1};
@@ -320,6 +331,7 @@ void compute_direct_a(OpenClBackend& be, const Precision& p, const Operand& a, c
       chunk.m = mm;
       chunk.b_panels_off = pr.b_panels_off + b0 * pr.b_panels_bs;
       chunk.c_off = pr.c_off + b0 * pr.c_bs + m0 * pr.ldc;
+      chunk.residual_off = pr.residual_off + b0 * pr.residual_bs + m0 * pr.ldc;
       chunk.bias_off = pr.bias_off + (pr.bias_mode == kBiasRow ? m0 : 0);
       compute_blocks(be, p, ASource{rows.mem(), 0, shared ? 0 : mm * pr.k, true, pr.k, true}, chunk, op);
     }
@@ -634,23 +646,26 @@ namespace {
 // B's panels kept with its weight buffer, packed now if this is their first use; null where the weight keeps none
 // (the budget or the device has no room, or the weight keeps another view's panels).
 cl_mem kept_panels(OpenClBackend& be, const std::string& opts, const Operand& b, const Storage* weight, std::int64_t k,
-                   std::int64_t n, const char* op, bool ahead = false) {
+                   std::int64_t n, const char* op, std::int64_t split, bool ahead = false) {
   WeightPanels& kept = be.weight_panels();
   const std::string key = opts + " " + std::to_string(b.off) + "/" + std::to_string(b.rs) + "/" + std::to_string(b.cs) +
-                          " " + std::to_string(k) + "x" + std::to_string(n);
+                          " " + std::to_string(k) + "x" + std::to_string(n) + " split " + std::to_string(split);
   cl_mem panels = ahead ? nullptr : kept.find(weight, key);
   if (!panels) {
     const auto bytes = static_cast<std::size_t>(b_panel_floats(tuning(be.device()), n, k)) * sizeof(float);
     panels = kept.make(weight, key, bytes, ahead);
-    if (panels) pack_b(be, opts, b, 1, k, n, panels, 0, op);
+    if (panels) pack_b(be, opts, b, 1, k, n, panels, 0, op, split);
   }
   return panels;
 }
 
+// The panel order an epilogue multiplies: GEGLU's split panels, else B's own column order.
+std::int64_t panel_split(const Tuning& t, Epilogue e) { return e == Epilogue::geglu ? t.nr() / 2 : 0; }
+
 }  // namespace
 
 void prepare_weight(OpenClBackend& be, const Precision& p, const Operand& b, const Storage* weight, std::int64_t k,
-                    std::int64_t n, const char* op) {
+                    std::int64_t n, const char* op, bool geglu) {
   // What run() does at the weight's first call: the CPU kernels reading A where it lies (a row-major activation)
   // against B's kept panels, when they fit the scratch budget.
   const Operand row_major_a{nullptr, 0, 0, k, 1};
@@ -661,7 +676,28 @@ void prepare_weight(OpenClBackend& be, const Precision& p, const Operand& b, con
   // run outside the run's kernel plan and its parallel builds (report R4), so the first call packs instead.
   const std::string opts = options(be, p);
   if (!be.programs().ready("matmul", opts)) return;
-  kept_panels(be, opts, b, weight, k, n, op, true);
+  Problem pr;
+  pr.a = row_major_a;
+  pr.b = b;
+  pr.b_weight = weight;
+  pr.n = n;
+  pr.k = k;
+  pr.epilogue = geglu ? Epilogue::geglu : Epilogue::store;
+  if (geglu && !fuses_epilogue(be, p, pr)) return;  // its calls run the GEMM and GEGLU apart, on B's own order
+  kept_panels(be, opts, b, weight, k, n, op, panel_split(tuning(be.device()), pr.epilogue), true);
+}
+
+bool fuses_epilogue(const OpenClBackend& be, const Precision& p, const Problem& pr) {
+  if (!uses_panels(be, p) || !reads_a_directly(be, p, pr.a) || pr.b_panels || pr.b.bs != 0) return false;
+  const Tuning& t = tuning(be.device());
+  const auto budget = static_cast<std::int64_t>(scratch_budget(be.device()) / sizeof(float));
+  if (b_panel_floats(t, pr.n, pr.k) > budget) return false;
+  switch (pr.epilogue) {
+    case Epilogue::store: return true;
+    case Epilogue::add: return true;
+    case Epilogue::geglu: return t.nv <= 2 && pr.n % t.nr() == 0 && pr.b.cs != 1 && pr.bias_mode != kBiasRow;
+  }
+  return false;
 }
 
 void run(OpenClBackend& be, const Precision& p, const Problem& pr, const char* op) {
@@ -674,13 +710,20 @@ void run(OpenClBackend& be, const Precision& p, const Problem& pr, const char* o
   const Tuning& t = tuning(be.device());
   const std::string opts = options(be, p);
   const std::int64_t budget = static_cast<std::int64_t>(scratch_budget(be.device()) / sizeof(float));
+  if (pr.epilogue != Epilogue::store && !fuses_epilogue(be, p, pr)) {
+    throw OpError(std::string(op) + ": this GEMM cannot apply its epilogue here (gemm::fuses_epilogue)");
+  }
+  if (pr.epilogue == Epilogue::add && !pr.residual)
+    throw OpError(std::string(op) + ": the ADD epilogue has no residual");
   if (reads_a_directly(be, p, pr.a) && !pr.b_panels) {
-    // Only B is packed: whole batches while its panels fit the budget, else column chunks per batch.
+    // Only B is packed: whole batches while its panels fit the budget, else column chunks per batch (never with
+    // an epilogue: fuses_epilogue).
     const std::int64_t b_f = b_panel_floats(t, pr.n, pr.k);
     const bool b_shared = pr.b.bs == 0;
+    const std::int64_t split = panel_split(t, pr.epilogue);
     if (pr.b_weight && b_shared && b_f <= budget) {
       // A weight's panels, packed at its first use (or ahead of it: prepare_weight) and kept with it.
-      if (const cl_mem panels = kept_panels(be, opts, pr.b, pr.b_weight, pr.k, pr.n, op)) {
+      if (const cl_mem panels = kept_panels(be, opts, pr.b, pr.b_weight, pr.k, pr.n, op, split)) {
         Problem whole = pr;
         whole.b_panels = panels;
         whole.b_panels_bs = 0;
@@ -706,7 +749,7 @@ void run(OpenClBackend& be, const Precision& p, const Problem& pr, const char* o
         if (!(b_shared && nc == pr.n && b0 > 0)) {
           Operand b = pr.b;
           b.off += b0 * pr.b.bs + n0 * pr.b.cs;
-          pack_b(be, opts, b, b_shared ? 1 : nb, pr.k, nn, b_buf.mem(), b_cbs, op);
+          pack_b(be, opts, b, b_shared ? 1 : nb, pr.k, nn, b_buf.mem(), b_cbs, op, split);
         }
         Problem chunk = pr;
         chunk.batch = nb;
@@ -714,6 +757,7 @@ void run(OpenClBackend& be, const Precision& p, const Problem& pr, const char* o
         chunk.b_panels = b_buf.mem();
         chunk.b_panels_bs = b_cbs;
         chunk.c_off = pr.c_off + b0 * pr.c_bs + n0;
+        chunk.residual_off = pr.residual_off + b0 * pr.residual_bs + n0;
         chunk.bias_off = pr.bias_off + (pr.bias_mode == kBiasCol ? n0 : 0);
         Operand a = pr.a;
         a.off += b0 * pr.a.bs;

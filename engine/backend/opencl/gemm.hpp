@@ -55,6 +55,11 @@ struct Operand {
 
 enum BiasMode : int { kBiasNone = 0, kBiasCol = 1, kBiasRow = 2 };
 
+// What the CPU family's direct-A kernels do with C (kernels/matmul.cl EPI_*), where fuses_epilogue() says they
+// can: store it; store it plus a residual (ADD); or GEGLU, C's n/2 outputs per row = y * gelu_erf(g) of its
+// two halves, B packed in split panels. Either gives the same bits as the GEMM followed by the ADD or GEGLU op.
+enum class Epilogue : int { store = 0, add = 1, geglu = 2 };
+
 struct Problem {
   Operand a, b;
   cl_mem b_panels = nullptr;      // B already packed (pre-packed weights or im2col): b is then unused
@@ -70,6 +75,11 @@ struct Problem {
   // B's buffer when B is a weight the caller keeps unchanged (MatmulArgs::b_weight): the CPU family then packs
   // its panels once and keeps them with it (weight_panels.hpp).
   const Storage* b_weight = nullptr;
+  Epilogue epilogue = Epilogue::store;
+  // Epilogue::add: element (m, n) of batch b at residual[residual_off + b*residual_bs + m*ldc + n].
+  // Epilogue::geglu: C is m x n/2 (ldc its row stride, c_bs its batch stride); n is the product's width.
+  cl_mem residual = nullptr;
+  std::int64_t residual_off = 0, residual_bs = 0;
 };
 
 // The k-block of panels for a depth k (kernels/matmul.cl's layout): k itself
@@ -83,8 +93,10 @@ std::int64_t b_panel_floats(const Tuning& t, std::int64_t n, std::int64_t k);
 // Packs `batch` matrices into panels at dst (dst_bs floats apart).
 void pack_a(OpenClBackend& be, const Precision& p, const Operand& a, std::int64_t batch, std::int64_t m, std::int64_t k,
             cl_mem dst, std::int64_t dst_bs, const char* op);
+// split: 0, or the GEGLU epilogue's column order (kernels/matmul.cl gemm_pack_b; nr/2, n a multiple of nr, B's
+// columns contiguous along k).
 void pack_b(OpenClBackend& be, const std::string& options, const Operand& b, std::int64_t batch, std::int64_t k,
-            std::int64_t n, cl_mem dst, std::int64_t dst_bs, const char* op);
+            std::int64_t n, cl_mem dst, std::int64_t dst_bs, const char* op, std::int64_t split = 0);
 
 // Program options for the GEMM kernels at a precision (precision -D set + tuning).
 std::string options(OpenClBackend& be, const Precision& p);
@@ -92,13 +104,21 @@ std::string options(OpenClBackend& be, const Precision& p);
 // True when this precision runs the panel (cpu-style) kernels on this device.
 bool uses_panels(const OpenClBackend& be, const Precision& p);
 
-// Runs the problem (packing as needed, in chunks that bound the scratch memory).
+// Whether run() does the problem's epilogue inside the GEMM: the CPU family with f32 accumulation reading A where
+// it lies, a B shared by the batch whose panels fit the scratch budget whole; for GEGLU also 16 or 32 columns
+// per panel (NANSCOPE_GEMM_CPU's 48 are not), n a multiple of them and no per-row bias. Elsewhere the ops run
+// the GEMM and the op apart (OpenClBackend::linear_fuses_epilogue).
+bool fuses_epilogue(const OpenClBackend& be, const Precision& p, const Problem& pr);
+
+// Runs the problem (packing as needed, in chunks that bound the scratch memory). An epilogue other than store
+// only where fuses_epilogue() holds.
 void run(OpenClBackend& be, const Precision& p, const Problem& pr, const char* op);
 
 // Packs a weight's kept panels now, as run() would at the first call of a LINEAR at precision p with this B
 // operand (k x n, shared by the batch) and a row-major A; nothing where such a call packs no kept panels.
+// `geglu`: the panels the GEGLU epilogue multiplies (split order).
 void prepare_weight(OpenClBackend& be, const Precision& p, const Operand& b, const Storage* weight, std::int64_t k,
-                    std::int64_t n, const char* op);
+                    std::int64_t n, const char* op, bool geglu = false);
 
 // The "matmul" program options run() builds for a problem of this shape (A
 // with unit column stride): the variant the kernel plan lists for a recorded

@@ -94,7 +94,7 @@ class OpenClBackend final : public Backend {
   void end_repeated_call(bool completed) override { pool_->end_repeat(completed); }
 
   void matmul(const MatmulArgs& args) override;
-  void prepare_linear_weight(const Tensor& weight, const Precision& p) override;
+  void prepare_linear_weight(const Tensor& weight, const Precision& p, bool geglu) override;
   void conv2d(const Conv2dArgs& args) override;
   void group_norm(const GroupNormArgs& args) override;
   void layer_norm(const LayerNormArgs& args) override;
@@ -158,6 +158,8 @@ class OpenClBackend final : public Backend {
   std::string kernel_cache_dir() const override;
   std::vector<std::string> kernel_notes() const override;
   bool conv2d_winograd(const Conv2dArgs& args) const override;
+  bool linear_fuses_epilogue(MatmulEpilogue e, const Precision& p, std::int64_t m, std::int64_t n, std::int64_t k,
+                             bool bias) const override;
   std::vector<std::string> take_guard_violations() override;
   bool native_half_in_hardware(const Precision& p) const override;
   // The half units native half arithmetic runs on, in words ("" when it is

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backend/reference/host_access.hpp"
+#include "core/error.hpp"
 
 namespace nanscope::reference {
 
@@ -15,6 +16,8 @@ using detail::round_d;
 using detail::round_sum;
 
 void ReferenceBackend::matmul(const MatmulArgs& args) {
+  // linear_fuses_epilogue is false here: the ops run GEGLU and ADD on their own.
+  if (args.epilogue != MatmulEpilogue::none) throw OpError("MATMUL: the reference backend applies no epilogue");
   const Floats a(args.a), b(args.b);
   std::optional<Floats> bias;
   if (args.bias) bias.emplace(*args.bias);
