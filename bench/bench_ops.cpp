@@ -5,8 +5,9 @@
 //                         [--shapes sd15 [--latent 64]] [--json FILE]
 //
 // The default set: GEMMs, 3x3 convs at the UNet's and the VAE's shapes (the
-// VAE's 128-512 channels at 64-512 px of a 512x512 decode), attention, and the
-// memory-bound ops (norms, activations, adds, upsampling) as a share of the
+// VAE's 128-512 channels at 64-512 px of a 512x512 decode), attention, the
+// transformer block's feed-forward projection with its GEGLU as two ops and
+// fused, and the memory-bound ops (norms, activations, adds, upsampling) as a share of the
 // memory bandwidth, measured in the same run right before and after each of
 // them (bandwidth.hpp).
 //
@@ -257,7 +258,20 @@ int main(int argc, char** argv) {
         rows.back().name += impl == AttentionImpl::fused ? " (fused)" : " (bmm)";
       }
     }
-
+    // The UNet's feed-forward projection and its GEGLU (batch 2, latent 64: 8192 tokens of 320) as the two ops
+    // and as one (the GEMM's epilogue, ops::linear_geglu; where the backend cannot fuse, both rows run the two
+    // ops). Each variant has its own weight: a weight keeps one packed view.
+    if (shapes.empty() && wanted("ff_proj_geglu_8192_320_2560")) {
+      const Tensor x = be->upload(random_host({2, 4096, 320}, dtype, 3));
+      const Tensor w1 = be->upload(random_host({2560, 320}, dtype, 4)),
+                   w2 = be->upload(random_host({2560, 320}, dtype, 4));
+      const Tensor bias = be->upload(random_host({2560}, dtype, 5));
+      const double flops = 2.0 * 8192 * 320 * 2560;
+      rows.push_back({"ff_proj_geglu_8192_320_2560 (two ops)", flops,
+                      time_op(*be, [&] { ops::geglu(ctx, ops::linear(ctx, x, w1, &bias)); })});
+      rows.push_back({"ff_proj_geglu_8192_320_2560 (fused)", flops,
+                      time_op(*be, [&] { ops::linear_geglu(ctx, ctx, x, w2, &bias); })});
+    }
     // Memory-bound ops at the UNet's shapes (batch 2, latent 64) and the VAE's (512x512 decode).
     // Bytes: what the op must read and write at least, each element once.
     const double es = static_cast<double>(dtype_size(dtype));

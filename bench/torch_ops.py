@@ -79,8 +79,17 @@ with torch.no_grad():
         results[f"attention_{tokens}x8x40"] = timed(lambda: classic_attention(q, k, v, scale))
     q, k, v = torch.randn(1, 4096, 512), torch.randn(1, 4096, 512), torch.randn(1, 4096, 512)  # the VAE's mid-block
     results["attention_4096x1x512"] = timed(lambda: classic_attention(q, k, v, 512 ** -0.5))
-    # The memory-bound ops (bench_ops' second table).
+    # The transformer block's feed-forward projection and its GEGLU (bench_ops' ff_proj_geglu rows).
     F = torch.nn.functional
+    xf = torch.randn(2, 4096, 320)
+    wf, bf = torch.randn(2560, 320), torch.randn(2560)
+
+    def ff_proj_geglu():
+        h, gate = F.linear(xf, wf, bf).chunk(2, dim=-1)
+        return h * F.gelu(gate)
+
+    results["ff_proj_geglu_8192_320_2560"] = timed(ff_proj_geglu)
+    # The memory-bound ops (bench_ops' second table).
     x = torch.randn(2, 320, 64, 64)
     g, b = torch.randn(320), torch.randn(320)
     results["group_norm_2x320x64x64"] = timed(lambda: F.group_norm(x, 32, g, b, 1e-5))

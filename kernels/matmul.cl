@@ -56,15 +56,6 @@
 #define BIAS_NONE 0
 #define BIAS_COL 1
 #define BIAS_ROW 2
-// What the direct-A kernels do with a finished block (GemmEpilogue in gemm.hpp): store it; store it plus the
-// residual r (C = round(round(alpha A.B + bias) + r), ADD's sum); or GEGLU over B's panels packed split
-// (gemm_pack_b): each NR-column panel nb holds the value columns nb*NR/2.. of the output's first half and the
-// gate columns N/2 + nb*NR/2.. side by side, and C (N/2 wide, row stride ldc) = y * gelu_erf(g) of the block's
-// rounded values. Both the same operations on the same values as the GEMM followed by the ADD or GEGLU
-// kernel: the same bits.
-#define EPI_STORE 0
-#define EPI_ADD 1
-#define EPI_GEGLU 2
 
 // Up to 16 elements src[base + i * step] for i < count, zeros after.
 static inline float16 ld16_masked(__global const store_t* src, ulong base, ulong step, uint count) {
@@ -225,21 +216,17 @@ static inline float16 gemm_bias16(__global const store_t* bias, int mode, uint m
                                               gemm_bias16(bias, bias_mode, m0 + r, n0 + 16u * v, N)));    \
   }
 #define GEMM_STORE(r) GEMM_VECS(GEMM_STORE_V, r)
-// EPI_ADD: the residual's row at rbase + m * ldc.
+// gemm_cpu_direct_a_geglu's store: GEGLU over B's panels packed split (gemm_pack_b), each NR-column panel nb
+// holding the value columns j0 = nb*NR/2.. of the product's first half and the gate columns N/2 + j0.. side by
+// side; C (N/2 wide, row stride ldc) = y * gelu_erf(g) of the block's values rounded to the storage dtype: the
+// same operations on the same values as the GEMM's store followed by the GEGLU kernel, the same bits.
 #define GEMM_ROUNDED(r, v, n) \
   round_store16(fma((float16)(alpha), acc##r##_##v, gemm_bias16(bias, bias_mode, m0 + r, (n), N)))
-#define GEMM_STORE_ADD_V(r, v)                                                                 \
-  if (m0 + r < M) {                                                                            \
-    const ulong row = (ulong)(m0 + r) * ldc;                                                   \
-    const uint n = n0 + 16u * v;                                                               \
-    gemm_store16(c, cbase + row, n, N, GEMM_ROUNDED(r, v, n) + gemm_load16(res, rbase + row, n, N)); \
-  }
-#define GEMM_STORE_ADD(r) GEMM_VECS(GEMM_STORE_ADD_V, r)
-// EPI_GEGLU: the block's output columns j0.. = nb * NR/2 (of N/2).
 #if GEMM_NV == 2
 #define GEMM_STORE_GEGLU(r)                                                                                 \
   if (m0 + r < M) {                                                                                         \
-    const float16 y = GEMM_ROUNDED(r, 0, j0), g = GEMM_ROUNDED(r, 1, N / 2u + j0);                         \
+    const float16 y = GEMM_ROUNDED(r, 0, j0);                                                               \
+    const float16 g = GEMM_ROUNDED(r, 1, N / 2u + j0);                                                      \
     gemm_store16(c, cbase + (ulong)(m0 + r) * ldc, j0, N / 2u, y * gelu_erf16(g));                          \
   }
 #elif GEMM_NV == 1
@@ -250,18 +237,10 @@ static inline float16 gemm_bias16(__global const store_t* bias, int mode, uint m
                                         (float16)(ld8(bias, j0), ld8(bias, N / 2u + j0)) : (float16)(-0.0f))); \
     st8(c, cbase + (ulong)(m0 + r) * ldc + j0, y.lo * gelu_erf16(y).hi);                                    \
   }
-#else
-#define GEMM_STORE_GEGLU(r)  // not at 48 columns (the host stores and runs GEGLU apart)
-#endif
-#define GEMM_EPILOGUE_STORE                        \
-  if (epilogue == EPI_GEGLU) {                     \
-    const uint j0 = nb * (GEMM_NR / 2u);           \
-    GEMM_ROWS(GEMM_STORE_GEGLU)                    \
-  } else if (epilogue == EPI_ADD) {                \
-    GEMM_ROWS(GEMM_STORE_ADD)                      \
-  } else {                                         \
-    GEMM_ROWS(GEMM_STORE)                          \
-  }
+#endif  // 48 columns (GEMM_NV 3): no GEGLU kernel (gemm::fuses_epilogue)
+#define GEMM_GEGLU_BLOCK                   \
+  const uint j0 = nb * (GEMM_NR / 2u);     \
+  GEMM_ROWS(GEMM_STORE_GEGLU)
 
 // The work-item's place (gemm_cpu and the direct-A kernels): column panel nb, batch bt, row blocks
 // [mb0, mb_end).
@@ -385,22 +364,25 @@ __kernel CPU_ONE_ITEM void gemm_cpu(__global const float* ap, ulong a_poff, ulon
   }
 
 #if !defined(GPU_KERNELS) && !defined(GEMM_PACKED_A)  // CPU family only (reads_a_directly), not in its packed-A variant
-// epilogue: EPI_STORE, EPI_ADD (the residual res, batch b at res_off + b*res_bs, rows ldc apart) or EPI_GEGLU.
-#define GEMM_DIRECT_A_KERNEL(NAME)                                                                                    \
+// STORE_BLOCK: what a finished block becomes (GEMM_ROWS(GEMM_STORE), or GEGLU's GEMM_GEGLU_BLOCK; macro
+// arguments twice over, so no comma outside parentheses in either). Each
+// epilogue is a kernel of its own: a run-time switch there slowed the plain GEMM's loop by 1-5%.
+#define GEMM_DIRECT_A_KERNEL(NAME, STORE_BLOCK)                                                                       \
 __kernel CPU_ONE_ITEM void NAME(__global const GEMM_A_T* ap, ulong a_off, ulong a_bs, ulong lda,                      \
                                              __global const float* bp, ulong b_poff, ulong b_bs, uint b_blocks,       \
                                              __local float* pl, uint K, uint kc, uint mgroup,                         \
                                              __global const store_t* bias, ulong bias_off, int bias_mode,             \
                                              __global store_t* c, ulong c_off, ulong c_bs, ulong ldc, uint M, uint N, \
-                                             float alpha, int epilogue, __global const store_t* res, ulong res_off,  \
-                                             ulong res_bs) {                                                          \
+                                             float alpha) {                                                           \
   GEMM_CPU_ITEM                                                                                                       \
   const __global GEMM_A_T* abt = ap + a_off + bt * a_bs;                                                              \
-  const ulong rbase = res_off + bt * res_bs;                                                                          \
   GEMM_CPU_KBLOCKS(const __global GEMM_A_T* a = abt + k0;, GEMM_ROWS(GEMM_ROWPTR), GEMM_DIRECT_A_SUMS(bq, kcb),       \
-                   GEMM_EPILOGUE_STORE)                                                                               \
+                   STORE_BLOCK)                                                                                       \
 }
-GEMM_DIRECT_A_KERNEL(gemm_cpu_direct_a)
+GEMM_DIRECT_A_KERNEL(gemm_cpu_direct_a, GEMM_ROWS(GEMM_STORE))
+#if GEMM_NV <= 2
+GEMM_DIRECT_A_KERNEL(gemm_cpu_direct_a_geglu, GEMM_GEGLU_BLOCK)
+#endif
 
 #endif  // !GPU_KERNELS && !GEMM_PACKED_A
 
@@ -616,7 +598,10 @@ __kernel void gemm_a_rows_to_f32(__global const store_t* src, ulong off, ulong b
 #define GEMM_A_T float
 #define GEMM_LD_A(p, i) ((p)[(i)])
 #define GEMM_A_STEPS GEMM_DIRECT_K4
-GEMM_DIRECT_A_KERNEL(gemm_cpu_direct_f32a)
+GEMM_DIRECT_A_KERNEL(gemm_cpu_direct_f32a, GEMM_ROWS(GEMM_STORE))
+#if GEMM_NV <= 2
+GEMM_DIRECT_A_KERNEL(gemm_cpu_direct_f32a_geglu, GEMM_GEGLU_BLOCK)
+#endif
 #endif  // !GPU_KERNELS && !GEMM_PACKED_A && !STORE_F32
 
 // ---------------------------------------------------------------------------

@@ -103,7 +103,7 @@ class Backend {
   virtual bool conv2d_winograd(const Conv2dArgs& /*args*/) const { return false; }
   // True when matmul() applies `epilogue` inside the product for LINEAR's problem (x [m, k] row-major, its own
   // weight [n, k], bias [n] if `bias`; GEGLU: n the product's width) at this precision. The ops ask first
-  // (ops::linear_geglu, linear_add) and run the two ops where it does not: matmul() is never given an epilogue
+  // (ops::linear_geglu) and run the two ops where it does not: matmul() is never given an epilogue
   // it cannot apply, and every buffer a call needs is one the memory plan sees.
   virtual bool linear_fuses_epilogue(MatmulEpilogue /*epilogue*/, const Precision& /*p*/, std::int64_t /*m*/,
                                      std::int64_t /*n*/, std::int64_t /*k*/, bool /*bias*/) const {

@@ -21,11 +21,10 @@
 
 namespace nanscope {
 
-// What follows the product y = round(alpha * a.b + bias) in one MATMUL call (ops::linear_geglu, ops::linear_add):
-// nothing (out = y); out = round(y + residual), the ADD op's sum (residual [batch, m, n], a tensor other than
-// out); or out [batch, m, n/2] = y[..., :n/2] * gelu_erf(y[..., n/2:]), the GEGLU op. Bit for bit the product
-// followed by that op; only where Backend::linear_fuses_epilogue says so.
-enum class MatmulEpilogue : std::uint8_t { none, add, geglu };
+// What follows the product y = round(alpha * a.b + bias) in one MATMUL call (ops::linear_geglu): nothing
+// (out = y), or out [batch, m, n/2] = y[..., :n/2] * gelu_erf(y[..., n/2:]), the GEGLU op. Bit for bit the
+// product followed by that op; only where Backend::linear_fuses_epilogue says so.
+enum class MatmulEpilogue : std::uint8_t { none, geglu };
 
 struct MatmulArgs {
   const Tensor& a;     // [batch, m, k]
@@ -41,7 +40,6 @@ struct MatmulArgs {
   // own weight): a backend may keep b in a prepared form with it.
   bool b_weight;
   MatmulEpilogue epilogue = MatmulEpilogue::none;
-  const Tensor* residual = nullptr;  // MatmulEpilogue::add
 };
 
 struct Conv2dArgs {

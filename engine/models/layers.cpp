@@ -36,11 +36,6 @@ Tensor Linear::forward(const OpContext& ctx, const Tensor& x) const {
   return y;
 }
 
-Tensor Linear::forward_add(const OpContext& ctx, const Tensor& x, const OpContext& add, const Tensor& residual) const {
-  if (!lora.empty()) return ops::add(add, forward(ctx, x), residual);
-  return ops::linear_add(ctx.child(name), add, x, weight, bias.defined() ? &bias : nullptr, residual);
-}
-
 Tensor Linear::forward_geglu(const OpContext& ctx, const Tensor& x, const OpContext& act) const {
   if (!lora.empty()) return ops::geglu(act, forward(ctx, x));
   return ops::linear_geglu(ctx.child(name), act, x, weight, bias.defined() ? &bias : nullptr);
@@ -115,8 +110,7 @@ void Attention::load(WeightLoader& w, const std::string& prefix, const std::stri
   to_out.load(w, p, "to_out.0", inner, query_dim, out_bias);
 }
 
-Tensor Attention::forward(const OpContext& parent, const Tensor& x, const Tensor* context,
-                          const Tensor* residual) const {
+Tensor Attention::forward(const OpContext& parent, const Tensor& x, const Tensor* context) const {
   const OpContext ctx = parent.child(name);
   const Tensor& kv_in = context ? *context : x;
   const Tensor q = to_q.forward(ctx, x);
@@ -124,7 +118,7 @@ Tensor Attention::forward(const OpContext& parent, const Tensor& x, const Tensor
   const Tensor v = to_v.forward(ctx, kv_in);
   const float scale = 1.0f / std::sqrt(static_cast<float>(dim_head));
   const Tensor a = ops::attention(ctx, q, k, v, heads, scale);
-  return residual ? to_out.forward_add(ctx, a, parent, *residual) : to_out.forward(ctx, a);
+  return to_out.forward(ctx, a);
 }
 
 Tensor Attention::forward_spatial(const OpContext& parent, const Tensor& x) const {
@@ -154,10 +148,10 @@ void FeedForward::load(WeightLoader& w, const std::string& prefix, const std::st
   out.load(w, p, "net.2", inner, dim);
 }
 
-Tensor FeedForward::forward(const OpContext& parent, const Tensor& x, const Tensor* residual) const {
+Tensor FeedForward::forward(const OpContext& parent, const Tensor& x) const {
   const OpContext ctx = parent.child(name);
   const Tensor h = proj.forward_geglu(ctx, x, ctx.child("net.0"));
-  return residual ? out.forward_add(ctx, h, parent, *residual) : out.forward(ctx, h);
+  return out.forward(ctx, h);
 }
 
 void BasicTransformerBlock::load(WeightLoader& w, const std::string& prefix, const std::string& n, std::int64_t dim,
@@ -174,10 +168,9 @@ void BasicTransformerBlock::load(WeightLoader& w, const std::string& prefix, con
 
 Tensor BasicTransformerBlock::forward(const OpContext& parent, const Tensor& x, const Tensor& context) const {
   const OpContext ctx = parent.child(name);
-  // Each residual add in the block's module, as diffusers' hidden_states = attn(...) + hidden_states.
-  Tensor h = attn1.forward(ctx, norm1.forward(ctx, x), nullptr, &x);
-  h = attn2.forward(ctx, norm2.forward(ctx, h), &context, &h);
-  return ff.forward(ctx, norm3.forward(ctx, h), &h);
+  Tensor h = ops::add(ctx, attn1.forward(ctx, norm1.forward(ctx, x), nullptr), x);
+  h = ops::add(ctx, attn2.forward(ctx, norm2.forward(ctx, h), &context), h);
+  return ops::add(ctx, ff.forward(ctx, norm3.forward(ctx, h)), h);
 }
 
 void Transformer2D::load(WeightLoader& w, const std::string& prefix, const std::string& n, std::int64_t channels,

@@ -25,9 +25,8 @@ struct Linear {
   void load(WeightLoader& w, const std::string& prefix, const std::string& name, std::int64_t in, std::int64_t out,
             bool has_bias = true);
   Tensor forward(const OpContext& ctx, const Tensor& x) const;
-  // add(add, forward(ctx, x), residual) and geglu(act, forward(ctx, x)), as one call where they can be
-  // (ops::linear_add / linear_geglu; never with LoRAs, which add to the output first).
-  Tensor forward_add(const OpContext& ctx, const Tensor& x, const OpContext& add, const Tensor& residual) const;
+  // geglu(act, forward(ctx, x)), as one call where it can be (ops::linear_geglu; never with LoRAs, which add to
+  // the output first).
   Tensor forward_geglu(const OpContext& ctx, const Tensor& x, const OpContext& act) const;
 };
 
@@ -75,9 +74,8 @@ struct Attention {
   // query_dim -> inner = heads * dim_head; cross_dim = key/value input size.
   void load(WeightLoader& w, const std::string& prefix, const std::string& name, std::int64_t query_dim,
             std::int64_t cross_dim, int heads, std::int64_t dim_head, bool qkv_bias, bool out_bias = true);
-  // x [b, s, query_dim]; context [b, sk, cross_dim] or null (self-attention). With `residual`, the output plus
-  // it (an ADD in ctx, the caller's module: Linear::forward_add).
-  Tensor forward(const OpContext& ctx, const Tensor& x, const Tensor* context, const Tensor* residual = nullptr) const;
+  // x [b, s, query_dim]; context [b, sk, cross_dim] or null (self-attention).
+  Tensor forward(const OpContext& ctx, const Tensor& x, const Tensor* context) const;
   // VAE form: x [b, c, h, w] with group_norm and residual.
   Tensor forward_spatial(const OpContext& ctx, const Tensor& x) const;
 };
@@ -87,8 +85,7 @@ struct FeedForward {
   std::string name;
   Linear proj, out;
   void load(WeightLoader& w, const std::string& prefix, const std::string& name, std::int64_t dim, std::int64_t inner);
-  // With `residual`, the output plus it (as Attention::forward).
-  Tensor forward(const OpContext& ctx, const Tensor& x, const Tensor* residual = nullptr) const;
+  Tensor forward(const OpContext& ctx, const Tensor& x) const;
 };
 
 struct BasicTransformerBlock {

@@ -44,11 +44,10 @@ Tensor matmul(const OpContext& ctx, const Tensor& a, const Tensor& b, bool trans
 namespace {
 
 // own_weight: `weight` is the caller's own tensor, not a converted copy made for this call (the backend may keep
-// a prepared form of it: MatmulArgs::b_weight). epilogue, residual: MatmulArgs'; with geglu the output is
-// [..., out / 2].
+// a prepared form of it: MatmulArgs::b_weight). epilogue: MatmulArgs'; with geglu the output is [..., out / 2].
 Tensor linear_with(const OpContext& ctx, const Tensor& x, const Tensor& weight, const Tensor* bias, bool own_weight,
-                   MatmulEpilogue epilogue = MatmulEpilogue::none, const Tensor* residual = nullptr) {
-  const OpCall call(ctx, "LINEAR", {{"x", &x}, {"weight", &weight}, {"bias", bias}, {"residual", residual}});
+                   MatmulEpilogue epilogue = MatmulEpilogue::none) {
+  const OpCall call(ctx, "LINEAR", {{"x", &x}, {"weight", &weight}, {"bias", bias}});
   call.check_tensor("x", x);
   call.check_tensor("weight", weight);
   call.check_rank("x", x, 1, 1 << 20);
@@ -62,22 +61,18 @@ Tensor linear_with(const OpContext& ctx, const Tensor& x, const Tensor& weight, 
   Shape out_shape(x.shape().begin(), x.shape().end() - 1);
   out_shape.push_back(epilogue == MatmulEpilogue::geglu ? n / 2 : n);
   if (epilogue == MatmulEpilogue::geglu) call.require(n % 2 == 0, "GEGLU needs an even number of outputs");
-  if (residual) {
-    call.check_tensor("residual", *residual);
-    call.require(residual->shape() == out_shape,
-                 "residual " + shape_str(residual->shape()) + " is not the output's shape " + shape_str(out_shape));
-  }
   Tensor out = call.allocate(out_shape);
-  MatmulArgs args{x, weight, bias, out, 1, m, n, k, true, true, 1.0f, ctx.precision, own_weight, epilogue, residual};
-  call.run(&Backend::matmul, args);
-  call.trace({&x, &weight, bias, residual}, out);
+  call.run(&Backend::matmul,
+           MatmulArgs{x, weight, bias, out, 1, m, n, k, true, true, 1.0f, ctx.precision, own_weight, epilogue});
+  call.trace({&x, &weight, bias}, out);
   return out;
 }
 
 // Whether LINEAR in ctx and the op after it in `next` may run as one call on these inputs: nothing needs the
 // projection on its own, both compute alike, and the backend applies the epilogue to this problem.
 bool fuses_next(const OpContext& ctx, const OpContext& next, MatmulEpilogue epilogue, const Tensor& x,
-                const Tensor& weight, const Tensor* bias, std::initializer_list<const Tensor*> inputs) {
+                const Tensor& weight, const Tensor* bias) {
+  const std::initializer_list<const Tensor*> inputs{&x, &weight, bias};
   if (traces_each_module(ctx) || traces_each_module(next) || ctx.faults != nullptr || next.faults != nullptr ||
       next.precision.dtype != ctx.precision.dtype || detail::needs_conform(ctx, inputs) ||
       detail::needs_conform(next, inputs) || !x.defined() || !weight.defined() || x.rank() < 1 || weight.rank() != 2 ||
@@ -101,22 +96,10 @@ Tensor linear(const OpContext& ctx, const Tensor& x, const Tensor& weight, const
 
 Tensor linear_geglu(const OpContext& ctx, const OpContext& act, const Tensor& x, const Tensor& weight,
                     const Tensor* bias) {
-  if (!fuses_next(ctx, act, MatmulEpilogue::geglu, x, weight, bias, {&x, &weight, bias})) {
+  if (!fuses_next(ctx, act, MatmulEpilogue::geglu, x, weight, bias)) {
     return geglu(act, linear(ctx, x, weight, bias));
   }
   return linear_with(ctx, x, weight, bias, true, MatmulEpilogue::geglu);
-}
-
-Tensor linear_add(const OpContext& ctx, const OpContext& add_ctx, const Tensor& x, const Tensor& weight,
-                  const Tensor* bias, const Tensor& residual) {
-  if (!fuses_next(ctx, add_ctx, MatmulEpilogue::add, x, weight, bias, {&x, &weight, bias, &residual}) ||
-      !residual.defined() || residual.dtype() != ctx.precision.dtype) {
-    return add(add_ctx, linear(ctx, x, weight, bias), residual);
-  }
-  Shape out_shape(x.shape().begin(), x.shape().end() - 1);
-  out_shape.push_back(weight.dim(0));
-  if (residual.shape() != out_shape) return add(add_ctx, linear(ctx, x, weight, bias), residual);  // a broadcast
-  return linear_with(ctx, x, weight, bias, true, MatmulEpilogue::add, &residual);
 }
 
 }  // namespace nanscope::ops

@@ -19,14 +19,12 @@ Tensor matmul(const OpContext& ctx, const Tensor& a, const Tensor& b, bool trans
               const Tensor* bias = nullptr);
 // x [..., in] with weight [out, in] (torch layout) and bias [out].
 Tensor linear(const OpContext& ctx, const Tensor& x, const Tensor& weight, const Tensor* bias);
-// geglu(act, linear(ctx, x, weight, bias)) and add(add, linear(ctx, x, weight, bias), residual) as one LINEAR
-// call whose GEMM applies the second op to its results (MatmulEpilogue), bit-equal to the two ops, where both
-// compute alike (one dtype, no input to convert, a residual of the output's shape) and nothing needs the
-// projection's output on its own (the layer trace, fault emulation); otherwise the two ops, each traced.
+// geglu(act, linear(ctx, x, weight, bias)) as one LINEAR call whose GEMM applies the GEGLU to its results
+// (MatmulEpilogue), bit-equal to the two ops, where the backend can (Backend::linear_fuses_epilogue), both
+// compute alike (one dtype, no input to convert) and nothing needs the projection's output on its own (the
+// layer trace, fault emulation); otherwise the two ops, each traced.
 Tensor linear_geglu(const OpContext& ctx, const OpContext& act, const Tensor& x, const Tensor& weight,
                     const Tensor* bias);
-Tensor linear_add(const OpContext& ctx, const OpContext& add, const Tensor& x, const Tensor& weight, const Tensor* bias,
-                  const Tensor& residual);
 
 // x [n, c, h, w], weight [o, c, kh, kw], bias [o]; square stride and padding.
 Tensor conv2d(const OpContext& ctx, const Tensor& x, const Tensor& weight, const Tensor* bias, int stride, int padding);

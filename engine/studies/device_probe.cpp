@@ -117,18 +117,14 @@ class RecordingBackend final : public DryRunBackend {
     c.inputs = {spec(a.a), spec(a.b, -wb, wb)};
     if (a.bias) c.inputs.push_back(spec(*a.bias, -0.1f, 0.1f));
     c.reduction = a.k;
-    const std::size_t residual = c.inputs.size();
-    if (a.residual) c.inputs.push_back(spec(*a.residual));
     c.params = (a.trans_b ? "b transposed" : "b plain") + std::string(a.b_broadcast ? ", shared b" : "") +
                (a.alpha != 1.0f ? ", alpha " + num(a.alpha) : "") +
-               (a.epilogue == MatmulEpilogue::add     ? ", then ADD"
-                : a.epilogue == MatmulEpilogue::geglu ? ", then GEGLU"
-                                                      : "");
+               (a.epilogue == MatmulEpilogue::geglu ? ", then GEGLU" : "");
     const MatmulArgs p = a;
     const bool bias = a.bias != nullptr;
-    c.replay = [p, bias, residual](Backend& be, std::vector<Tensor>& in, Tensor& out) {
+    c.replay = [p, bias](Backend& be, std::vector<Tensor>& in, Tensor& out) {
       be.matmul(MatmulArgs{in[0], in[1], bias ? &in[2] : nullptr, out, p.batch, p.m, p.n, p.k, p.trans_b, p.b_broadcast,
-                           p.alpha, p.precision, false, p.epilogue, p.residual ? &in[residual] : nullptr});
+                           p.alpha, p.precision, false, p.epilogue});
     };
     finish(std::move(c));
   }

@@ -246,9 +246,14 @@ void compute_blocks(OpenClBackend& be, const Precision& p, const ASource& src, c
     be.launch(kern, op, 3, global, nullptr);
     return;
   }
-  cl_kernel kern =
-      src.direct ? be.kernel("matmul", src.f32_rows ? "gemm_cpu_direct_f32a" : "gemm_cpu_direct_a", options(be, p))
-                 : be.kernel("matmul", "gemm_cpu", packed_a_options(be, p));
+  if (pr.epilogue == Epilogue::geglu && !src.direct) {
+    throw OpError(std::string(op) + ": GEGLU's epilogue needs the kernel that reads A where it lies");
+  }
+  const bool geglu = pr.epilogue == Epilogue::geglu;
+  const char* direct_name = src.f32_rows ? (geglu ? "gemm_cpu_direct_f32a_geglu" : "gemm_cpu_direct_f32a")
+                                         : (geglu ? "gemm_cpu_direct_a_geglu" : "gemm_cpu_direct_a");
+  cl_kernel kern = src.direct ? be.kernel("matmul", direct_name, options(be, p))
+                              : be.kernel("matmul", "gemm_cpu", packed_a_options(be, p));
   // One launch for every k-block: each work-item keeps its blocks' running sums in local memory between them.
   const std::int64_t block_floats = static_cast<std::int64_t>(t.mr) * t.nr();
   std::int64_t max_blocks = 16;
@@ -267,12 +272,6 @@ void compute_blocks(OpenClBackend& be, const Precision& p, const ASource& src, c
                                to_uint(pr.k, op, "k"), to_uint(kc, op, "kc"), cl_uint(mgroup), pr.bias,
                                cl_ulong(pr.bias_off), cl_int(pr.bias_mode), pr.c, cl_ulong(pr.c_off), cl_ulong(pr.c_bs),
                                cl_ulong(pr.ldc), to_uint(pr.m, op, "m"), to_uint(pr.n, op, "n"), pr.alpha);
-  if (src.direct) {
-    OpenClBackend::set_args_from(kern, 22, cl_int(pr.epilogue), pr.residual, cl_ulong(pr.residual_off),
-                                 cl_ulong(pr.residual_bs));
-  } else if (pr.epilogue != Epilogue::store) {
-    throw OpError(std::string(op) + ": an epilogue needs the kernel that reads A where it lies");
-  }
   const size_t global[3] = {static_cast<size_t>(b_blocks), ceil_div(a_blocks, mgroup), static_cast<size_t>(pr.batch)};
   // One work-item per group on any device: its local memory holds that work-item's sums.
   const size_t local[3] = {1, 1, 1};
@@ -331,7 +330,6 @@ void compute_direct_a(OpenClBackend& be, const Precision& p, const Operand& a, c
       chunk.m = mm;
       chunk.b_panels_off = pr.b_panels_off + b0 * pr.b_panels_bs;
       chunk.c_off = pr.c_off + b0 * pr.c_bs + m0 * pr.ldc;
-      chunk.residual_off = pr.residual_off + b0 * pr.residual_bs + m0 * pr.ldc;
       chunk.bias_off = pr.bias_off + (pr.bias_mode == kBiasRow ? m0 : 0);
       compute_blocks(be, p, ASource{rows.mem(), 0, shared ? 0 : mm * pr.k, true, pr.k, true}, chunk, op);
     }
@@ -694,7 +692,6 @@ bool fuses_epilogue(const OpenClBackend& be, const Precision& p, const Problem& 
   if (b_panel_floats(t, pr.n, pr.k) > budget) return false;
   switch (pr.epilogue) {
     case Epilogue::store: return true;
-    case Epilogue::add: return true;
     case Epilogue::geglu: return t.nv <= 2 && pr.n % t.nr() == 0 && pr.b.cs != 1 && pr.bias_mode != kBiasRow;
   }
   return false;
@@ -713,8 +710,6 @@ void run(OpenClBackend& be, const Precision& p, const Problem& pr, const char* o
   if (pr.epilogue != Epilogue::store && !fuses_epilogue(be, p, pr)) {
     throw OpError(std::string(op) + ": this GEMM cannot apply its epilogue here (gemm::fuses_epilogue)");
   }
-  if (pr.epilogue == Epilogue::add && !pr.residual)
-    throw OpError(std::string(op) + ": the ADD epilogue has no residual");
   if (reads_a_directly(be, p, pr.a) && !pr.b_panels) {
     // Only B is packed: whole batches while its panels fit the budget, else column chunks per batch (never with
     // an epilogue: fuses_epilogue).
@@ -757,7 +752,6 @@ void run(OpenClBackend& be, const Precision& p, const Problem& pr, const char* o
         chunk.b_panels = b_buf.mem();
         chunk.b_panels_bs = b_cbs;
         chunk.c_off = pr.c_off + b0 * pr.c_bs + n0;
-        chunk.residual_off = pr.residual_off + b0 * pr.residual_bs + n0;
         chunk.bias_off = pr.bias_off + (pr.bias_mode == kBiasCol ? n0 : 0);
         Operand a = pr.a;
         a.off += b0 * pr.a.bs;

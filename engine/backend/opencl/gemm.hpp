@@ -55,10 +55,12 @@ struct Operand {
 
 enum BiasMode : int { kBiasNone = 0, kBiasCol = 1, kBiasRow = 2 };
 
-// What the CPU family's direct-A kernels do with C (kernels/matmul.cl EPI_*), where fuses_epilogue() says they
-// can: store it; store it plus a residual (ADD); or GEGLU, C's n/2 outputs per row = y * gelu_erf(g) of its
-// two halves, B packed in split panels. Either gives the same bits as the GEMM followed by the ADD or GEGLU op.
-enum class Epilogue : int { store = 0, add = 1, geglu = 2 };
+// What the CPU family's direct-A kernels do with C, where fuses_epilogue() says they can: store it
+// (gemm_cpu_direct_a), or GEGLU (gemm_cpu_direct_a_geglu): C's n/2 outputs per row = y * gelu_erf(g) of its
+// two halves, B packed in split panels; the same bits as the GEMM followed by the GEGLU op.
+// No residual ADD: in the store, the residual's rows read beside C's made the GEMM slower than the two ops at
+// every UNet shape (bench_ops, 2-core EPYC: 320 -> 320 at 8192 tokens 4.4 -> 5.0-5.2 ms, even prefetched).
+enum class Epilogue : int { store = 0, geglu = 1 };
 
 struct Problem {
   Operand a, b;
@@ -75,11 +77,8 @@ struct Problem {
   // B's buffer when B is a weight the caller keeps unchanged (MatmulArgs::b_weight): the CPU family then packs
   // its panels once and keeps them with it (weight_panels.hpp).
   const Storage* b_weight = nullptr;
-  Epilogue epilogue = Epilogue::store;
-  // Epilogue::add: element (m, n) of batch b at residual[residual_off + b*residual_bs + m*ldc + n].
   // Epilogue::geglu: C is m x n/2 (ldc its row stride, c_bs its batch stride); n is the product's width.
-  cl_mem residual = nullptr;
-  std::int64_t residual_off = 0, residual_bs = 0;
+  Epilogue epilogue = Epilogue::store;
 };
 
 // The k-block of panels for a depth k (kernels/matmul.cl's layout): k itself

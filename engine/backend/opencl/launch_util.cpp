@@ -27,10 +27,22 @@ size_t cpu_group_size(size_t global0) {
 }
 
 bool runs_whole_blocks(std::string_view kernel_name) {
-  static constexpr std::string_view kNames[] = {
-      "gemm_cpu",         "gemm_cpu_direct_a",  "gemm_cpu_direct_f32a", "gemm_native",       "gemm_pack_a",
-      "gemm_pack_b",      "conv_im2col_panels", "attn_pack_kt",         "attn_pack_v",       "conv_cpu",
-      "winograd_weights", "winograd_input",     "winograd_output",      "winograd_fused_cpu"};
+  static constexpr std::string_view kNames[] = {"gemm_cpu",
+                                                "gemm_cpu_direct_a",
+                                                "gemm_cpu_direct_f32a",
+                                                "gemm_cpu_direct_a_geglu",
+                                                "gemm_cpu_direct_f32a_geglu",
+                                                "gemm_native",
+                                                "gemm_pack_a",
+                                                "gemm_pack_b",
+                                                "conv_im2col_panels",
+                                                "attn_pack_kt",
+                                                "attn_pack_v",
+                                                "conv_cpu",
+                                                "winograd_weights",
+                                                "winograd_input",
+                                                "winograd_output",
+                                                "winograd_fused_cpu"};
   return std::find(std::begin(kNames), std::end(kNames), kernel_name) != std::end(kNames);
 }
 

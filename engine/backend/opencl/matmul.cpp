@@ -27,13 +27,7 @@ void OpenClBackend::matmul(const MatmulArgs& args) {
   pr.k = args.k;
   pr.alpha = args.alpha;
   if (args.b_weight) pr.b_weight = args.b.storage();
-  if (args.epilogue != MatmulEpilogue::none) {
-    pr.epilogue = args.epilogue == MatmulEpilogue::add ? gemm::Epilogue::add : gemm::Epilogue::geglu;
-    if (args.residual) {
-      pr.residual = buffer(*args.residual);
-      pr.residual_bs = pr.c_bs;
-    }
-  }
+  if (args.epilogue == MatmulEpilogue::geglu) pr.epilogue = gemm::Epilogue::geglu;
   gemm::run(*this, args.precision, pr, "MATMUL");
 }
 
@@ -46,7 +40,7 @@ bool OpenClBackend::linear_fuses_epilogue(MatmulEpilogue e, const Precision& p, 
   pr.b = {nullptr, 0, 0, 1, k};
   pr.batch = 1, pr.m = m, pr.n = n, pr.k = k;
   pr.bias_mode = bias ? gemm::kBiasCol : gemm::kBiasNone;
-  pr.epilogue = e == MatmulEpilogue::add ? gemm::Epilogue::add : gemm::Epilogue::geglu;
+  pr.epilogue = gemm::Epilogue::geglu;
   return gemm::fuses_epilogue(*this, p, pr);
 }
 
