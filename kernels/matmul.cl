@@ -154,13 +154,8 @@ static inline void gemm_store16(__global store_t* c, ulong off, uint n0, uint N,
   }
 }
 
-// Elements off + n0.. of a row of N, zeros past N.
-static inline float16 gemm_load16(__global const store_t* p, ulong off, uint n0, uint N) {
-  return n0 + 16u <= N ? ld16(p, off + n0) : ld16_masked(p, off + n0, 1, n0 < N ? N - n0 : 0u);
-}
-
 static inline float16 gemm_bias16(__global const store_t* bias, int mode, uint m, uint n0, uint N) {
-  if (mode == BIAS_COL) return gemm_load16(bias, 0, n0, N);
+  if (mode == BIAS_COL) return n0 + 16u <= N ? ld16(bias, n0) : ld16_masked(bias, n0, 1, n0 < N ? N - n0 : 0u);
   if (mode == BIAS_ROW) return (float16)(ld(bias, m));
   return (float16)(-0.0f);  // -0 is the exact identity of addition (keeps -0 results)
 }

@@ -17,34 +17,27 @@
 namespace nanscope::test {
 namespace {
 
-struct Recorder : OpTracer {
-  std::vector<std::string> names;
-  void on_op(const OpContext&, std::string_view op, std::span<const Tensor* const>, const Tensor&) override {
-    names.emplace_back(op);
-  }
-};
-
 // The shapes: tokens (rows: odd, a partial row block), in features (k: 700 takes several k-blocks), out features
 // of the product (GEGLU: twice the output's; 160 is a multiple of both 16- and 32-column panels, 80 only of 16,
 // 88 of neither: its calls run the two ops; 320 fills 10 or 20 column panels, where half-precision rows are
 // converted to f32 first: gemm_cpu_direct_f32a_geglu).
-struct Shape3 {
+struct LinearShape {
   std::int64_t batch, tokens, in, out;
   bool bias;
 };
-constexpr Shape3 kShapes[] = {{2, 37, 70, 160, true},
-                              {1, 29, 700, 160, false},
-                              {1, 5, 64, 80, true},
-                              {2, 9, 40, 88, true},
-                              {1, 21, 64, 320, true}};
+constexpr LinearShape kShapes[] = {{2, 37, 70, 160, true},
+                                   {1, 29, 700, 160, false},
+                                   {1, 5, 64, 80, true},
+                                   {2, 9, 40, 88, true},
+                                   {1, 21, 64, 320, true}};
 
-std::string describe(const Shape3& s) {
+std::string describe(const LinearShape& s) {
   return std::to_string(s.batch) + "x" + std::to_string(s.tokens) + "x" + std::to_string(s.in) + " -> " +
          std::to_string(s.out) + (s.bias ? " with bias" : "");
 }
 
 // Whether the backend fuses the epilogue into this LINEAR (what the ops ask before they call matmul()).
-bool fuses(const Backend& be, const Precision& p, const Shape3& s) {
+bool fuses(const Backend& be, const Precision& p, const LinearShape& s) {
   return be.linear_fuses_epilogue(MatmulEpilogue::geglu, p, s.batch * s.tokens, s.out, s.in, s.bias);
 }
 
@@ -59,7 +52,7 @@ int launches_of(opencl::OpenClBackend& be, std::string_view op_prefix) {
 
 TEST(LinearEpilogue, GegluBitEqualToTheTwoOps) {
   for (const Precision& p : precision_matrix()) {
-    for (const Shape3& s : kShapes) {
+    for (const LinearShape& s : kShapes) {
       SCOPED_TRACE(p.describe() + ", " + describe(s));
       Rng rng(seed_from("linear epilogue " + describe(s) + p.describe()));
       const HostTensor hx = random_normal(rng, {s.batch, s.tokens, s.in}, p.dtype);
@@ -101,7 +94,7 @@ TEST(LinearEpilogue, FusedWhereTheGemmCanElseTheTwoOps) {
   if (cpu.empty()) GTEST_SKIP() << no_cpu_family_message();
   const opencl::gemm::Tuning& t = opencl::gemm::tuning(cpu.front()->device());
   for (const Precision& p : precision_matrix()) {
-    for (const Shape3& s : kShapes) {
+    for (const LinearShape& s : kShapes) {
       SCOPED_TRACE(p.describe() + ", " + describe(s));
       BackendOptions o = test_backend_options();
       o.profile = true;
@@ -137,7 +130,7 @@ TEST(LinearEpilogue, TracedAndMixedCallsTakeTheTwoOps) {
       const Tensor x = be.upload(hx), w = be.upload(hw);
       const OpContext ctx = make_context(be, p, {}, "mid_block.attentions.0.transformer_blocks.0.ff.net.0.proj");
       const OpContext act = make_context(be, p, {}, "mid_block.attentions.0.transformer_blocks.0.ff.net.0");
-      Recorder rec;
+      OpNameRecorder rec;
       OpContext traced = ctx, traced_act = act;
       traced.tracer = traced_act.tracer = &rec;
       EXPECT_TRUE(bitwise_equal(be.download(ops::linear_geglu(traced, traced_act, x, w, nullptr)),

@@ -217,12 +217,6 @@ TEST(NormFailureModes, F16NativeGroupNormOverflowsOnLargeActivations) {
 // them. A traced call takes the two ops, so the trace still has the norm's
 // output; a SILU module in another dtype does too.
 TEST(NormFusedSilu, BitEqualToGroupNormThenSilu) {
-  struct Recorder : OpTracer {
-    std::vector<std::string> names;
-    void on_op(const OpContext&, std::string_view op, std::span<const Tensor* const>, const Tensor&) override {
-      names.emplace_back(op);
-    }
-  };
   for (const Precision& p : precision_matrix()) {
     SCOPED_TRACE(p.describe());
     Rng rng(seed_from("group_norm_silu " + p.describe()));
@@ -260,7 +254,7 @@ TEST(NormFusedSilu, BitEqualToGroupNormThenSilu) {
       }
       EXPECT_EQ(nan, 4 * 37);
 
-      Recorder rec;
+      OpNameRecorder rec;
       OpContext traced = ctx, traced_act = act;
       traced.tracer = traced_act.tracer = &rec;
       EXPECT_TRUE(bitwise_equal(be.download(ops::group_norm_silu(traced, traced_act, tx, 4, &tg, &tb, 1e-6f)), two));

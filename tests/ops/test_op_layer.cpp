@@ -97,12 +97,6 @@ TEST(OpLayerTracer, SeesEveryOpWithItsInputsAndModulePath) {
 // caller moved in, and only then: not while another handle sees the buffer,
 // not in a traced call (the tracer was shown the input).
 TEST(OpLayerReuse, WritesOverAMovedInBufferOnly) {
-  struct Recorder : OpTracer {
-    std::vector<std::string> names;
-    void on_op(const OpContext&, std::string_view op, std::span<const Tensor* const>, const Tensor&) override {
-      names.emplace_back(op);
-    }
-  };
   for_each_backend([](Backend& be) {
     const OpContext c = make_context(be, {DType::f32});
     const Tensor b = upload_values(be, {2, 2}, {10, 20, 30, 40});
@@ -119,7 +113,7 @@ TEST(OpLayerReuse, WritesOverAMovedInBufferOnly) {
     EXPECT_EQ(download_values(be, kept), (std::vector<float>{1, 2, 3, 4}));
     EXPECT_EQ(download_values(be, sum2), (std::vector<float>{11, 22, 33, 44}));
 
-    Recorder rec;
+    OpNameRecorder rec;
     OpContext traced = c;
     traced.tracer = &rec;
     Tensor t = upload_values(be, {2, 2}, {1, 2, 3, 4});

@@ -27,7 +27,9 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <ostream>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ops/ops.hpp"
@@ -102,6 +104,13 @@ void for_each_opencl(const std::function<void(Backend&)>& f);
 // The reference backend followed by every OpenCL backend.
 std::vector<Backend*> all_backends();
 OpContext make_context(Backend& backend, const Precision& p, const AttentionConfig& a = {}, std::string path = "test");
+// A tracer that records the name of every op it is shown, in order.
+struct OpNameRecorder : OpTracer {
+  std::vector<std::string> names;
+  void on_op(const OpContext&, std::string_view op, std::span<const Tensor* const>, const Tensor&) override {
+    names.emplace_back(op);
+  }
+};
 
 // Known-value tests: small hand-worked cases, run on every backend.
 // for_each_backend runs f on the reference backend and every OpenCL backend

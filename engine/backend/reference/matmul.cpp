@@ -16,7 +16,7 @@ using detail::round_d;
 using detail::round_sum;
 
 void ReferenceBackend::matmul(const MatmulArgs& args) {
-  // linear_fuses_epilogue is false here: the ops run GEGLU and ADD on their own.
+  // linear_fuses_epilogue is false here: the ops run GEGLU on its own.
   if (args.epilogue != MatmulEpilogue::none) throw OpError("MATMUL: the reference backend applies no epilogue");
   const Floats a(args.a), b(args.b);
   std::optional<Floats> bias;
