@@ -9,7 +9,7 @@
 // image: native accumulation, and the shapes the CPU family's conv_cpu does
 // not take (gemm::runs_cpu_conv: strided, small images, deep layers); conv_cpu
 // gathers the same panels inside the GEMM, and GPU style reads the columns on
-// the fly (matmul.cl conv_implicit_gemm).
+// the fly (matmul/gemm_tiled.cl conv_implicit_gemm).
 
 #ifndef GEMM_NV
 #define GEMM_NV 1
@@ -238,7 +238,7 @@ __kernel CPU_ONE_ITEM void winograd_input(__global const store_t* x, uint C, uin
 
 // Output channels [o0, o0 + rows of M) for tiles [t0, t0 + tc) from M[e] (row o - o0, tile q of the chunk in
 // column q; rows tcp floats, planes m_bs floats apart), plus bias[o]; stream: whole tiles' rows stored around
-// the caches (common.cl st16_stream). Grid: (rows of M, ceil(tc / 16)).
+// the caches (common/memory.cl st16_stream). Grid: (rows of M, ceil(tc / 16)).
 __kernel CPU_ONE_ITEM void winograd_output(__global const float* mp, ulong m_bs, uint tcp, __global const store_t* bias,
                                            __global store_t* out, uint o0, uint O, uint OH, uint OW, uint TH, uint TW,
                                            uint t0, uint tc, uint stream) {

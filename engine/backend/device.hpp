@@ -229,7 +229,7 @@ struct BackendOptions {
   // gemm_cpu_direct_a global [40,16,2]"), to tell which shape of an op costs.
   bool profile_grids = false;
   KernelStyleChoice kernel_style = KernelStyleChoice::by_device;
-  // The CPU flash attention's geometry (kernels/attention.cl): its vector lanes
+  // The CPU flash attention's geometry (kernels/attention/flash_cpu.cl): its vector lanes
   // (8 or 16 query rows a vector) and query rows per work-item (one or two
   // vectors' worth): 16 lanes x 32 rows (x 8 keys a block), 16 x 16 (x 16),
   // 8 x 16 (x 6) or 8 x 8 (x 12). 0: by the device's native float vector
@@ -257,7 +257,7 @@ struct BackendOptions {
   // (NVIDIA: compute capability 5.3+); false: the exact emulation everywhere.
   bool half_units = true;
   // NVIDIA tensor cores (sm_80+) for f16 GEMMs and convolutions with f32
-  // accumulation in the GPU kernel family (kernels/matmul.cl gemm_mma); false
+  // accumulation in the GPU kernel family (kernels/matmul/gemm_mma.cl gemm_mma); false
   // keeps them on the CUDA-core tiles (gemm_tiled), to compare the two.
   bool tensor_cores = true;
   // Test setting: the tensor-core kernels on any device in the GPU style, each
@@ -274,7 +274,7 @@ struct BackendOptions {
   bool winograd = true;
   // Where the Winograd convolution's tiles fill one or two column panels (the
   // SD UNet's 16x16 layers at batch 2), its weights are transformed inside
-  // the GEMM, in the caches (kernels/matmul.cl winograd_fused_cpu); false
+  // the GEMM, in the caches (kernels/matmul/conv_cpu.cl winograd_fused_cpu); false
   // writes them to memory first (winograd_weights), to compare the two. The
   // same bits either way.
   bool winograd_fused_weights = true;

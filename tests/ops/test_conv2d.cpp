@@ -189,7 +189,7 @@ TEST(Conv2dFailureModes, Conv1x1EqualsMatmulBitForBitInNativeF16) {
     EXPECT_TRUE(bitwise_equal(conv, mm));
   });
 }
-// The CPU family's convolution (kernels/matmul.cl conv_cpu: B sub-panels
+// The CPU family's convolution (kernels/matmul/conv_cpu.cl conv_cpu: B sub-panels
 // gathered from the image in the kernel) against MATMUL of the weights and the
 // im2col matrix built here on the host: the same sums in the same order, so
 // the same bytes, for every storage dtype with f32 accumulation. Shapes that

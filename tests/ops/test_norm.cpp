@@ -78,8 +78,8 @@ std::vector<OpCasePtr> cases() {
   OpCase big = group_norm_case({1, 320, 64, 64}, 32, true, 1e-6f);  // SD VAE/UNet at 64x64
   big.native_close_to_exact = false;
   add(big);
-  // Groups of 17956 values: the CPU kernels' statistics (common.cl norm_stats_chunked) in 4 chunks of 4096 and
-  // a last one of 1572, whose last 4 values are not a whole vector.
+  // Groups of 17956 values: the CPU kernels' statistics (common/norm_stats.cl norm_stats_chunked) in 4 chunks of 4096
+  // and a last one of 1572, whose last 4 values are not a whole vector.
   OpCase chunks = group_norm_case({1, 8, 67, 67}, 2, true);
   chunks.native_close_to_exact = false;
   add(chunks);
@@ -125,8 +125,8 @@ TEST(NormFailureModes, GroupNormNativeF16OverflowsOnLargeActivations) {
 // Groups around a mean 150x their spread (300 + N(0, 2), 17956 values each), f32: the statistics must keep the
 // mean within half an ulp of 300 (1.5e-5), as a correctly rounded f32 mean is. That error moves every output by
 // up to 1.5e-5 / 2: nmse 5.8e-11 against the exact normalisation of the same inputs (f64 on the host), the limit.
-// Both kernel styles sum about a shift (common.cl norm_stats): 1.3e-11 here. Summed as they come, over the whole
-// group (one f32 sum per vector lane), they gave 7.8e-11: the mean about 1.2 ulp off.
+// Both kernel styles sum about a shift (common/norm_stats.cl norm_stats): 1.3e-11 here. Summed as they come, over the
+// whole group (one f32 sum per vector lane), they gave 7.8e-11: the mean about 1.2 ulp off.
 TEST(NormStatistics, AMeanFarFromZeroIsKeptToAboutOneUlp) {
   const Shape shape{1, 8, 67, 67};
   const std::int64_t groups = 2, n = 4 * 67 * 67;
@@ -264,7 +264,7 @@ TEST(NormFusedSilu, BitEqualToGroupNormThenSilu) {
 }
 
 // GROUP_NORM outputs of 32 MB and more go around the caches on CPU devices (non-temporal stores of the storage
-// words where a 16-element vector is aligned for them, common.cl st16_stream). Groups are independent, so each
+// words where a 16-element vector is aligned for them, common/memory.cl st16_stream). Groups are independent, so each
 // such output must be the same bits as the same channels normalised in chunks of whole groups small enough to be
 // stored the ordinary way: f32, f16 and bf16 words, with and without the fused SILU and the affine, channels of
 // whole vectors and channels of 33100 values (rows alternately misaligned, a tail of 12).

@@ -108,7 +108,7 @@ TEST(Conv2dWinograd, ChunksOfTilesAndBlocksOfOutputChannelsChangeNoBit) {
 }
 
 // Where the tiles fill one or two column panels, winograd_fused_cpu transforms the weights inside the GEMM
-// (gemm::fuses_winograd_weights): the same U (common.cl wino_weights16) and the same sums in the same order as
+// (gemm::fuses_winograd_weights): the same U (common/panels.cl wino_weights16) and the same sums in the same order as
 // winograd_weights + gemm_cpu_direct_a, so the same bytes as the two passes (BackendOptions::
 // winograd_fused_weights = false), in every storage dtype. 784 input channels go in two k-blocks of 400 and 384
 // (32 at a time, the last 16 of the first block alone), 200 output channels end in a partial row block, and 28

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Checks the tensor-core kernels (kernels/matmul.cl gemm_mma, conv_implicit_mma;
-# kernels/attention.cl attention_flash_mma) without a GPU: PoCL cannot compile
+# Checks the tensor-core kernels (kernels/matmul/gemm_mma.cl gemm_mma, conv_implicit_mma;
+# kernels/attention/flash_mma.cl attention_flash_mma) without a GPU: PoCL cannot compile
 # inline PTX, so the program text is compiled as the backend assembles it
 # (common.cl + matmul.cl or attention.cl, f16 storage, GPU style, -DMMA_PTX)
 # with clang for the NVIDIA OpenCL target, for both GEMM block shapes gemm.cpp
@@ -43,7 +43,7 @@ inb {
 { print }
 AWK
 cat "$tmp/pre.cl" "$tmp/attn.cl" > "$tmp/attn_ptxas.cl"
-cl=(-x cl -cl-std=CL1.2 -target nvptx64-nvidia-nvcl -Xclang -target-cpu -Xclang sm_80 -Xclang -finclude-default-header -O2)
+cl=(-x cl -I kernels -cl-std=CL1.2 -target nvptx64-nvidia-nvcl -Xclang -target-cpu -Xclang sm_80 -Xclang -finclude-default-header -O2)
 status=0
 for warps in "2 4" "1 4"; do
   set -- $warps

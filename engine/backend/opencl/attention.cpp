@@ -26,11 +26,12 @@ namespace {
 
 constexpr std::int64_t kFusedQueryRows = 4;  // ATTN_QB in attention.cl
 constexpr std::int64_t kFusedMaxHead = 512;  // ATTN_MAX_D in attention.cl
-constexpr std::int64_t kFlashCpuCols = 8;    // FV in attention.cl (8, or 4 at two halves): V rows are whole passes
+constexpr std::int64_t kFlashCpuCols =
+    8;  // FV in attention/flash_cpu.cl (8, or 4 at two halves): V rows are whole passes
 
-// attention_flash_cpu's geometry (-DFLW, -DFLH in attention.cl): query rows along `lanes`-wide vectors, one or
-// two halves of them per work-item, and the keys a block that fit the registers beside them. 16-wide float
-// vectors (AVX-512): 32 rows (two halves) x 8 keys, or 16 x 16 (one half); 8-wide (AVX2): 16 x 6 or 8 x 12.
+// attention_flash_cpu's geometry (-DFLW, -DFLH in attention/flash_cpu.cl): query rows along `lanes`-wide vectors, one
+// or two halves of them per work-item, and the keys a block that fit the registers beside them. 16-wide float vectors
+// (AVX-512): 32 rows (two halves) x 8 keys, or 16 x 16 (one half); 8-wide (AVX2): 16 x 6 or 8 x 12.
 struct FlashCpuGeometry {
   std::int64_t lanes, rows, keys;
 };
@@ -121,7 +122,7 @@ constexpr std::uint64_t kFlashCpuCachedKv = 1u << 20;      // K and V bytes of o
 constexpr std::uint64_t kFlashCpuChunkBytes = 192u << 10;  // K and V bytes of one chunk
 constexpr std::int64_t kFlashCpuMaxRowBlocks = 16, kFlashCpuMaxRows = 256;
 
-// Local memory bytes of `row_blocks` row blocks' state (Q^T, O^T, m and l: attention.cl).
+// Local memory bytes of `row_blocks` row blocks' state (Q^T, O^T, m and l: attention/flash_cpu.cl).
 std::uint64_t flash_cpu_state_bytes(const FlashCpuGeometry& g, std::int64_t row_blocks, std::int64_t d,
                                     std::int64_t dvp) {
   return static_cast<std::uint64_t>(row_blocks * (d + dvp + 2) * g.rows) * sizeof(float);
@@ -207,7 +208,7 @@ void flash_cpu(OpenClBackend& be, const AttentionArgs& a) {
   be.launch(k, op, 3, global, local);
 }
 
-// attention_flash's tiles (kernels/attention.cl), chosen per head size: 8 query
+// attention_flash's tiles (kernels/attention/flash_gpu.cl), chosen per head size: 8 query
 // rows per work-item and 16 x ty work-items per group, so 8 * ty query rows per
 // group (their Q block held in local memory for the whole key loop), and tiles
 // of 16 * kn keys. Q, the K (or V) tile and P all fit in local memory:
@@ -231,7 +232,7 @@ FlashTiles flash_tiles(std::int64_t d, std::int64_t dv) {
   return t;
 }
 
-// FL_LOCAL in attention.cl: Q block, K tile or V tile, P, and two floats per row.
+// FL_LOCAL in attention/flash_gpu.cl: Q block, K tile or V tile, P, and two floats per row.
 std::size_t flash_local_bytes(const FlashTiles& t) {
   const std::int64_t bq = t.rows(), bk = 16 * t.kn;
   const std::int64_t kv = std::max(t.d * (bk + t.kn), bk * 16 * t.dj);
@@ -279,7 +280,7 @@ void flash(OpenClBackend& be, const AttentionArgs& a) {
   be.launch(k, op, 2, global, local);
 }
 
-// attention_flash_mma (tensor cores, kernels/attention.cl): 4 warps of 16 query
+// attention_flash_mma (tensor cores, kernels/attention/flash_mma.cl): 4 warps of 16 query
 // rows (64 rows, 128 work-items per group), key tiles of 64 (32 above head size
 // 96: the scores of a smaller tile leave registers for the larger Q and O), the
 // head padded to whole mma steps: -DFM_DK (d rounded up to 16), -DFM_DV (dv

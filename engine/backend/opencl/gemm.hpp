@@ -92,7 +92,7 @@ std::int64_t b_panel_floats(const Tuning& t, std::int64_t n, std::int64_t k);
 // Packs `batch` matrices into panels at dst (dst_bs floats apart).
 void pack_a(OpenClBackend& be, const Precision& p, const Operand& a, std::int64_t batch, std::int64_t m, std::int64_t k,
             cl_mem dst, std::int64_t dst_bs, const char* op);
-// split: 0, or the GEGLU epilogue's column order (kernels/matmul.cl gemm_pack_b; nr/2, n a multiple of nr, B's
+// split: 0, or the GEGLU epilogue's column order (kernels/matmul/packing.cl gemm_pack_b; nr/2, n a multiple of nr, B's
 // columns contiguous along k).
 void pack_b(OpenClBackend& be, const std::string& options, const Operand& b, std::int64_t batch, std::int64_t k,
             std::int64_t n, cl_mem dst, std::int64_t dst_bs, const char* op, std::int64_t split = 0);
@@ -152,7 +152,7 @@ struct ConvShape {
   std::int64_t n, c, h, w, o, kh, kw, stride, padding, oh, ow;
 };
 // out[img] (o x oh*ow) = w (o x c*kh*kw) . im2col(x[img]) + bias per row, the
-// columns read from x on the fly (kernels/matmul.cl conv_implicit_gemm, or
+// columns read from x on the fly (kernels/matmul/gemm_tiled.cl conv_implicit_gemm, or
 // conv_implicit_mma on the tensor cores), k walked in blocks of input channels
 // tap by tap: the weights are copied tap-major (w[o][tap][c]) for the call.
 void run_implicit_conv(OpenClBackend& be, const Precision& p, const ConvShape& s, cl_mem w, cl_mem x, cl_mem bias,
@@ -165,7 +165,7 @@ void run_implicit_conv(OpenClBackend& be, const Precision& p, const ConvShape& s
 std::string conv_run_options(OpenClBackend& be, const Precision& p, const ConvShape& s);
 
 // CPU family, f32 accumulation (the weights read as gemm_cpu_direct_a reads A): the convolution in one kernel
-// whose work-items gather their B sub-panels from the image into local memory (kernels/matmul.cl conv_cpu), no
+// whose work-items gather their B sub-panels from the image into local memory (kernels/matmul/conv_cpu.cl conv_cpu), no
 // column matrix. runs_cpu_conv: whether it runs here (the precision and device, and its local memory fits).
 bool runs_cpu_conv(const OpenClBackend& be, const Precision& p, const ConvShape& s);
 void run_cpu_conv(OpenClBackend& be, const Precision& p, const ConvShape& s, cl_mem w, cl_mem x, cl_mem bias,
@@ -179,13 +179,13 @@ void run_cpu_conv(OpenClBackend& be, const Precision& p, const ConvShape& s, cl_
 // precision, options and the shapes where it is faster, bench_ops --shapes).
 inline constexpr Precision kWinogradProduct{DType::f32, Accumulate::f32, SoftmaxPrecision::f32};
 bool runs_winograd(const OpenClBackend& be, const Precision& p, const ConvShape& s);
-// Whether run_winograd transforms the weights inside the GEMM (kernels/matmul.cl winograd_fused_cpu: tiles in
+// Whether run_winograd transforms the weights inside the GEMM (kernels/matmul/conv_cpu.cl winograd_fused_cpu: tiles in
 // one or two column panels, BackendOptions::winograd_fused_weights) rather than into memory first.
 bool fuses_winograd_weights(const OpenClBackend& be, const Precision& p, const ConvShape& s);
 void run_winograd(OpenClBackend& be, const Precision& p, const ConvShape& s, cl_mem w, cl_mem x, cl_mem bias,
                   cl_mem out, const char* op);
 
-// NVIDIA tensor cores (kernels/matmul.cl gemm_mma / conv_implicit_mma, built
+// NVIDIA tensor cores (kernels/matmul/gemm_mma.cl gemm_mma / conv_implicit_mma, built
 // with -DGEMM_MMA): warps_m x warps_n warps of 32, each computing 64 x 32 of C
 // with mma.sync m16n8k16 (f16 operands, f32 accumulation).
 struct MmaTiles {

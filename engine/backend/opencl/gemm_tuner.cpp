@@ -38,9 +38,10 @@ bool tiles_valid(const DeviceInfo& d, const Tuning& t) {
   if (t.ts_m % t.wpt_m || t.ts_n % t.wpt_n) return false;
   const std::int64_t group = static_cast<std::int64_t>(t.ts_m / t.wpt_m) * (t.ts_n / t.wpt_n);
   if (d.max_work_group_size && static_cast<std::size_t>(group) > d.max_work_group_size) return false;
-  // Whole loads per work-item; each work-item's B loads in one column (kernels/matmul.cl gemm_tiled_body).
+  // Whole loads per work-item; each work-item's B loads in one column (kernels/matmul/gemm_tiled.cl gemm_tiled_body).
   if ((t.ts_m * t.ts_k) % group || (t.ts_n * t.ts_k) % group || group % t.ts_n) return false;
-  // kernels/matmul.cl TS_PM, TS_PN: rows padded by 4 floats with register blocks in multiples of 4, else by 1.
+  // kernels/matmul/gemm_tiled.cl TS_PM, TS_PN: rows padded by 4 floats with register blocks in multiples of 4, else
+  // by 1.
   const int pad = t.wpt_m % 4 == 0 && t.wpt_n % 4 == 0 ? 4 : 1;
   const std::uint64_t local = sizeof(float) * static_cast<std::uint64_t>(t.ts_k * (t.ts_m + t.ts_n + 2 * pad));
   return !d.local_mem_bytes || local <= d.local_mem_bytes;

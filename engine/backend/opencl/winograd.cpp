@@ -26,7 +26,7 @@ constexpr std::int64_t kWeightBytes = std::int64_t{64} << 20;
 // beside activations of 128-512 MB, take chunks of 8-10 MB (110-230 tiles), no slower than 64 MB ones
 // (bench_ops conv3x3_*) and 170 MB less at the peak of a 512x512 decode (bench_unet --component vae: 1241 MB).
 constexpr std::int64_t kTileBytesMin = std::int64_t{8} << 20, kTileBytesMax = std::int64_t{64} << 20;
-// Input channels per step of winograd_fused_cpu's weight transform (kernels/matmul.cl WINO_KS).
+// Input channels per step of winograd_fused_cpu's weight transform (kernels/matmul/conv_cpu.cl WINO_KS).
 constexpr std::int64_t kFusedChannels = 32;
 
 }  // namespace
