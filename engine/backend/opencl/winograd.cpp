@@ -80,15 +80,21 @@ Plan plan(const OpenClBackend& be, const ConvShape& s) {
   // the weights are transformed inside the GEMM (winograd_fused_cpu), where writing U to memory and reading it
   // back took about half of such a layer's time. Row groups of up to 16 blocks (128 rows on AVX-512), each of
   // which reads all of V, and at least 8 work-items; the group's U and sums in local memory.
+  // Fewer blocks where the group's U and sums would not fit the local memory: a 512 KB one (PoCL on a Zen 3's
+  // L2) holds 12 of AVX2's 6 x 16 blocks, where 16 (663 KB) had the UNet's 1280-wide 16x16 layers take the two
+  // passes (bench/README.md, 2026-12-07).
   pl.a_blocks = static_cast<std::int64_t>(ceil_div(s.o, t.mr));
+  const std::int64_t group_bytes = kPlanes * t.mr * (kFusedChannels + t.nr()) * f;
+  const auto local = static_cast<std::int64_t>(be.device().local_mem_bytes);
   pl.mgroup = 16;
   while (pl.mgroup > 1 && static_cast<std::int64_t>(ceil_div(pl.a_blocks, pl.mgroup)) * pl.panels < 8) pl.mgroup /= 2;
+  while (pl.mgroup > 1 && pl.mgroup * group_bytes > local) --pl.mgroup;
   pl.mgroup =
       static_cast<std::int64_t>(ceil_div(pl.a_blocks, static_cast<std::int64_t>(ceil_div(pl.a_blocks, pl.mgroup))));
   pl.u_bytes = kPlanes * pl.mgroup * t.mr * kFusedChannels * f;
   pl.sums_bytes = kPlanes * pl.mgroup * t.mr * t.nr() * f;
   pl.fused = be.winograd_fuses_weights() && pl.one_chunk && pl.panels <= 2 && s.c % 16 == 0 &&
-             pl.u_bytes + pl.sums_bytes <= static_cast<std::int64_t>(be.device().local_mem_bytes) &&
+             pl.u_bytes + pl.sums_bytes <= local &&
              kPlanes * s.o * pl.tc * f <= limit;
   if (pl.fused) pl.ob = s.o;
   return pl;
