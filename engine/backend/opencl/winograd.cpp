@@ -94,8 +94,7 @@ Plan plan(const OpenClBackend& be, const ConvShape& s) {
   pl.u_bytes = kPlanes * pl.mgroup * t.mr * kFusedChannels * f;
   pl.sums_bytes = kPlanes * pl.mgroup * t.mr * t.nr() * f;
   pl.fused = be.winograd_fuses_weights() && pl.one_chunk && pl.panels <= 2 && s.c % 16 == 0 &&
-             pl.u_bytes + pl.sums_bytes <= local &&
-             kPlanes * s.o * pl.tc * f <= limit;
+             pl.u_bytes + pl.sums_bytes <= local && kPlanes * s.o * pl.tc * f <= limit;
   if (pl.fused) pl.ob = s.o;
   return pl;
 }
