@@ -144,8 +144,9 @@ TEST(MatmulTensorCores, SelectionRule) {
 // 32, 66 of 16) has many column work-items over the same converted rows, the
 // last one partial, and its rows are converted first; n = 16 is one column
 // panel. m = 3000 with one A for both batches (a convolution's weights), a
-// bias per row and n = 300 converts its rows first, in chunks. The per-batch cases are also checked
-// against the reference backend, so a kernel that wrote nothing would not pass.
+// bias per row and n = 300 converts its rows first, in chunks; m = 200, k = 11000 (an 8x8 convolution's
+// im2col depth, where a chunk of rows would hold less than two row groups) converts them in the GEMM. The
+// per-batch cases are also checked against the reference backend, so a kernel that wrote nothing would not pass.
 TEST(MatmulDirectA, ReadsAWhereItLiesBitForBitAsThePackedPanels) {
   // Only the CPU family reads A in place (gemm::reads_a_directly); elsewhere this would only build
   // programs no op uses (about 80 s of PoCL compiles under NANSCOPE_KERNEL_STYLE=gpu).
@@ -155,8 +156,8 @@ TEST(MatmulDirectA, ReadsAWhereItLiesBitForBitAsThePackedPanels) {
     std::int64_t m, k, n;
     bool shared_a;  // one A for every batch, and a bias per row
   };
-  const Case cases[] = {
-      {29, 700, 41, false}, {29, 77, 41, false}, {29, 700, 1041, false}, {29, 77, 16, false}, {3000, 700, 300, true}};
+  const Case cases[] = {{29, 700, 41, false}, {29, 77, 41, false},    {29, 700, 1041, false},
+                        {29, 77, 16, false},  {3000, 700, 300, true}, {200, 11000, 100, true}};
   for (opencl::OpenClBackend* ocl : cpu) {
     Backend* be = ocl;
     namespace gemm = opencl::gemm;
@@ -195,6 +196,10 @@ TEST(MatmulDirectA, ReadsAWhereItLiesBitForBitAsThePackedPanels) {
         gemm::compute_panels(*ocl, p, ocl->buffer(a_panels), 0, shared_a ? 0 : a_f, pr, "TEST");
         pr.c = ocl->buffer(direct);
         gemm::compute_direct_a(*ocl, p, pr.a, pr, "TEST");
+        if (dt != DType::f32) {
+          const bool converted_first = m == 3000 || n == 1041;  // 8 and more column panels, k short enough
+          EXPECT_EQ(gemm::converts_a_rows(*ocl, p, pr.a, pr), converted_first);
+        }
         const HostTensor got = be->download(direct), want = be->download(packed);
         EXPECT_TRUE(bitwise_equal(got, want)) << "gemm_cpu_direct_a against gemm_cpu on packed panels";
         if (shared_a) {

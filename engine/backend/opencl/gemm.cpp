@@ -291,15 +291,36 @@ bool reads_a_directly(const OpenClBackend& be, const Precision& p, const Operand
   return !p.native_accumulation() && be.kernel_style() == KernelStyle::cpu && a.cs == 1;
 }
 
-void compute_direct_a(OpenClBackend& be, const Precision& p, const Operand& a, const Problem& pr, const char* op) {
+namespace {
+
+// gemm_a_rows_to_f32's chunk: about 8 MB of f32 rows, in whole row groups of 16 blocks.
+constexpr std::int64_t kChunkFloats = std::int64_t{2} << 20;
+std::int64_t group_rows(const Tuning& t) { return std::int64_t{16} * t.mr; }
+std::int64_t chunk_groups(const Tuning& t, std::int64_t k) {
+  return kChunkFloats / (std::max<std::int64_t>(1, k) * group_rows(t));
+}
+
+}  // namespace
+
+bool converts_a_rows(const OpenClBackend& be, const Precision& p, const Operand& a, const Problem& pr) {
   const Tuning& t = tuning(be.device());
-  // Half-precision A is converted to f32 rows (gemm_a_rows_to_f32) where the GEMM would convert each row block
-  // again for every column panel (of every batch, for an A the batches share): from 8 conversions a row on. With
-  // fewer, the rows' round trip through the caches costs more (the UNet's 8x8 convolutions, whose 29 MB of f16
-  // weights are read for 2 panels x 2 images, took longer converted first on a 2-core Zen 5).
-  const bool shared = a.bs == 0;
-  const std::int64_t reads = static_cast<std::int64_t>(ceil_div(pr.n, t.nr())) * (shared ? pr.batch : 1);
-  if (p.dtype == DType::f32 || reads < 8 || pr.batch * pr.m * pr.k == 0) {
+  // Half-precision A is converted to f32 rows where the GEMM would convert each row block again for every column
+  // panel (of every batch, for an A the batches share): from 8 conversions a row on. With fewer, the rows' round
+  // trip through the caches costs more (the UNet's 8x8 convolutions, whose 29 MB of f16 weights are read for 2
+  // panels x 2 images, took longer converted first on a 2-core Zen 5).
+  // Nor where a chunk would hold less than two row groups (k past 10922 on AVX2, 8192 on AVX-512: the UNet's
+  // 1280- and 2560-input 3x3 convolutions at 8x8, through im2col): each chunk's GEMM then had one group's rows
+  // for its 8 column panels, split into groups of 2 blocks to keep the cores busy, and read B's panels 8 times
+  // per chunk; the 2560-input layer took 1.2-1.7x f32's time that way on a 2-core AVX2 Zen 3, about f32's
+  // converted in the GEMM (bench_ops --shapes sd15 --dtype f16, alternating; bench/README.md 2026-12-07).
+  if (p.dtype == DType::f32 || pr.batch * pr.m * pr.k == 0) return false;
+  const std::int64_t reads = static_cast<std::int64_t>(ceil_div(pr.n, t.nr())) * (a.bs == 0 ? pr.batch : 1);
+  const bool one_group_chunks = chunk_groups(t, pr.k) < 2 && pr.m > group_rows(t);
+  return reads >= 8 && !one_group_chunks;
+}
+
+void compute_direct_a(OpenClBackend& be, const Precision& p, const Operand& a, const Problem& pr, const char* op) {
+  if (!converts_a_rows(be, p, a, pr)) {
     compute_blocks(be, p, ASource{a.mem, a.off, a.bs, true, a.rs}, pr, op);
     return;
   }
@@ -307,9 +328,9 @@ void compute_direct_a(OpenClBackend& be, const Precision& p, const Operand& a, c
   // (the rows of a 8192 x 1280 activation written to memory and read back cost more than converting them per
   // panel), and each chunk's conversion writes into the cache lines the last one left there. A weight (shared by
   // the batches) is converted once for all of them.
-  constexpr std::int64_t kChunkFloats = std::int64_t{2} << 20;
-  const std::int64_t group_rows = std::int64_t{16} * t.mr;
-  const std::int64_t mc = std::min(pr.m, std::max<std::int64_t>(1, kChunkFloats / (pr.k * group_rows)) * group_rows);
+  const Tuning& t = tuning(be.device());
+  const bool shared = a.bs == 0;
+  const std::int64_t mc = std::min(pr.m, std::max<std::int64_t>(1, chunk_groups(t, pr.k)) * group_rows(t));
   const std::int64_t bg = shared      ? pr.batch
                           : mc < pr.m ? 1
                                       : std::clamp<std::int64_t>(kChunkFloats / (pr.m * pr.k), 1, pr.batch);

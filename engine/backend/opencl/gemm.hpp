@@ -243,6 +243,9 @@ void compute_panels(OpenClBackend& be, const Precision& p, cl_mem a_panels, std:
 // (offset and batch stride in elements, rs the row stride).
 bool reads_a_directly(const OpenClBackend& be, const Precision& p, const Operand& a);
 void compute_direct_a(OpenClBackend& be, const Precision& p, const Operand& a, const Problem& pr, const char* op);
+// Whether compute_direct_a converts a half-precision A to f32 rows first (gemm_a_rows_to_f32, then
+// gemm_cpu_direct_f32a) rather than in the GEMM for each column panel: the same bits either way.
+bool converts_a_rows(const OpenClBackend& be, const Precision& p, const Operand& a, const Problem& pr);
 
 // Upper bound of scratch bytes a single GEMM step may use (panels, im2col columns).
 std::size_t scratch_budget(const DeviceInfo& device);
