@@ -144,8 +144,9 @@ TEST(MatmulTensorCores, SelectionRule) {
 // 32, 66 of 16) has many column work-items over the same converted rows, the
 // last one partial, and its rows are converted first; n = 16 is one column
 // panel. m = 3000 with one A for both batches (a convolution's weights), a
-// bias per row and n = 300 converts its rows first, in chunks; m = 200, k = 11000 (an 8x8 convolution's
-// im2col depth, where a chunk of rows would hold less than two row groups) converts them in the GEMM. The
+// bias per row and n = 300 converts its rows first, in chunks; m = 200, k = 17000 (between the im2col depths of
+// the UNet's 8x8 convolutions, 11520 and 23040: a chunk of rows would hold less than two row groups at every
+// block height NANSCOPE_GEMM_CPU takes, 4 to 8 rows) converts them in the GEMM. The
 // per-batch cases are also checked against the reference backend, so a kernel that wrote nothing would not pass.
 TEST(MatmulDirectA, ReadsAWhereItLiesBitForBitAsThePackedPanels) {
   // Only the CPU family reads A in place (gemm::reads_a_directly); elsewhere this would only build
@@ -157,7 +158,7 @@ TEST(MatmulDirectA, ReadsAWhereItLiesBitForBitAsThePackedPanels) {
     bool shared_a;  // one A for every batch, and a bias per row
   };
   const Case cases[] = {{29, 700, 41, false}, {29, 77, 41, false},    {29, 700, 1041, false},
-                        {29, 77, 16, false},  {3000, 700, 300, true}, {200, 11000, 100, true}};
+                        {29, 77, 16, false},  {3000, 700, 300, true}, {200, 17000, 100, true}};
   for (opencl::OpenClBackend* ocl : cpu) {
     Backend* be = ocl;
     namespace gemm = opencl::gemm;
