@@ -97,9 +97,9 @@ __kernel void gemm_a_rows_to_f32(__global const store_t* src, ulong off, ulong b
 #define GEMM_A_T float
 #define GEMM_LD_A(p, i) ((p)[(i)])
 #define GEMM_A_STEPS GEMM_DIRECT_K4
-GEMM_DIRECT_A_KERNEL(gemm_cpu_direct_f32a, GEMM_ROWS(GEMM_STORE))
+GEMM_DIRECT_A_KERNEL(gemm_cpu_direct_f32a, GEMM_ROWS(GEMM_STORE), n0)
 #if GEMM_NV <= 2
-GEMM_DIRECT_A_KERNEL(gemm_cpu_direct_f32a_geglu, GEMM_GEGLU_BLOCK)
+GEMM_DIRECT_A_KERNEL(gemm_cpu_direct_f32a_geglu, GEMM_GEGLU_BLOCK, nb *(GEMM_NR / 2u))
 #endif
 #endif  // !GPU_KERNELS && !GEMM_PACKED_A && !STORE_F32
 

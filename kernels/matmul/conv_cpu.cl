@@ -86,6 +86,10 @@ __kernel CPU_ONE_ITEM void conv_cpu(__global const store_t* ap, __global const s
         if (k0 > 0) {
           GEMM_ROWS(GEMM_LOAD)
         }
+        if (k0 + kcb >= K) {
+          const uint pf_col = n0;
+          GEMM_ROWS(GEMM_PREFETCH_ROW)
+        }
         GEMM_DIRECT_A_SUMS(bq, kcb)
         if (k0 + kcb < K) {
           GEMM_ROWS(GEMM_SAVE)

@@ -147,11 +147,14 @@ namespace {
 // CPU_KERNELS, GPU_KERNELS): a compiler builds every kernel of a program (PoCL
 // when the cache asks for the binary; NVIDIA's always). gemm_cpu stays in both:
 // the attention's bmm path multiplies packed panels with it in either family.
+// CPU_PREFETCH: the CPU family's stores prefetch C (gemm_cpu.cl GEMM_PREFETCH_ROW) on a CPU device only, where
+// the prefetch is an instruction (Oclgrind, which also runs that family, refuses LLVM's prefetch intrinsic).
 std::string options_with(const OpenClBackend& be, const Precision& p, const Tuning& t) {
   Precision q = p;
   q.softmax = SoftmaxPrecision::f32;
-  return be.precision_options(q) + tuning_options(t) +
-         (be.kernel_style() == KernelStyle::cpu ? " -DCPU_KERNELS" : " -DGPU_KERNELS");
+  const bool cpu = be.kernel_style() == KernelStyle::cpu;
+  return be.precision_options(q) + tuning_options(t) + (cpu ? " -DCPU_KERNELS" : " -DGPU_KERNELS") +
+         (cpu && be.device().kind == DeviceKind::cpu ? " -DCPU_PREFETCH" : "");
 }
 
 }  // namespace
