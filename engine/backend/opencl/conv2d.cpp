@@ -24,6 +24,9 @@ using detail::ceil_div;
 using detail::to_uint;
 
 namespace {
+// conv_im2col_panels' work-items: 16 rows of 8 panels each (8 x 16 x 16 columns at most).
+constexpr std::int64_t kIm2colRows = 16, kIm2colPanels = 8;
+
 gemm::ConvShape conv_shape(const Conv2dArgs& a) {
   return {a.n, a.c, a.h, a.w_in, a.o, a.kh, a.kw, a.stride, a.padding, a.oh, a.ow};
 }
@@ -110,8 +113,9 @@ void OpenClBackend::conv2d(const Conv2dArgs& a) {
                cl_ulong(chunk_elems), to_uint(a.c, op, "c"), to_uint(a.h, op, "h"), to_uint(a.w_in, op, "w"),
                to_uint(a.kh, op, "kh"), to_uint(a.kw, op, "kw"), cl_uint(a.stride), cl_uint(a.padding),
                to_uint(a.ow, op, "ow"), to_uint(p0, op, "position"), to_uint(len, op, "positions"),
-               to_uint(gemm::k_block(t, k), op, "kc"));
-      const size_t global[3] = {static_cast<size_t>(k), ceil_div(len, t.nr()), static_cast<size_t>(nb)};
+               to_uint(gemm::k_block(t, k), op, "kc"), cl_uint(kIm2colRows), cl_uint(kIm2colPanels));
+      const size_t global[3] = {ceil_div(k, kIm2colRows), ceil_div(ceil_div(len, t.nr()), kIm2colPanels),
+                                static_cast<size_t>(nb)};
       launch(im2col, op, 3, global, nullptr);
 
       gemm::Problem chunk = pr;
