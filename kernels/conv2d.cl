@@ -22,7 +22,7 @@
 
 // Grid: (ceil(K / kpi), ceil(ceil(pc / NR) / ppi), images): each work-item writes rows [k0, k0 + kpi) of ppi
 // consecutive panels. One 16-column vector per work-item was 92160 work-groups for a 1280-channel 8x8 layer, and
-// their launch overheads took most of its 6.8 ms (1.2 ms now, on a 2-core Zen 3). Image b is read at x_off +
+// their launch overheads took most of its 6.8 ms (1.4 ms now, on a 2-core Zen 3). Image b is read at x_off +
 // b * x_bs and its panels start at b * dst_bs floats.
 __kernel CPU_ONE_ITEM void conv_im2col_panels(__global const store_t* x, ulong x_off, ulong x_bs, __global float* dst,
                                               ulong dst_bs, uint C, uint H, uint W, uint KH, uint KW, uint stride,
