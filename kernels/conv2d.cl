@@ -33,9 +33,10 @@ __kernel CPU_ONE_ITEM void conv_im2col_panels(__global const store_t* x, ulong x
   const uint nb0 = (uint)get_global_id(1) * ppi, nb_end = min(panels, nb0 + ppi);
   const uint k0 = (uint)get_global_id(0) * kpi, k_end = min(K, k0 + kpi);
   uint kx = k0 % KW, ky = (k0 / KW) % KH, ci = k0 / (KW * KH);  // walked along with k
+  const uint oy0 = (p0 + nb0 * GEMM_NR) / OW, ox0 = (p0 + nb0 * GEMM_NR) % OW;
   for (uint k = k0; k < k_end; ++k) {
     const __global store_t* xp = x + x_off + b * x_bs + (ulong)ci * H * W;
-    uint oy = (p0 + nb0 * GEMM_NR) / OW, ox = (p0 + nb0 * GEMM_NR) % OW;  // walked along with the columns
+    uint oy = oy0, ox = ox0;  // walked along with the columns
     for (uint nb = nb0; nb < nb_end; ++nb) {
       __global float* d = dst + b * dst_bs + panel_row(nb, panels, k, K, kc, GEMM_NR);
       for (uint v = 0; v < GEMM_NV; ++v) {

@@ -79,17 +79,16 @@ static __attribute__((always_inline)) inline float8 row8_padded(__global const s
 // convolution's time on a 2-core Zen 3, for 6 MB of columns.
 static __attribute__((noinline)) float16 im2col_row16_ow8(__global const store_t* xp, uint H, uint W, uint stride,
                                                           uint pad, uint oy, uint ky, uint kx) {
+  const int ix = (int)kx - (int)pad;
   float8 h[2];
   for (uint i = 0; i < 2u; ++i) {
     const int iy = (int)((oy + i) * stride + ky) - (int)pad;
-    const int ix = (int)kx - (int)pad;
     if (iy < 0 || iy >= (int)H) {
       h[i] = (float8)(0.0f);
-    } else if (stride == 1u) {
-      h[i] = row8_padded(xp + (ulong)iy * W, ix, W);
-    } else {
-      h[i] = row16_padded(xp + (ulong)iy * W, ix, W).even;
+      continue;
     }
+    const __global store_t* row = xp + (ulong)iy * W;
+    h[i] = stride == 1u ? row8_padded(row, ix, W) : row16_padded(row, ix, W).even;
   }
   return (float16)(h[0], h[1]);
 }
