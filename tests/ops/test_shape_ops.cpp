@@ -1,7 +1,9 @@
 // CONCAT, SLICE, PERMUTE, UPSAMPLE_NEAREST2X and CAST: data movement and one
 // rounding, so every backend must match the reference and PyTorch bit for bit.
 
+#include <bit>
 #include <cmath>
+#include <cstdint>
 
 #include "support/backends.hpp"
 #include "support/op_case.hpp"
@@ -146,6 +148,33 @@ TEST(ShapeOpsKnownValues, ConcatSlicePermuteUpsampleCast) {
     EXPECT_EQ(h.dtype(), DType::f16);
     EXPECT_EQ(download_values(be, h), (std::vector<float>{65504, INFINITY, 1.0f, 1.0f + 0x1p-9f, -INFINITY}));
     EXPECT_EQ(download_values(be, ops::cast(make_context(be, {DType::f16}), h, DType::f32)), download_values(be, h));
+  });
+}
+
+// A NaN stays a NaN of its sign through every narrowing, wherever its payload lies: a signaling NaN whose payload
+// sits only in the 13 mantissa bits f16 drops (and the 16 bf16 drops) would become Inf if the payload were merely
+// truncated. 37 values: the 16-wide vector stores and the scalar tail both see each kind.
+TEST(ShapeOpsKnownValues, CastKeepsEveryNaNWhereverItsPayloadLies) {
+  const std::vector<std::uint32_t> kinds{0x7f800001u, 0xff800001u, 0x7f801fffu, 0x7f80ffffu, 0x7fc00000u,
+                                         0xffc00001u, 0x7fbfffffu, 0x7f802000u, 0xff810000u};
+  std::vector<float> xv(37);
+  for (std::size_t i = 0; i < xv.size(); ++i)
+    xv[i] = i % 4 == 3 ? static_cast<float>(i) : std::bit_cast<float>(kinds[i % kinds.size()]);
+  for_each_backend([&](Backend& be) {
+    const OpContext c = make_context(be, {DType::f32});
+    const Tensor x = upload_values(be, {37}, xv);
+    for (DType to : {DType::f16, DType::bf16}) {
+      const std::vector<float> got = download_values(be, ops::cast(c, x, to));
+      for (std::size_t i = 0; i < xv.size(); ++i) {
+        if (!std::isnan(xv[i])) {
+          EXPECT_EQ(got[i], xv[i]) << dtype_name(to) << " element " << i;
+          continue;
+        }
+        EXPECT_TRUE(std::isnan(got[i])) << dtype_name(to) << " element " << i << " (f32 bits 0x" << std::hex
+                                        << std::bit_cast<std::uint32_t>(xv[i]) << ") became " << got[i];
+        EXPECT_EQ(std::signbit(got[i]), std::signbit(xv[i])) << dtype_name(to) << " element " << i;
+      }
+    }
   });
 }
 
