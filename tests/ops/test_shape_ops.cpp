@@ -162,7 +162,7 @@ TEST(ShapeOpsKnownValues, CastKeepsEveryNaNWhereverItsPayloadLies) {
     xv[i] = i % 4 == 3 ? static_cast<float>(i) : std::bit_cast<float>(kinds[i % kinds.size()]);
   for_each_backend([&](Backend& be) {
     const OpContext c = make_context(be, {DType::f32});
-    const Tensor x = upload_values(be, {37}, xv);
+    const Tensor x = upload_values(be, {static_cast<std::int64_t>(xv.size())}, xv);
     for (DType to : {DType::f16, DType::bf16}) {
       const std::vector<float> got = download_values(be, ops::cast(c, x, to));
       for (std::size_t i = 0; i < xv.size(); ++i) {
