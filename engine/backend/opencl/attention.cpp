@@ -31,14 +31,16 @@ constexpr std::int64_t kFlashCpuCols =
 
 // attention_flash_cpu's geometry (-DFLW, -DFLH in attention/flash_cpu.cl): query rows along `lanes`-wide vectors, one
 // or two halves of them per work-item, and the keys a block that fit the registers beside them. 16-wide float vectors
-// (AVX-512): 32 rows (two halves) x 8 keys, or 16 x 16 (one half); 8-wide (AVX2): 16 x 6 or 8 x 12.
+// (AVX-512): 32 rows (two halves) x 8 keys, or 16 x 16 (one half); 8-wide (AVX2): 16 x 6 or 8 x 12. `blocks` key
+// blocks make one softmax block (-DFLB: 48-64 keys); the key chunks of flash_cpu_blocking are whole softmax
+// blocks, so a row's running maximum moves at the same keys whatever the chunk (results bit for bit).
 struct FlashCpuGeometry {
-  std::int64_t lanes, rows, keys;
+  std::int64_t lanes, rows, keys, blocks;
 };
 FlashCpuGeometry flash_cpu_geometry(const OpenClBackend& be) {
   const std::int64_t lanes = be.attention_cpu_lanes(), rows = be.attention_cpu_rows();
-  if (lanes == 16) return {16, rows, rows == 32 ? 8 : 16};
-  return {8, rows, rows == 16 ? 6 : 12};
+  const std::int64_t keys = lanes == 16 ? (rows == 32 ? 8 : 16) : (rows == 16 ? 6 : 12);
+  return {lanes, rows, keys, keys <= 8 ? 8 : 4};
 }
 
 // The CPU family's programs carry attention_flash_cpu's geometry; the GPU family's leave
@@ -52,6 +54,7 @@ std::string attention_options(OpenClBackend& be, const Precision& p) {
   const FlashCpuGeometry g = flash_cpu_geometry(be);
   if (g.lanes == 8) o += " -DFLW=8";
   if (g.rows == 2 * g.lanes) o += " -DFLH=2";
+  o += " -DFLB=" + std::to_string(g.blocks);
   o += " -DCPU_KERNELS";  // common.cl CPU_ONE_ITEM
   if (p.native_accumulation() || p.native_softmax()) o += " -DATTN_FUSED";
   return o;
@@ -148,6 +151,7 @@ FlashCpuBlocking flash_cpu_blocking(const OpenClBackend& be, std::int64_t pairs,
   const std::uint64_t local = be.device().local_mem_bytes;
   while (b.row_blocks > 1 && local && flash_cpu_state_bytes(g, b.row_blocks, d, dvp) > local) --b.row_blocks;
   b.key_chunk = std::min(b.key_chunk, nkb);
+  b.key_chunk = static_cast<std::int64_t>(ceil_div(b.key_chunk, g.blocks)) * g.blocks;  // whole softmax blocks
   return b;
 }
 
