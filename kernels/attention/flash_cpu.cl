@@ -283,8 +283,9 @@ __kernel CPU_ONE_ITEM void attn_pack_v(__global const store_t* v, __global float
 
 // Grid: (ceil(sq / (FR * groups)), heads, batch); one work-item per group.
 // A work-item takes `groups` blocks of FR query rows and walks the keys in
-// chunks of `chunk` key blocks: each chunk of packed K and V is read from
-// memory once for all its row blocks, then from the caches (one row block per
+// chunks of `chunk` key blocks (whole softmax blocks: a multiple of FLB,
+// attention.cpp): each chunk of packed K and V is read from memory once for
+// all its row blocks, then from the caches (one row block per
 // pass streamed a large head's K and V from memory for every FR rows: the VAE's
 // one-head attention at d = 512, 16384 tokens, is 64 MiB of K and V per pass,
 // bandwidth-bound at 27% of the peak). Each row block's state (Q^T scaled,
