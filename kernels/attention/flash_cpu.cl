@@ -77,9 +77,9 @@
 // time for a private buffer, and the softmax's work per block (the new maximum's exp2 and rescale test, l, and
 // O's loads, rescale and stores around P.V, one pass of FV columns per block) is paid once per FLB * FK keys
 // instead of once per FK. On a 2-core AVX2 Zen 3 at 16 rows x 6 keys, 8 key blocks (48 keys) against the
-// kernel before (one block's softmax in registers), three alternating runs: the UNet's 4096-token self
-// attention (8 x 40 heads) 548 -> 493 ms (medians), the 1024-token one 72 -> 65 ms, the 256-token one (8 x 160)
-// 1.3x and its 77-key cross attention 1.2-1.5x; 12 and 16 blocks measured within the noise of 8.
+// kernel before (one block's softmax in registers), alternating runs: the UNet's 4096-token self attention
+// (8 x 40 heads) 548 -> 493 ms (medians), the 1024-token one 72 -> 65 ms, the 256-token one (8 x 160) 1.3x, the
+// 77-key cross attentions 1.04-1.34x (bench/README.md); 12 and 16 blocks measured within the noise of 8.
 #ifndef FLB
 #define FLB 8
 #endif
@@ -211,7 +211,8 @@ __kernel CPU_ONE_ITEM void attn_pack_v(__global const store_t* v, __global float
 #define FL_CAUSAL_H(j, h) \
   s##j##_##h = select(s##j##_##h, (floatw)(-INFINITY), (intw)((int)(jb * FK + (j))) > last##h);
 #define FL_CAUSAL(j) FL_HALVES(FL_CAUSAL_H, j)
-#define FL_STORE_S_H(j, h) sb[(jj * FK + (j)) * FLH + (h)] = s##j##_##h;
+#define FL_SB(j, h) sb[(jj * FK + (j)) * FLH + (h)]  // key j of key block jj, half h, in the softmax block
+#define FL_STORE_S_H(j, h) FL_SB(j, h) = s##j##_##h;
 #define FL_STORE_S(j) FL_HALVES(FL_STORE_S_H, j)
 #define FL_LOAD_ML(h)                       \
   floatw m##h = vloadw(h, ml);              \
@@ -224,13 +225,13 @@ __kernel CPU_ONE_ITEM void attn_pack_v(__global const store_t* v, __global float
 // score, but its P is NaN, so the row's l turns NaN and stays NaN, and every O / l of the row comes out NaN, as
 // the reference's), the rows that take no key yet (the reference skips them; their P are exp2(-Inf - 0) = 0),
 // the rescale, P in place of S, and l.
-#define FL_MAX_H(j, h) mn##h = fmax(mn##h, sb[(jj * FK + (j)) * FLH + (h)]);
+#define FL_MAX_H(j, h) mn##h = fmax(mn##h, FL_SB(j, h));
 #define FL_MAX(j) FL_HALVES(FL_MAX_H, j)
-#define FL_P_H(j, h)                                                   \
-  {                                                                    \
-    const floatw pk = fl_exp2(sb[(jj * FK + (j)) * FLH + (h)] - mb##h); \
-    sb[(jj * FK + (j)) * FLH + (h)] = pk;                              \
-    ps##h += pk;                                                       \
+#define FL_P_H(j, h)                               \
+  {                                                \
+    const floatw pk = fl_exp2(FL_SB(j, h) - mb##h); \
+    FL_SB(j, h) = pk;                              \
+    ps##h += pk;                                   \
   }
 #define FL_P(j) FL_HALVES(FL_P_H, j)
 #define FL_SOFTMAX_INIT(h) floatw mn##h = m##h;
@@ -269,7 +270,7 @@ __kernel CPU_ONE_ITEM void attn_pack_v(__global const store_t* v, __global float
     const floatw vx = (floatw)(vr[x]); \
     FL_HALVES(FL_PV_COL_TAKE_H, x)     \
   }
-#define FL_P_OF_KEY(j, h) const floatw p##h = sb[(jj * FK + (j)) * FLH + (h)];
+#define FL_P_OF_KEY(j, h) const floatw p##h = FL_SB(j, h);
 #define FL_PV_KEY(j, COL)                                 \
   {                                                       \
     const __global float* vr = vc + (jj * FK + (j)) * dvp; \
